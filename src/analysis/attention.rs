@@ -1,0 +1,233 @@
+//! Attention probabilities of every layer and head, as plain data.
+
+use thiserror::Error;
+
+/// A shape that does not match the data it describes.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("{what}: expected {expected} values for shape {shape}, got {got}")]
+pub struct ShapeError {
+    /// Which array was malformed.
+    pub what: &'static str,
+    /// The shape it claimed, written as `a×b×…`.
+    pub shape: String,
+    /// How many values that shape needs.
+    pub expected: usize,
+    /// How many values were given.
+    pub got: usize,
+}
+
+/// Layers × heads × queries × keys matrices (row-major, rows are queries), all `f32`.
+///
+/// Used for attention probabilities (every row sums to 1) and, with the same layout, for the
+/// pre-softmax scaled scores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attention {
+    layers: usize,
+    heads: usize,
+    seq_len: usize,
+    data: Vec<f32>,
+}
+
+impl Attention {
+    /// Wraps `data` laid out as `[layer][head][query][key]`.
+    pub fn new(layers: usize, heads: usize, seq_len: usize, data: Vec<f32>) -> Result<Self, ShapeError> {
+        let expected = layers * heads * seq_len * seq_len;
+        if data.len() != expected {
+            return Err(ShapeError {
+                what: "attention",
+                shape: format!("{layers}×{heads}×{seq_len}×{seq_len}"),
+                expected,
+                got: data.len(),
+            });
+        }
+        Ok(Self { layers, heads, seq_len, data })
+    }
+
+    /// Number of layers.
+    pub fn layers(&self) -> usize {
+        self.layers
+    }
+
+    /// Number of heads per layer.
+    pub fn heads(&self) -> usize {
+        self.heads
+    }
+
+    /// Number of tokens (queries = keys).
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// All values, `[layer][head][query][key]`.
+    pub fn as_slice(&self) -> &[f32] {
+        &self.data
+    }
+
+    /// One head's `seq_len × seq_len` matrix, row-major with queries as rows.
+    pub fn head(&self, layer_idx: usize, head_idx: usize) -> &[f32] {
+        let n2 = self.seq_len * self.seq_len;
+        let start = (layer_idx * self.heads + head_idx) * n2;
+        &self.data[start..start + n2]
+    }
+
+    /// The weights one query gives to every key.
+    pub fn row(&self, layer_idx: usize, head_idx: usize, query_pos: usize) -> &[f32] {
+        let n = self.seq_len;
+        &self.head(layer_idx, head_idx)[query_pos * n..(query_pos + 1) * n]
+    }
+
+    /// The weight query `query_pos` gives key `key_pos`.
+    pub fn get(&self, layer_idx: usize, head_idx: usize, query_pos: usize, key_pos: usize) -> f32 {
+        self.row(layer_idx, head_idx, query_pos)[key_pos]
+    }
+
+    /// Mean over `head_idxs` of one layer's matrices (zeros when the list is empty).
+    pub fn mean_of_heads(&self, layer_idx: usize, head_idxs: &[usize]) -> Vec<f32> {
+        let mut out = vec![0.0f32; self.seq_len * self.seq_len];
+        if head_idxs.is_empty() {
+            return out;
+        }
+        for &h in head_idxs {
+            for (o, v) in out.iter_mut().zip(self.head(layer_idx, h)) {
+                *o += v;
+            }
+        }
+        let k = head_idxs.len() as f32;
+        out.iter_mut().for_each(|o| *o /= k);
+        out
+    }
+
+    /// Nested `[layer][head][query][key]` vectors, for JSON.
+    pub fn to_nested(&self) -> Vec<Vec<Vec<Vec<f32>>>> {
+        (0..self.layers)
+            .map(|l| {
+                (0..self.heads)
+                    .map(|h| self.head(l, h).chunks(self.seq_len.max(1)).map(<[f32]>::to_vec).collect())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A serializable `[layer][head][query][key]` view, written without building nested vectors.
+    pub fn nested(&self) -> Nested<'_> {
+        Nested(self)
+    }
+
+    /// Largest `|1 - row sum|` over all rows (0 for perfect probabilities).
+    pub fn max_row_sum_error(&self) -> f32 {
+        if self.seq_len == 0 {
+            return 0.0;
+        }
+        self.data
+            .chunks(self.seq_len)
+            .map(|row| (row.iter().map(|&v| f64::from(v)).sum::<f64>() - 1.0).abs() as f32)
+            .fold(0.0, f32::max)
+    }
+}
+
+/// Serializes an [`Attention`] as nested arrays `[layer][head][query][key]`.
+pub struct Nested<'a>(&'a Attention);
+
+impl serde::Serialize for Nested<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        struct Rows<'a>(&'a [f32], usize);
+        impl serde::Serialize for Rows<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq(self.0.chunks(self.1.max(1)))
+            }
+        }
+        struct Heads<'a>(&'a Attention, usize);
+        impl serde::Serialize for Heads<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let a = self.0;
+                serializer.collect_seq((0..a.heads).map(|h| Rows(a.head(self.1, h), a.seq_len)))
+            }
+        }
+        let a = self.0;
+        let mut seq = serializer.serialize_seq(Some(a.layers))?;
+        for l in 0..a.layers {
+            seq.serialize_element(&Heads(a, l))?;
+        }
+        seq.end()
+    }
+}
+
+/// Per-head vectors (queries or keys): layers × heads × tokens × head_dim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadVectors {
+    layers: usize,
+    heads: usize,
+    seq_len: usize,
+    head_dim: usize,
+    data: Vec<f32>,
+}
+
+impl HeadVectors {
+    /// Wraps `data` laid out as `[layer][head][token][dim]`.
+    pub fn new(
+        layers: usize,
+        heads: usize,
+        seq_len: usize,
+        head_dim: usize,
+        data: Vec<f32>,
+    ) -> Result<Self, ShapeError> {
+        let expected = layers * heads * seq_len * head_dim;
+        if data.len() != expected {
+            return Err(ShapeError {
+                what: "head vectors",
+                shape: format!("{layers}×{heads}×{seq_len}×{head_dim}"),
+                expected,
+                got: data.len(),
+            });
+        }
+        Ok(Self { layers, heads, seq_len, head_dim, data })
+    }
+
+    /// Size of one head's vectors.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// The vector of token `pos` in one head.
+    pub fn vector(&self, layer_idx: usize, head_idx: usize, pos: usize) -> &[f32] {
+        debug_assert!(layer_idx < self.layers && head_idx < self.heads && pos < self.seq_len);
+        let start = ((layer_idx * self.heads + head_idx) * self.seq_len + pos) * self.head_dim;
+        &self.data[start..start + self.head_dim]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_heads() -> Attention {
+        // 1 layer, 2 heads, 2 tokens.
+        Attention::new(1, 2, 2, vec![0.25, 0.75, 1.0, 0.0, 0.5, 0.5, 0.0, 1.0]).unwrap()
+    }
+
+    #[test]
+    fn indexing_follows_layer_head_query_key() {
+        let a = two_heads();
+        assert_eq!(a.get(0, 0, 0, 1), 0.75);
+        assert_eq!(a.get(0, 1, 1, 1), 1.0);
+        assert_eq!(a.row(0, 1, 0), &[0.5, 0.5]);
+        assert_eq!(a.to_nested()[0][1][1], vec![0.0, 1.0]);
+        let json = serde_json::to_string(&a.nested()).unwrap();
+        assert_eq!(json, "[[[[0.25,0.75],[1.0,0.0]],[[0.5,0.5],[0.0,1.0]]]]");
+    }
+
+    #[test]
+    fn mean_of_heads_averages_and_keeps_rows_normalised() {
+        let a = two_heads();
+        assert_eq!(a.mean_of_heads(0, &[0, 1]), vec![0.375, 0.625, 0.5, 0.5]);
+        assert_eq!(a.max_row_sum_error(), 0.0);
+    }
+
+    #[test]
+    fn wrong_length_is_a_shape_error() {
+        let err = Attention::new(1, 1, 3, vec![0.0; 8]).unwrap_err();
+        assert_eq!(err.expected, 9);
+        assert_eq!(err.got, 8);
+    }
+}

@@ -1,0 +1,134 @@
+//! Choosing what a view shows of one head's matrix: dropping special tokens (rows renormalised),
+//! sentence-pair blocks, and downsampled thumbnails for long inputs.
+
+use super::Tokens;
+
+/// Which sentence-pair block of the attention to show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum PairFilter {
+    /// Every query and key.
+    #[default]
+    All,
+    /// Sentence A attending to A.
+    AToA,
+    /// A attending to B.
+    AToB,
+    /// B attending to A.
+    BToA,
+    /// B attending to B.
+    BToB,
+}
+
+impl PairFilter {
+    /// Every filter, in display order.
+    pub const ALL: [Self; 5] = [Self::All, Self::AToA, Self::AToB, Self::BToA, Self::BToB];
+
+    /// Short label, e.g. "A→B".
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::All => "All",
+            Self::AToA => "A→A",
+            Self::AToB => "A→B",
+            Self::BToA => "B→A",
+            Self::BToB => "B→B",
+        }
+    }
+
+    /// Whether a line from a query in `query_segment` to a key in `key_segment` passes.
+    pub fn admits(self, query_segment: u8, key_segment: u8) -> bool {
+        match self {
+            Self::All => true,
+            Self::AToA => query_segment == 0 && key_segment == 0,
+            Self::AToB => query_segment == 0 && key_segment == 1,
+            Self::BToA => query_segment == 1 && key_segment == 0,
+            Self::BToB => query_segment == 1 && key_segment == 1,
+        }
+    }
+}
+
+/// Positions of the tokens a view shows: all, or all but the special tokens.
+pub fn visible_tokens(tokens: &Tokens, hide_special: bool) -> Vec<usize> {
+    (0..tokens.len()).filter(|&i| !(hide_special && tokens.special[i])).collect()
+}
+
+/// The rows and columns `keep` of an `n × n` matrix; when `renormalise`, each row is divided by its
+/// sum so it sums to 1 again (a row that kept nothing stays zero).
+pub fn submatrix(matrix: &[f32], n: usize, keep: &[usize], renormalise: bool) -> Vec<f32> {
+    let m = keep.len();
+    let mut out = Vec::with_capacity(m * m);
+    for &q in keep {
+        let row = &matrix[q * n..(q + 1) * n];
+        let start = out.len();
+        out.extend(keep.iter().map(|&k| row[k]));
+        if renormalise {
+            let sum: f32 = out[start..].iter().sum();
+            if sum > 0.0 {
+                out[start..].iter_mut().for_each(|v| *v /= sum);
+            }
+        }
+    }
+    out
+}
+
+/// Shrinks an `n × n` matrix to at most `size × size` cells, each the maximum of the block it
+/// covers (so a single strong weight stays visible). Returns the matrix and its side.
+pub fn downsample_max(matrix: &[f32], n: usize, size: usize) -> (Vec<f32>, usize) {
+    if n <= size || size == 0 {
+        return (matrix.to_vec(), n);
+    }
+    let mut out = vec![0.0f32; size * size];
+    for q in 0..n {
+        let oq = q * size / n;
+        for k in 0..n {
+            let ok = k * size / n;
+            let cell = &mut out[oq * size + ok];
+            *cell = cell.max(matrix[q * n + k]);
+        }
+    }
+    (out, size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropping_special_tokens_renormalises_rows() {
+        // [CLS] a [SEP]: row "a" gives 0.5 to [CLS], 0.25 to a, 0.25 to [SEP].
+        let m = [1.0, 0.0, 0.0, 0.5, 0.25, 0.25, 0.0, 0.0, 1.0];
+        let tokens = Tokens {
+            tokens: vec!["[CLS]".into(), "a".into(), "[SEP]".into()],
+            ids: vec![101, 1, 102],
+            segments: vec![0; 3],
+            special: vec![true, false, true],
+        };
+        let keep = visible_tokens(&tokens, true);
+        assert_eq!(keep, vec![1]);
+        assert_eq!(submatrix(&m, 3, &keep, true), vec![1.0]);
+        assert_eq!(submatrix(&m, 3, &[0, 1], false), vec![1.0, 0.0, 0.5, 0.25]);
+        let two = submatrix(&m, 3, &[1, 2], true);
+        assert!((two[0] - 0.5).abs() < 1e-6 && (two[1] - 0.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn pair_blocks_reassemble_the_whole_matrix() {
+        let segments = [0u8, 0, 1, 1];
+        for q in 0..4 {
+            for k in 0..4 {
+                let blocks = PairFilter::ALL[1..].iter().filter(|f| f.admits(segments[q], segments[k])).count();
+                assert_eq!(blocks, 1, "each cell lies in exactly one block");
+                assert!(PairFilter::All.admits(segments[q], segments[k]));
+            }
+        }
+    }
+
+    #[test]
+    fn downsampling_keeps_block_maxima() {
+        let mut m = vec![0.0f32; 16];
+        m[3 * 4 + 2] = 0.9;
+        let (small, side) = downsample_max(&m, 4, 2);
+        assert_eq!(side, 2);
+        assert_eq!(small, vec![0.0, 0.0, 0.0, 0.9]);
+        assert_eq!(downsample_max(&m, 4, 8).1, 4);
+    }
+}

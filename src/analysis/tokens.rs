@@ -1,0 +1,70 @@
+//! Tokens of one input, as the tokenizer wrote them.
+
+/// The tokens of an input (one sentence or a pair), aligned with the attention matrices.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Tokens {
+    /// Token strings as the tokenizer writes them (`[CLS]`, `##ing`, `Ġthe`).
+    pub tokens: Vec<String>,
+    /// Vocabulary ids.
+    pub ids: Vec<u32>,
+    /// Segment of each token: 0 for sentence A, 1 for sentence B.
+    pub segments: Vec<u8>,
+    /// Whether each token is a special token added by the tokenizer ([CLS], [SEP], …).
+    pub special: Vec<bool>,
+}
+
+impl Tokens {
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether there are no tokens at all.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Whether the input has a second sentence (any token in segment 1).
+    pub fn is_pair(&self) -> bool {
+        self.segments.iter().any(|&s| s == 1)
+    }
+
+    /// A readable label for token `pos`: word-piece markers (`Ġ`, `▁`) shown as spaces are dropped,
+    /// control and invisible characters are made visible, so every label draws as something.
+    pub fn label(&self, pos: usize) -> String {
+        pretty_label(&self.tokens[pos])
+    }
+}
+
+/// Makes a token readable in a diagram: `Ġ`/`▁` word starts dropped, invisible characters escaped.
+pub fn pretty_label(token: &str) -> String {
+    let trimmed = token.strip_prefix('Ġ').or_else(|| token.strip_prefix('▁')).unwrap_or(token);
+    let mut out = String::with_capacity(trimmed.len());
+    for c in trimmed.chars() {
+        match c {
+            'Ċ' => out.push_str("\\n"),
+            c if c.is_control() || is_invisible(c) => out.push_str(&format!("U+{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    if out.is_empty() { token.to_string() } else { out }
+}
+
+/// Zero-width and bidirectional-control characters that would otherwise draw as nothing.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_drop_bpe_markers_and_show_invisible_characters() {
+        assert_eq!(pretty_label("Ġthe"), "the");
+        assert_eq!(pretty_label("▁word"), "word");
+        assert_eq!(pretty_label("##ing"), "##ing");
+        assert_eq!(pretty_label("a\u{200B}"), "aU+200B");
+        assert_eq!(pretty_label("Ġ"), "Ġ");
+    }
+}

@@ -1,0 +1,452 @@
+//! The eframe app: `logic` polls the worker and the export thread, `ui` draws the panels and the
+//! current view, and widget commands are handled in one place per frame.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Instant;
+
+use crate::analysis::Run;
+use crate::export::{Figure, Style, export_png};
+use crate::model::default_model_dir;
+use crate::render::Theme;
+
+use super::state::{Settings, ThemeChoice, TokenSelection, View};
+use super::views;
+use super::worker::{Done, Job, ModelInfo, Worker};
+
+/// Key of the settings in eframe's storage.
+const SETTINGS_KEY: &str = "attnviz-settings";
+
+/// How the app starts: the command line's `--model`, `--text`, `--text-pair`.
+#[derive(Debug, Clone, Default)]
+pub struct Startup {
+    /// Model folder to load instead of the remembered one.
+    pub model_dir: Option<PathBuf>,
+    /// Sentence A to start with.
+    pub text: Option<String>,
+    /// Sentence B to start with.
+    pub text_pair: Option<String>,
+}
+
+/// Something a widget asks for; handled once per frame in [`AttnvizApp::handle_commands`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Load a model folder (keeps the current model on failure).
+    LoadModel(PathBuf),
+    /// Ask the OS for a model folder (native dialog, off the UI thread).
+    BrowseModel,
+    /// Ask the OS for a PNG path to export to.
+    BrowseExport,
+    /// Write the current view as PNG to this path.
+    Export(PathBuf),
+    /// Open one head in the heatmap view.
+    OpenHead {
+        /// Layer index.
+        layer_idx: usize,
+        /// Head index.
+        head_idx: usize,
+    },
+}
+
+/// A message shown in the status bar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    /// The text.
+    pub text: String,
+    /// Whether it reports an error.
+    pub is_error: bool,
+}
+
+/// Results of background tasks other than inference.
+enum Background {
+    /// A PNG export finished.
+    Exported(PathBuf, Result<(u32, u32), String>),
+    /// A native folder dialog returned (None: cancelled or unavailable).
+    PickedModel(Option<PathBuf>),
+    /// A native save dialog returned.
+    PickedExport(Option<PathBuf>),
+}
+
+/// Everything that is not persisted.
+pub struct Runtime {
+    worker: Worker,
+    next_id: u64,
+    /// The loaded model.
+    pub model: Option<ModelInfo>,
+    /// A model folder being loaded.
+    pub loading: Option<PathBuf>,
+    /// Why the last load failed.
+    pub load_error: Option<String>,
+    /// The run shown.
+    pub run: Option<Arc<Run>>,
+    /// Request id of the run shown.
+    pub run_id: u64,
+    /// Newest run requested.
+    pub requested_run_id: u64,
+    /// Input of the newest run requested.
+    requested_input: Option<(String, Option<String>)>,
+    /// Why the last run failed.
+    pub run_error: Option<String>,
+    /// Tokenizer + model time of the run shown.
+    pub inference_ms: f64,
+    /// Token under the pointer in the head view.
+    pub hovered: Option<TokenSelection>,
+    /// Pinned token in the head view.
+    pub pinned: Option<TokenSelection>,
+    /// The typed model path (fallback when no native dialog exists).
+    pub model_path_input: String,
+    /// The export path being edited.
+    pub export_path_input: String,
+    /// Whether the export dialog is open.
+    pub export_open: bool,
+    /// An export being written.
+    pub exporting: Option<PathBuf>,
+    /// The last status message.
+    pub status: Option<Status>,
+    /// Commands raised this frame.
+    pub commands: Vec<Command>,
+    background_tx: Sender<Background>,
+    background_rx: Receiver<Background>,
+    /// Smoothed CPU time of `ui` per frame.
+    pub frame_ms: f32,
+    /// Caches of the views (textures, line meshes).
+    pub caches: views::Caches,
+    focus_text_once: bool,
+    applied_theme: Option<ThemeChoice>,
+}
+
+/// The desktop app.
+pub struct AttnvizApp {
+    /// Persisted settings.
+    pub settings: Settings,
+    /// Runtime state.
+    pub rt: Runtime,
+}
+
+impl AttnvizApp {
+    /// Creates the app, restoring settings from eframe's storage and starting the worker.
+    pub fn new(cc: &eframe::CreationContext<'_>, startup: Startup) -> Self {
+        Self::with_storage(&cc.egui_ctx, cc.storage, startup)
+    }
+
+    /// Creates the app with settings from `storage` (if any); the worker wakes `ctx`.
+    pub fn with_storage(ctx: &egui::Context, storage: Option<&dyn eframe::Storage>, startup: Startup) -> Self {
+        let mut settings: Settings = storage.and_then(|s| eframe::get_value(s, SETTINGS_KEY)).unwrap_or_default();
+        if let Some(text) = startup.text {
+            settings.text = text;
+        }
+        if let Some(pair) = startup.text_pair {
+            settings.pair_enabled = !pair.is_empty();
+            settings.text_pair = pair;
+        }
+        if startup.model_dir.is_some() {
+            settings.model_dir = startup.model_dir;
+        }
+        install_fonts(ctx);
+        let ctx = ctx.clone();
+        let worker = Worker::spawn(move || ctx.request_repaint()).expect("cannot start the inference thread");
+        let (background_tx, background_rx) = channel();
+        let model_dir = settings.model_dir.clone().unwrap_or_else(default_model_dir);
+        let mut app = Self {
+            rt: Runtime {
+                worker,
+                next_id: 1,
+                model: None,
+                loading: None,
+                load_error: None,
+                run: None,
+                run_id: 0,
+                requested_run_id: 0,
+                requested_input: None,
+                run_error: None,
+                inference_ms: 0.0,
+                hovered: None,
+                pinned: None,
+                model_path_input: model_dir.display().to_string(),
+                export_path_input: String::new(),
+                export_open: false,
+                exporting: None,
+                status: None,
+                commands: Vec::new(),
+                background_tx,
+                background_rx,
+                frame_ms: 0.0,
+                caches: views::Caches::default(),
+                focus_text_once: true,
+                applied_theme: None,
+            },
+            settings,
+        };
+        app.load_model(model_dir);
+        app
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.rt.next_id += 1;
+        self.rt.next_id
+    }
+
+    /// Starts loading a model folder in the background.
+    pub fn load_model(&mut self, dir: PathBuf) {
+        let id = self.next_id();
+        self.rt.loading = Some(dir.clone());
+        self.rt.worker.send(Job::Load { id, dir });
+    }
+
+    /// Asks for a run if the input differs from the last one asked for.
+    fn request_run_if_changed(&mut self) {
+        if self.rt.model.is_none() {
+            return;
+        }
+        let input = (self.settings.text.clone(), self.settings.pair().map(str::to_string));
+        if self.rt.requested_input.as_ref() == Some(&input) {
+            return;
+        }
+        let id = self.next_id();
+        self.rt.requested_run_id = id;
+        self.rt.worker.send(Job::Run { id, text: input.0.clone(), pair: input.1.clone() });
+        self.rt.requested_input = Some(input);
+    }
+
+    /// Whether a run or a load is still in flight.
+    pub fn is_busy(&self) -> bool {
+        self.rt.loading.is_some() || self.rt.requested_run_id > self.rt.run_id
+    }
+
+    fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
+        self.rt.status = Some(Status { text: text.into(), is_error });
+    }
+
+    /// Applies finished background work.
+    fn poll(&mut self) {
+        while let Some(done) = self.rt.worker.try_recv() {
+            match done {
+                Done::Loaded { dir, result, .. } => {
+                    self.rt.loading = None;
+                    match result {
+                        Ok(info) => {
+                            self.settings.fit_model(info.layers, info.heads);
+                            let embedded = dir == default_model_dir();
+                            self.settings.model_dir = (!embedded).then(|| dir.clone());
+                            self.rt.model_path_input = dir.display().to_string();
+                            self.set_status(format!("Loaded {} from {}", info.name, dir.display()), false);
+                            self.rt.model = Some(info);
+                            self.rt.load_error = None;
+                            self.rt.pinned = None;
+                            self.rt.requested_input = None;
+                        }
+                        Err(e) => {
+                            let msg = format!("Could not load {}: {e}", dir.display());
+                            if self.rt.model.is_none() && dir != default_model_dir() {
+                                // Nothing to keep yet (e.g. a remembered folder that vanished): fall back.
+                                self.settings.model_dir = None;
+                                self.load_model(default_model_dir());
+                            }
+                            self.rt.load_error = Some(msg.clone());
+                            self.set_status(msg, true);
+                        }
+                    }
+                }
+                Done::Ran { id, result, elapsed_ms } => {
+                    if id <= self.rt.run_id {
+                        continue; // older than what is shown
+                    }
+                    match result {
+                        Ok(run) => {
+                            self.rt.run_id = id;
+                            self.rt.inference_ms = elapsed_ms;
+                            if let Some((_, pos)) = self.rt.pinned {
+                                if pos >= run.tokens.len() {
+                                    self.rt.pinned = None;
+                                }
+                            }
+                            self.rt.run = Some(run);
+                            self.rt.run_error = None;
+                        }
+                        Err(e) => {
+                            self.rt.run_id = id;
+                            self.rt.run_error = Some(e);
+                        }
+                    }
+                }
+            }
+        }
+        while let Ok(msg) = self.rt.background_rx.try_recv() {
+            match msg {
+                Background::Exported(path, result) => {
+                    self.rt.exporting = None;
+                    match result {
+                        Ok((w, h)) => {
+                            self.set_status(format!("Exported {} ({w}×{h} px)", path.display()), false);
+                            self.settings.export_dir = path.parent().map(std::path::Path::to_path_buf);
+                            self.rt.export_open = false;
+                        }
+                        Err(e) => self.set_status(format!("Export failed: {e}"), true),
+                    }
+                }
+                Background::PickedModel(Some(dir)) => {
+                    self.rt.model_path_input = dir.display().to_string();
+                    self.rt.commands.push(Command::LoadModel(dir));
+                }
+                Background::PickedExport(Some(path)) => self.rt.export_path_input = path.display().to_string(),
+                Background::PickedModel(None) | Background::PickedExport(None) => {
+                    self.set_status("No native file dialog answered: type the path in the box instead", false);
+                }
+            }
+        }
+    }
+
+    /// The figure the current view would export.
+    pub fn current_figure(&self) -> Figure {
+        let heads = self.settings.selected_heads();
+        match self.settings.view {
+            View::Head => Figure::HeadView {
+                layer_idx: self.settings.layer_idx,
+                head_idxs: heads,
+                selected_token: self.rt.pinned,
+                threshold: self.settings.threshold,
+            },
+            View::Model => Figure::ModelGrid,
+            View::Heatmap => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
+        }
+    }
+
+    /// The look exports get: the app's theme and colour map, the chosen scale.
+    pub fn export_style(&self, dark: bool) -> Style {
+        Style {
+            theme: if dark { Theme::Dark } else { Theme::Light },
+            scale: f32::from(self.settings.export_scale.clamp(1, 4)),
+            colormap: self.settings.colormap,
+        }
+    }
+
+    /// Handles this frame's commands.
+    fn handle_commands(&mut self, ctx: &egui::Context) {
+        for command in std::mem::take(&mut self.rt.commands) {
+            match command {
+                Command::LoadModel(dir) => self.load_model(dir),
+                Command::BrowseModel => {
+                    let tx = self.rt.background_tx.clone();
+                    let ctx = ctx.clone();
+                    spawn_named("attnviz-dialog", move || {
+                        let picked = rfd::FileDialog::new().set_title("Open a Hugging Face model folder").pick_folder();
+                        let _ = tx.send(Background::PickedModel(picked));
+                        ctx.request_repaint();
+                    });
+                }
+                Command::BrowseExport => {
+                    let tx = self.rt.background_tx.clone();
+                    let ctx = ctx.clone();
+                    let name = PathBuf::from(&self.rt.export_path_input)
+                        .file_name()
+                        .map_or_else(|| "attnviz.png".to_string(), |n| n.to_string_lossy().into_owned());
+                    spawn_named("attnviz-dialog", move || {
+                        let picked =
+                            rfd::FileDialog::new().set_file_name(name).add_filter("PNG image", &["png"]).save_file();
+                        let _ = tx.send(Background::PickedExport(picked));
+                        ctx.request_repaint();
+                    });
+                }
+                Command::Export(path) => {
+                    if path.as_os_str().is_empty() {
+                        self.set_status("Export failed: enter a file path", true);
+                        continue;
+                    }
+                    let figure = self.current_figure();
+                    let style = self.export_style(ctx.theme() == egui::Theme::Dark);
+                    let run = self.rt.run.clone();
+                    let tx = self.rt.background_tx.clone();
+                    let ctx = ctx.clone();
+                    self.rt.exporting = Some(path.clone());
+                    spawn_named("attnviz-export", move || {
+                        let result = export_png(run.as_deref(), &figure, style, &path).map_err(|e| e.to_string());
+                        let _ = tx.send(Background::Exported(path, result));
+                        ctx.request_repaint();
+                    });
+                }
+                Command::OpenHead { layer_idx, head_idx } => {
+                    self.settings.layer_idx = layer_idx;
+                    for (i, on) in self.settings.heads.iter_mut().enumerate() {
+                        *on = i == head_idx;
+                    }
+                    self.settings.view = View::Heatmap;
+                }
+            }
+        }
+    }
+
+    fn apply_theme(&mut self, ctx: &egui::Context) {
+        if self.rt.applied_theme != Some(self.settings.theme) {
+            ctx.set_theme(match self.settings.theme {
+                ThemeChoice::System => egui::ThemePreference::System,
+                ThemeChoice::Dark => egui::ThemePreference::Dark,
+                ThemeChoice::Light => egui::ThemePreference::Light,
+            });
+            self.rt.applied_theme = Some(self.settings.theme);
+        }
+    }
+}
+
+/// Adds DejaVu Sans as a fallback after egui's fonts (arrows, symbols, most alphabets), and draws a
+/// box for any glyph still missing: token text is arbitrary user input and must never panic.
+fn install_fonts(ctx: &egui::Context) {
+    use egui::epaint::text::{FontInsert, FontPriority, InsertFontFamily};
+    let families = [egui::FontFamily::Proportional, egui::FontFamily::Monospace]
+        .into_iter()
+        .map(|family| InsertFontFamily { family, priority: FontPriority::Lowest })
+        .collect();
+    ctx.add_font(FontInsert::new("DejaVuSans", egui::FontData::from_static(crate::render::text::FONT_BYTES), families));
+    ctx.set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
+}
+
+/// Runs `f` on a named thread; a failure to spawn is reported through the status bar instead.
+fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) {
+    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(f) {
+        eprintln!("error: cannot start thread {name}: {e}");
+    }
+}
+
+impl eframe::App for AttnvizApp {
+    fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
+        self.poll();
+        self.request_run_if_changed();
+        // Drag & drop of a model folder.
+        let dropped: Vec<PathBuf> = ctx.input(|i| {
+            i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect()
+        });
+        if let Some(dir) = dropped.into_iter().next() {
+            let dir = if dir.is_file() { dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir) } else { dir };
+            self.rt.model_path_input = dir.display().to_string();
+            self.load_model(dir);
+        }
+        if self.is_busy() || self.rt.exporting.is_some() {
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
+        let start = Instant::now();
+        let ctx = ui.ctx().clone();
+        self.apply_theme(&ctx);
+        let focus_text = std::mem::take(&mut self.rt.focus_text_once);
+        views::input_bar::input_bar_ui(ui, &mut self.settings, &mut self.rt, focus_text);
+        views::side_panel::side_panel_ui(ui, &mut self.settings, &mut self.rt);
+        views::status_bar_ui(ui, &self.settings, &self.rt);
+        egui::CentralPanel::default_margins().show(ui, |ui| views::central_ui(ui, &mut self.settings, &mut self.rt));
+        if self.rt.export_open {
+            views::export_dialog::export_dialog_ui(&ctx, &mut self.settings, &mut self.rt);
+        }
+        if ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
+            self.rt.pinned = None;
+        }
+        self.handle_commands(&ctx);
+        self.request_run_if_changed();
+        let ms = start.elapsed().as_secs_f32() * 1e3;
+        self.rt.frame_ms = if self.rt.frame_ms == 0.0 { ms } else { 0.9 * self.rt.frame_ms + 0.1 * ms };
+    }
+
+    fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        eframe::set_value(storage, SETTINGS_KEY, &self.settings);
+    }
+}

@@ -1,0 +1,26 @@
+//! The desktop app (eframe/egui): type a sentence, inspect every head, export PNGs.
+
+pub mod app;
+pub mod state;
+pub mod views;
+pub mod worker;
+
+use std::path::PathBuf;
+
+pub use app::{AttnvizApp, Command, Startup};
+
+/// Opens the desktop app window.
+pub fn run_app(model: Option<PathBuf>, text: Option<String>, text_pair: Option<String>) -> anyhow::Result<()> {
+    let startup = Startup { model_dir: model, text, text_pair };
+    let options = eframe::NativeOptions {
+        viewport: egui::ViewportBuilder::default()
+            .with_title("attnviz")
+            .with_app_id("attnviz")
+            .with_inner_size([1360.0, 860.0])
+            .with_min_inner_size([640.0, 420.0])
+            .with_drag_and_drop(true),
+        ..Default::default()
+    };
+    eframe::run_native("attnviz", options, Box::new(move |cc| Ok(Box::new(AttnvizApp::new(cc, startup)))))
+        .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))
+}

@@ -1,0 +1,134 @@
+//! What the app remembers between launches (`Settings`, saved by eframe) and what it does not.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::select::PairFilter;
+use crate::render::{Colormap, Side};
+
+/// The main views.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum View {
+    /// BertViz-style token-to-token lines of one layer.
+    #[default]
+    Head,
+    /// Every layer × head as small heatmaps.
+    Model,
+    /// One head (or the mean of the selected heads) as a labelled heatmap.
+    Heatmap,
+}
+
+impl View {
+    /// Every view, in tab order.
+    pub const ALL: [Self; 3] = [Self::Head, Self::Model, Self::Heatmap];
+
+    /// Tab label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Head => "Head view",
+            Self::Model => "Model view",
+            Self::Heatmap => "Heatmap",
+        }
+    }
+}
+
+/// The theme the user chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ThemeChoice {
+    /// Follow the operating system.
+    #[default]
+    System,
+    /// Dark.
+    Dark,
+    /// Light.
+    Light,
+}
+
+/// Persisted settings: the last input, model, view and selections.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// Sentence A.
+    pub text: String,
+    /// Sentence B.
+    pub text_pair: String,
+    /// Whether sentence B is used.
+    pub pair_enabled: bool,
+    /// The model folder last loaded (None: the embedded model).
+    pub model_dir: Option<PathBuf>,
+    /// The view shown.
+    pub view: View,
+    /// The layer shown.
+    pub layer_idx: usize,
+    /// Which heads are selected (one flag per head).
+    pub heads: Vec<bool>,
+    /// Head-view lines below this weight are hidden.
+    pub threshold: f32,
+    /// Drop [CLS]/[SEP]-style tokens and renormalise rows.
+    pub hide_special: bool,
+    /// Sentence-pair block shown in the head view.
+    pub pair_filter: PairFilter,
+    /// Colour map of heatmaps.
+    pub colormap: Colormap,
+    /// Dark, light or system.
+    pub theme: ThemeChoice,
+    /// PNG export scale, 1 to 4.
+    pub export_scale: u8,
+    /// Folder of the last export.
+    pub export_dir: Option<PathBuf>,
+    /// Heatmap cell size in points (zoom).
+    pub cell_size: f32,
+}
+
+/// The example sentence filled in at first launch.
+pub const EXAMPLE_SENTENCE: &str = "The animal didn't cross the street because it was too tired.";
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            text: EXAMPLE_SENTENCE.to_string(),
+            text_pair: String::new(),
+            pair_enabled: false,
+            model_dir: None,
+            view: View::Head,
+            layer_idx: 0,
+            heads: Vec::new(),
+            threshold: 0.0,
+            hide_special: false,
+            pair_filter: PairFilter::All,
+            colormap: Colormap::Viridis,
+            theme: ThemeChoice::System,
+            export_scale: 2,
+            export_dir: None,
+            cell_size: 28.0,
+        }
+    }
+}
+
+impl Settings {
+    /// Sentence B if it is in use and not empty.
+    pub fn pair(&self) -> Option<&str> {
+        (self.pair_enabled && !self.text_pair.is_empty()).then_some(self.text_pair.as_str())
+    }
+
+    /// Indices of the selected heads, sorted.
+    pub fn selected_heads(&self) -> Vec<usize> {
+        self.heads.iter().enumerate().filter_map(|(i, &on)| on.then_some(i)).collect()
+    }
+
+    /// Makes layer and head selections fit a model of `layers` × `heads` (all heads on when the
+    /// count changed).
+    pub fn fit_model(&mut self, layers: usize, heads: usize) {
+        if self.heads.len() != heads {
+            self.heads = vec![true; heads];
+        }
+        self.layer_idx = self.layer_idx.min(layers.saturating_sub(1));
+        self.export_scale = self.export_scale.clamp(1, 4);
+        self.cell_size = self.cell_size.clamp(2.0, 80.0);
+        self.threshold = self.threshold.clamp(0.0, 1.0);
+    }
+}
+
+/// A token the user hovers or pinned in the head view.
+pub type TokenSelection = (Side, usize);

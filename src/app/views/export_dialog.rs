@@ -1,0 +1,70 @@
+//! The "Export PNG" window: path (typed, or through the native save dialog), scale, save.
+
+use std::path::PathBuf;
+
+use egui::RichText;
+
+use crate::app::Command;
+use crate::app::app::Runtime;
+use crate::app::state::{Settings, View};
+
+/// A default file name for the current view.
+pub fn default_export_path(settings: &Settings) -> PathBuf {
+    let name = match settings.view {
+        View::Head => format!("attnviz-head-view-layer{}.png", settings.layer_idx),
+        View::Model => "attnviz-model-view.png".to_string(),
+        View::Heatmap => format!("attnviz-heatmap-layer{}.png", settings.layer_idx),
+    };
+    let dir = settings
+        .export_dir
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("."));
+    dir.join(name)
+}
+
+/// Draws the export window.
+pub fn export_dialog_ui(ctx: &egui::Context, settings: &mut Settings, rt: &mut Runtime) {
+    if rt.export_path_input.is_empty() {
+        rt.export_path_input = default_export_path(settings).display().to_string();
+    }
+    let mut open = true;
+    egui::Window::new("Export PNG").open(&mut open).collapsible(false).resizable(false).show(ctx, |ui| {
+        let what = match settings.view {
+            View::Head if rt.pinned.is_some() => "the head view (with the pinned token)",
+            View::Head => "the head view",
+            View::Model => "the model view (all layers × heads)",
+            View::Heatmap => "the heatmap",
+        };
+        ui.label(format!("Saves {what} as a PNG image, drawn the same way as `attnviz export`."));
+        let label = ui.label("Export path");
+        ui.horizontal(|ui| {
+            ui.add(egui::TextEdit::singleline(&mut rt.export_path_input).desired_width(360.0)).labelled_by(label.id);
+            if ui.button("Browse…").clicked() {
+                rt.commands.push(Command::BrowseExport);
+            }
+        });
+        ui.horizontal(|ui| {
+            ui.label("Scale");
+            for s in 1..=4u8 {
+                ui.selectable_value(&mut settings.export_scale, s, format!("{s}×"));
+            }
+        });
+        ui.horizontal(|ui| {
+            let busy = rt.exporting.is_some();
+            if ui.add_enabled(!busy, egui::Button::new(RichText::new("Save").strong())).clicked() {
+                rt.commands.push(Command::Export(PathBuf::from(rt.export_path_input.trim())));
+            }
+            if busy {
+                ui.spinner();
+                ui.label("Writing…");
+            }
+        });
+        if let Some(status) = rt.status.as_ref().filter(|s| s.is_error) {
+            ui.colored_label(ui.visuals().error_fg_color, &status.text);
+        }
+    });
+    if !open {
+        rt.export_open = false;
+    }
+}

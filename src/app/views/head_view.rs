@@ -1,0 +1,367 @@
+//! The head view: the tokens twice (queries left, keys right) and one line per head from each
+//! query to each key, opacity from the weight. Hover a token to see only its lines with per-head
+//! bars on the other column; click to pin; Esc or a second click unpins.
+
+use std::sync::Arc;
+
+use egui::epaint::Mesh;
+use egui::{Color32, FontId, Pos2, Rect, RichText, Sense, Stroke, Vec2, pos2, vec2};
+
+use super::head_color;
+use crate::analysis::Run;
+use crate::analysis::select::{PairFilter, submatrix, visible_tokens};
+use crate::app::app::Runtime;
+use crate::app::state::Settings;
+use crate::render::Side;
+
+/// Height of one token row, in points.
+const ROW_HEIGHT: f32 = 20.0;
+/// Width of the band the lines cross.
+const LINES_WIDTH: f32 = 260.0;
+/// Widest token label column.
+const MAX_LABEL_WIDTH: f32 = 170.0;
+/// Room for per-head bars beside a column.
+const BARS_WIDTH: f32 = 90.0;
+
+/// What the matrices depend on.
+#[derive(Debug, Clone, PartialEq)]
+struct MatricesKey {
+    run_id: u64,
+    layer_idx: usize,
+    hide_special: bool,
+}
+
+/// What the line mesh depends on.
+#[derive(Debug, Clone, PartialEq)]
+struct MeshKey {
+    matrices: MatricesKey,
+    heads: Vec<usize>,
+    threshold: u32,
+    pair_filter: PairFilter,
+    origin: (i32, i32),
+    clip: (i32, i32),
+}
+
+/// Cached per-head matrices of the shown layer and the mesh of all lines.
+#[derive(Default)]
+pub struct HeadViewCache {
+    matrices_key: Option<MatricesKey>,
+    /// Positions of the shown tokens.
+    keep: Vec<usize>,
+    /// One `m × m` matrix per head of the layer (m = shown tokens).
+    matrices: Vec<Vec<f32>>,
+    mesh_key: Option<MeshKey>,
+    mesh: Arc<Mesh>,
+    /// Lines in the cached mesh (for tests and the frame-time report).
+    pub line_count: usize,
+}
+
+impl HeadViewCache {
+    fn update_matrices(&mut self, key: MatricesKey, run: &Run) {
+        if self.matrices_key.as_ref() == Some(&key) {
+            return;
+        }
+        let a = &run.attention;
+        self.keep = visible_tokens(&run.tokens, key.hide_special);
+        self.matrices = (0..a.heads())
+            .map(|h| submatrix(a.head(key.layer_idx, h), a.seq_len(), &self.keep, key.hide_special))
+            .collect();
+        self.matrices_key = Some(key);
+        self.mesh_key = None;
+    }
+}
+
+/// Adds an anti-aliased line (a quad with a one-point feather on each side).
+fn add_line(mesh: &mut Mesh, a: Pos2, b: Pos2, width: f32, color: Color32) {
+    let dir = (b - a).normalized();
+    let normal = vec2(-dir.y, dir.x);
+    let (core, outer) = (normal * (width * 0.5), normal * (width * 0.5 + 1.0));
+    let base = mesh.vertices.len() as u32;
+    for (p, c) in [
+        (a + core, color),
+        (a - core, color),
+        (b + core, color),
+        (b - core, color),
+        (a + outer, Color32::TRANSPARENT),
+        (a - outer, Color32::TRANSPARENT),
+        (b + outer, Color32::TRANSPARENT),
+        (b - outer, Color32::TRANSPARENT),
+    ] {
+        mesh.colored_vertex(p, c);
+    }
+    for [i, j, k] in [[0, 1, 2], [1, 3, 2], [4, 0, 6], [0, 2, 6], [1, 5, 3], [5, 7, 3]] {
+        mesh.add_triangle(base + i, base + j, base + k);
+    }
+}
+
+/// Colour of a line of weight `w` (opacity from the weight).
+fn line_color(color: Color32, w: f32) -> Color32 {
+    let alpha = (w.clamp(0.0, 1.0) * 255.0).round() as u8;
+    Color32::from_rgba_unmultiplied(color.r(), color.g(), color.b(), alpha)
+}
+
+/// Geometry of the view inside its rectangle.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    left_text_right: f32,
+    line_x0: f32,
+    line_x1: f32,
+    right_text_left: f32,
+    top: f32,
+}
+
+impl Layout {
+    fn row_y(&self, row: usize) -> f32 {
+        self.top + (row as f32 + 0.5) * ROW_HEIGHT
+    }
+}
+
+/// Draws the head view of the current layer.
+pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
+    let Some(run) = rt.run.clone() else { return };
+    let heads = settings.selected_heads();
+    let n_heads = run.attention.heads();
+    toolbar_ui(ui, settings, rt, &run);
+    if heads.is_empty() {
+        ui.label("No head selected: pick heads in the side panel (click a chip; double-click shows only that head).");
+        return;
+    }
+    let cache = &mut rt.caches.head;
+    cache.update_matrices(
+        MatricesKey { run_id: rt.run_id, layer_idx: settings.layer_idx, hide_special: settings.hide_special },
+        &run,
+    );
+    let rows = cache.keep.len();
+    let labels: Vec<String> = cache.keep.iter().map(|&p| run.tokens.label(p)).collect();
+    let font = FontId::proportional(14.0);
+    let label_width = labels
+        .iter()
+        .map(|l| ui.painter().layout_no_wrap(l.clone(), font.clone(), Color32::WHITE).size().x)
+        .fold(20.0f32, f32::max)
+        .min(MAX_LABEL_WIDTH);
+    egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
+        let size = vec2(BARS_WIDTH * 2.0 + label_width * 2.0 + LINES_WIDTH + 24.0, rows as f32 * ROW_HEIGHT + 8.0);
+        let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
+        let layout = Layout {
+            left_text_right: rect.left() + BARS_WIDTH + label_width,
+            line_x0: rect.left() + BARS_WIDTH + label_width + 6.0,
+            line_x1: rect.left() + BARS_WIDTH + label_width + 6.0 + LINES_WIDTH,
+            right_text_left: rect.left() + BARS_WIDTH + label_width + 12.0 + LINES_WIDTH,
+            top: rect.top() + 4.0,
+        };
+        let clip = ui.clip_rect();
+        let visible_rows = |row: usize| {
+            let y = layout.row_y(row);
+            y >= clip.top() - ROW_HEIGHT && y <= clip.bottom() + ROW_HEIGHT
+        };
+        // Every visible token is a clickable, labelled widget: hover shows its lines, click pins.
+        let mut hovered = None;
+        let mut clicked = None;
+        for row in (0..rows).filter(|&r| visible_rows(r)) {
+            let pos = cache.keep[row];
+            let y = layout.row_y(row);
+            for (side, x0, what) in [
+                (Side::Query, layout.left_text_right - label_width - 2.0, "query"),
+                (Side::Key, layout.right_text_left - 2.0, "key"),
+            ] {
+                let hit = Rect::from_min_size(pos2(x0, y - ROW_HEIGHT / 2.0), vec2(label_width + 4.0, ROW_HEIGHT));
+                let response = ui.interact(hit, ui.scope_id().with(("head-view-token", what, pos)), Sense::click());
+                let label = format!("{what} {pos}: {}", labels[row]);
+                response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &label));
+                if response.hovered() {
+                    hovered = Some((side, pos));
+                }
+                if response.clicked() {
+                    clicked = Some((side, pos));
+                }
+            }
+        }
+        rt.hovered = hovered;
+        if let Some(sel) = clicked {
+            rt.pinned = if rt.pinned == Some(sel) { None } else { Some(sel) };
+        }
+        let selection = rt.pinned.or(hovered);
+        let painter = ui.painter_at(rect);
+        let segments = &run.tokens.segments;
+        let keep = &cache.keep;
+        let admits = |q: usize, k: usize| settings.pair_filter.admits(segments[keep[q]], segments[keep[k]]);
+        let min_weight = settings.threshold.max(1.0 / 255.0);
+        // Lines.
+        match selection.and_then(|(side, pos)| keep.iter().position(|&p| p == pos).map(|row| (side, row))) {
+            Some((side, row)) => {
+                let mut mesh = Mesh::default();
+                for &h in &heads {
+                    let m = &cache.matrices[h];
+                    for other in 0..rows {
+                        let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
+                        let w = m[q * rows + k];
+                        if w >= min_weight && admits(q, k) {
+                            let a = pos2(layout.line_x0, layout.row_y(q));
+                            let b = pos2(layout.line_x1, layout.row_y(k));
+                            add_line(&mut mesh, a, b, 2.0, line_color(head_color(h, n_heads), w));
+                        }
+                    }
+                }
+                painter.add(egui::Shape::mesh(mesh));
+                bars_ui(&painter, &layout, cache, &heads, n_heads, side, row, label_width, &visible_rows);
+            }
+            None => {
+                let key = MeshKey {
+                    matrices: cache.matrices_key.clone().unwrap_or(MatricesKey {
+                        run_id: 0,
+                        layer_idx: 0,
+                        hide_special: false,
+                    }),
+                    heads: heads.clone(),
+                    threshold: min_weight.to_bits(),
+                    pair_filter: settings.pair_filter,
+                    origin: (rect.left().round() as i32, rect.top().round() as i32),
+                    clip: (clip.top().round() as i32, clip.bottom().round() as i32),
+                };
+                if cache.mesh_key.as_ref() != Some(&key) {
+                    let mut mesh = Mesh::default();
+                    let mut count = 0;
+                    for &h in &heads {
+                        let color = head_color(h, n_heads);
+                        let m = &cache.matrices[h];
+                        for q in 0..rows {
+                            let yq = layout.row_y(q);
+                            for k in 0..rows {
+                                let w = m[q * rows + k];
+                                if w < min_weight || !admits(q, k) {
+                                    continue;
+                                }
+                                let yk = layout.row_y(k);
+                                // Cull lines entirely above or below the visible area.
+                                if (yq < clip.top() && yk < clip.top()) || (yq > clip.bottom() && yk > clip.bottom()) {
+                                    continue;
+                                }
+                                add_line(
+                                    &mut mesh,
+                                    pos2(layout.line_x0, yq),
+                                    pos2(layout.line_x1, yk),
+                                    2.0,
+                                    line_color(color, w),
+                                );
+                                count += 1;
+                            }
+                        }
+                    }
+                    cache.mesh = Arc::new(mesh);
+                    cache.line_count = count;
+                    cache.mesh_key = Some(key);
+                }
+                painter.add(egui::Shape::Mesh(cache.mesh.clone()));
+            }
+        }
+        // Token labels.
+        let text_color = ui.visuals().text_color();
+        let highlight = ui.visuals().selection.bg_fill;
+        for row in (0..rows).filter(|&r| visible_rows(r)) {
+            let y = layout.row_y(row);
+            let pos = keep[row];
+            for (side, x, align) in [
+                (Side::Query, layout.left_text_right, egui::Align2::RIGHT_CENTER),
+                (Side::Key, layout.right_text_left, egui::Align2::LEFT_CENTER),
+            ] {
+                let selected = selection == Some((side, pos));
+                let pinned = rt.pinned == Some((side, pos));
+                let galley = painter.layout_no_wrap(labels[row].clone(), font.clone(), text_color);
+                let w = galley.size().x.min(label_width);
+                let text_rect = align.anchor_size(pos2(x, y), vec2(w, ROW_HEIGHT - 2.0));
+                if selected {
+                    painter.rect_filled(text_rect.expand(2.0), 3.0, highlight);
+                }
+                if pinned {
+                    painter.rect_stroke(
+                        text_rect.expand(2.0),
+                        3.0,
+                        Stroke::new(1.5, text_color),
+                        egui::StrokeKind::Outside,
+                    );
+                }
+                let segment_color =
+                    if run.tokens.segments[pos] == 1 { ui.visuals().hyperlink_color } else { text_color };
+                painter.with_clip_rect(text_rect.expand(1.0)).galley(
+                    text_rect.left_top() + vec2(0.0, (text_rect.height() - galley.size().y) / 2.0),
+                    galley,
+                    segment_color,
+                );
+            }
+        }
+    });
+}
+
+/// Small per-head bars next to the tokens of the other column, for the selected token.
+#[allow(clippy::too_many_arguments)]
+fn bars_ui(
+    painter: &egui::Painter,
+    layout: &Layout,
+    cache: &HeadViewCache,
+    heads: &[usize],
+    n_heads: usize,
+    side: Side,
+    row: usize,
+    label_width: f32,
+    visible: &dyn Fn(usize) -> bool,
+) {
+    let rows = cache.keep.len();
+    let bar_h = ((ROW_HEIGHT - 4.0) / heads.len() as f32).clamp(1.0, 6.0);
+    for other in (0..rows).filter(|&r| visible(r)) {
+        let y0 = layout.row_y(other) - bar_h * heads.len() as f32 / 2.0;
+        for (i, &h) in heads.iter().enumerate() {
+            let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
+            let w = cache.matrices[h][q * rows + k];
+            let len = w.clamp(0.0, 1.0) * (BARS_WIDTH - 10.0);
+            let y = y0 + i as f32 * bar_h;
+            let rect = if side == Side::Query {
+                // Bars to the right of the key labels.
+                let x = layout.right_text_left + label_width + 6.0;
+                Rect::from_min_size(pos2(x, y), Vec2::new(len, bar_h.max(1.0)))
+            } else {
+                let x = layout.left_text_right - label_width - 6.0;
+                Rect::from_min_size(pos2(x - len, y), Vec2::new(len, bar_h.max(1.0)))
+            };
+            painter.rect_filled(rect, 0.0, head_color(h, n_heads));
+        }
+    }
+}
+
+fn toolbar_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime, run: &Run) {
+    ui.horizontal_wrapped(|ui| {
+        ui.label(RichText::new(format!("Layer {}", settings.layer_idx)).strong());
+        ui.separator();
+        ui.add(egui::Slider::new(&mut settings.threshold, 0.0..=0.5).text("hide lines below"));
+        ui.separator();
+        ui.checkbox(&mut settings.hide_special, "Hide special tokens");
+        if run.tokens.is_pair() {
+            ui.separator();
+            for f in PairFilter::ALL {
+                ui.selectable_value(&mut settings.pair_filter, f, f.label())
+                    .on_hover_text("Which sentence attends to which");
+            }
+        }
+    });
+    if settings.hide_special {
+        ui.label(
+            RichText::new("[CLS]/[SEP] hidden: each row is renormalised to sum to 1 over the remaining tokens.")
+                .small()
+                .italics(),
+        );
+    }
+    match rt.pinned {
+        Some((side, pos)) if pos < run.tokens.len() => {
+            let what = if side == Side::Query { "query" } else { "key" };
+            ui.label(
+                RichText::new(format!(
+                    "Pinned {what} “{}” — click it again or press Esc to unpin",
+                    run.tokens.label(pos)
+                ))
+                .small(),
+            );
+        }
+        _ => {
+            ui.label(RichText::new("Hover a token to see its lines; click to pin it.").small().weak());
+        }
+    }
+}

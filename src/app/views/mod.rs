@@ -1,0 +1,97 @@
+//! The app's views, one per file. Each gets ready-made plain data and draws it; expensive derived
+//! things (textures, line meshes) live in [`Caches`], keyed by what they depend on.
+
+pub mod export_dialog;
+pub mod head_view;
+pub mod heatmap_view;
+pub mod input_bar;
+pub mod model_view;
+pub mod side_panel;
+
+use egui::{Color32, RichText};
+
+use super::app::Runtime;
+use super::state::{Settings, View};
+
+/// Per-view caches.
+#[derive(Default)]
+pub struct Caches {
+    /// Head view: filtered matrices and line meshes.
+    pub head: head_view::HeadViewCache,
+    /// Model view: one texture per layer × head.
+    pub model: model_view::ModelViewCache,
+    /// Heatmap view: the texture of the shown matrix.
+    pub heatmap: heatmap_view::HeatmapCache,
+}
+
+/// Colour of a head (distinct per head, colour-blind aware), as egui colour.
+pub fn head_color(head_idx: usize, heads: usize) -> Color32 {
+    let [r, g, b] = crate::render::head_colors(heads).get(head_idx).copied().unwrap_or([128, 128, 128]);
+    Color32::from_rgb(r, g, b)
+}
+
+/// The central area: view tabs, then the chosen view (or why there is nothing to show).
+pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
+    ui.horizontal(|ui| {
+        for view in View::ALL {
+            ui.selectable_value(&mut settings.view, view, RichText::new(view.label()).strong());
+        }
+        ui.separator();
+        let enabled = rt.run.is_some() && rt.exporting.is_none();
+        if ui
+            .add_enabled(enabled, egui::Button::new("Export PNG…"))
+            .on_hover_text("Save the current view as a PNG image")
+            .clicked()
+        {
+            rt.export_open = true;
+        }
+    });
+    ui.separator();
+    if rt.run.is_none() {
+        ui.vertical_centered(|ui| {
+            ui.add_space(40.0);
+            if let Some(err) = &rt.run_error {
+                ui.colored_label(ui.visuals().error_fg_color, err);
+            } else {
+                ui.spinner();
+                ui.label(if rt.loading.is_some() { "Loading the model…" } else { "Running the model…" });
+            }
+        });
+        return;
+    }
+    match settings.view {
+        View::Head => head_view::head_view_ui(ui, settings, rt),
+        View::Model => model_view::model_view_ui(ui, settings, rt),
+        View::Heatmap => heatmap_view::heatmap_view_ui(ui, settings, rt),
+    }
+}
+
+/// The bottom line: last message, timings.
+pub fn status_bar_ui(ui: &mut egui::Ui, settings: &Settings, rt: &Runtime) {
+    egui::Panel::bottom("status").show(ui, |ui| {
+        ui.horizontal(|ui| {
+            if let Some(status) = &rt.status {
+                let color = if status.is_error { ui.visuals().error_fg_color } else { ui.visuals().weak_text_color() };
+                ui.colored_label(color, &status.text);
+            }
+            ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                ui.label(RichText::new(format!("frame {:.1} ms", rt.frame_ms)).weak())
+                    .on_hover_text("CPU time spent building this frame (smoothed)");
+                if let Some(run) = &rt.run {
+                    ui.label(
+                        RichText::new(format!(
+                            "{} tokens · model {:.0} ms · {}",
+                            run.tokens.len(),
+                            rt.inference_ms,
+                            settings.view.label()
+                        ))
+                        .weak(),
+                    );
+                }
+                if rt.requested_run_id > rt.run_id {
+                    ui.spinner();
+                }
+            });
+        });
+    });
+}

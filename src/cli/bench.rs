@@ -1,0 +1,56 @@
+//! `attnviz bench`: median and minimum time of the forward pass with attention capture.
+
+use std::path::Path;
+use std::time::Instant;
+
+use clap::Args;
+
+use crate::model::bert::Capture;
+
+/// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
+pub const BENCH_TEXT: &str = "The animal didn't cross the street because it was too tired. ";
+
+/// `attnviz bench` arguments.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Input length in tokens, special tokens included.
+    #[arg(long, default_value_t = 128)]
+    pub tokens: usize,
+    /// Timed runs (after 3 warm-up runs).
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+}
+
+/// Runs `attnviz bench`.
+pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
+    if args.runs == 0 {
+        anyhow::bail!("--runs must be at least 1");
+    }
+    let model = super::load_model(model_dir)?;
+    let max = model.tokenizer.max_len();
+    if args.tokens < 2 || args.tokens > max {
+        anyhow::bail!(
+            "--tokens must be between 2 and {max} (the model's max_position_embeddings), got {}",
+            args.tokens
+        );
+    }
+    let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, args.tokens)?;
+    anyhow::ensure!(tokens.len() == args.tokens, "could only make {} tokens", tokens.len());
+    for _ in 0..3 {
+        model.run_tokens(tokens.clone(), None, Capture::Attention)?;
+    }
+    let mut times_ms = Vec::with_capacity(args.runs);
+    for _ in 0..args.runs {
+        let input = tokens.clone();
+        let start = Instant::now();
+        let run = model.run_tokens(input, None, Capture::Attention)?;
+        times_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        drop(run);
+    }
+    times_ms.sort_by(f64::total_cmp);
+    let mid = times_ms.len() / 2;
+    let median_ms =
+        if times_ms.len() % 2 == 1 { times_ms[mid] } else { f64::midpoint(times_ms[mid - 1], times_ms[mid]) };
+    println!("tokens={} runs={} median_ms={median_ms:.3} min_ms={:.3}", args.tokens, args.runs, times_ms[0]);
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! `attnviz dump`: every layer's and head's attention for one input, as JSON or NPZ.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use crate::analysis::npz::{NpyArray, write_npz};
+use crate::analysis::{Attention, Run};
+use crate::atomic::write_atomic;
+
+/// Output format of `dump`.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DumpFormat {
+    /// `{"model", "tokens", "segments", "attentions": [layer][head][query][key]}`.
+    Json,
+    /// NumPy archive: `attentions` (float32, L×H×n×n), `tokens`, `segments`.
+    Npz,
+}
+
+/// `attnviz dump` arguments.
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// The sentence (A).
+    #[arg(long)]
+    pub text: String,
+    /// An optional second sentence (B), making a sentence pair.
+    #[arg(long)]
+    pub text_pair: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DumpFormat::Json)]
+    pub format: DumpFormat,
+    /// Output file (`-` writes JSON to standard output).
+    #[arg(short, long, value_name = "PATH")]
+    pub output: PathBuf,
+}
+
+/// The JSON document `dump` writes.
+#[derive(Serialize)]
+struct DumpJson<'a> {
+    model: &'a str,
+    tokens: &'a [String],
+    segments: &'a [u8],
+    attentions: crate::analysis::attention::Nested<'a>,
+}
+
+/// Writes `value` as JSON to `path` atomically, or to stdout for `-`.
+pub fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
+    if path == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer(&mut out, value)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    write_atomic(path, |w| serde_json::to_writer(w, value).map_err(std::io::Error::other))?;
+    Ok(())
+}
+
+/// Writes a run as an NPZ archive.
+pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
+    let a: &Attention = &run.attention;
+    let n = a.seq_len();
+    write_atomic(path, |w| {
+        let mut cursor = std::io::Cursor::new(Vec::new());
+        write_npz(
+            &mut cursor,
+            &[
+                ("attentions", NpyArray::F32 { shape: vec![a.layers(), a.heads(), n, n], data: a.as_slice() }),
+                ("tokens", NpyArray::Str(&run.tokens.tokens)),
+                (
+                    "segments",
+                    NpyArray::I64 { shape: vec![n], data: run.tokens.segments.iter().map(|&s| i64::from(s)).collect() },
+                ),
+            ],
+        )?;
+        w.write_all(cursor.get_ref())
+    })?;
+    Ok(())
+}
+
+/// Runs `attnviz dump`.
+pub fn run(model_dir: Option<&Path>, args: &DumpArgs) -> anyhow::Result<()> {
+    if args.format == DumpFormat::Npz && args.output == Path::new("-") {
+        anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
+    }
+    let model = super::load_model(model_dir)?;
+    let run = model.run(&args.text, args.text_pair.as_deref()).context("running the model")?;
+    super::warn_truncation(run.truncation.as_ref());
+    match args.format {
+        DumpFormat::Json => write_json(
+            &args.output,
+            &DumpJson {
+                model: &run.model_name,
+                tokens: &run.tokens.tokens,
+                segments: &run.tokens.segments,
+                attentions: run.attention.nested(),
+            },
+        ),
+        DumpFormat::Npz => write_run_npz(&args.output, &run),
+    }
+}

@@ -1,0 +1,12 @@
+//! attnviz: see what every attention head of a transformer looks at.
+//!
+//! Data flows one way: text → tokenizer → [`model`] → plain [`analysis::Attention`] →
+//! [`render`] images and the [`app`] views.
+
+pub mod analysis;
+pub mod app;
+pub mod atomic;
+pub mod cli;
+pub mod export;
+pub mod model;
+pub mod render;

@@ -1,0 +1,294 @@
+//! A model folder → validated config, weights and tokenizer. All checks on untrusted files live here.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+
+use super::ModelError;
+use super::bert::{Bert, Capture};
+use super::config::Config;
+use super::tokenize::TextTokenizer;
+use crate::analysis::{Attention, HeadVectors, Run, Tokens};
+
+/// Folder name of the embedded default model under `assets/models/`.
+pub const DEFAULT_MODEL_NAME: &str = "all-MiniLM-L6-v2";
+
+/// Where the embedded default model is: `$ATTNVIZ_MODEL` if set, else `assets/models/all-MiniLM-L6-v2`
+/// next to the executable, two folders up from it (`target/release/`), or in the source tree.
+pub fn default_model_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("ATTNVIZ_MODEL").filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    let rel = Path::new("assets").join("models").join(DEFAULT_MODEL_NAME);
+    let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel);
+    let exe_dir = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf));
+    let candidates = exe_dir
+        .iter()
+        .flat_map(|d| [d.join(&rel), d.join("..").join("..").join(&rel)])
+        .chain(std::iter::once(source_tree.clone()));
+    candidates.into_iter().find(|p| p.join("config.json").is_file()).unwrap_or(source_tree)
+}
+
+/// A loaded model: encoder, tokenizer and where they came from.
+#[derive(Debug, Clone)]
+pub struct LoadedModel {
+    /// Display name (the folder's name).
+    pub name: String,
+    /// The folder it was loaded from.
+    pub dir: PathBuf,
+    /// The encoder.
+    pub bert: Bert,
+    /// The tokenizer.
+    pub tokenizer: TextTokenizer,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ModelError> {
+    std::fs::read(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })
+}
+
+/// Names of pickle weight files that are never loaded.
+fn pickle_file(dir: &Path) -> Option<String> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut found: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| [".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"].iter().any(|ext| n.ends_with(ext)))
+        .collect();
+    found.sort();
+    found.into_iter().next()
+}
+
+/// The safetensors files of a folder: `model.safetensors`, or the shards listed in its index.
+fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = read(&index)?;
+        let parsed: serde_json::Value = serde_json::from_slice(&text)
+            .map_err(|e| ModelError::Weights { path: index.clone(), message: e.to_string() })?;
+        let shards: BTreeSet<String> = parsed["weight_map"]
+            .as_object()
+            .map(|m| m.values().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        if shards.is_empty() || shards.iter().any(|s| s.contains('/') || s.contains('\\') || s.starts_with('.')) {
+            return Err(ModelError::Weights { path: index, message: "weight_map lists no usable shard files".into() });
+        }
+        return Ok(shards.into_iter().map(|s| dir.join(s)).collect());
+    }
+    if let Some(file) = pickle_file(dir) {
+        return Err(ModelError::Pickle { dir: dir.to_path_buf(), file });
+    }
+    Err(ModelError::MissingFile {
+        dir: dir.to_path_buf(),
+        file: "model.safetensors",
+        hint: "weights must be in safetensors format",
+    })
+}
+
+/// Maps a checkpoint's tensor name to `BertModel`'s, or `None` for tensors the encoder does not use
+/// (pooler, pre-training heads, the `position_ids` buffer).
+fn canonical_name(name: &str) -> Option<String> {
+    let name = name.strip_prefix("bert.").unwrap_or(name);
+    if !(name.starts_with("embeddings.") || name.starts_with("encoder.")) || name.ends_with("position_ids") {
+        return None;
+    }
+    let name = if let Some(stem) = name.strip_suffix(".gamma") {
+        format!("{stem}.weight")
+    } else if let Some(stem) = name.strip_suffix(".beta") {
+        format!("{stem}.bias")
+    } else {
+        name.to_string()
+    };
+    Some(name)
+}
+
+/// Every tensor the encoder needs, with its shape.
+fn expected_tensors(cfg: &Config) -> Vec<(String, Vec<usize>)> {
+    let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+    let mut out = vec![
+        ("embeddings.word_embeddings.weight".to_string(), vec![cfg.vocab_size, h]),
+        ("embeddings.position_embeddings.weight".to_string(), vec![cfg.max_position_embeddings, h]),
+        ("embeddings.token_type_embeddings.weight".to_string(), vec![cfg.type_vocab_size, h]),
+        ("embeddings.LayerNorm.weight".to_string(), vec![h]),
+        ("embeddings.LayerNorm.bias".to_string(), vec![h]),
+    ];
+    for l in 0..cfg.num_hidden_layers {
+        let p = format!("encoder.layer.{l}");
+        for name in ["query", "key", "value"] {
+            out.push((format!("{p}.attention.self.{name}.weight"), vec![h, h]));
+            out.push((format!("{p}.attention.self.{name}.bias"), vec![h]));
+        }
+        out.push((format!("{p}.attention.output.dense.weight"), vec![h, h]));
+        out.push((format!("{p}.attention.output.dense.bias"), vec![h]));
+        out.push((format!("{p}.attention.output.LayerNorm.weight"), vec![h]));
+        out.push((format!("{p}.attention.output.LayerNorm.bias"), vec![h]));
+        out.push((format!("{p}.intermediate.dense.weight"), vec![i, h]));
+        out.push((format!("{p}.intermediate.dense.bias"), vec![i]));
+        out.push((format!("{p}.output.dense.weight"), vec![h, i]));
+        out.push((format!("{p}.output.dense.bias"), vec![h]));
+        out.push((format!("{p}.output.LayerNorm.weight"), vec![h]));
+        out.push((format!("{p}.output.LayerNorm.bias"), vec![h]));
+    }
+    out
+}
+
+/// Reads and checks the weights against the config; every error names the file and tensor.
+fn load_weights(files: &[PathBuf], cfg: &Config) -> Result<HashMap<String, Tensor>, ModelError> {
+    let mut tensors = HashMap::new();
+    for file in files {
+        let bytes = read(file)?;
+        let bad = |message: String| ModelError::Weights { path: file.clone(), message };
+        let loaded = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| bad(e.to_string()))?;
+        for (name, tensor) in loaded {
+            if let Some(canon) = canonical_name(&name) {
+                if !matches!(tensor.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+                    return Err(bad(format!(
+                        "tensor {name} has dtype {:?}; expected f32, f16 or bf16",
+                        tensor.dtype()
+                    )));
+                }
+                tensors.insert(canon, tensor);
+            }
+        }
+    }
+    let where_ = files.first().cloned().unwrap_or_default();
+    let bad = |message: String| ModelError::Weights { path: where_.clone(), message };
+    for (name, shape) in expected_tensors(cfg) {
+        match tensors.get(&name) {
+            None => return Err(bad(format!("missing tensor {name} (shape {shape:?} from config.json)"))),
+            Some(t) if t.dims() != shape.as_slice() => {
+                return Err(bad(format!("tensor {name} has shape {:?}, but config.json implies {shape:?}", t.dims())));
+            }
+            Some(_) => {}
+        }
+    }
+    let extra_layer = format!("encoder.layer.{}.", cfg.num_hidden_layers);
+    if tensors.keys().any(|k| k.starts_with(&extra_layer)) {
+        return Err(bad(format!(
+            "the weights have more layers than num_hidden_layers = {} in config.json",
+            cfg.num_hidden_layers
+        )));
+    }
+    Ok(tensors)
+}
+
+impl LoadedModel {
+    /// Loads a Hugging Face model folder: `config.json`, `tokenizer.json`, `model.safetensors`.
+    pub fn load(dir: &Path) -> Result<Self, ModelError> {
+        if !dir.is_dir() {
+            return Err(ModelError::NoFolder(dir.to_path_buf()));
+        }
+        let config_path = dir.join("config.json");
+        if !config_path.is_file() {
+            return Err(ModelError::MissingFile {
+                dir: dir.to_path_buf(),
+                file: "config.json",
+                hint: "is this a Hugging Face model folder?",
+            });
+        }
+        let text = String::from_utf8(read(&config_path)?).map_err(|e| ModelError::Config(e.to_string()))?;
+        let cfg = Config::from_json(&text)?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        if !tokenizer_path.is_file() {
+            return Err(ModelError::MissingFile {
+                dir: dir.to_path_buf(),
+                file: "tokenizer.json",
+                hint: "save the fast tokenizer with tokenizer.save_pretrained(DIR)",
+            });
+        }
+        let files = weight_files(dir)?;
+        let tensors = load_weights(&files, &cfg)?;
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+        let bert = Bert::load(&vb, &cfg)
+            .map_err(|e| ModelError::Weights { path: files[0].clone(), message: e.to_string() })?;
+        let tokenizer = TextTokenizer::from_file(&tokenizer_path, cfg.max_position_embeddings)?;
+        let name = dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| dir.display().to_string());
+        Ok(Self { name, dir: dir.to_path_buf(), bert, tokenizer })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &Config {
+        self.bert.config()
+    }
+
+    /// Tokenizes and runs one input (sentence B optional), recording everything per head.
+    pub fn run(&self, text: &str, pair: Option<&str>) -> Result<Run, ModelError> {
+        let encoded = self.tokenizer.encode(text, pair.filter(|p| !p.is_empty()))?;
+        self.run_tokens(encoded.tokens, encoded.truncation, Capture::Full)
+    }
+
+    /// Runs already tokenized input.
+    pub fn run_tokens(&self, tokens: Tokens, truncation: Option<String>, capture: Capture) -> Result<Run, ModelError> {
+        let cfg = self.config();
+        let seq_len = tokens.len();
+        if seq_len > cfg.max_position_embeddings {
+            return Err(ModelError::Tokenizer(format!(
+                "{seq_len} tokens exceed max_position_embeddings = {}",
+                cfg.max_position_embeddings
+            )));
+        }
+        if let Some(&id) = tokens.ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+            return Err(ModelError::Tokenizer(format!(
+                "token id {id} is outside the model's vocabulary (vocab_size = {}); tokenizer.json does not match the weights",
+                cfg.vocab_size
+            )));
+        }
+        if tokens.segments.iter().any(|&s| usize::from(s) >= cfg.type_vocab_size) {
+            return Err(ModelError::Unsupported {
+                field: "type_vocab_size".into(),
+                value: cfg.type_vocab_size.to_string(),
+                why: "this model has no segment embedding for sentence B; enter one sentence".into(),
+            });
+        }
+        let type_ids: Vec<u32> = tokens.segments.iter().map(|&s| u32::from(s)).collect();
+        let out = self.bert.forward(&tokens.ids, &type_ids, capture)?;
+        let (layers, heads, head_dim) = (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim());
+        let shape = |e: crate::analysis::ShapeError| ModelError::Inference(candle_core::Error::Msg(e.to_string()));
+        let attention = Attention::new(layers, heads, seq_len, out.probs).map_err(shape)?;
+        let neuron = if capture == Capture::Full {
+            Some(crate::analysis::run::NeuronData {
+                scores: Attention::new(layers, heads, seq_len, out.scores).map_err(shape)?,
+                queries: HeadVectors::new(layers, heads, seq_len, head_dim, out.queries).map_err(shape)?,
+                keys: HeadVectors::new(layers, heads, seq_len, head_dim, out.keys).map_err(shape)?,
+            })
+        } else {
+            None
+        };
+        Ok(Run { model_name: self.name.clone(), tokens, attention, neuron, last_hidden: out.last_hidden, truncation })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_names_are_normalised() {
+        assert_eq!(canonical_name("bert.embeddings.LayerNorm.gamma").as_deref(), Some("embeddings.LayerNorm.weight"));
+        assert_eq!(
+            canonical_name("encoder.layer.0.output.LayerNorm.beta").as_deref(),
+            Some("encoder.layer.0.output.LayerNorm.bias")
+        );
+        assert_eq!(canonical_name("embeddings.position_ids"), None);
+        assert_eq!(canonical_name("bert.pooler.dense.weight"), None);
+        assert_eq!(canonical_name("cls.predictions.bias"), None);
+    }
+
+    #[test]
+    fn folders_without_safetensors_are_refused_and_pickles_named() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(matches!(weight_files(dir.path()), Err(ModelError::MissingFile { .. })));
+        std::fs::write(dir.path().join("pytorch_model.bin"), b"not loaded").unwrap();
+        let err = weight_files(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("pytorch_model.bin") && err.contains("only safetensors"), "{err}");
+    }
+}

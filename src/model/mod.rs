@@ -1,0 +1,81 @@
+//! The transformer, on Candle: loading a model folder, tokenizing, and a forward pass that records
+//! every head's attention. No egui here; no tensors leave this folder.
+
+pub mod bert;
+pub mod config;
+pub mod loader;
+pub mod tokenize;
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+pub use config::{Config, HiddenAct};
+pub use loader::{LoadedModel, default_model_dir};
+pub use tokenize::TextTokenizer;
+
+/// Everything that can go wrong loading or running a model.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// The model folder does not exist or is not a folder.
+    #[error("model folder {} does not exist or is not a folder", .0.display())]
+    NoFolder(PathBuf),
+    /// A file the folder needs is missing.
+    #[error("model folder {} has no {file}: {hint}", dir.display())]
+    MissingFile {
+        /// The model folder.
+        dir: PathBuf,
+        /// The missing file's name.
+        file: &'static str,
+        /// What to do about it.
+        hint: &'static str,
+    },
+    /// Only pickle weights were found; they are never loaded.
+    #[error(
+        "{} holds PyTorch pickle weights ({file}); attnviz loads only safetensors and never runs code from a model folder. \
+         Convert once with: python -c \"from transformers import AutoModel; AutoModel.from_pretrained('DIR').save_pretrained('DIR', safe_serialization=True)\"",
+        dir.display()
+    )]
+    Pickle {
+        /// The model folder.
+        dir: PathBuf,
+        /// The pickle file found.
+        file: String,
+    },
+    /// A file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `config.json` is not valid JSON or lacks a required field.
+    #[error("bad config.json: {0}")]
+    Config(String),
+    /// `config.json` asks for something this encoder does not support.
+    #[error("config.json field \"{field}\" = {value} is not supported: {why}")]
+    Unsupported {
+        /// The field at fault.
+        field: String,
+        /// Its value.
+        value: String,
+        /// Why, or what is supported.
+        why: String,
+    },
+    /// The weights file is corrupt or does not match the config.
+    #[error("bad weights in {}: {message}", path.display())]
+    Weights {
+        /// The weights file.
+        path: PathBuf,
+        /// What is wrong, naming the tensor.
+        message: String,
+    },
+    /// `tokenizer.json` could not be loaded or used.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The forward pass failed.
+    #[error("inference failed: {0}")]
+    Inference(#[from] candle_core::Error),
+}

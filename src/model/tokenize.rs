@@ -1,0 +1,101 @@
+//! `tokenizer.json` through the `tokenizers` crate, with baked-in padding removed and truncation to
+//! the model's positions (keeping the final special token, as `truncation=True` does).
+
+use std::path::Path;
+
+use tokenizers::{Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use super::ModelError;
+use crate::analysis::Tokens;
+
+/// A tokenizer for one model: no padding, inputs cut to `max_len` tokens.
+#[derive(Clone)]
+pub struct TextTokenizer {
+    plain: Tokenizer,
+    truncating: Tokenizer,
+    max_len: usize,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer").field("max_len", &self.max_len).finish_non_exhaustive()
+    }
+}
+
+/// One tokenized input and, if it was cut, a notice saying so.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// The tokens.
+    pub tokens: Tokens,
+    /// "… truncated …" when the input was longer than the model allows.
+    pub truncation: Option<String>,
+}
+
+impl TextTokenizer {
+    /// Reads `tokenizer.json`, turning off any padding or truncation stored in it.
+    pub fn from_file(path: &Path, max_len: usize) -> Result<Self, ModelError> {
+        let mut plain =
+            Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+        plain.with_padding(None);
+        plain.with_truncation(None).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let mut truncating = plain.clone();
+        truncating
+            .with_truncation(Some(TruncationParams {
+                max_length: max_len,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok(Self { plain, truncating, max_len })
+    }
+
+    /// The longest input in tokens, special tokens included.
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// Tokenizes a sentence (or a pair), with special tokens, truncated to `max_len` with a notice.
+    pub fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoded, ModelError> {
+        let enc = |t: &Tokenizer| match pair {
+            Some(b) => t.encode((text, b), true),
+            None => t.encode(text, true),
+        };
+        let full = enc(&self.plain).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let (encoding, truncation) = if full.len() > self.max_len {
+            let cut = enc(&self.truncating).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            let notice =
+                format!("input truncated to {} tokens (the model's maximum); it had {} tokens", cut.len(), full.len());
+            (cut, Some(notice))
+        } else {
+            (full, None)
+        };
+        Ok(Encoded { tokens: tokens_of(&encoding), truncation })
+    }
+
+    /// Tokenizes `text` and keeps exactly `n` tokens (special tokens included), repeating the text
+    /// until it is long enough: the input for speed measurements.
+    pub fn encode_exactly(&self, text: &str, n: usize) -> Result<Tokens, ModelError> {
+        let mut t = self.truncating.clone();
+        t.with_truncation(Some(TruncationParams { max_length: n, ..TruncationParams::default() }))
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let mut long = text.to_string();
+        loop {
+            let e = t.encode(long.as_str(), true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            if e.len() >= n || long.len() > 64 * 1024 * 1024 {
+                return Ok(tokens_of(&e));
+            }
+            long = format!("{long} {text}");
+        }
+    }
+}
+
+/// The plain-data view of an encoding.
+fn tokens_of(encoding: &Encoding) -> Tokens {
+    Tokens {
+        tokens: encoding.get_tokens().to_vec(),
+        ids: encoding.get_ids().to_vec(),
+        segments: encoding.get_type_ids().iter().map(|&t| u8::from(t > 0)).collect(),
+        special: encoding.get_special_tokens_mask().iter().map(|&m| m != 0).collect(),
+    }
+}

@@ -1,0 +1,306 @@
+//! Pixel-level drawing: new images with capped sides, filled rectangles, alpha blending, anti-aliased lines.
+
+use image::{Rgba, RgbaImage};
+
+/// Largest width or height, in pixels, of any image this module makes.
+pub const MAX_SIDE: u32 = 8192;
+
+/// A new image filled with `background`, each side rounded up and clamped to 1..=[`MAX_SIDE`].
+pub(crate) fn new_image(width: f32, height: f32, background: [u8; 4]) -> RgbaImage {
+    RgbaImage::from_pixel(side(width), side(height), Rgba(background))
+}
+
+fn side(len: f32) -> u32 {
+    if len.is_finite() { len.ceil().clamp(1.0, MAX_SIDE as f32) as u32 } else { 1 }
+}
+
+/// Paints `color` over pixel (x, y) with opacity `coverage × color alpha` (outside the image: nothing).
+pub(crate) fn blend_pixel(img: &mut RgbaImage, x: i64, y: i64, color: [u8; 4], coverage: f32) {
+    if x < 0 || y < 0 || x >= i64::from(img.width()) || y >= i64::from(img.height()) {
+        return;
+    }
+    let alpha = coverage * f32::from(color[3]) / 255.0;
+    blend_rgba(&mut img.get_pixel_mut(x as u32, y as u32).0, color, alpha);
+}
+
+/// Source-over blending of `color` with opacity `alpha` (0..=1) onto one RGBA pixel, in 1/256 steps.
+#[inline]
+fn blend_rgba(px: &mut [u8; 4], color: [u8; 4], alpha: f32) {
+    if alpha.is_nan() || alpha <= 0.0 {
+        return;
+    }
+    let a = (alpha.min(1.0) * 256.0) as u32;
+    let keep = 256 - a;
+    for c in 0..3 {
+        px[c] = ((u32::from(color[c]) * a + u32::from(px[c]) * keep + 128) >> 8) as u8;
+    }
+    px[3] = ((255 * a + u32::from(px[3]) * keep + 128) >> 8) as u8;
+}
+
+/// Fills the pixels whose centres lie in the rectangle (x, y, width, height), blending if `color` is translucent.
+pub(crate) fn fill_rect(img: &mut RgbaImage, x: f32, y: f32, width: f32, height: f32, color: [u8; 4]) {
+    let (Some((x0, x1)), Some((y0, y1))) = (pixel_span(x, width, img.width()), pixel_span(y, height, img.height()))
+    else {
+        return;
+    };
+    for py in y0..y1 {
+        for px in x0..x1 {
+            if color[3] == 255 {
+                img.put_pixel(px, py, Rgba(color));
+            } else {
+                blend_pixel(img, i64::from(px), i64::from(py), color, 1.0);
+            }
+        }
+    }
+}
+
+/// Pixel indices `start..end` covered by `[pos, pos + len)`, clipped to `0..limit`; `None` when empty.
+fn pixel_span(pos: f32, len: f32, limit: u32) -> Option<(u32, u32)> {
+    if !pos.is_finite() || !len.is_finite() || len <= 0.0 {
+        return None;
+    }
+    let start = pos.round().clamp(0.0, limit as f32) as u32;
+    let end = (pos + len).round().clamp(0.0, limit as f32) as u32;
+    (start < end).then_some((start, end))
+}
+
+/// Draws a one-pixel outline just inside the rectangle (x, y, width, height).
+pub(crate) fn stroke_rect(img: &mut RgbaImage, x: f32, y: f32, width: f32, height: f32, color: [u8; 4]) {
+    let (x, y, width, height) = (x.round(), y.round(), width.round(), height.round());
+    if width < 1.0 || height < 1.0 {
+        return;
+    }
+    fill_rect(img, x, y, width, 1.0, color);
+    fill_rect(img, x, y + height - 1.0, width, 1.0, color);
+    fill_rect(img, x, y + 1.0, 1.0, height - 2.0, color);
+    fill_rect(img, x + width - 1.0, y + 1.0, 1.0, height - 2.0, color);
+}
+
+/// An anti-aliased straight line of `width` pixels with soft ends, painted with opacity `alpha`.
+#[cfg(test)]
+pub(crate) fn draw_line(img: &mut RgbaImage, from: (f32, f32), to: (f32, f32), width: f32, color: [u8; 4], alpha: f32) {
+    let (img_w, img_h) = (i64::from(img.width()), i64::from(img.height()));
+    let mut band = Band { pixels: img, width: img_w, first_row: 0, rows: img_h };
+    draw_line_in(&mut band, &Segment { from, to, alpha }, width, color);
+}
+
+/// A straight line from `from` to `to` drawn with opacity `alpha`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Segment {
+    pub from: (f32, f32),
+    pub to: (f32, f32),
+    pub alpha: f32,
+}
+
+/// Consecutive full rows of an image's RGBA bytes.
+struct Band<'a> {
+    pixels: &'a mut [u8],
+    /// Image width in pixels.
+    width: i64,
+    /// Image row of the band's first row.
+    first_row: i64,
+    /// Number of rows in the band.
+    rows: i64,
+}
+
+/// Rows per band when drawing many lines: a band of a wide image still fits in the CPU cache.
+const BAND_ROWS: usize = 64;
+
+/// Draws many lines of one colour and width, band by band (bands shared among threads).
+///
+/// Bands keep long steep lines from thrashing the cache; every pixel still sees the lines blended
+/// in slice order, exactly as if they were drawn one after another.
+pub(crate) fn draw_segments(img: &mut RgbaImage, segments: &[Segment], width: f32, color: [u8; 4]) {
+    if segments.is_empty() {
+        return;
+    }
+    let img_w = i64::from(img.width());
+    let reach = width.max(1.0) / 2.0 + 2.0;
+    let spans: Vec<(f32, f32)> =
+        segments.iter().map(|s| (s.from.1.min(s.to.1) - reach, s.from.1.max(s.to.1) + reach)).collect();
+    let row_bytes = img.width() as usize * 4;
+    let bands: Vec<Band> = img
+        .chunks_mut(row_bytes * BAND_ROWS)
+        .enumerate()
+        .map(|(i, pixels)| {
+            let rows = (pixels.len() / row_bytes) as i64;
+            Band { pixels, width: img_w, first_row: (i * BAND_ROWS) as i64, rows }
+        })
+        .collect();
+    let draw_band = |band: &mut Band| {
+        let (top_row, end_row) = (band.first_row as f32, (band.first_row + band.rows) as f32);
+        for (segment, &(top, bottom)) in segments.iter().zip(&spans) {
+            if bottom >= top_row && top < end_row {
+                draw_line_in(band, segment, width, color);
+            }
+        }
+    };
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(8);
+    // Threads pay off only when there is real work.
+    if threads == 1 || bands.len() < 2 || segments.len() < 64 {
+        for mut band in bands {
+            draw_band(&mut band);
+        }
+        return;
+    }
+    let mut groups: Vec<Vec<Band>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, band) in bands.into_iter().enumerate() {
+        groups[i % threads].push(band);
+    }
+    std::thread::scope(|scope| {
+        for group in groups {
+            scope.spawn(|| group.into_iter().for_each(|mut band| draw_band(&mut band)));
+        }
+    });
+}
+
+/// Draws the part of an anti-aliased line that falls within `band`.
+///
+/// Walks the longer axis one pixel at a time and covers only the few pixels across the line, so
+/// long lines cost their length, not their bounding box.
+fn draw_line_in(band: &mut Band, segment: &Segment, width: f32, color: [u8; 4]) {
+    let Segment { from: (x0, y0), to: (x1, y1), alpha } = *segment;
+    if ![x0, y0, x1, y1, width, alpha].iter().all(|v| v.is_finite()) || alpha <= 0.0 || width <= 0.0 {
+        return;
+    }
+    let (dx, dy) = (x1 - x0, y1 - y0);
+    let len = dx.hypot(dy);
+    if len < 1e-3 {
+        return;
+    }
+    // Lines thinner than a pixel are drawn one pixel wide and fainter.
+    let alpha = alpha.min(1.0) * width.min(1.0) * f32::from(color[3]) / 255.0;
+    let half = width.max(1.0) / 2.0;
+    let (ux, uy) = (dx / len, dy / len);
+    // Coverage fades over the last pixel at both ends of the segment.
+    let ends = |px: f32, py: f32| -> f32 {
+        let along = (px - x0) * ux + (py - y0) * uy;
+        (0.5 + along).clamp(0.0, 1.0) * (0.5 + len - along).clamp(0.0, 1.0)
+    };
+    let img_w = band.width;
+    let (row_start, row_end) = (band.first_row, band.first_row + band.rows);
+    let stride = img_w as usize;
+    let pixels: &mut [u8] = band.pixels;
+    let mut paint = |x: i64, y: i64, cov: f32| {
+        let i = ((y - row_start) as usize * stride + x as usize) * 4;
+        if let Some(px) = pixels.get_mut(i..i + 4).and_then(|p| <&mut [u8; 4]>::try_from(p).ok()) {
+            blend_rgba(px, color, cov * alpha);
+        }
+    };
+    let major_x = dx.abs() >= dy.abs();
+    // Along the minor axis, distance from the centre line grows by this factor per pixel.
+    let slope = if major_x { dx.abs() / len } else { dy.abs() / len };
+    let reach = (half + 0.5) / slope;
+    if major_x {
+        let start = (x0.min(x1) - half).floor().max(0.0) as i64;
+        let end = ((x0.max(x1) + half).ceil() as i64).min(img_w - 1);
+        for x in start..=end {
+            let cx = x as f32 + 0.5;
+            let yc = y0 + (cx - x0) * dy / dx;
+            let near_end = (cx - x0).abs() < half + 2.0 || (cx - x1).abs() < half + 2.0;
+            let y_start = floor_i64(yc - reach).max(row_start);
+            let y_end = floor_i64(yc + reach + 1.0).min(row_end - 1);
+            for y in y_start..=y_end {
+                let cy = y as f32 + 0.5;
+                let mut cov = (half + 0.5 - (cy - yc).abs() * slope).clamp(0.0, 1.0);
+                if near_end {
+                    cov *= ends(cx, cy);
+                }
+                if cov > 0.0 {
+                    paint(x, y, cov);
+                }
+            }
+        }
+    } else {
+        let start = ((y0.min(y1) - half).floor() as i64).max(row_start);
+        let end = ((y0.max(y1) + half).ceil() as i64).min(row_end - 1);
+        for y in start..=end {
+            let cy = y as f32 + 0.5;
+            let xc = x0 + (cy - y0) * dx / dy;
+            let near_end = (cy - y0).abs() < half + 2.0 || (cy - y1).abs() < half + 2.0;
+            let x_start = floor_i64(xc - reach).max(0);
+            let x_end = floor_i64(xc + reach + 1.0).min(img_w - 1);
+            for x in x_start..=x_end {
+                let cx = x as f32 + 0.5;
+                let mut cov = (half + 0.5 - (cx - xc).abs() * slope).clamp(0.0, 1.0);
+                if near_end {
+                    cov *= ends(cx, cy);
+                }
+                if cov > 0.0 {
+                    paint(x, y, cov);
+                }
+            }
+        }
+    }
+}
+
+/// `v.floor()` as an integer without a libm call (plain casts truncate toward zero).
+#[inline]
+fn floor_i64(v: f32) -> i64 {
+    let t = v as i64;
+    if (t as f32) > v { t.saturating_sub(1) } else { t }
+}
+
+/// Relative luminance (0 = black, 1 = white) of an sRGB colour, for choosing readable text on it.
+pub(crate) fn luminance(rgb: [u8; 3]) -> f32 {
+    let lin = |c: u8| {
+        let c = f32::from(c) / 255.0;
+        if c <= 0.04045 { c / 12.92 } else { ((c + 0.055) / 1.055).powf(2.4) }
+    };
+    0.2126 * lin(rgb[0]) + 0.7152 * lin(rgb[1]) + 0.0722 * lin(rgb[2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sides_are_capped_and_never_zero() {
+        let img = new_image(1e9, f32::NAN, [0, 0, 0, 255]);
+        assert_eq!(img.dimensions(), (MAX_SIDE, 1));
+        assert_eq!(new_image(0.0, -5.0, [0; 4]).dimensions(), (1, 1));
+    }
+
+    #[test]
+    fn blending_half_white_over_black_gives_mid_grey() {
+        let mut img = new_image(2.0, 2.0, [0, 0, 0, 255]);
+        blend_pixel(&mut img, 1, 1, [255, 255, 255, 255], 0.5);
+        blend_pixel(&mut img, -1, 7, [255, 255, 255, 255], 1.0);
+        assert_eq!(img.get_pixel(1, 1).0, [128, 128, 128, 255]);
+        assert_eq!(img.get_pixel(0, 0).0, [0, 0, 0, 255]);
+    }
+
+    #[test]
+    fn lines_cover_their_path_and_nothing_far_away() {
+        let mut img = new_image(100.0, 100.0, [0, 0, 0, 255]);
+        draw_line(&mut img, (10.0, 10.0), (90.0, 50.0), 2.0, [255, 0, 0, 255], 1.0);
+        assert!(img.get_pixel(50, 30).0[0] > 200);
+        assert_eq!(img.get_pixel(50, 60).0[0], 0);
+        // Steep lines walk the other axis.
+        draw_line(&mut img, (5.0, 0.0), (7.0, 99.0), 1.0, [0, 255, 0, 255], 1.0);
+        assert!(img.get_pixel(6, 50).0[1] > 100);
+        // Off-image and degenerate lines are ignored.
+        draw_line(&mut img, (-50.0, -50.0), (1e6, f32::NAN), 2.0, [0, 0, 255, 255], 1.0);
+        draw_line(&mut img, (3.0, 3.0), (3.0, 3.0), 2.0, [0, 0, 255, 255], 1.0);
+        draw_line(&mut img, (-1e30, 5.0), (1e30, -1e30), 2.0, [0, 0, 255, 255], 1.0);
+        draw_line(&mut img, (5.0, -1e30), (6.0, 1e30), 2.0, [0, 0, 255, 255], 1.0);
+    }
+
+    #[test]
+    fn banded_drawing_gives_the_same_pixels() {
+        let segments: Vec<Segment> = (0..40)
+            .map(|i| Segment {
+                from: (3.0, i as f32 * 7.0),
+                to: (60.0, 290.0 - i as f32 * 5.0),
+                alpha: 0.3 + i as f32 / 80.0,
+            })
+            .collect();
+        let mut one_by_one = new_image(64.0, 300.0, [255, 255, 255, 255]);
+        for s in &segments {
+            draw_line(&mut one_by_one, s.from, s.to, 2.0, [200, 30, 90, 255], s.alpha);
+        }
+        let mut banded = new_image(64.0, 300.0, [255, 255, 255, 255]);
+        draw_segments(&mut banded, &segments, 2.0, [200, 30, 90, 255]);
+        assert_eq!(one_by_one, banded);
+    }
+}

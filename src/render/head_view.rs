@@ -1,0 +1,422 @@
+//! BertViz-style head view: tokens twice, one line per (query, key, head) with opacity = attention weight.
+
+use image::RgbaImage;
+
+use super::canvas::{MAX_SIDE, Segment, draw_segments, fill_rect, new_image};
+use super::colormap::head_colors;
+use super::heatmap::thinned;
+use super::text::{Align, draw_label, fit_text, line_height, text_width};
+use super::{LABEL_PX, NOTE_PX, TITLE_PX, Theme, clamp_scale, label_or_index};
+use crate::analysis::Attention;
+
+/// Which column of the head view a selected token is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// Left column: the token that attends.
+    Query,
+    /// Right column: the token attended to.
+    Key,
+}
+
+/// What to draw as a head view.
+#[derive(Debug, Clone, Copy)]
+pub struct HeadViewSpec<'a> {
+    /// Attention of every layer and head.
+    pub attention: &'a Attention,
+    /// Layer to draw.
+    pub layer_idx: usize,
+    /// One label per token (missing ones are shown as numbers).
+    pub labels: &'a [String],
+    /// Heads to draw, sorted; others are left out of lines and legend.
+    pub heads: &'a [usize],
+    /// When set, only lines from this query (or into this key) are drawn, and its label is highlighted.
+    pub selected_token: Option<(Side, usize)>,
+    /// Weights below this are not drawn.
+    pub threshold: f32,
+    /// Light or dark figure.
+    pub theme: Theme,
+    /// Size multiplier, 1..=4.
+    pub scale: f32,
+    /// Title above the legend.
+    pub title: &'a str,
+}
+
+/// Positions of the head view's rows and columns in pixels, relative to the diagram body (title and legend excluded).
+// `head_view` draws the title and the head legend above this body; the app can use the body alone.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeadViewLayout {
+    /// Height of one token row.
+    pub row_height: f32,
+    /// Top edge of row 0.
+    pub top: f32,
+    /// Right edge of the query labels (they are right-aligned here).
+    pub left_text_right: f32,
+    /// x where lines start, at the query side.
+    pub line_x0: f32,
+    /// x where lines end, at the key side.
+    pub line_x1: f32,
+    /// Left edge of the key labels.
+    pub right_text_left: f32,
+    /// Width of the body.
+    pub width: f32,
+    /// Height of the body.
+    pub height: f32,
+    /// Font size of the token labels.
+    pub label_px: f32,
+    /// Every `label_step`-th label is drawn (1 unless rows are too thin for text).
+    pub label_step: usize,
+    /// Widest label, after shortening long ones with "…".
+    pub label_width: f32,
+}
+
+impl HeadViewLayout {
+    /// Vertical centre of token row `i`.
+    pub fn row_y(&self, i: usize) -> f32 {
+        self.top + (i as f32 + 0.5) * self.row_height
+    }
+
+    /// Token row under height `y`, if any, for `seq_len` tokens.
+    pub fn row_at(&self, y: f32, seq_len: usize) -> Option<usize> {
+        let row = ((y - self.top) / self.row_height).floor();
+        (row >= 0.0 && (row as usize) < seq_len).then_some(row as usize)
+    }
+}
+
+/// Room kept above the body (title and legend) when rows are shrunk to fit the image cap, before scaling.
+const HEADER_ALLOWANCE: f32 = 240.0;
+/// Longest label before scaling, in pixels; longer ones end in "…".
+const MAX_LABEL: f32 = 160.0;
+
+fn caption_px(s: f32) -> f32 {
+    NOTE_PX * s
+}
+
+/// Rows and columns of the head view for these labels: text is measured for the column widths.
+pub fn head_view_layout(labels: &[String], scale: f32) -> HeadViewLayout {
+    let s = clamp_scale(scale);
+    let n = labels.len();
+    let pad = 12.0 * s;
+    let top = (6.0 * s + line_height(caption_px(s)) + 8.0 * s).round();
+    let bottom = 10.0 * s;
+    let room = (MAX_SIDE as f32 - HEADER_ALLOWANCE * s - top - bottom).max(1.0);
+    let row_height = if n == 0 { 18.0 * s } else { (18.0 * s).min(room / n as f32) };
+    let label_px = (row_height * 0.75).min(13.5 * s).max(7.0);
+    let label_step = thinned(n, row_height, line_height(label_px));
+    let label_width = (0..n)
+        .step_by(label_step)
+        .map(|i| text_width(&fit_text(&labels[i], label_px, MAX_LABEL * s), label_px))
+        .fold(24.0 * s, f32::max)
+        .ceil();
+    let left_text_right = pad + label_width;
+    let line_x0 = left_text_right + 8.0 * s;
+    let line_x1 = line_x0 + 180.0 * s;
+    let right_text_left = line_x1 + 8.0 * s;
+    HeadViewLayout {
+        row_height,
+        top,
+        left_text_right,
+        line_x0,
+        line_x1,
+        right_text_left,
+        width: right_text_left + label_width + pad,
+        height: top + n as f32 * row_height + bottom,
+        label_px,
+        label_step,
+        label_width,
+    }
+}
+
+/// One chip of the head legend: its head and top-left corner relative to the legend.
+struct Chip {
+    head_idx: usize,
+    x: f32,
+    y: f32,
+}
+
+/// Sizes of the legend chips for scale `s`: square side, text size, row height.
+fn chip_sizes(s: f32) -> (f32, f32, f32) {
+    (10.0 * s, LABEL_PX * s, 18.0 * s)
+}
+
+/// Places one chip per head in rows no wider than `max_width`; returns chips, width and height.
+fn legend(heads: &[usize], s: f32, max_width: f32) -> (Vec<Chip>, f32, f32) {
+    let (square, text_px, row_h) = chip_sizes(s);
+    let spacing = 12.0 * s;
+    let mut chips = Vec::with_capacity(heads.len());
+    let (mut x, mut y, mut width) = (0.0f32, 0.0f32, 0.0f32);
+    // Equal widths line the chips up in columns.
+    let widest = heads.iter().map(|h| text_width(&format!("H{h}"), text_px)).fold(0.0, f32::max);
+    let item = (square + 4.0 * s + widest).ceil();
+    for &head_idx in heads {
+        if x > 0.0 && x + item > max_width {
+            x = 0.0;
+            y += row_h;
+        }
+        chips.push(Chip { head_idx, x, y });
+        width = width.max(x + item);
+        x += item + spacing;
+    }
+    let height = if heads.is_empty() { 0.0 } else { y + row_h };
+    (chips, width, height)
+}
+
+/// Where the body sits inside the exported image, and the image size.
+pub(crate) struct HeadViewFrame {
+    pub layout: HeadViewLayout,
+    pub labels: Vec<String>,
+    pub heads: Vec<usize>,
+    pub body_x: f32,
+    pub body_y: f32,
+    pub width: f32,
+    pub height: f32,
+    pub title_y: f32,
+    pub legend_x: f32,
+    pub legend_y: f32,
+}
+
+pub(crate) fn head_view_frame(spec: &HeadViewSpec) -> HeadViewFrame {
+    let s = clamp_scale(spec.scale);
+    let att = spec.attention;
+    let n = att.seq_len();
+    let labels: Vec<String> = (0..n).map(|i| label_or_index(spec.labels, i)).collect();
+    let layout = head_view_layout(&labels, s);
+    let mut heads: Vec<usize> = spec.heads.iter().copied().filter(|&h| h < att.heads()).collect();
+    heads.sort_unstable();
+    heads.dedup();
+
+    let margin = 16.0 * s;
+    let title_px = TITLE_PX * s;
+    let title_h = if spec.title.is_empty() { 0.0 } else { line_height(title_px) + 8.0 * s };
+    let wrap = (layout.width - 2.0 * margin).max(360.0 * s);
+    let (_, legend_w, legend_h) = legend(&heads, s, wrap);
+    let width = layout.width.max(legend_w + 2.0 * margin).max(text_width(spec.title, title_px) + 2.0 * margin).ceil();
+    let title_y = margin;
+    let legend_y = (margin + title_h).round();
+    let body_y = (legend_y + legend_h + if legend_h > 0.0 { 4.0 * s } else { 0.0 }).round();
+    HeadViewFrame {
+        body_x: ((width - layout.width) / 2.0).round(),
+        body_y,
+        width,
+        height: body_y + layout.height + 6.0 * s,
+        title_y,
+        legend_x: ((width - legend_w) / 2.0).round(),
+        legend_y,
+        layout,
+        labels,
+        heads,
+    }
+}
+
+/// Draws the head view of one layer: title, head legend, tokens on both sides and coloured lines between them.
+pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
+    let s = clamp_scale(spec.scale);
+    let frame = head_view_frame(spec);
+    let theme = spec.theme;
+    let (fg, muted) = (theme.foreground(), theme.muted());
+    let att = spec.attention;
+    let seq_len = att.seq_len();
+    let lay = frame.layout;
+    let mut img = new_image(frame.width, frame.height, theme.background());
+    let colors = head_colors(att.heads());
+
+    if !spec.title.is_empty() {
+        draw_label(
+            &mut img,
+            spec.title,
+            frame.width / 2.0,
+            frame.title_y + line_height(TITLE_PX * s) / 2.0,
+            TITLE_PX * s,
+            Align::Center,
+            fg,
+        );
+    }
+    let (square, chip_px, chip_row) = chip_sizes(s);
+    let wrap = (lay.width - 32.0 * s).max(360.0 * s);
+    for chip in legend(&frame.heads, s, wrap).0 {
+        let [red, green, blue] = colors[chip.head_idx];
+        let left = frame.legend_x + chip.x;
+        let y_mid = frame.legend_y + chip.y + chip_row / 2.0;
+        fill_rect(&mut img, left, (y_mid - square / 2.0).round(), square, square, [red, green, blue, 255]);
+        draw_label(&mut img, &format!("H{}", chip.head_idx), left + square + 4.0 * s, y_mid, chip_px, Align::Left, fg);
+    }
+
+    let (bx, by) = (frame.body_x, frame.body_y);
+    let cap_y = by + 6.0 * s + line_height(caption_px(s)) / 2.0;
+    draw_label(&mut img, "query", bx + lay.left_text_right, cap_y, caption_px(s), Align::Right, muted);
+    draw_label(&mut img, "key", bx + lay.right_text_left, cap_y, caption_px(s), Align::Left, muted);
+    if seq_len == 0 {
+        draw_label(&mut img, "no tokens", bx + lay.width / 2.0, cap_y, caption_px(s), Align::Center, muted);
+        return img;
+    }
+
+    let selected = spec.selected_token.filter(|&(_, i)| i < seq_len);
+    if let Some((side, i)) = selected {
+        let x = match side {
+            Side::Query => bx + lay.left_text_right - lay.label_width - 4.0 * s,
+            Side::Key => bx + lay.right_text_left - 4.0 * s,
+        };
+        let y = by + lay.top + i as f32 * lay.row_height;
+        fill_rect(&mut img, x, y, lay.label_width + 8.0 * s, lay.row_height, theme.highlight());
+    }
+    for (i, label) in frame.labels.iter().enumerate() {
+        let is_selected = selected.is_some_and(|(_, sel)| sel == i);
+        if i % lay.label_step != 0 && !is_selected {
+            continue;
+        }
+        let text = fit_text(label, lay.label_px, MAX_LABEL * s);
+        let y = by + lay.row_y(i);
+        draw_label(&mut img, &text, bx + lay.left_text_right, y, lay.label_px, Align::Right, fg);
+        draw_label(&mut img, &text, bx + lay.right_text_left, y, lay.label_px, Align::Left, fg);
+    }
+
+    if spec.layer_idx >= att.layers() {
+        return img;
+    }
+    let width = (2.0 * s).min(lay.row_height * 0.25).max(1.0);
+    let threshold = if spec.threshold.is_nan() { 0.0 } else { spec.threshold };
+    let min_weight = threshold.max(1.0 / 255.0);
+    let (x0, x1) = (bx + lay.line_x0, bx + lay.line_x1);
+    let queries = match selected {
+        Some((Side::Query, i)) => i..i + 1,
+        _ => 0..seq_len,
+    };
+    let mut segments = Vec::new();
+    for &head_idx in &frame.heads {
+        let [red, green, blue] = colors[head_idx];
+        segments.clear();
+        for query_pos in queries.clone() {
+            let y0 = by + lay.row_y(query_pos);
+            for (key_pos, &weight) in att.row(spec.layer_idx, head_idx, query_pos).iter().enumerate() {
+                let unselected_key = selected.is_some_and(|(side, i)| side == Side::Key && i != key_pos);
+                if weight.is_nan() || weight < min_weight || unselected_key {
+                    continue;
+                }
+                let to = (x1, by + lay.row_y(key_pos));
+                segments.push(Segment { from: (x0, y0), to, alpha: weight.min(1.0) });
+            }
+        }
+        draw_segments(&mut img, &segments, width, [red, green, blue, 255]);
+    }
+    img
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("token{i}")).collect()
+    }
+
+    /// One layer, `heads` heads, every query attending fully to key `(q + shift_h) % n` in head h.
+    fn shifted(n: usize, heads: usize) -> Attention {
+        let mut data = vec![0.0f32; heads * n * n];
+        for h in 0..heads {
+            for q in 0..n {
+                data[(h * n + q) * n + (q + h) % n] = 1.0;
+            }
+        }
+        Attention::new(1, heads, n, data).unwrap()
+    }
+
+    fn spec<'a>(att: &'a Attention, labels: &'a [String], heads: &'a [usize]) -> HeadViewSpec<'a> {
+        HeadViewSpec {
+            attention: att,
+            layer_idx: 0,
+            labels,
+            heads,
+            selected_token: None,
+            threshold: 0.0,
+            theme: Theme::Light,
+            scale: 1.0,
+            title: "Layer 0",
+        }
+    }
+
+    #[test]
+    fn full_weight_draws_the_head_colour_and_zero_weight_draws_nothing() {
+        let n = 6;
+        let att = shifted(n, 2);
+        let names = labels(n);
+        let spec = spec(&att, &names, &[1]);
+        let img = head_view(&spec);
+        let frame = head_view_frame(&spec);
+        let lay = frame.layout;
+        let at = |q: usize, k: usize| {
+            let x = frame.body_x + f32::midpoint(lay.line_x0, lay.line_x1);
+            let y = frame.body_y + f32::midpoint(lay.row_y(q), lay.row_y(k));
+            img.get_pixel(x as u32, y as u32).0
+        };
+        let color = head_colors(2)[1];
+        // Head 1 sends query 0 to key 1 with weight 1; the midpoint of that line is exactly its colour.
+        assert_eq!(at(0, 1)[..3], color);
+        // Query 0 → key 4 has weight 0 in head 1: a quarter of the way along, nothing is drawn.
+        let mid_empty = {
+            let x = frame.body_x + lay.line_x0 + (lay.line_x1 - lay.line_x0) * 0.25;
+            let y = frame.body_y + lay.row_y(0) + (lay.row_y(4) - lay.row_y(0)) * 0.25;
+            img.get_pixel(x as u32, y as u32).0
+        };
+        assert_eq!(mid_empty, Theme::Light.background());
+    }
+
+    #[test]
+    fn threshold_and_selection_remove_lines() {
+        let n = 4;
+        let att = shifted(n, 1);
+        let names = labels(n);
+        let base = spec(&att, &names, &[0]);
+        let count = |img: &RgbaImage| img.pixels().filter(|p| p.0[..3] == head_colors(1)[0]).count();
+        // The legend chip has the head colour too: count only what lines add to it.
+        let chip = count(&head_view(&HeadViewSpec { threshold: 1.5, ..base }));
+        let all = count(&head_view(&base)) - chip;
+        assert!(all > 0);
+        let one = count(&head_view(&HeadViewSpec { selected_token: Some((Side::Query, 1)), ..base })) - chip;
+        assert!(one > 0 && one < all);
+        let key = count(&head_view(&HeadViewSpec { selected_token: Some((Side::Key, 1)), ..base })) - chip;
+        assert!(key > 0 && key < all);
+    }
+
+    #[test]
+    fn size_grows_with_tokens_and_scale() {
+        let (a, b) = (shifted(4, 2), shifted(40, 2));
+        let (la, lb) = (labels(4), labels(40));
+        let small = head_view(&spec(&a, &la, &[0, 1]));
+        let large = head_view(&spec(&b, &lb, &[0, 1]));
+        assert!(large.height() > small.height());
+        let scaled = head_view(&HeadViewSpec { scale: 2.0, ..spec(&a, &la, &[0, 1]) });
+        assert!(scaled.height() > small.height() * 3 / 2 && scaled.width() > small.width() * 3 / 2);
+        let lay = head_view_layout(&la, 1.0);
+        assert!(
+            lay.line_x0 > lay.left_text_right && lay.right_text_left > lay.line_x1 && lay.width > lay.right_text_left
+        );
+        assert_eq!(lay.row_at(lay.row_y(3), 4), Some(3));
+        assert_eq!(lay.row_at(lay.top - 1.0, 4), None);
+    }
+
+    #[test]
+    fn long_inputs_stay_within_the_cap() {
+        let n = 1200;
+        let att = Attention::new(1, 1, n, vec![1.0 / n as f32; n * n]).unwrap();
+        let img = head_view(&spec(&att, &[], &[0]));
+        assert!(img.height() <= MAX_SIDE);
+        assert!(head_view_layout(&labels(n), 4.0).label_step > 1);
+    }
+
+    #[test]
+    fn odd_inputs_do_not_panic() {
+        let empty = Attention::new(1, 2, 0, vec![]).unwrap();
+        head_view(&spec(&empty, &[], &[0, 1]));
+        let one = Attention::new(1, 1, 1, vec![f32::NAN]).unwrap();
+        let weird: Vec<String> = ["", "\u{202E}", "\u{0}"].map(String::from).to_vec();
+        head_view(&spec(&one, &weird, &[0, 5, 0]));
+        head_view(&HeadViewSpec {
+            layer_idx: 9,
+            selected_token: Some((Side::Key, 40)),
+            threshold: f32::NAN,
+            ..spec(&one, &[], &[0])
+        });
+        let att = shifted(3, 64);
+        head_view(&HeadViewSpec { scale: -3.0, ..spec(&att, &[], &(0..64).collect::<Vec<_>>()) });
+    }
+}

@@ -1,0 +1,508 @@
+//! A matrix as a full figure: title, axis labels, coloured cells, optional values, colour bar.
+
+use image::RgbaImage;
+
+use super::canvas::{MAX_SIDE, fill_rect, luminance, new_image, stroke_rect};
+use super::colorbar::{Colorbar, format_cell_value, nice_step, nice_ticks};
+use super::colormap::{Colormap, cells_rgba};
+use super::text::{Align, draw_label, draw_text, draw_text_up, fit_text, line_height, text_width};
+use super::{AXIS_PX, LABEL_PX, TITLE_PX, Theme, clamp_scale, label_or_index};
+
+/// What to draw as a heatmap figure.
+#[derive(Debug, Clone, Copy)]
+pub struct HeatmapSpec<'a> {
+    /// Cell values, `rows × cols`, row-major; rows without data are dropped.
+    pub values: &'a [f32],
+    /// Number of rows.
+    pub rows: usize,
+    /// Number of columns.
+    pub cols: usize,
+    /// One label per row, or empty for numeric ticks.
+    pub row_labels: &'a [String],
+    /// One label per column, or empty for numeric ticks.
+    pub col_labels: &'a [String],
+    /// Title of the vertical axis, e.g. "query".
+    pub row_axis: &'a str,
+    /// Title of the horizontal axis, e.g. "key".
+    pub col_axis: &'a str,
+    /// Title above the figure.
+    pub title: &'a str,
+    /// Values mapped to the ends of the colormap; `None` for the data's range (symmetric for diverging maps).
+    pub range: Option<(f32, f32)>,
+    /// Colormap of the cells.
+    pub colormap: Colormap,
+    /// Light or dark figure.
+    pub theme: Theme,
+    /// Size multiplier, 1..=4.
+    pub scale: f32,
+    /// Print each value in its cell when the cell is big enough.
+    pub show_values: bool,
+}
+
+/// Largest cell side before scaling, in pixels.
+const MAX_CELL: f32 = 22.0;
+/// Longest side of the matrix before scaling, in pixels.
+const MATRIX_BUDGET: f32 = 4096.0;
+/// Longest label before scaling, in pixels; longer ones end in "…".
+const MAX_LABEL: f32 = 120.0;
+
+/// Where everything of a heatmap figure goes, in image pixels.
+#[derive(Debug, Clone)]
+pub(crate) struct HeatmapLayout {
+    pub scale: f32,
+    pub width: f32,
+    pub height: f32,
+    /// Rows and columns that have data.
+    pub rows: usize,
+    pub cols: usize,
+    /// Colour range.
+    pub lo: f32,
+    pub hi: f32,
+    /// Cells drawn: the matrix itself, or pooled when it has more cells than pixels.
+    pub grid_rows: usize,
+    pub grid_cols: usize,
+    /// Pixels per grid cell (whole number).
+    pub grid_px: f32,
+    pub matrix_x: f32,
+    pub matrix_y: f32,
+    pub matrix_w: f32,
+    pub matrix_h: f32,
+    pub title_px: f32,
+    pub axis_px: f32,
+    pub label_px: f32,
+    /// Row index and label of every row tick shown.
+    pub row_ticks: Vec<(usize, String)>,
+    /// Column index and label of every column tick shown.
+    pub col_ticks: Vec<(usize, String)>,
+    /// Column labels are drawn turned a quarter (text labels) rather than flat (numbers).
+    pub col_vertical: bool,
+    pub tick_len: f32,
+    pub gap: f32,
+    pub colorbar: Option<Colorbar>,
+    pub colorbar_x: f32,
+    pub colorbar_h: f32,
+    /// Font size for cell values, when they are shown.
+    pub value_px: Option<f32>,
+}
+
+impl HeatmapLayout {
+    /// Centre of data cell (`row`, `col`) in image pixels.
+    pub fn cell_center(&self, row: usize, col: usize) -> (f32, f32) {
+        let x = self.matrix_x + (col as f32 + 0.5) * self.matrix_w / self.cols.max(1) as f32;
+        let y = self.matrix_y + (row as f32 + 0.5) * self.matrix_h / self.rows.max(1) as f32;
+        (x, y)
+    }
+}
+
+/// The colour range to use: the given one when it is usable, else the data's (symmetric for diverging maps).
+pub(crate) fn resolve_range(values: &[f32], range: Option<(f32, f32)>, diverging: bool) -> (f32, f32) {
+    if let Some((a, b)) = range
+        && a.is_finite()
+        && b.is_finite()
+    {
+        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+        return widen(lo, hi);
+    }
+    let finite = values.iter().copied().filter(|v| v.is_finite());
+    let (min, max) = finite.fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if min > max {
+        return (0.0, 1.0);
+    }
+    if diverging {
+        let m = min.abs().max(max.abs());
+        return if m > 0.0 { (-m, m) } else { (-1.0, 1.0) };
+    }
+    widen(min, max)
+}
+
+/// A non-empty range: a single value is widened to include 0 (and 1 if the value is 0).
+fn widen(lo: f32, hi: f32) -> (f32, f32) {
+    if hi > lo {
+        return (lo, hi);
+    }
+    let (lo, hi) = (lo.min(0.0), hi.max(0.0));
+    if hi > lo { (lo, hi) } else { (lo, lo + 1.0) }
+}
+
+/// Shows every `step`-th index of `count`, with `step` from 1, 2, 5, 10, 20, … so that labels `need` pixels apart fit cells `pitch` apart.
+pub(crate) fn thinned(count: usize, pitch: f32, need: f32) -> usize {
+    if count == 0 || pitch <= 0.0 {
+        return 1;
+    }
+    if pitch >= need {
+        return 1;
+    }
+    let raw = f64::from(need / pitch);
+    let mut step = nice_step(raw);
+    if (step - step.round()).abs() > 1e-9 {
+        // 2.5 × 10ᵏ is not a whole step for small k; take the next nice one.
+        step = nice_step(step * 1.01);
+    }
+    (step.round() as usize).max(1)
+}
+
+/// Decides every size and position of the figure for `spec`.
+pub(crate) fn heatmap_layout(spec: &HeatmapSpec) -> HeatmapLayout {
+    let s = clamp_scale(spec.scale);
+    let cols = spec.cols;
+    let rows = spec.values.len().checked_div(cols).map_or(0, |full_rows| spec.rows.min(full_rows));
+    let values = &spec.values[..rows * cols];
+    let (lo, hi) = resolve_range(values, spec.range, spec.colormap.is_diverging());
+
+    let margin = 16.0 * s;
+    let gap = 4.0 * s;
+    let tick_len = 4.0 * s;
+    let title_px = TITLE_PX * s;
+    let axis_px = AXIS_PX * s;
+    let label_px = LABEL_PX * s;
+    let max_label = MAX_LABEL * s;
+
+    // Cell size: up to 22 px × scale, shrinking so the matrix stays within budget.
+    let reserve = 2.0 * margin + 2.0 * max_label + 120.0 * s;
+    let budget = (MATRIX_BUDGET * s).min(MAX_SIDE as f32 - reserve);
+    let longest = rows.max(cols);
+    let max_cell = MAX_CELL * s;
+    let cell = if longest == 0 {
+        max_cell
+    } else {
+        // Up to 24 cells a side keep the full size; beyond, the side grows like √n so figures stay printable,
+        // but cells stay tall enough for text labels, and full size when values are printed in them.
+        let soft = max_cell * (24.0 / longest as f32).sqrt();
+        let has_text = !spec.row_labels.is_empty() || !spec.col_labels.is_empty();
+        let text_floor = if has_text { line_height(label_px) * 1.05 } else { 0.0 };
+        let wanted = if spec.show_values { max_cell } else { soft.max(text_floor).min(max_cell) };
+        wanted.min(budget / longest as f32)
+    };
+    let (grid_rows, grid_cols, grid_px) = if cell >= 1.0 {
+        (rows, cols, cell.floor())
+    } else {
+        let pooled = |n: usize| ((n as f32 * cell).round() as usize).clamp(1, n.max(1)).min(n);
+        (pooled(rows), pooled(cols), 1.0)
+    };
+    let matrix_w = grid_cols as f32 * grid_px;
+    let matrix_h = grid_rows as f32 * grid_px;
+    let row_pitch = if rows == 0 { 0.0 } else { matrix_h / rows as f32 };
+    let col_pitch = if cols == 0 { 0.0 } else { matrix_w / cols as f32 };
+
+    // Row ticks: text labels or numbers, thinned to fit.
+    let row_step = thinned(rows, row_pitch, line_height(label_px) * 1.05);
+    let row_ticks: Vec<(usize, String)> = (0..rows)
+        .step_by(row_step)
+        .map(|i| (i, fit_text(&tick_text(spec.row_labels, i), label_px, max_label)))
+        .collect();
+    // Column ticks: text labels turned upright, numbers flat.
+    let col_vertical = !spec.col_labels.is_empty();
+    let col_need = if col_vertical {
+        line_height(label_px) * 1.05
+    } else {
+        text_width(&cols.saturating_sub(1).to_string(), label_px) + 8.0 * s
+    };
+    let col_step = thinned(cols, col_pitch, col_need);
+    let col_ticks: Vec<(usize, String)> = (0..cols)
+        .step_by(col_step)
+        .map(|i| (i, fit_text(&tick_text(spec.col_labels, i), label_px, max_label)))
+        .collect();
+
+    let row_label_w = row_ticks.iter().map(|(_, l)| text_width(l, label_px)).fold(0.0, f32::max);
+    let col_label_h = if col_ticks.is_empty() {
+        0.0
+    } else if col_vertical {
+        col_ticks.iter().map(|(_, l)| text_width(l, label_px)).fold(0.0, f32::max)
+    } else {
+        line_height(label_px)
+    };
+    let title_h = if spec.title.is_empty() { 0.0 } else { line_height(title_px) + 10.0 * s };
+    let row_axis_w = if spec.row_axis.is_empty() { 0.0 } else { line_height(axis_px) + 6.0 * s };
+    let col_axis_h = if spec.col_axis.is_empty() { 0.0 } else { line_height(axis_px) + 6.0 * s };
+
+    let empty = rows == 0 || cols == 0;
+    let colorbar_h = matrix_h.max(100.0 * s);
+    let colorbar = (!empty).then(|| Colorbar::new(nice_ticks(lo, hi, Colorbar::max_ticks(colorbar_h, s)), s));
+    let colorbar_w = colorbar.as_ref().map_or(0.0, |c| 16.0 * s + c.width());
+
+    let left = (margin + row_axis_w + row_label_w + gap + tick_len).round();
+    let content_w = left + matrix_w + colorbar_w + margin;
+    let title_w = text_width(spec.title, title_px) + 2.0 * margin;
+    let (width, matrix_x) =
+        if title_w > content_w { (title_w, left + ((title_w - content_w) / 2.0).round()) } else { (content_w, left) };
+    let matrix_y = (margin + title_h).round();
+    let below = tick_len + gap + col_label_h + col_axis_h + margin;
+    let height = (matrix_y + matrix_h + below).max(matrix_y + colorbar_h + margin);
+    let (width, height) = if empty { (width.max(240.0 * s), height.max(matrix_y + 60.0 * s)) } else { (width, height) };
+
+    let value_px = if spec.show_values && grid_rows == rows && grid_cols == cols && !empty {
+        value_font(values, grid_px, s)
+    } else {
+        None
+    };
+
+    HeatmapLayout {
+        scale: s,
+        width,
+        height,
+        rows,
+        cols,
+        lo,
+        hi,
+        grid_rows,
+        grid_cols,
+        grid_px,
+        matrix_x,
+        matrix_y,
+        matrix_w,
+        matrix_h,
+        title_px,
+        axis_px,
+        label_px,
+        row_ticks,
+        col_ticks,
+        col_vertical,
+        tick_len,
+        gap,
+        colorbar,
+        colorbar_x: matrix_x + matrix_w + 16.0 * s,
+        colorbar_h,
+        value_px,
+    }
+}
+
+fn tick_text(labels: &[String], i: usize) -> String {
+    if labels.is_empty() { i.to_string() } else { label_or_index(labels, i) }
+}
+
+/// Font size that fits the widest printed value in a cell, or `None` when that would be unreadably small.
+fn value_font(values: &[f32], cell: f32, s: f32) -> Option<f32> {
+    let px = (cell * 0.4).min(10.0 * s);
+    let widest = values.iter().map(|&v| text_width(&format_cell_value(v), px)).fold(0.0, f32::max);
+    let room = cell - 3.0 * s;
+    let px = if widest > room && widest > 0.0 { px * room / widest } else { px };
+    (px >= 6.5).then_some(px)
+}
+
+/// Mean of the finite values of each block when `rows × cols` is shown as `grid_rows × grid_cols` (NaN where none).
+pub(crate) fn pool(values: &[f32], rows: usize, cols: usize, grid_rows: usize, grid_cols: usize) -> Vec<f32> {
+    if grid_rows == rows && grid_cols == cols {
+        return values.to_vec();
+    }
+    let span = |i: usize, n: usize, g: usize| (i * n / g, ((i + 1) * n / g).max(i * n / g + 1).min(n));
+    let mut out = Vec::with_capacity(grid_rows * grid_cols);
+    for gr in 0..grid_rows {
+        let (r0, r1) = span(gr, rows, grid_rows);
+        for gc in 0..grid_cols {
+            let (c0, c1) = span(gc, cols, grid_cols);
+            let (mut sum, mut count) = (0.0f64, 0u32);
+            for r in r0..r1 {
+                for &v in &values[r * cols + c0..r * cols + c1] {
+                    if v.is_finite() {
+                        sum += f64::from(v);
+                        count += 1;
+                    }
+                }
+            }
+            out.push(if count == 0 { f32::NAN } else { (sum / f64::from(count)) as f32 });
+        }
+    }
+    out
+}
+
+/// Draws the heatmap figure described by `spec`: title, labels, cells, colour bar.
+pub fn heatmap(spec: &HeatmapSpec) -> RgbaImage {
+    let lay = heatmap_layout(spec);
+    let s = lay.scale;
+    let theme = spec.theme;
+    let (fg, muted) = (theme.foreground(), theme.muted());
+    let mut img = new_image(lay.width, lay.height, theme.background());
+
+    if !spec.title.is_empty() {
+        let title_w = text_width(spec.title, lay.title_px);
+        let empty = lay.rows == 0 || lay.cols == 0;
+        let centre = if empty { lay.width / 2.0 } else { lay.matrix_x + lay.matrix_w / 2.0 };
+        let x = (centre - title_w / 2.0).clamp(16.0 * s, (lay.width - 16.0 * s - title_w).max(16.0 * s));
+        draw_text(&mut img, spec.title, x.round(), 16.0 * s, lay.title_px, fg);
+    }
+    if lay.rows == 0 || lay.cols == 0 {
+        draw_label(&mut img, "no data", lay.width / 2.0, lay.matrix_y + 24.0 * s, lay.label_px, Align::Center, muted);
+        return img;
+    }
+
+    // Cells.
+    let values = &spec.values[..lay.rows * lay.cols];
+    let grid = pool(values, lay.rows, lay.cols, lay.grid_rows, lay.grid_cols);
+    let rgba = cells_rgba(&grid, lay.lo, lay.hi, spec.colormap);
+    for gr in 0..lay.grid_rows {
+        for gc in 0..lay.grid_cols {
+            let k = (gr * lay.grid_cols + gc) * 4;
+            let color = [rgba[k], rgba[k + 1], rgba[k + 2], 255];
+            let x = lay.matrix_x + gc as f32 * lay.grid_px;
+            let y = lay.matrix_y + gr as f32 * lay.grid_px;
+            fill_rect(&mut img, x, y, lay.grid_px, lay.grid_px, color);
+        }
+    }
+    if let Some(px) = lay.value_px {
+        for (i, &v) in values.iter().enumerate() {
+            let (row, col) = (i / lay.cols, i % lay.cols);
+            let k = i * 4;
+            let text_color = if luminance([rgba[k], rgba[k + 1], rgba[k + 2]]) > 0.4 {
+                [20, 20, 20, 255]
+            } else {
+                [245, 245, 245, 255]
+            };
+            let (cx, cy) = lay.cell_center(row, col);
+            draw_label(&mut img, &format_cell_value(v), cx, cy, px, Align::Center, text_color);
+        }
+    }
+    stroke_rect(&mut img, lay.matrix_x - 1.0, lay.matrix_y - 1.0, lay.matrix_w + 2.0, lay.matrix_h + 2.0, muted);
+
+    // Row ticks and labels on the left.
+    let tick_w = (s).round().max(1.0);
+    for (i, label) in &lay.row_ticks {
+        let (_, y) = lay.cell_center(*i, 0);
+        fill_rect(&mut img, lay.matrix_x - 1.0 - lay.tick_len, (y - tick_w / 2.0).round(), lay.tick_len, tick_w, muted);
+        let x = lay.matrix_x - 1.0 - lay.tick_len - lay.gap;
+        draw_label(&mut img, label, x, y, lay.label_px, Align::Right, fg);
+    }
+    // Column ticks and labels below.
+    let bottom = lay.matrix_y + lay.matrix_h + 1.0;
+    let label_top = bottom + lay.tick_len + lay.gap;
+    for (j, label) in &lay.col_ticks {
+        let (x, _) = lay.cell_center(0, *j);
+        fill_rect(&mut img, (x - tick_w / 2.0).round(), bottom, tick_w, lay.tick_len, muted);
+        if lay.col_vertical {
+            // Upright text reads bottom to top, so each label ends next to the matrix.
+            draw_text_up(&mut img, label, x - line_height(lay.label_px) / 2.0, label_top, lay.label_px, fg);
+        } else {
+            draw_label(
+                &mut img,
+                label,
+                x,
+                label_top + line_height(lay.label_px) / 2.0,
+                lay.label_px,
+                Align::Center,
+                fg,
+            );
+        }
+    }
+    // Axis titles.
+    let label_extent = if lay.col_vertical {
+        lay.col_ticks.iter().map(|(_, l)| text_width(l, lay.label_px)).fold(0.0, f32::max)
+    } else {
+        line_height(lay.label_px)
+    };
+    if !spec.col_axis.is_empty() {
+        let y = label_top + label_extent + 6.0 * s + line_height(lay.axis_px) / 2.0;
+        draw_label(&mut img, spec.col_axis, lay.matrix_x + lay.matrix_w / 2.0, y, lay.axis_px, Align::Center, fg);
+    }
+    if !spec.row_axis.is_empty() {
+        let axis_h = text_width(spec.row_axis, lay.axis_px);
+        let y = lay.matrix_y + lay.matrix_h / 2.0 - axis_h / 2.0;
+        let row_label_w = lay.row_ticks.iter().map(|(_, l)| text_width(l, lay.label_px)).fold(0.0, f32::max);
+        let x = lay.matrix_x - 1.0 - lay.tick_len - lay.gap - row_label_w - 6.0 * s - line_height(lay.axis_px);
+        draw_text_up(&mut img, spec.row_axis, x, y.max(lay.matrix_y), lay.axis_px, fg);
+    }
+
+    if let Some(bar) = &lay.colorbar {
+        bar.draw(&mut img, lay.colorbar_x, lay.matrix_y - 1.0, lay.colorbar_h + 2.0, spec.colormap, theme);
+    }
+    img
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec<'a>(values: &'a [f32], rows: usize, cols: usize, labels: &'a [String]) -> HeatmapSpec<'a> {
+        HeatmapSpec {
+            values,
+            rows,
+            cols,
+            row_labels: labels,
+            col_labels: labels,
+            row_axis: "query",
+            col_axis: "key",
+            title: "Layer 0, head 0",
+            range: None,
+            colormap: Colormap::Viridis,
+            theme: Theme::Light,
+            scale: 1.0,
+            show_values: false,
+        }
+    }
+
+    fn labels(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("tok{i}")).collect()
+    }
+
+    #[test]
+    fn cell_centres_have_the_colour_of_their_value() {
+        let values: Vec<f32> = (0..12).map(|i| i as f32 / 11.0).collect();
+        let names = labels(4);
+        for cmap in [Colormap::Viridis, Colormap::RdBu] {
+            for scale in [1.0, 2.5] {
+                let spec =
+                    HeatmapSpec { colormap: cmap, scale, range: Some((0.0, 1.0)), ..spec(&values, 3, 4, &names) };
+                let img = heatmap(&spec);
+                let lay = heatmap_layout(&spec);
+                for (row, col) in [(0, 0), (1, 2), (2, 3)] {
+                    let (x, y) = lay.cell_center(row, col);
+                    let expected = cmap.lut()[super::super::colormap::lut_index(values[row * 4 + col], 0.0, 1.0)];
+                    assert_eq!(img.get_pixel(x as u32, y as u32).0[..3], expected, "{cmap:?} cell ({row},{col})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn images_grow_with_cells_and_scale() {
+        let small = vec![0.5f32; 4 * 4];
+        let large = vec![0.5f32; 30 * 30];
+        let (a, b) = (labels(4), labels(30));
+        let img_small = heatmap(&spec(&small, 4, 4, &a));
+        let img_large = heatmap(&spec(&large, 30, 30, &b));
+        assert!(img_large.width() > img_small.width() && img_large.height() > img_small.height());
+        let img_scaled = heatmap(&HeatmapSpec { scale: 2.0, ..spec(&small, 4, 4, &a) });
+        assert!(img_scaled.width() > img_small.width() * 3 / 2);
+        // Scale is clamped.
+        let huge = heatmap(&HeatmapSpec { scale: 100.0, ..spec(&small, 4, 4, &a) });
+        let four = heatmap(&HeatmapSpec { scale: 4.0, ..spec(&small, 4, 4, &a) });
+        assert_eq!(huge.dimensions(), four.dimensions());
+    }
+
+    #[test]
+    fn large_matrices_shrink_cells_and_stay_capped() {
+        let n = 600;
+        let values = vec![0.1f32; n * n];
+        let lay = heatmap_layout(&spec(&values, n, n, &[]));
+        assert!(lay.grid_px >= 1.0 && lay.grid_px < 22.0);
+        assert!(lay.matrix_w <= 4096.0);
+        let n = 10_000;
+        let values: Vec<f32> = (0..n * 3).map(|i| (i % 7) as f32).collect();
+        let img = heatmap(&spec(&values, n, 3, &[]));
+        assert!(img.height() <= MAX_SIDE && img.width() <= MAX_SIDE);
+    }
+
+    #[test]
+    fn odd_inputs_do_not_panic() {
+        let weird: Vec<String> =
+            ["", "\u{200B}", "\u{202E}evil", "a\u{0}b", "🦀🦀", "x".repeat(500).as_str()].map(String::from).to_vec();
+        let nan = [f32::NAN, f32::INFINITY, -1.0, f32::NAN, 0.0, 2.0];
+        heatmap(&spec(&nan, 2, 3, &weird));
+        heatmap(&HeatmapSpec { show_values: true, ..spec(&nan, 2, 3, &weird) });
+        heatmap(&spec(&[], 0, 0, &[]));
+        heatmap(&spec(&[1.0], 1, 1, &[]));
+        heatmap(&spec(&[1.0], 5, 5, &[]));
+        heatmap(&spec(&[1.0, 2.0], 1, 0, &[]));
+        heatmap(&spec(&[f32::NAN; 4], 2, 2, &[]));
+        heatmap(&HeatmapSpec { range: Some((f32::NAN, 3.0)), scale: f32::NAN, ..spec(&nan, 2, 3, &[]) });
+        heatmap(&HeatmapSpec { range: Some((2.0, 2.0)), colormap: Colormap::PuOr, ..spec(&nan, 2, 3, &[]) });
+        heatmap(&HeatmapSpec { title: "", row_axis: "", col_axis: "", ..spec(&nan, 2, 3, &[]) });
+    }
+
+    #[test]
+    fn ranges_default_to_data_and_are_symmetric_for_diverging_maps() {
+        assert_eq!(resolve_range(&[0.2, 0.8, f32::NAN], None, false), (0.2, 0.8));
+        assert_eq!(resolve_range(&[-0.2, 0.8], None, true), (-0.8, 0.8));
+        assert_eq!(resolve_range(&[1.0, 1.0], None, false), (0.0, 1.0));
+        assert_eq!(resolve_range(&[], None, false), (0.0, 1.0));
+        assert_eq!(resolve_range(&[0.5], Some((1.0, 0.0)), false), (0.0, 1.0));
+    }
+}

@@ -1,0 +1,85 @@
+//! CPU drawing into RGBA images: colormaps, heatmaps, the head view, the model grid, text labels.
+//!
+//! Used by PNG export from the CLI and from the app, so both give the same pixels. No window, no GPU.
+//! Every size is multiplied by a `scale` (clamped to 1..=4) and no image side exceeds [`MAX_SIDE`].
+
+mod canvas;
+mod colorbar;
+mod colormap;
+mod head_view;
+mod heatmap;
+mod model_grid;
+mod pe;
+pub mod text;
+
+pub use canvas::MAX_SIDE;
+pub use colormap::{Colormap, cells_rgba, head_colors};
+pub use head_view::{HeadViewLayout, HeadViewSpec, Side, head_view, head_view_layout};
+pub use heatmap::{HeatmapSpec, heatmap};
+pub use model_grid::{ModelGridSpec, model_grid};
+pub use pe::{pe_dot, pe_encoding};
+pub use text::{draw_text, fit_text, text_width};
+
+/// Background and text colours of a figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Theme {
+    /// Dark text on white, for papers.
+    #[default]
+    Light,
+    /// Light text on dark grey, for slides and dark desktops.
+    Dark,
+}
+
+impl Theme {
+    /// Colour of the image background.
+    pub fn background(self) -> [u8; 4] {
+        match self {
+            Self::Light => [255, 255, 255, 255],
+            Self::Dark => [32, 33, 36, 255],
+        }
+    }
+
+    /// Colour of titles and labels.
+    pub fn foreground(self) -> [u8; 4] {
+        match self {
+            Self::Light => [28, 28, 30, 255],
+            Self::Dark => [232, 232, 234, 255],
+        }
+    }
+
+    /// Colour of secondary marks: tick marks, frames, axis titles.
+    pub(crate) fn muted(self) -> [u8; 4] {
+        match self {
+            Self::Light => [105, 105, 112, 255],
+            Self::Dark => [165, 165, 172, 255],
+        }
+    }
+
+    /// Background behind a selected label.
+    pub(crate) fn highlight(self) -> [u8; 4] {
+        match self {
+            Self::Light => [255, 231, 153, 255],
+            Self::Dark => [92, 78, 30, 255],
+        }
+    }
+}
+
+/// Text size of figure titles at scale 1, in pixels (ascent to descent).
+pub(crate) const TITLE_PX: f32 = 17.0;
+/// Text size of axis titles at scale 1.
+pub(crate) const AXIS_PX: f32 = 14.0;
+/// Text size of tick labels, token labels and legends at scale 1.
+pub(crate) const LABEL_PX: f32 = 12.5;
+/// Text size of secondary notes and captions at scale 1.
+pub(crate) const NOTE_PX: f32 = 12.0;
+
+/// Clamps a user scale to 1..=4 (NaN gives 1).
+pub(crate) fn clamp_scale(scale: f32) -> f32 {
+    if scale.is_nan() { 1.0 } else { scale.clamp(1.0, 4.0) }
+}
+
+/// The label of position `i`: the given string when there is one, else the number.
+pub(crate) fn label_or_index(labels: &[String], i: usize) -> String {
+    labels.get(i).cloned().unwrap_or_else(|| i.to_string())
+}

@@ -1,0 +1,283 @@
+//! The command line end to end: outputs written and decodable, errors on one line, no panics,
+//! no partial files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tiny() -> PathBuf {
+    root().join("tests/fixtures/models/tiny-bert")
+}
+
+fn attnviz(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_attnviz")).args(args).env_remove("ATTNVIZ_MODEL").output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts a clean failure: non-zero exit, one `error:` line mentioning `needle`, no panic.
+fn assert_error(out: &Output, needle: &str) {
+    let err = stderr(out);
+    assert!(!out.status.success(), "should fail: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("warning:")).collect();
+    assert_eq!(lines.len(), 1, "one error line expected: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(err.contains(needle), "error should mention {needle:?}: {err}");
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[test]
+fn dump_json_has_exactly_the_documented_keys_and_matches_the_reference() {
+    let dir = tmp();
+    let out_path = dir.path().join("pair.json");
+    let out = attnviz(&[
+        "dump",
+        "--text",
+        "The cat sat on the mat.",
+        "--text-pair",
+        "It was happy to be home.",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_path).unwrap()).unwrap();
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["attentions", "model", "segments", "tokens"]);
+    assert_eq!(v["model"], "all-MiniLM-L6-v2");
+    let reference: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/reference/minilm_pair.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["tokens"], reference["tokens"]);
+    assert_eq!(v["segments"], reference["type_ids"]);
+    let got = v["attentions"][5][11][3].as_array().unwrap();
+    let want = reference["attentions"][5][11][3].as_array().unwrap();
+    for (g, w) in got.iter().zip(want) {
+        assert!((g.as_f64().unwrap() - w.as_f64().unwrap()).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn dump_json_to_stdout() {
+    let out = attnviz(&["dump", "--model", tiny().to_str().unwrap(), "--text", "", "-o", "-"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tokens"], serde_json::json!(["[CLS]", "[SEP]"]));
+    assert_eq!(v["attentions"].as_array().unwrap().len(), 2);
+}
+
+/// Reads one `.npy` member of an uncompressed `.npz` and returns (header, data bytes).
+fn npy_member(npz: &Path, name: &str) -> (String, Vec<u8>) {
+    use std::io::Read;
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(npz).unwrap()).unwrap();
+    let mut bytes = Vec::new();
+    archive.by_name(name).unwrap().read_to_end(&mut bytes).unwrap();
+    assert_eq!(&bytes[..6], b"\x93NUMPY");
+    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    (String::from_utf8(bytes[10..10 + len].to_vec()).unwrap(), bytes[10 + len..].to_vec())
+}
+
+#[test]
+fn dump_npz_holds_float32_attentions_and_tokens() {
+    let dir = tmp();
+    let path = dir.path().join("a.npz");
+    let out = attnviz(&[
+        "dump",
+        "--model",
+        tiny().to_str().unwrap(),
+        "--text",
+        "Zürich 🙂",
+        "--format",
+        "npz",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (header, data) = npy_member(&path, "attentions.npy");
+    assert!(header.contains("'<f4'"), "{header}");
+    let n = 6; // [CLS] zurich [UNK]? … checked through the tokens member below
+    let (tok_header, tok_data) = npy_member(&path, "tokens.npy");
+    let count: usize = tok_header.split("'shape': (").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    assert!(count >= 3 && count <= n);
+    assert!(header.contains(&format!("'shape': (2, 4, {count}, {count})")), "{header}");
+    assert_eq!(data.len(), 2 * 4 * count * count * 4);
+    let first_row: Vec<f32> = data[..count * 4].chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    assert!((first_row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    let width: usize = tok_header.split("'<U").nth(1).unwrap().split('\'').next().unwrap().parse().unwrap();
+    let first: String = tok_data[..width * 4]
+        .chunks(4)
+        .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+        .filter(|&c| c != 0)
+        .map(|c| char::from_u32(c).unwrap())
+        .collect();
+    assert_eq!(first, "[CLS]");
+    npy_member(&path, "segments.npy");
+}
+
+#[test]
+fn pe_json_follows_the_formula() {
+    let dir = tmp();
+    let path = dir.path().join("pe.json");
+    let out = attnviz(&["pe", "--d-model", "8", "--positions", "5", "--base", "1000", "-o", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let enc = &v["encoding"];
+    assert_eq!(enc.as_array().unwrap().len(), 5);
+    let want = (3.0f64 / 1000f64.powf(2.0 / 8.0)).cos(); // PE[3, 3] = cos(3 / base^(2·1/8))
+    assert!((enc[3][3].as_f64().unwrap() - want).abs() < 1e-6);
+    assert!((v["dot"][2][2].as_f64().unwrap() - 4.0).abs() < 1e-5);
+    let out = attnviz(&["pe", "--d-model", "8", "--positions", "5", "--layout", "concatenated", "-o", "-"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["encoding"][0], serde_json::json!([0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]));
+}
+
+#[test]
+fn export_writes_decodable_pngs_for_every_view() {
+    let dir = tmp();
+    let model = tiny();
+    for view in ["heatmap", "heads", "model", "pe", "pe-dot"] {
+        let path = dir.path().join(format!("{view}.png"));
+        let out = attnviz(&[
+            "export",
+            "--model",
+            model.to_str().unwrap(),
+            "--text",
+            "The cat sat.",
+            "--view",
+            view,
+            "--layer",
+            "1",
+            "--head",
+            "2",
+            "--theme",
+            "dark",
+            "--scale",
+            "2",
+            "--d-model",
+            "16",
+            "--positions",
+            "10",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{view}: {}", stderr(&out));
+        let img = image::open(&path).unwrap_or_else(|e| panic!("{view}: {e}"));
+        assert!(img.width() > 50 && img.height() > 50, "{view}: {}×{}", img.width(), img.height());
+    }
+}
+
+#[test]
+fn unusual_text_is_not_an_error() {
+    for text in ["", "tab\there\u{0007}bell", "zero\u{200B}width", "שלום עולם مرحبا", "\u{202E}override"] {
+        let out = attnviz(&["dump", "--model", tiny().to_str().unwrap(), "--text", text, "-o", "-"]);
+        assert!(out.status.success(), "{text:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn over_long_text_is_truncated_with_a_warning() {
+    let long = "word ".repeat(100);
+    let out = attnviz(&["dump", "--model", tiny().to_str().unwrap(), "--text", &long, "-o", "-"]);
+    assert!(out.status.success());
+    assert!(stderr(&out).contains("truncated"), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tokens"].as_array().unwrap().len(), 24);
+}
+
+#[test]
+fn bench_prints_the_documented_line() {
+    let out = attnviz(&["bench", "--model", tiny().to_str().unwrap(), "--tokens", "20", "--runs", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let line = String::from_utf8(out.stdout).unwrap();
+    assert!(line.starts_with("tokens=20 runs=3 median_ms="), "{line}");
+    assert!(line.contains(" min_ms="));
+    assert_error(&attnviz(&["bench", "--model", tiny().to_str().unwrap(), "--tokens", "25"]), "--tokens");
+}
+
+#[test]
+fn bad_arguments_are_one_line_errors_and_write_nothing() {
+    let dir = tmp();
+    let out_path = dir.path().join("x.png");
+    let o = out_path.to_str().unwrap();
+    let m = tiny();
+    let m = m.to_str().unwrap();
+    assert_error(
+        &attnviz(&["export", "--model", m, "--text", "a", "--view", "heatmap", "--layer", "2", "-o", o]),
+        "layer 2",
+    );
+    assert_error(
+        &attnviz(&["export", "--model", m, "--text", "a", "--view", "heatmap", "--head", "4", "-o", o]),
+        "head 4",
+    );
+    assert_error(&attnviz(&["export", "--view", "pe", "--d-model", "0", "-o", o]), "d_model");
+    assert_error(&attnviz(&["export", "--view", "pe-dot", "--base", "-3", "-o", o]), "base");
+    assert_error(&attnviz(&["pe", "--positions", "0", "-o", o]), "positions");
+    assert_error(&attnviz(&["export", "--view", "pe", "--scale", "9", "-o", o]), "scale");
+    assert_error(&attnviz(&["export", "--model", m, "--view", "model", "-o", o]), "--text");
+    assert!(!out_path.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "no temporary files left");
+}
+
+#[test]
+fn unwritable_output_is_an_error_naming_the_path() {
+    let dir = tmp();
+    let file = dir.path().join("not-a-folder");
+    std::fs::write(&file, "x").unwrap();
+    let target = file.join("out.png");
+    assert_error(&attnviz(&["export", "--view", "pe", "-o", target.to_str().unwrap()]), "not-a-folder");
+    assert_error(&attnviz(&["export", "--view", "pe", "-o", dir.path().to_str().unwrap()]), "folder");
+}
+
+/// A copy of the tiny model folder with one file replaced or removed.
+fn broken_model(edit: impl FnOnce(&Path)) -> tempfile::TempDir {
+    let dir = tmp();
+    for f in ["config.json", "tokenizer.json", "model.safetensors"] {
+        std::fs::copy(tiny().join(f), dir.path().join(f)).unwrap();
+    }
+    edit(dir.path());
+    dir
+}
+
+#[test]
+fn broken_model_folders_are_clear_errors() {
+    let run = |dir: &Path| attnviz(&["dump", "--model", dir.to_str().unwrap(), "--text", "hi", "-o", "-"]);
+    assert_error(&run(Path::new("/no/such/model")), "/no/such/model");
+    let d = broken_model(|p| std::fs::remove_file(p.join("config.json")).unwrap());
+    assert_error(&run(d.path()), "config.json");
+    let d = broken_model(|p| std::fs::write(p.join("config.json"), "{ not json").unwrap());
+    assert_error(&run(d.path()), "config.json");
+    let d = broken_model(|p| {
+        let text = std::fs::read_to_string(p.join("config.json")).unwrap().replace("gelu_new", "swish");
+        std::fs::write(p.join("config.json"), text).unwrap();
+    });
+    assert_error(&run(d.path()), "hidden_act");
+    let d = broken_model(|p| {
+        let text = std::fs::read_to_string(p.join("config.json"))
+            .unwrap()
+            .replace("\"hidden_size\": 32", "\"hidden_size\": 64");
+        std::fs::write(p.join("config.json"), text).unwrap();
+    });
+    assert_error(&run(d.path()), "shape");
+    let d = broken_model(|p| std::fs::write(p.join("model.safetensors"), b"garbage, not safetensors").unwrap());
+    assert_error(&run(d.path()), "model.safetensors");
+    let d = broken_model(|p| {
+        let bytes = std::fs::read(p.join("model.safetensors")).unwrap();
+        std::fs::write(p.join("model.safetensors"), &bytes[..bytes.len() / 2]).unwrap();
+    });
+    assert_error(&run(d.path()), "model.safetensors");
+    let d = broken_model(|p| {
+        std::fs::remove_file(p.join("model.safetensors")).unwrap();
+        std::fs::write(p.join("pytorch_model.bin"), b"pickle").unwrap();
+    });
+    assert_error(&run(d.path()), "only safetensors");
+    let d = broken_model(|p| std::fs::write(p.join("tokenizer.json"), "{}").unwrap());
+    assert_error(&run(d.path()), "tokenizer");
+}

@@ -1,0 +1,188 @@
+//! Attention equals Hugging Face transformers (eager, output_attentions=True) to 1e-5 on every
+//! layer and head. References come from tests/fixtures/make_reference.py.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use attnviz::analysis::Run;
+use attnviz::model::LoadedModel;
+use serde::Deserialize;
+
+const ATTENTION_TOLERANCE: f32 = 1e-5;
+const HIDDEN_TOLERANCE: f32 = 1e-4;
+
+#[derive(Deserialize)]
+struct Reference {
+    text: String,
+    text_pair: Option<String>,
+    ids: Vec<u32>,
+    tokens: Vec<String>,
+    type_ids: Vec<u8>,
+    truncated: bool,
+    attentions: Option<Vec<Vec<Vec<Vec<f32>>>>>,
+    attention_last_rows: Option<Vec<Vec<Vec<f32>>>>,
+    last_hidden: Option<Vec<Vec<f32>>>,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn model(which: &str) -> &'static LoadedModel {
+    static MINILM: OnceLock<LoadedModel> = OnceLock::new();
+    static TINY: OnceLock<LoadedModel> = OnceLock::new();
+    static RELU: OnceLock<LoadedModel> = OnceLock::new();
+    let (cell, dir) = match which {
+        "minilm" => (&MINILM, root().join("assets/models/all-MiniLM-L6-v2")),
+        "tiny" => (&TINY, root().join("tests/fixtures/models/tiny-bert")),
+        "relu" => (&RELU, root().join("tests/fixtures/models/tiny-bert-relu")),
+        other => panic!("unknown model {other}"),
+    };
+    cell.get_or_init(|| LoadedModel::load(&dir).unwrap_or_else(|e| panic!("loading {}: {e}", dir.display())))
+}
+
+fn reference(case: &str) -> Reference {
+    let path = root().join("tests/fixtures/reference").join(format!("{case}.json"));
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+/// Runs the model on the reference's input and checks tokens, attention and hidden state.
+fn check(which: &str, case: &str) -> Run {
+    let r = reference(case);
+    let run = model(which).run(&r.text, r.text_pair.as_deref()).unwrap();
+    assert_eq!(run.tokens.ids, r.ids, "{case}: token ids");
+    assert_eq!(run.tokens.tokens, r.tokens, "{case}: tokens");
+    assert_eq!(run.tokens.segments, r.type_ids, "{case}: segments");
+    assert_eq!(run.truncation.is_some(), r.truncated, "{case}: truncation notice");
+    if let Some(notice) = &run.truncation {
+        assert!(notice.contains("truncated"), "{notice}");
+    }
+    let a = &run.attention;
+    let mut worst = 0.0f32;
+    if let Some(expected) = &r.attentions {
+        assert_eq!((a.layers(), a.heads(), a.seq_len()), (expected.len(), expected[0].len(), r.ids.len()));
+        for (l, layer) in expected.iter().enumerate() {
+            for (h, head) in layer.iter().enumerate() {
+                for (q, row) in head.iter().enumerate() {
+                    for (k, &want) in row.iter().enumerate() {
+                        let diff = (a.get(l, h, q, k) - want).abs();
+                        assert!(
+                            diff <= ATTENTION_TOLERANCE,
+                            "{case}: layer {l} head {h} query {q} key {k}: {} vs {want}",
+                            a.get(l, h, q, k)
+                        );
+                        worst = worst.max(diff);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(expected) = &r.attention_last_rows {
+        let last = a.seq_len() - 1;
+        for (l, layer) in expected.iter().enumerate() {
+            for (h, row) in layer.iter().enumerate() {
+                for (k, &want) in row.iter().enumerate() {
+                    let diff = (a.get(l, h, last, k) - want).abs();
+                    assert!(diff <= ATTENTION_TOLERANCE, "{case}: layer {l} head {h} last query, key {k}");
+                    worst = worst.max(diff);
+                }
+            }
+        }
+    }
+    if let Some(expected) = &r.last_hidden {
+        let width = expected[0].len();
+        for (i, row) in expected.iter().enumerate() {
+            for (d, &want) in row.iter().enumerate() {
+                let got = run.last_hidden[i * width + d];
+                assert!((got - want).abs() <= HIDDEN_TOLERANCE, "{case}: hidden [{i}][{d}] {got} vs {want}");
+            }
+        }
+    }
+    assert!(a.max_row_sum_error() < 1e-5, "{case}: rows must sum to 1");
+    eprintln!("{case}: {} tokens, max |Δ| = {worst:.2e}", a.seq_len());
+    run
+}
+
+#[test]
+fn minilm_single_sentence() {
+    check("minilm", "minilm_single");
+}
+
+#[test]
+fn minilm_sentence_pair() {
+    let run = check("minilm", "minilm_pair");
+    assert!(run.tokens.is_pair());
+}
+
+#[test]
+fn minilm_non_ascii() {
+    check("minilm", "minilm_non_ascii");
+}
+
+#[test]
+fn minilm_empty_text_gives_only_special_tokens() {
+    let run = check("minilm", "minilm_empty");
+    assert_eq!(run.tokens.tokens, ["[CLS]", "[SEP]"]);
+    assert!(run.tokens.special.iter().all(|&s| s));
+}
+
+#[test]
+fn minilm_truncated_to_512_keeps_final_sep() {
+    let run = check("minilm", "minilm_truncated");
+    assert_eq!(run.tokens.len(), 512);
+    assert_eq!(run.tokens.tokens.last().map(String::as_str), Some("[SEP]"));
+}
+
+#[test]
+fn tiny_bf16_checkpoint_names() {
+    check("tiny", "tiny_single");
+}
+
+#[test]
+fn tiny_pair_truncated_longest_first() {
+    let run = check("tiny", "tiny_pair_truncated");
+    assert_eq!(run.tokens.len(), 24);
+}
+
+#[test]
+fn tiny_non_ascii_truncated() {
+    check("tiny", "tiny_non_ascii");
+}
+
+#[test]
+fn relu_f32_pair() {
+    check("relu", "relu_pair");
+}
+
+#[test]
+fn relu_truncated() {
+    check("relu", "relu_truncated");
+}
+
+#[test]
+fn neuron_data_reproduces_the_attention() {
+    // scores = q·k/√d per head, and softmax(scores) = attention.
+    let run = model("tiny").run("Queries meet keys.", None).unwrap();
+    let neuron = run.neuron.as_ref().unwrap();
+    let d = neuron.queries.head_dim();
+    let n = run.attention.seq_len();
+    for (l, h, q) in [(0, 0, 1), (1, 3, 2)] {
+        let qv = neuron.queries.vector(l, h, q);
+        let scores: Vec<f32> = (0..n)
+            .map(|k| qv.iter().zip(neuron.keys.vector(l, h, k)).map(|(a, b)| a * b).sum::<f32>() / (d as f32).sqrt())
+            .collect();
+        let max = scores.iter().copied().fold(f32::MIN, f32::max);
+        let z: f32 = scores.iter().map(|s| (s - max).exp()).sum();
+        for k in 0..n {
+            assert!((scores[k] - neuron.scores.get(l, h, q, k)).abs() < 1e-4);
+            assert!(((scores[k] - max).exp() / z - run.attention.get(l, h, q, k)).abs() < 1e-5);
+        }
+    }
+}
+
+#[test]
+fn loading_is_independent_of_the_folder_path_spelling() {
+    let dir = root().join("tests/fixtures/models/tiny-bert/.");
+    let m = LoadedModel::load(Path::new(&dir)).unwrap();
+    assert_eq!(m.name, "tiny-bert");
+}

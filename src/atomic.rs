@@ -36,7 +36,22 @@ pub fn write_atomic(
         w.flush().map_err(wrap)?;
     }
     tmp.as_file().sync_all().map_err(wrap)?;
+    set_permissions(tmp.as_file(), path).map_err(wrap)?;
     tmp.persist(path).map_err(|e| wrap(e.error))?;
+    Ok(())
+}
+
+/// Gives the new file the permissions of the file it replaces, or the usual 0644 for a new file
+/// (the temporary file is created private, 0600).
+#[cfg(unix)]
+fn set_permissions(file: &std::fs::File, target: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(target).map_or(0o644, |m| m.permissions().mode() & 0o7777);
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+}
+
+#[cfg(not(unix))]
+fn set_permissions(_file: &std::fs::File, _target: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -62,6 +77,20 @@ mod tests {
         assert!(err.to_string().contains("out.txt"));
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn new_files_are_world_readable_and_replaced_files_keep_their_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.png");
+        write_bytes_atomic(&path, b"x").unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o644);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write_bytes_atomic(&path, b"y").unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"y");
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Default for Settings {
             theme: ThemeChoice::System,
             export_scale: 2,
             export_dir: None,
-            cell_size: 28.0,
+            cell_size: 36.0,
         }
     }
 }

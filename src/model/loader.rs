@@ -28,7 +28,10 @@ pub fn default_model_dir() -> PathBuf {
         .iter()
         .flat_map(|d| [d.join(&rel), d.join("..").join("..").join(&rel)])
         .chain(std::iter::once(source_tree.clone()));
-    candidates.into_iter().find(|p| p.join("config.json").is_file()).unwrap_or(source_tree)
+    candidates
+        .into_iter()
+        .find(|p| p.join("config.json").is_file())
+        .map_or(source_tree, |p| p.canonicalize().unwrap_or(p))
 }
 
 /// A loaded model: encoder, tokenizer and where they came from.

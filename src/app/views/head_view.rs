@@ -20,6 +20,8 @@ const ROW_HEIGHT: f32 = 20.0;
 const LINES_WIDTH: f32 = 260.0;
 /// Widest token label column.
 const MAX_LABEL_WIDTH: f32 = 170.0;
+/// Width of a line at full opacity, before the anti-aliasing feather.
+const LINE_WIDTH: f32 = 1.5;
 /// Room for per-head bars beside a column.
 const BARS_WIDTH: f32 = 90.0;
 
@@ -198,7 +200,7 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
                         if w >= min_weight && admits(q, k) {
                             let a = pos2(layout.line_x0, layout.row_y(q));
                             let b = pos2(layout.line_x1, layout.row_y(k));
-                            add_line(&mut mesh, a, b, 2.0, line_color(head_color(h, n_heads), w));
+                            add_line(&mut mesh, a, b, LINE_WIDTH, line_color(head_color(h, n_heads), w));
                         }
                     }
                 }
@@ -240,7 +242,7 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
                                     &mut mesh,
                                     pos2(layout.line_x0, yq),
                                     pos2(layout.line_x1, yk),
-                                    2.0,
+                                    LINE_WIDTH,
                                     line_color(color, w),
                                 );
                                 count += 1;

@@ -76,7 +76,13 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
         ui.separator();
         ui.add(egui::Slider::new(&mut settings.cell_size, 2.0..=80.0).text("cell size").logarithmic(true));
         ui.checkbox(&mut settings.hide_special, "Hide special tokens");
-        ui.label(RichText::new("Ctrl+scroll zooms · drag or scroll pans").small().weak());
+        ui.label(
+            RichText::new(
+                "rows: queries (attending) · columns: keys (attended to) · Ctrl+scroll zooms · drag or scroll pans",
+            )
+            .small()
+            .weak(),
+        );
     });
     if heads.is_empty() {
         ui.label("No head selected: pick heads in the side panel.");
@@ -106,7 +112,7 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
             .map(|l| ui.painter().layout_no_wrap(l.clone(), font.clone(), Color32::WHITE).size().x)
             .fold(10.0f32, f32::max)
             .min(160.0)
-            + 8.0
+            + 12.0
     } else {
         40.0
     };

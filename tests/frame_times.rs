@@ -1,0 +1,61 @@
+//! Frame times of the head view (all heads) and the model view at 32 / 128 / 512 tokens on the
+//! embedded model, measured by stepping an egui_kittest harness (UI code + tessellation, no GPU).
+//! A measurement, not a pass/fail test:
+//!     cargo test --release --test frame_times -- --ignored --nocapture
+
+use std::time::{Duration, Instant};
+
+use attnviz::app::state::View;
+use attnviz::app::{AttnvizApp, Startup};
+use egui_kittest::Harness;
+
+fn wait_for_run(h: &mut Harness<'static, AttnvizApp>, tokens: usize) {
+    let start = Instant::now();
+    while h.state().rt.run.as_ref().is_none_or(|r| r.tokens.len() != tokens) {
+        assert!(start.elapsed() < Duration::from_secs(120), "no run");
+        std::thread::sleep(Duration::from_millis(10));
+        h.step();
+    }
+}
+
+/// Mean milliseconds per frame over `frames` steps; `scroll` scrolls every frame (forces the line
+/// mesh to be rebuilt, the worst case).
+fn mean_frame_ms(h: &mut Harness<'static, AttnvizApp>, frames: usize, scroll: bool) -> f64 {
+    h.run_steps(3);
+    let start = Instant::now();
+    for i in 0..frames {
+        if scroll {
+            let delta = if i % 2 == 0 { -40.0 } else { 40.0 };
+            h.event(egui::Event::MouseWheel {
+                unit: egui::MouseWheelUnit::Point,
+                delta: egui::vec2(0.0, delta),
+                phase: egui::TouchPhase::Move,
+                modifiers: egui::Modifiers::default(),
+            });
+        }
+        h.step();
+    }
+    start.elapsed().as_secs_f64() * 1e3 / frames as f64
+}
+
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture"]
+fn frame_times() {
+    for n in [32usize, 128, 512] {
+        let text = vec!["word"; n - 2].join(" ");
+        let mut h =
+            Harness::builder().with_size(egui::vec2(1360.0, 860.0)).with_step_dt(1.0 / 60.0).build_eframe(move |cc| {
+                AttnvizApp::with_storage(&cc.egui_ctx, None, Startup { text: Some(text), ..Startup::default() })
+            });
+        wait_for_run(&mut h, n);
+        h.hover_at(egui::pos2(900.0, 500.0));
+        let head = mean_frame_ms(&mut h, 30, false);
+        let head_scroll = mean_frame_ms(&mut h, 30, true);
+        let lines = h.state().rt.caches.head.line_count;
+        h.state_mut().settings.view = View::Model;
+        let model = mean_frame_ms(&mut h, 30, false);
+        println!(
+            "tokens={n} head_view_ms={head:.2} head_view_scrolling_ms={head_scroll:.2} (lines in view {lines}) model_view_ms={model:.2}"
+        );
+    }
+}

@@ -329,3 +329,25 @@ fn snapshot_heatmap_with_values() {
     mask_timings(&mut h);
     h.snapshot("heatmap_values");
 }
+
+#[test]
+fn loading_a_differently_shaped_model_switches_views_to_it() {
+    let mut h = app("switch models");
+    let relu = tiny().with_file_name("tiny-bert-relu");
+    h.get_by_label("Model folder path").focus();
+    h.step();
+    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
+    h.get_by_label("Model folder path").type_text(relu.to_str().unwrap());
+    h.get_by_label("Load").click();
+    h.step();
+    wait_until(&mut h, "the new model's run", |a| a.rt.run.as_ref().is_some_and(|r| r.attention.heads() == 2));
+    for view in ["Model view", "Heatmap", "Head view"] {
+        h.get_by_label(view).click();
+        h.run_steps(2);
+    }
+    let app = h.state();
+    assert_eq!(app.rt.model.as_ref().unwrap().name, "tiny-bert-relu");
+    assert_eq!(app.settings.heads, [true, true]);
+    assert_eq!(app.rt.run.as_ref().unwrap().attention.layers(), 3);
+    h.get_by_label("L2");
+}

@@ -234,6 +234,9 @@ impl AttnvizApp {
                             self.rt.model = Some(info);
                             self.rt.load_error = None;
                             self.rt.pinned = None;
+                            // The old run belongs to the old model (its heads and layers differ).
+                            self.rt.run = None;
+                            self.rt.run_id = self.rt.requested_run_id;
                             self.rt.requested_input = None;
                         }
                         Err(e) => {

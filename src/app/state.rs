@@ -117,6 +117,14 @@ impl Settings {
         self.heads.iter().enumerate().filter_map(|(i, &on)| on.then_some(i)).collect()
     }
 
+    /// The selected heads and the layer, limited to a run of `layers` × `heads` (a run of another
+    /// model can briefly be on screen while a new one loads).
+    pub fn selection_for(&self, layers: usize, heads: usize) -> (usize, Vec<usize>) {
+        let mut selected = self.selected_heads();
+        selected.retain(|&h| h < heads);
+        (self.layer_idx.min(layers.saturating_sub(1)), selected)
+    }
+
     /// Makes layer and head selections fit a model of `layers` × `heads` (all heads on when the
     /// count changed).
     pub fn fit_model(&mut self, layers: usize, heads: usize) {

@@ -121,18 +121,15 @@ impl Layout {
 /// Draws the head view of the current layer.
 pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
     let Some(run) = rt.run.clone() else { return };
-    let heads = settings.selected_heads();
     let n_heads = run.attention.heads();
+    let (layer_idx, heads) = settings.selection_for(run.attention.layers(), n_heads);
     toolbar_ui(ui, settings, rt, &run);
     if heads.is_empty() {
         ui.label("No head selected: pick heads in the side panel (click a chip; double-click shows only that head).");
         return;
     }
     let cache = &mut rt.caches.head;
-    cache.update_matrices(
-        MatricesKey { run_id: rt.run_id, layer_idx: settings.layer_idx, hide_special: settings.hide_special },
-        &run,
-    );
+    cache.update_matrices(MatricesKey { run_id: rt.run_id, layer_idx, hide_special: settings.hide_special }, &run);
     let rows = cache.keep.len();
     let labels: Vec<String> = cache.keep.iter().map(|&p| run.tokens.label(p)).collect();
     let font = FontId::proportional(14.0);

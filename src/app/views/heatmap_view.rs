@@ -76,13 +76,7 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
         ui.separator();
         ui.add(egui::Slider::new(&mut settings.cell_size, 2.0..=80.0).text("cell size").logarithmic(true));
         ui.checkbox(&mut settings.hide_special, "Hide special tokens");
-        ui.label(
-            RichText::new(
-                "rows: queries (attending) · columns: keys (attended to) · Ctrl+scroll zooms · drag or scroll pans",
-            )
-            .small()
-            .weak(),
-        );
+        ui.label(RichText::new("rows attend to columns · Ctrl+scroll zooms · drag pans").small().weak());
     });
     if heads.is_empty() {
         ui.label("No head selected: pick heads in the side panel.");
@@ -157,13 +151,6 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
                 }
             }
         }
-        painter.text(
-            pos2(rect.left() + 2.0, rect.top() + 2.0),
-            egui::Align2::LEFT_TOP,
-            "query ↓  key →",
-            FontId::proportional(11.0),
-            ui.visuals().weak_text_color(),
-        );
         // Numbers in the cells when they fit.
         if cell >= 30.0 {
             let lut = settings.colormap.lut();

@@ -4,9 +4,10 @@
 //! <https://github.com/huggingface/transformers/blob/main/src/transformers/models/bert/modeling_bert.py>
 
 use candle_core::{DType, Device, Module, Storage, Tensor};
-use candle_nn::{Embedding, LayerNorm, Linear, VarBuilder, embedding, layer_norm, linear};
+use candle_nn::{Embedding, LayerNorm, VarBuilder, embedding, layer_norm};
 
 use super::config::{Config, HiddenAct};
+use super::kernels;
 
 /// What to record besides the attention probabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +43,39 @@ fn append_values(t: &Tensor, out: &mut Vec<f32>) -> candle_core::Result<()> {
     drop(storage);
     out.extend(t.flatten_all()?.to_vec1::<f32>()?);
     Ok(())
+}
+
+/// Runs `f` on the values of a contiguous f32 CPU tensor without copying them.
+fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
+    let t = t.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    match (&*storage, layout.contiguous_offsets()) {
+        (Storage::Cpu(cpu), Some((start, end))) => Ok(f(&cpu.as_slice::<f32>()?[start..end])),
+        _ => Err(candle_core::Error::Msg("expected a contiguous f32 CPU tensor".into())),
+    }
+}
+
+/// `nn.Linear`: `x · Wᵀ + b`, with `Wᵀ` stored transposed and contiguous once at load time (the
+/// matmul then packs less per call, which matters for short inputs).
+#[derive(Debug, Clone)]
+struct Linear {
+    weight_t: Tensor,
+    bias: Tensor,
+}
+
+impl Linear {
+    /// From a checkpoint's `weight` (out × in) and `bias` (out).
+    fn new(weight: &Tensor, bias: Tensor) -> candle_core::Result<Self> {
+        Ok(Self { weight_t: weight.t()?.contiguous()?, bias })
+    }
+
+    fn load(in_dim: usize, out_dim: usize, vb: &VarBuilder) -> candle_core::Result<Self> {
+        Self::new(&vb.get((out_dim, in_dim), "weight")?, vb.get(out_dim, "bias")?)
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        x.matmul(&self.weight_t)?.broadcast_add(&self.bias)
+    }
 }
 
 /// `BertEmbeddings`: word + token type + absolute position embeddings, then LayerNorm.
@@ -94,10 +128,10 @@ impl Attention {
             weights.push(self_vb.pp(name).get((hidden, hidden), "weight")?);
             biases.push(self_vb.pp(name).get(hidden, "bias")?);
         }
-        let qkv = Linear::new(Tensor::cat(&weights, 0)?, Some(Tensor::cat(&biases, 0)?));
+        let qkv = Linear::new(&Tensor::cat(&weights, 0)?, Tensor::cat(&biases, 0)?)?;
         Ok(Self {
             qkv,
-            output: linear(hidden, hidden, vb.pp("output").pp("dense"))?,
+            output: Linear::load(hidden, hidden, &vb.pp("output").pp("dense"))?,
             norm: layer_norm(hidden, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
             heads: cfg.num_attention_heads,
             head_dim: cfg.head_dim(),
@@ -117,15 +151,25 @@ impl Attention {
             .permute((1, 2, 0, 3))?
             .contiguous()?;
         let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
-        let scaling = (self.head_dim as f64).powf(-0.5);
-        let scores = (q.matmul(&k.t()?)? * scaling)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        append_values(&probs, &mut out.probs)?;
+        let scaling = (self.head_dim as f64).powf(-0.5) as f32;
+        // q·kᵀ, then scale + softmax in one pass written straight into the recorded output.
+        let raw = q.matmul(&k.t()?)?;
+        let len = self.heads * seq_len * seq_len;
+        let start = out.probs.len();
+        out.probs.resize(start + len, 0.0);
+        let probs_out = &mut out.probs[start..];
         if capture == Capture::Full {
-            append_values(&scores, &mut out.scores)?;
+            let s_start = out.scores.len();
+            out.scores.resize(s_start + len, 0.0);
+            let scores_out = &mut out.scores[s_start..];
+            with_values(&raw, |r| kernels::scaled_softmax_rows(r, seq_len, scaling, probs_out, Some(scores_out)))?;
             append_values(&q, &mut out.queries)?;
             append_values(&k, &mut out.keys)?;
+        } else {
+            with_values(&raw, |r| kernels::scaled_softmax_rows(r, seq_len, scaling, probs_out, None))?;
         }
+        drop(raw);
+        let probs = Tensor::from_slice(&out.probs[start..], (self.heads, seq_len, seq_len), x.device())?;
         let context = probs.matmul(&v)?.transpose(0, 1)?.reshape((seq_len, hidden))?;
         let projected = self.output.forward(&context)?;
         self.norm.forward(&(projected + x)?)
@@ -147,9 +191,9 @@ impl Layer {
     fn load(vb: &VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
         Ok(Self {
             attention: Attention::load(&vb.pp("attention"), cfg)?,
-            intermediate: linear(cfg.hidden_size, cfg.intermediate_size, vb.pp("intermediate").pp("dense"))?,
+            intermediate: Linear::load(cfg.hidden_size, cfg.intermediate_size, &vb.pp("intermediate").pp("dense"))?,
             act: cfg.hidden_act,
-            output: linear(cfg.intermediate_size, cfg.hidden_size, vb.pp("output").pp("dense"))?,
+            output: Linear::load(cfg.intermediate_size, cfg.hidden_size, &vb.pp("output").pp("dense"))?,
             norm: layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
         })
     }
@@ -159,7 +203,11 @@ impl Layer {
         let inner = self.intermediate.forward(&attended)?;
         let inner = match self.act {
             // GELUActivation: nn.functional.gelu, the exact erf form.
-            HiddenAct::Gelu => inner.gelu_erf()?,
+            HiddenAct::Gelu => {
+                let mut values = with_values(&inner, <[f32]>::to_vec)?;
+                kernels::gelu_erf_in_place(&mut values);
+                Tensor::from_vec(values, inner.shape(), inner.device())?
+            }
             // NewGELUActivation: the tanh approximation.
             HiddenAct::GeluNew => inner.gelu()?,
             HiddenAct::Relu => inner.relu()?,
@@ -199,6 +247,11 @@ impl Bert {
 
     /// Runs the encoder on one sequence (no padding, so no attention mask), recording attention.
     pub fn forward(&self, ids: &[u32], type_ids: &[u32], capture: Capture) -> candle_core::Result<ForwardOutput> {
+        // Run our own parallel kernels on candle's worker pool too: one pool, not two, on few cores.
+        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture))
+    }
+
+    fn forward_in_pool(&self, ids: &[u32], type_ids: &[u32], capture: Capture) -> candle_core::Result<ForwardOutput> {
         let seq_len = ids.len();
         let ids = Tensor::from_slice(ids, seq_len, &self.device)?;
         let type_ids = Tensor::from_slice(type_ids, seq_len, &self.device)?;

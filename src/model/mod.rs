@@ -3,6 +3,7 @@
 
 pub mod bert;
 pub mod config;
+pub mod kernels;
 pub mod loader;
 pub mod tokenize;
 

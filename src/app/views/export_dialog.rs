@@ -29,7 +29,8 @@ pub fn export_dialog_ui(ctx: &egui::Context, settings: &mut Settings, rt: &mut R
         rt.export_path_input = default_export_path(settings).display().to_string();
     }
     let mut open = true;
-    egui::Window::new("Export PNG").open(&mut open).collapsible(false).resizable(false).show(ctx, |ui| {
+    let window = egui::Window::new("Export PNG").open(&mut open).collapsible(false).resizable(false);
+    window.anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(ctx, |ui| {
         let what = match settings.view {
             View::Head if rt.pinned.is_some() => "the head view (with the pinned token)",
             View::Head => "the head view",

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use attnviz::app::state::View;
 use attnviz::app::{AttnvizApp, Startup};
+use attnviz::cli::bench::BENCH_TEXT;
+use attnviz::model::{LoadedModel, default_model_dir};
 use egui_kittest::Harness;
 
 fn wait_for_run(h: &mut Harness<'static, AttnvizApp>, tokens: usize) {
@@ -31,6 +33,7 @@ fn mean_frame_ms(h: &mut Harness<'static, AttnvizApp>, frames: usize, scroll: bo
                 delta: egui::vec2(0.0, delta),
                 phase: egui::TouchPhase::Move,
                 modifiers: egui::Modifiers::default(),
+                source: egui::MouseWheelSource::Wheel,
             });
         }
         h.step();
@@ -41,21 +44,25 @@ fn mean_frame_ms(h: &mut Harness<'static, AttnvizApp>, frames: usize, scroll: bo
 #[test]
 #[ignore = "measurement; run with --ignored --nocapture"]
 fn frame_times() {
+    let model = LoadedModel::load(&default_model_dir()).unwrap();
     for n in [32usize, 128, 512] {
-        let text = vec!["word"; n - 2].join(" ");
+        // Natural text of exactly n tokens (the benchmark's sentence, repeated and cut).
+        let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, n).unwrap();
+        let text = tokens.tokens[1..n - 1].join(" ").replace(" ##", "");
         let mut h =
             Harness::builder().with_size(egui::vec2(1360.0, 860.0)).with_step_dt(1.0 / 60.0).build_eframe(move |cc| {
                 AttnvizApp::with_storage(&cc.egui_ctx, None, Startup { text: Some(text), ..Startup::default() })
             });
         wait_for_run(&mut h, n);
-        h.hover_at(egui::pos2(900.0, 500.0));
+        h.hover_at(egui::pos2(1300.0, 820.0)); // away from the tokens: all lines are drawn
         let head = mean_frame_ms(&mut h, 30, false);
         let head_scroll = mean_frame_ms(&mut h, 30, true);
         let lines = h.state().rt.caches.head.line_count;
+        let candidates = h.state().rt.caches.head.candidate_count;
         h.state_mut().settings.view = View::Model;
         let model = mean_frame_ms(&mut h, 30, false);
         println!(
-            "tokens={n} head_view_ms={head:.2} head_view_scrolling_ms={head_scroll:.2} (lines in view {lines}) model_view_ms={model:.2}"
+            "tokens={n} head_view_ms={head:.2} head_view_scrolling_ms={head_scroll:.2} (lines drawn {lines} of {candidates} in view) model_view_ms={model:.2}"
         );
     }
 }

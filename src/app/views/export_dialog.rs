@@ -65,7 +65,7 @@ pub fn export_dialog_ui(ctx: &egui::Context, settings: &mut Settings, rt: &mut R
             ui.colored_label(ui.visuals().error_fg_color, &status.text);
         }
     });
-    if !open {
+    if !open || ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
         rt.export_open = false;
     }
 }

@@ -22,6 +22,9 @@ const LINES_WIDTH: f32 = 260.0;
 const MAX_LABEL_WIDTH: f32 = 170.0;
 /// Width of a line at full opacity, before the anti-aliasing feather.
 const LINE_WIDTH: f32 = 1.5;
+/// Most lines drawn at once when no token is selected; beyond it only the strongest are kept (the
+/// rest are too faint to see, and the view must stay fluid at 512 tokens).
+pub const LINE_BUDGET: usize = 30_000;
 /// Room for per-head bars beside a column.
 const BARS_WIDTH: f32 = 90.0;
 
@@ -56,6 +59,10 @@ pub struct HeadViewCache {
     mesh: Arc<Mesh>,
     /// Lines in the cached mesh (for tests and the frame-time report).
     pub line_count: usize,
+    /// Lines that passed the threshold in view, before the budget was applied.
+    pub candidate_count: usize,
+    /// The weight below which lines were dropped to stay within [`LINE_BUDGET`], if it applied.
+    pub budget_threshold: Option<f32>,
 }
 
 impl HeadViewCache {
@@ -218,10 +225,9 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
                     clip: (clip.top().round() as i32, clip.bottom().round() as i32),
                 };
                 if cache.mesh_key.as_ref() != Some(&key) {
-                    let mut mesh = Mesh::default();
-                    let mut count = 0;
+                    // Every line that passes the threshold and crosses the visible area...
+                    let mut lines: Vec<(f32, u32, u32, u32)> = Vec::new();
                     for &h in &heads {
-                        let color = head_color(h, n_heads);
                         let m = &cache.matrices[h];
                         for q in 0..rows {
                             let yq = layout.row_y(q);
@@ -231,23 +237,32 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
                                     continue;
                                 }
                                 let yk = layout.row_y(k);
-                                // Cull lines entirely above or below the visible area.
                                 if (yq < clip.top() && yk < clip.top()) || (yq > clip.bottom() && yk > clip.bottom()) {
                                     continue;
                                 }
-                                add_line(
-                                    &mut mesh,
-                                    pos2(layout.line_x0, yq),
-                                    pos2(layout.line_x1, yk),
-                                    LINE_WIDTH,
-                                    line_color(color, w),
-                                );
-                                count += 1;
+                                lines.push((w, h as u32, q as u32, k as u32));
                             }
                         }
                     }
+                    // ...but no more than the budget: keep the strongest.
+                    cache.candidate_count = lines.len();
+                    cache.budget_threshold = None;
+                    if lines.len() > LINE_BUDGET {
+                        lines.select_nth_unstable_by(LINE_BUDGET, |a, b| b.0.total_cmp(&a.0));
+                        lines.truncate(LINE_BUDGET);
+                        cache.budget_threshold = lines.iter().map(|l| l.0).reduce(f32::min);
+                    }
+                    let mut mesh = Mesh::default();
+                    mesh.reserve_vertices(lines.len() * 8);
+                    mesh.reserve_triangles(lines.len() * 6);
+                    for &(w, h, q, k) in &lines {
+                        let color = line_color(head_color(h as usize, n_heads), w);
+                        let a = pos2(layout.line_x0, layout.row_y(q as usize));
+                        let b = pos2(layout.line_x1, layout.row_y(k as usize));
+                        add_line(&mut mesh, a, b, LINE_WIDTH, color);
+                    }
                     cache.mesh = Arc::new(mesh);
-                    cache.line_count = count;
+                    cache.line_count = lines.len();
                     cache.mesh_key = Some(key);
                 }
                 painter.add(egui::Shape::Mesh(cache.mesh.clone()));
@@ -347,6 +362,13 @@ fn toolbar_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime, run:
                 .small()
                 .italics(),
         );
+    }
+    if let Some(w) = rt.caches.head.budget_threshold.filter(|_| rt.pinned.is_none() && rt.hovered.is_none()) {
+        let shown = format!(
+            "Showing the {LINE_BUDGET} strongest of {} lines in view (weights ≥ {w:.3}); raise the threshold or pick fewer heads to see the rest.",
+            rt.caches.head.candidate_count
+        );
+        ui.label(RichText::new(shown).small().italics());
     }
     match rt.pinned {
         Some((side, pos)) if pos < run.tokens.len() => {

@@ -1,5 +1,5 @@
 //! Forward pass with attention capture on the embedded model at 8 / 32 / 128 / 512 tokens.
-//! Compare with the PyTorch peer: `../shared/peer/torch_forward.py` (see README, "Speed").
+//! Compare with the `PyTorch` peer: `../shared/peer/torch_forward.py` (see README, "Speed").
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 

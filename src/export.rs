@@ -34,7 +34,7 @@ pub enum Figure {
     ModelGrid,
     /// The sinusoidal encoding (positions × dimensions).
     PeEncoding(PeParams),
-    /// The dot products pe_i · pe_j (positions × positions).
+    /// The dot products `pe_i` · `pe_j` (positions × positions).
     PeDot(PeParams),
 }
 

@@ -1,5 +1,6 @@
-//! The desktop app driven headless with egui_kittest: real clicks and typing, then assertions on
+//! The desktop app driven headless with `egui_kittest`: real clicks and typing, then assertions on
 //! the app's state and on files written.
+#![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,5 +1,6 @@
 //! The command line end to end: outputs written and decodable, errors on one line, no panics,
 //! no partial files.
+#![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

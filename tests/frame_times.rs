@@ -1,7 +1,8 @@
 //! Frame times of the head view (all heads) and the model view at 32 / 128 / 512 tokens on the
-//! embedded model, measured by stepping an egui_kittest harness (UI code + tessellation, no GPU).
+//! embedded model, measured by stepping an `egui_kittest` harness (UI code + tessellation, no GPU).
 //! A measurement, not a pass/fail test:
-//!     cargo test --release --test frame_times -- --ignored --nocapture
+//!     cargo test --release --test `frame_times` -- --ignored --nocapture
+#![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
 
 use std::time::{Duration, Instant};
 

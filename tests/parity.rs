@@ -1,5 +1,6 @@
-//! Attention equals Hugging Face transformers (eager, output_attentions=True) to 1e-5 on every
-//! layer and head. References come from tests/fixtures/make_reference.py.
+//! Attention equals Hugging Face transformers (eager, `output_attentions=True`) to 1e-5 on every
+//! layer and head. References come from `tests/fixtures/make_reference.py`.
+#![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -93,7 +93,9 @@ impl Attention {
             }
         }
         let k = head_idxs.len() as f32;
-        out.iter_mut().for_each(|o| *o /= k);
+        for o in &mut out {
+            *o /= k;
+        }
         out
     }
 
@@ -153,7 +155,7 @@ impl serde::Serialize for Nested<'_> {
     }
 }
 
-/// Per-head vectors (queries or keys): layers × heads × tokens × head_dim.
+/// Per-head vectors (queries or keys): layers × heads × tokens × `head_dim`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeadVectors {
     layers: usize,
@@ -198,6 +200,7 @@ impl HeadVectors {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // exact values are the point of these tests
 mod tests {
     use super::*;
 

@@ -1,4 +1,4 @@
-//! NumPy `.npz` archives (a zip of `.npy` arrays), loadable with `numpy.load`.
+//! `NumPy` `.npz` archives (a zip of `.npy` arrays), loadable with `numpy.load`.
 
 use std::io::{Seek, Write};
 

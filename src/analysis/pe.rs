@@ -1,4 +1,4 @@
-//! Sinusoidal positional encodings and their dot products pe_i · pe_j.
+//! Sinusoidal positional encodings and their dot products `pe_i` · `pe_j`.
 
 use thiserror::Error;
 
@@ -73,14 +73,14 @@ impl PeParams {
     }
 }
 
-/// A positional encoding (positions × d_model, row-major) and its dot-product matrix.
+/// A positional encoding (positions × `d_model`, row-major) and its dot-product matrix.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PositionalEncoding {
     /// The parameters it was made from.
     pub params: PeParams,
     /// PE, `positions × d_model`, row-major.
     pub encoding: Vec<f32>,
-    /// PE · PEᵀ, `positions × positions`, row-major.
+    /// PE · `PEᵀ`, `positions × positions`, row-major.
     pub dot: Vec<f32>,
 }
 
@@ -129,6 +129,7 @@ pub fn gram(rows: &[f64], n: usize, d: usize) -> Vec<f64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // exact values are the point of these tests
 mod tests {
     use super::*;
 

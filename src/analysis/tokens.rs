@@ -1,5 +1,7 @@
 //! Tokens of one input, as the tokenizer wrote them.
 
+use std::fmt::Write as _;
+
 /// The tokens of an input (one sentence or a pair), aligned with the attention matrices.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Tokens {
@@ -26,7 +28,7 @@ impl Tokens {
 
     /// Whether the input has a second sentence (any token in segment 1).
     pub fn is_pair(&self) -> bool {
-        self.segments.iter().any(|&s| s == 1)
+        self.segments.contains(&1)
     }
 
     /// A readable label for token `pos`: word-piece markers (`Ġ`, `▁`) shown as spaces are dropped,
@@ -43,7 +45,9 @@ pub fn pretty_label(token: &str) -> String {
     for c in trimmed.chars() {
         match c {
             'Ċ' => out.push_str("\\n"),
-            c if c.is_control() || is_invisible(c) => out.push_str(&format!("U+{:04X}", c as u32)),
+            c if c.is_control() || is_invisible(c) => {
+                let _ = write!(out, "U+{:04X}", c as u32);
+            }
             c => out.push(c),
         }
     }

@@ -391,7 +391,7 @@ impl AttnvizApp {
     }
 }
 
-/// Adds DejaVu Sans as a fallback after egui's fonts (arrows, symbols, most alphabets), and draws a
+/// Adds `DejaVu` Sans as a fallback after egui's fonts (arrows, symbols, most alphabets), and draws a
 /// box for any glyph still missing: token text is arbitrary user input and must never panic.
 fn install_fonts(ctx: &egui::Context) {
     use egui::epaint::text::{FontInsert, FontPriority, InsertFontFamily};

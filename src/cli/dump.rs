@@ -16,7 +16,7 @@ use crate::atomic::write_atomic;
 pub enum DumpFormat {
     /// `{"model", "tokens", "segments", "attentions": [layer][head][query][key]}`.
     Json,
-    /// NumPy archive: `attentions` (float32, L×H×n×n), `tokens`, `segments`.
+    /// `NumPy` archive: `attentions` (float32, L×H×n×n), `tokens`, `segments`.
     Npz,
 }
 

@@ -78,7 +78,7 @@ impl Linear {
     }
 }
 
-/// `BertEmbeddings`: word + token type + absolute position embeddings, then LayerNorm.
+/// `BertEmbeddings`: word + token type + absolute position embeddings, then `LayerNorm`.
 #[derive(Debug, Clone)]
 struct Embeddings {
     word: Embedding,
@@ -97,7 +97,7 @@ impl Embeddings {
         })
     }
 
-    /// `inputs_embeds + token_type_embeddings`, then `+= position_embeddings`, then LayerNorm
+    /// `inputs_embeds + token_type_embeddings`, then `+= position_embeddings`, then `LayerNorm`
     /// (dropout is the identity at inference).
     fn forward(&self, ids: &Tensor, type_ids: &Tensor) -> candle_core::Result<Tensor> {
         let seq_len = ids.dim(0)?;
@@ -139,7 +139,7 @@ impl Attention {
     }
 
     /// `eager_attention_forward`: softmax(q·kᵀ · head_dim^-0.5) · v, then the output dense, the
-    /// residual and LayerNorm. Records probabilities (and scores, q, k when asked) into `out`.
+    /// residual and `LayerNorm`. Records probabilities (and scores, q, k when asked) into `out`.
     fn forward(&self, x: &Tensor, capture: Capture, out: &mut ForwardOutput) -> candle_core::Result<Tensor> {
         let seq_len = x.dim(0)?;
         let hidden = self.heads * self.head_dim;
@@ -177,7 +177,7 @@ impl Attention {
 }
 
 /// `BertLayer`: attention, then `BertIntermediate` (dense + activation) and `BertOutput`
-/// (dense, residual, LayerNorm).
+/// (dense, residual, `LayerNorm`).
 #[derive(Debug, Clone)]
 struct Layer {
     attention: Attention,

@@ -42,7 +42,7 @@ pub struct RawConfig {
     /// Number of segment (token type) embeddings.
     #[serde(default = "default_type_vocab")]
     pub type_vocab_size: usize,
-    /// LayerNorm epsilon.
+    /// `LayerNorm` epsilon.
     #[serde(default = "default_eps")]
     pub layer_norm_eps: f64,
     /// Kind of position embedding; only "absolute" is supported.
@@ -82,7 +82,7 @@ pub struct Config {
     pub max_position_embeddings: usize,
     /// Number of segment embeddings.
     pub type_vocab_size: usize,
-    /// LayerNorm epsilon.
+    /// `LayerNorm` epsilon.
     pub layer_norm_eps: f64,
 }
 
@@ -169,6 +169,7 @@ impl RawConfig {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // exact values are the point of these tests
 mod tests {
     use super::*;
 

@@ -8,7 +8,7 @@ use image::RgbaImage;
 
 use super::canvas::blend_pixel;
 
-/// The embedded DejaVu Sans font file (also the app's fallback font for labels).
+/// The embedded `DejaVu` Sans font file (also the app's fallback font for labels).
 pub const FONT_BYTES: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 
 /// The one font of every figure; `None` only if the embedded file were broken (then no text is drawn).

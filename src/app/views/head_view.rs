@@ -193,80 +193,79 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
         let admits = |q: usize, k: usize| settings.pair_filter.admits(segments[keep[q]], segments[keep[k]]);
         let min_weight = settings.threshold.max(1.0 / 255.0);
         // Lines.
-        match selection.and_then(|(side, pos)| keep.iter().position(|&p| p == pos).map(|row| (side, row))) {
-            Some((side, row)) => {
-                let mut mesh = Mesh::default();
+        if let Some((side, row)) =
+            selection.and_then(|(side, pos)| keep.iter().position(|&p| p == pos).map(|row| (side, row)))
+        {
+            let mut mesh = Mesh::default();
+            for &h in &heads {
+                let m = &cache.matrices[h];
+                for other in 0..rows {
+                    let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
+                    let w = m[q * rows + k];
+                    if w >= min_weight && admits(q, k) {
+                        let a = pos2(layout.line_x0, layout.row_y(q));
+                        let b = pos2(layout.line_x1, layout.row_y(k));
+                        add_line(&mut mesh, a, b, LINE_WIDTH, line_color(head_color(h, n_heads), w));
+                    }
+                }
+            }
+            painter.add(egui::Shape::mesh(mesh));
+            bars_ui(&painter, &layout, cache, &heads, n_heads, side, row, label_width, &visible_rows);
+        } else {
+            let key = MeshKey {
+                matrices: cache.matrices_key.clone().unwrap_or(MatricesKey {
+                    run_id: 0,
+                    layer_idx: 0,
+                    hide_special: false,
+                }),
+                heads: heads.clone(),
+                threshold: min_weight.to_bits(),
+                pair_filter: settings.pair_filter,
+                origin: (rect.left().round() as i32, rect.top().round() as i32),
+                clip: (clip.top().round() as i32, clip.bottom().round() as i32),
+            };
+            if cache.mesh_key.as_ref() != Some(&key) {
+                // Every line that passes the threshold and crosses the visible area...
+                let mut lines: Vec<(f32, u32, u32, u32)> = Vec::new();
                 for &h in &heads {
                     let m = &cache.matrices[h];
-                    for other in 0..rows {
-                        let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
-                        let w = m[q * rows + k];
-                        if w >= min_weight && admits(q, k) {
-                            let a = pos2(layout.line_x0, layout.row_y(q));
-                            let b = pos2(layout.line_x1, layout.row_y(k));
-                            add_line(&mut mesh, a, b, LINE_WIDTH, line_color(head_color(h, n_heads), w));
-                        }
-                    }
-                }
-                painter.add(egui::Shape::mesh(mesh));
-                bars_ui(&painter, &layout, cache, &heads, n_heads, side, row, label_width, &visible_rows);
-            }
-            None => {
-                let key = MeshKey {
-                    matrices: cache.matrices_key.clone().unwrap_or(MatricesKey {
-                        run_id: 0,
-                        layer_idx: 0,
-                        hide_special: false,
-                    }),
-                    heads: heads.clone(),
-                    threshold: min_weight.to_bits(),
-                    pair_filter: settings.pair_filter,
-                    origin: (rect.left().round() as i32, rect.top().round() as i32),
-                    clip: (clip.top().round() as i32, clip.bottom().round() as i32),
-                };
-                if cache.mesh_key.as_ref() != Some(&key) {
-                    // Every line that passes the threshold and crosses the visible area...
-                    let mut lines: Vec<(f32, u32, u32, u32)> = Vec::new();
-                    for &h in &heads {
-                        let m = &cache.matrices[h];
-                        for q in 0..rows {
-                            let yq = layout.row_y(q);
-                            for k in 0..rows {
-                                let w = m[q * rows + k];
-                                if w < min_weight || !admits(q, k) {
-                                    continue;
-                                }
-                                let yk = layout.row_y(k);
-                                if (yq < clip.top() && yk < clip.top()) || (yq > clip.bottom() && yk > clip.bottom()) {
-                                    continue;
-                                }
-                                lines.push((w, h as u32, q as u32, k as u32));
+                    for q in 0..rows {
+                        let yq = layout.row_y(q);
+                        for k in 0..rows {
+                            let w = m[q * rows + k];
+                            if w < min_weight || !admits(q, k) {
+                                continue;
                             }
+                            let yk = layout.row_y(k);
+                            if (yq < clip.top() && yk < clip.top()) || (yq > clip.bottom() && yk > clip.bottom()) {
+                                continue;
+                            }
+                            lines.push((w, h as u32, q as u32, k as u32));
                         }
                     }
-                    // ...but no more than the budget: keep the strongest.
-                    cache.candidate_count = lines.len();
-                    cache.budget_threshold = None;
-                    if lines.len() > LINE_BUDGET {
-                        lines.select_nth_unstable_by(LINE_BUDGET, |a, b| b.0.total_cmp(&a.0));
-                        lines.truncate(LINE_BUDGET);
-                        cache.budget_threshold = lines.iter().map(|l| l.0).reduce(f32::min);
-                    }
-                    let mut mesh = Mesh::default();
-                    mesh.reserve_vertices(lines.len() * 8);
-                    mesh.reserve_triangles(lines.len() * 6);
-                    for &(w, h, q, k) in &lines {
-                        let color = line_color(head_color(h as usize, n_heads), w);
-                        let a = pos2(layout.line_x0, layout.row_y(q as usize));
-                        let b = pos2(layout.line_x1, layout.row_y(k as usize));
-                        add_line(&mut mesh, a, b, LINE_WIDTH, color);
-                    }
-                    cache.mesh = Arc::new(mesh);
-                    cache.line_count = lines.len();
-                    cache.mesh_key = Some(key);
                 }
-                painter.add(egui::Shape::Mesh(cache.mesh.clone()));
+                // ...but no more than the budget: keep the strongest.
+                cache.candidate_count = lines.len();
+                cache.budget_threshold = None;
+                if lines.len() > LINE_BUDGET {
+                    lines.select_nth_unstable_by(LINE_BUDGET, |a, b| b.0.total_cmp(&a.0));
+                    lines.truncate(LINE_BUDGET);
+                    cache.budget_threshold = lines.iter().map(|l| l.0).reduce(f32::min);
+                }
+                let mut mesh = Mesh::default();
+                mesh.reserve_vertices(lines.len() * 8);
+                mesh.reserve_triangles(lines.len() * 6);
+                for &(w, h, q, k) in &lines {
+                    let color = line_color(head_color(h as usize, n_heads), w);
+                    let a = pos2(layout.line_x0, layout.row_y(q as usize));
+                    let b = pos2(layout.line_x1, layout.row_y(k as usize));
+                    add_line(&mut mesh, a, b, LINE_WIDTH, color);
+                }
+                cache.mesh = Arc::new(mesh);
+                cache.line_count = lines.len();
+                cache.mesh_key = Some(key);
             }
+            painter.add(egui::Shape::Mesh(cache.mesh.clone()));
         }
         // Token labels.
         let text_color = ui.visuals().text_color();

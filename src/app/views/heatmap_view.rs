@@ -198,7 +198,7 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
             ));
         }
         if response.hovered() {
-            zoom = ui.input(|i| i.zoom_delta());
+            zoom = ui.input(egui::InputState::zoom_delta);
         }
     });
     if (zoom - 1.0).abs() > 1e-3 {

@@ -294,10 +294,16 @@ fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
     h
 }
 
-fn mask_timings(h: &mut Harness<'static, AttnvizApp>) {
+fn mask_varying(h: &mut Harness<'static, AttnvizApp>) {
     // The status bar holds timings (model ms, frame ms) whose text width varies run to run.
     let size = h.ctx.content_rect().size();
     h.mask(egui::Rect::from_min_max(egui::pos2(0.0, size.y - 28.0), egui::pos2(size.x, size.y)));
+    // The model folder is an absolute path: it depends on where the repository is checked out.
+    let folder = tiny().display().to_string();
+    let rects = [h.get_by_label("Model folder path").rect(), h.get_by_label(&folder).rect()];
+    for r in rects {
+        h.mask(r.expand(2.0));
+    }
 }
 
 #[test]
@@ -307,7 +313,7 @@ fn snapshot_head_view_with_a_pinned_token() {
     h.run_steps(3);
     h.remove_cursor();
     h.run_steps(2);
-    mask_timings(&mut h);
+    mask_varying(&mut h);
     h.snapshot("head_view_pinned");
 }
 
@@ -321,7 +327,7 @@ fn snapshot_heatmap_with_values() {
     h.run_steps(3);
     h.remove_cursor();
     h.run_steps(2);
-    mask_timings(&mut h);
+    mask_varying(&mut h);
     h.snapshot("heatmap_values");
 }
 

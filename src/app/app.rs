@@ -294,7 +294,10 @@ impl AttnvizApp {
                 }
                 Background::PickedExport(Some(path)) => self.rt.export_path_input = path.display().to_string(),
                 Background::PickedModel(None) | Background::PickedExport(None) => {
-                    self.set_status("No native file dialog answered: type the path in the box instead", false);
+                    self.set_status(
+                        "Nothing chosen (if no file dialog appeared, this desktop has none: type the path in the box)",
+                        false,
+                    );
                 }
             }
         }

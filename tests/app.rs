@@ -302,7 +302,8 @@ fn mask_varying(h: &mut Harness<'static, AttnvizApp>) {
     let folder = tiny().display().to_string();
     let rects = [h.get_by_label("Model folder path").rect(), h.get_by_label(&folder).rect()];
     for r in rects {
-        h.mask(r.expand(2.0));
+        // The full width of the side panel: the path's own width differs between checkouts.
+        h.mask(egui::Rect::from_min_max(egui::pos2(0.0, r.top() - 2.0), egui::pos2(280.0, r.bottom() + 2.0)));
     }
 }
 

@@ -74,7 +74,21 @@ impl Linear {
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        x.matmul(&self.weight_t)?.broadcast_add(&self.bias)
+        self.forward_plus(x, None)
+    }
+
+    /// `x · Wᵀ + b (+ residual)`, the additions in one pass of our own (Candle's element-wise ops
+    /// on large tensors run on a second, spinning thread pool that competes with the matmuls).
+    fn forward_plus(&self, x: &Tensor, residual: Option<&Tensor>) -> candle_core::Result<Tensor> {
+        let y = x.matmul(&self.weight_t)?;
+        let shape = y.shape().clone();
+        let summed = with_values(&y, |y| {
+            with_values(&self.bias, |b| match residual {
+                Some(r) => with_values(r, |r| kernels::add_bias_residual(y, b, Some(r))),
+                None => Ok(kernels::add_bias_residual(y, b, None)),
+            })
+        })???;
+        Tensor::from_vec(summed, shape, x.device())
     }
 }
 
@@ -171,8 +185,7 @@ impl Attention {
         drop(raw);
         let probs = Tensor::from_slice(&out.probs[start..], (self.heads, seq_len, seq_len), x.device())?;
         let context = probs.matmul(&v)?.transpose(0, 1)?.reshape((seq_len, hidden))?;
-        let projected = self.output.forward(&context)?;
-        self.norm.forward(&(projected + x)?)
+        self.norm.forward(&self.output.forward_plus(&context, Some(x))?)
     }
 }
 
@@ -212,7 +225,7 @@ impl Layer {
             HiddenAct::GeluNew => inner.gelu()?,
             HiddenAct::Relu => inner.relu()?,
         };
-        self.norm.forward(&(self.output.forward(&inner)? + attended)?)
+        self.norm.forward(&self.output.forward_plus(&inner, Some(&attended))?)
     }
 }
 

@@ -73,6 +73,39 @@ pub fn gelu_erf_in_place(values: &mut [f32]) {
     });
 }
 
+/// `out = y + bias (+ residual)` for a row-major `rows × bias.len()` matrix `y`: the bias of a
+/// linear layer, and the residual connection when given, added in one pass.
+pub fn add_bias_residual(y: &[f32], bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+    let width = bias.len();
+    let mut out = vec![0.0f32; y.len()];
+    if width == 0 {
+        return out;
+    }
+    let rows_per_task = (MIN_CHUNK / width).max(1) * width;
+    out.par_chunks_mut(rows_per_task).enumerate().for_each(|(task, out)| {
+        let start = task * rows_per_task;
+        let y = &y[start..start + out.len()];
+        match residual {
+            Some(r) => {
+                let r = &r[start..start + out.len()];
+                for ((o, y), r) in out.chunks_mut(width).zip(y.chunks(width)).zip(r.chunks(width)) {
+                    for j in 0..width {
+                        o[j] = (y[j] + bias[j]) + r[j];
+                    }
+                }
+            }
+            None => {
+                for (o, y) in out.chunks_mut(width).zip(y.chunks(width)) {
+                    for j in 0..width {
+                        o[j] = y[j] + bias[j];
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
 /// Softmax of one row of scaled scores already in `p`, in place: max, exp, sum, normalise, each a
 /// separate pass so each vectorises (a running `sum += e` would force scalar code).
 #[inline(always)]
@@ -187,6 +220,14 @@ mod tests {
         }
         assert_eq!(erf_f32(10.0), 1.0);
         assert_eq!(erf_f32(-10.0), -1.0);
+    }
+
+    #[test]
+    fn bias_and_residual_are_added_per_column() {
+        let y = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        assert_eq!(add_bias_residual(&y, &[10.0, 20.0, 30.0], None), [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+        let r = [0.5; 6];
+        assert_eq!(add_bias_residual(&y, &[10.0, 20.0, 30.0], Some(&r)), [11.5, 22.5, 33.5, 14.5, 25.5, 36.5]);
     }
 
     #[test]

@@ -33,16 +33,9 @@ pub struct ForwardOutput {
     pub keys: Vec<f32>,
 }
 
-/// Appends a tensor's values (row-major) to `out`, reading the storage directly when contiguous.
+/// Appends a tensor's values (row-major) to `out`.
 fn append_values(t: &Tensor, out: &mut Vec<f32>) -> candle_core::Result<()> {
-    let (storage, layout) = t.storage_and_layout();
-    if let (Storage::Cpu(cpu), Some((start, end))) = (&*storage, layout.contiguous_offsets()) {
-        out.extend_from_slice(&cpu.as_slice::<f32>()?[start..end]);
-        return Ok(());
-    }
-    drop(storage);
-    out.extend(t.flatten_all()?.to_vec1::<f32>()?);
-    Ok(())
+    with_values(t, |v| out.extend_from_slice(v))
 }
 
 /// Runs `f` on the values of a contiguous f32 CPU tensor without copying them.

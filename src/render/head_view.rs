@@ -75,12 +75,6 @@ impl HeadViewLayout {
     pub fn row_y(&self, i: usize) -> f32 {
         self.top + (i as f32 + 0.5) * self.row_height
     }
-
-    /// Token row under height `y`, if any, for `seq_len` tokens.
-    pub fn row_at(&self, y: f32, seq_len: usize) -> Option<usize> {
-        let row = ((y - self.top) / self.row_height).floor();
-        (row >= 0.0 && (row as usize) < seq_len).then_some(row as usize)
-    }
 }
 
 /// Room kept above the body (title and legend) when rows are shrunk to fit the image cap, before scaling.
@@ -390,8 +384,6 @@ mod tests {
         assert!(
             lay.line_x0 > lay.left_text_right && lay.right_text_left > lay.line_x1 && lay.width > lay.right_text_left
         );
-        assert_eq!(lay.row_at(lay.row_y(3), 4), Some(3));
-        assert_eq!(lay.row_at(lay.top - 1.0, 4), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub mod text;
 
 pub use canvas::MAX_SIDE;
 pub use colormap::{Colormap, cells_rgba, head_colors};
-pub use head_view::{HeadViewLayout, HeadViewSpec, Side, head_view, head_view_layout};
+pub use head_view::{HeadViewSpec, Side, head_view};
 pub use heatmap::{HeatmapSpec, heatmap};
 pub use model_grid::{ModelGridSpec, model_grid};
 pub use pe::{pe_dot, pe_encoding};

@@ -20,7 +20,7 @@ pub enum ViewArg {
     Model,
     /// The sinusoidal positional encoding (positions × dimensions).
     Pe,
-    /// Its dot products `pe_i` · `pe_j` (positions × positions).
+    /// Its dot products pe_i · pe_j (positions × positions).
     PeDot,
 }
 

@@ -1,4 +1,7 @@
 //! The command line: one file per subcommand, each thin (parse → call the library → write).
+//!
+//! Doc comments here are `--help` text read in a terminal, so they are not written as Markdown.
+#![allow(clippy::doc_markdown)]
 
 pub mod bench;
 pub mod dump;
@@ -20,7 +23,7 @@ use crate::model::{LoadedModel, default_model_dir};
 #[command(name = "attnviz", version, about, long_about)]
 pub struct Cli {
     /// Hugging Face model folder (config.json, tokenizer.json, model.safetensors); default: the
-    /// embedded all-MiniLM-L6-v2, or $`ATTNVIZ_MODEL`.
+    /// embedded all-MiniLM-L6-v2, or $ATTNVIZ_MODEL.
     #[arg(long, global = true, value_name = "DIR")]
     pub model: Option<PathBuf>,
     /// Sentence to start the app with.
@@ -41,7 +44,7 @@ pub enum Command {
     Dump(dump::DumpArgs),
     /// Draw a view (heatmap, head view, model grid, positional encodings) to a PNG file.
     Export(export::ExportArgs),
-    /// Write a sinusoidal positional encoding and its dot products `pe_i` · `pe_j` as JSON.
+    /// Write a sinusoidal positional encoding and its dot products pe_i · pe_j as JSON.
     Pe(pe::PeArgs),
     /// Time the forward pass with attention capture on an input of exactly N tokens.
     Bench(bench::BenchArgs),

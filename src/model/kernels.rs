@@ -136,7 +136,8 @@ fn softmax_in_place(p: &mut [f32]) {
 }
 
 /// For each row of `raw` (length `n`): scores = raw·`scale`, written to `scores` if given, and
-/// softmax(scores) written to `probs` — one pass over memory instead of scale, softmax and copies.
+/// softmax(scores) written to `probs` — each row scaled, recorded and normalised while it is in
+/// cache, instead of separate passes over the whole `n × n` buffers.
 pub fn scaled_softmax_rows(raw: &[f32], n: usize, scale: f32, probs: &mut [f32], scores: Option<&mut [f32]>) {
     assert_eq!(raw.len(), probs.len());
     if let Some(s) = scores.as_deref() {
@@ -147,33 +148,27 @@ pub fn scaled_softmax_rows(raw: &[f32], n: usize, scale: f32, probs: &mut [f32],
     }
     let arch = pulp::Arch::new();
     let rows_per_task = (MIN_CHUNK / n).max(1) * n;
-    let task = |(start, p): (usize, &mut [f32])| {
-        let src = &raw[start..start + p.len()];
+    let rows = |src: &[f32], p: &mut [f32], mut s: Option<&mut [f32]>| {
         arch.dispatch(
             #[inline(always)]
             || {
-                for (src, p) in src.chunks(n).zip(p.chunks_mut(n)) {
+                for (i, (src, p)) in src.chunks(n).zip(p.chunks_mut(n)).enumerate() {
                     for (pv, &r) in p.iter_mut().zip(src) {
                         *pv = r * scale;
                     }
+                    if let Some(s) = s.as_deref_mut() {
+                        s[i * n..(i + 1) * n].copy_from_slice(p);
+                    }
+                    softmax_in_place(p);
                 }
             },
         );
     };
-    probs.par_chunks_mut(rows_per_task).enumerate().map(|(i, p)| (i * rows_per_task, p)).for_each(task);
-    if let Some(s) = scores {
-        s.copy_from_slice(probs);
+    let tasks = raw.par_chunks(rows_per_task).zip(probs.par_chunks_mut(rows_per_task));
+    match scores {
+        Some(s) => tasks.zip(s.par_chunks_mut(rows_per_task)).for_each(|((src, p), s)| rows(src, p, Some(s))),
+        None => tasks.for_each(|(src, p)| rows(src, p, None)),
     }
-    probs.par_chunks_mut(rows_per_task).for_each(|p| {
-        arch.dispatch(
-            #[inline(always)]
-            || {
-                for row in p.chunks_mut(n) {
-                    softmax_in_place(row);
-                }
-            },
-        );
-    });
 }
 
 #[cfg(test)]

@@ -136,7 +136,8 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
         return;
     }
     let cache = &mut rt.caches.head;
-    cache.update_matrices(MatricesKey { run_id: rt.run_id, layer_idx, hide_special: settings.hide_special }, &run);
+    let matrices_key = MatricesKey { run_id: rt.run_id, layer_idx, hide_special: settings.hide_special };
+    cache.update_matrices(matrices_key.clone(), &run);
     let rows = cache.keep.len();
     let labels: Vec<String> = cache.keep.iter().map(|&p| run.tokens.label(p)).collect();
     let font = FontId::proportional(14.0);
@@ -213,11 +214,7 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
             bars_ui(&painter, &layout, cache, &heads, n_heads, side, row, label_width, &visible_rows);
         } else {
             let key = MeshKey {
-                matrices: cache.matrices_key.clone().unwrap_or(MatricesKey {
-                    run_id: 0,
-                    layer_idx: 0,
-                    hide_special: false,
-                }),
+                matrices: matrices_key,
                 heads: heads.clone(),
                 threshold: min_weight.to_bits(),
                 pair_filter: settings.pair_filter,

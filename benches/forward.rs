@@ -15,7 +15,11 @@ fn forward(c: &mut Criterion) {
         let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, n).expect("tokens");
         assert_eq!(tokens.len(), n);
         group.bench_with_input(BenchmarkId::from_parameter(n), &tokens, |b, tokens| {
-            b.iter(|| model.run_tokens(tokens.clone(), None, Capture::Attention).expect("forward"));
+            b.iter(|| {
+                model
+                    .run_tokens(tokens.clone(), None, Capture::Attention, &attnviz::model::Interventions::default())
+                    .expect("forward")
+            });
         });
     }
     group.finish();

@@ -124,7 +124,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 check("head", h, attention.heads())?;
             }
             let values = attention.mean_of_heads(*layer_idx, head_idxs);
-            let title = format!("{} · layer {layer_idx} · {}", run.model_name, heads_text(head_idxs));
+            let title = format!("{} · layer {layer_idx} · {}", run.display_name(), heads_text(head_idxs));
             let n = attention.seq_len();
             Ok(render::heatmap(&HeatmapSpec {
                 values: &values,
@@ -150,7 +150,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             if let Some((_, pos)) = selected_token {
                 check("token", *pos, attention.seq_len())?;
             }
-            let title = format!("{} · layer {layer_idx}", run.model_name);
+            let title = format!("{} · layer {layer_idx}", run.display_name());
             Ok(render::head_view(&HeadViewSpec {
                 attention,
                 layer_idx: *layer_idx,
@@ -164,7 +164,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             }))
         }
         Figure::ModelGrid => {
-            let title = format!("{} · all layers × heads", run.model_name);
+            let title = format!("{} · all layers × heads", run.display_name());
             Ok(render::model_grid(&ModelGridSpec { attention, colormap, theme, scale, title: &title }))
         }
         Figure::PeEncoding(_) | Figure::PeDot(_) => unreachable!("handled above"),

@@ -282,3 +282,87 @@ fn broken_model_folders_are_clear_errors() {
     let d = broken_model(|p| std::fs::write(p.join("tokenizer.json"), "{}").unwrap());
     assert_error(&run(d.path()), "tokenizer");
 }
+
+fn dump_json(args: &[&str]) -> serde_json::Value {
+    let dir = tmp();
+    let path = dir.path().join("d.json");
+    let mut all = vec!["dump", "--text", "Where is the cat?", "-o", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = attnviz(&all);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+#[test]
+fn modified_runs_are_marked_in_dumps_and_faithful_ones_are_not() {
+    let faithful = dump_json(&["--model", tiny().to_str().unwrap(), "--temperature", "1"]);
+    assert_eq!(faithful.as_object().unwrap().len(), 4, "a faithful dump keeps exactly the documented keys");
+    let ablated = dump_json(&["--model", tiny().to_str().unwrap(), "--ablate", "0:1", "--temperature", "0.5"]);
+    assert_eq!(ablated["intervention"], "ablated heads 0:1; temperature 0.5");
+    // Layer 0's attention is not touched by ablating a layer-0 head, but the temperature sharpens it.
+    assert_ne!(ablated["attentions"][0], faithful["attentions"][0]);
+    let first = dump_json(&["--model", tiny().to_str().unwrap(), "--first-layers", "1", "--causal"]);
+    assert_eq!(first["attentions"].as_array().unwrap().len(), 1);
+    assert_eq!(first["attentions"][0][0][0][1], 0.0, "causal: the first query sees only itself");
+    assert!(first["intervention"].as_str().unwrap().contains("causal mask"));
+
+    let dir = tmp();
+    let npz = dir.path().join("a.npz");
+    let out = attnviz(&[
+        "dump",
+        "--model",
+        tiny().to_str().unwrap(),
+        "--text",
+        "hi",
+        "--zero-positions",
+        "--format",
+        "npz",
+        "-o",
+        npz.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not the faithful model"));
+    let (header, _) = npy_member(&npz, "intervention.npy");
+    assert!(header.contains("'shape': (1,)"), "{header}");
+}
+
+#[test]
+fn playground_runs_from_the_command_line() {
+    let d = dump_json(&["--playground", "layers=2,heads=4,d_model=64,pe=none,seed=3"]);
+    assert!(d["model"].as_str().unwrap().starts_with("playground · 2 layers × 4 heads · d_model 64"), "{}", d["model"]);
+    assert_eq!(d["attentions"].as_array().unwrap().len(), 2);
+    assert_eq!(d["attentions"][0].as_array().unwrap().len(), 4);
+    assert_eq!(d["tokens"][0], "[CLS]");
+    let dir = tmp();
+    let png = dir.path().join("grid.png");
+    let out = attnviz(&[
+        "export",
+        "--view",
+        "model",
+        "--text",
+        "hi there",
+        "--playground",
+        "layers=3,heads=2,d_model=16",
+        "-o",
+        png.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    image::open(&png).unwrap();
+
+    let target = dir.path().join("never.json");
+    let t = target.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--playground", "heads=3"], "divisible"),
+        (vec!["--playground", "layers=0"], "layers"),
+        (vec!["--playground", "depth=3"], "unknown key"),
+        (vec!["--playground", "layers=2", "--model", tiny().to_str().unwrap()], "--model"),
+        (vec!["--ablate", "7:0"], "7:0"),
+        (vec!["--ablate", "x"], "LAYER:HEAD"),
+        (vec!["--temperature", "0"], "temperature"),
+    ] {
+        let mut all = vec!["dump", "--text", "hi", "-o", t];
+        all.extend(args);
+        assert_error(&attnviz(&all), needle);
+        assert!(!target.exists());
+    }
+}

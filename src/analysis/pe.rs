@@ -86,6 +86,21 @@ pub struct PositionalEncoding {
 
 /// Computes the encoding and its dot products (in f64, stored as f32).
 pub fn sinusoidal(params: PeParams) -> Result<PositionalEncoding, PeError> {
+    let enc = encoding_f64(params)?;
+    let dot = gram(&enc, params.positions, params.d_model);
+    Ok(PositionalEncoding {
+        params,
+        encoding: enc.iter().map(|&v| v as f32).collect(),
+        dot: dot.iter().map(|&v| v as f32).collect(),
+    })
+}
+
+/// The encoding alone, `positions × d_model` (computed in f64, stored as f32).
+pub fn encoding(params: PeParams) -> Result<Vec<f32>, PeError> {
+    Ok(encoding_f64(params)?.iter().map(|&v| v as f32).collect())
+}
+
+fn encoding_f64(params: PeParams) -> Result<Vec<f64>, PeError> {
     params.validate()?;
     let PeParams { d_model, positions, base, layout } = params;
     let half = d_model / 2;
@@ -107,12 +122,24 @@ pub fn sinusoidal(params: PeParams) -> Result<PositionalEncoding, PeError> {
             row[cos_col] = angle.cos();
         }
     }
-    let dot = gram(&enc, positions, d_model);
-    Ok(PositionalEncoding {
-        params,
-        encoding: enc.iter().map(|&v| v as f32).collect(),
-        dot: dot.iter().map(|&v| v as f32).collect(),
-    })
+    Ok(enc)
+}
+
+/// Dot products and cosine similarities between the rows of a position table (`n × d`, e.g. a
+/// model's learned position embeddings), both `n × n`.
+pub fn table_similarity(table: &[f32], n: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
+    let rows: Vec<f64> = table[..n * d].iter().map(|&v| f64::from(v)).collect();
+    let dot = gram(&rows, n, d);
+    let norms: Vec<f64> = (0..n).map(|i| dot[i * n + i].sqrt()).collect();
+    let cosine = dot
+        .iter()
+        .enumerate()
+        .map(|(k, &v)| {
+            let denom = norms[k / n] * norms[k % n];
+            if denom > 0.0 { (v / denom) as f32 } else { 0.0 }
+        })
+        .collect();
+    (dot.iter().map(|&v| v as f32).collect(), cosine)
 }
 
 /// `rows · rowsᵀ` of a row-major `n × d` matrix.
@@ -180,6 +207,18 @@ mod tests {
             // Similarity to position 0 falls from the diagonal outwards at first.
             assert!(pe.dot[1] < pe.dot[0]);
         }
+    }
+
+    #[test]
+    fn table_similarity_gives_dots_and_cosines() {
+        // Rows (1, 0), (0, 2), (3, 4).
+        let (dot, cos) = table_similarity(&[1.0, 0.0, 0.0, 2.0, 3.0, 4.0], 3, 2);
+        assert_eq!(dot, vec![1.0, 0.0, 3.0, 0.0, 4.0, 8.0, 3.0, 8.0, 25.0]);
+        assert!((cos[2] - 0.6).abs() < 1e-7 && (cos[5] - 0.8).abs() < 1e-7);
+        assert!((0..3).all(|i| (cos[i * 3 + i] - 1.0).abs() < 1e-7));
+        // A zero row has cosine 0, not NaN.
+        let (_, cos) = table_similarity(&[0.0, 0.0, 1.0, 0.0], 2, 2);
+        assert_eq!(cos, vec![0.0, 0.0, 0.0, 1.0]);
     }
 
     #[test]

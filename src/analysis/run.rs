@@ -28,4 +28,17 @@ pub struct Run {
     pub last_hidden: Vec<f32>,
     /// Set when the input was cut to fit the model, saying what was cut.
     pub truncation: Option<String>,
+    /// Set when the forward pass was modified (ablated heads, temperature, …), saying how. None
+    /// means the faithful model.
+    pub intervention: Option<String>,
+}
+
+impl Run {
+    /// The model's name, followed by "MODIFIED: …" for a modified run: the name every title uses.
+    pub fn display_name(&self) -> String {
+        match &self.intervention {
+            Some(how) => format!("{} · MODIFIED: {how}", self.model_name),
+            None => self.model_name.clone(),
+        }
+    }
 }

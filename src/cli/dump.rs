@@ -3,7 +3,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
@@ -35,6 +34,9 @@ pub struct DumpArgs {
     /// Output file (`-` writes JSON to standard output).
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
+    /// Playground model and interventions.
+    #[command(flatten)]
+    pub model: super::ModelOptions,
 }
 
 /// The JSON document `dump` writes.
@@ -44,6 +46,9 @@ struct DumpJson<'a> {
     tokens: &'a [String],
     segments: &'a [u8],
     attentions: crate::analysis::attention::Nested<'a>,
+    /// Only for a modified run: how it was modified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    intervention: Option<&'a str>,
 }
 
 /// Writes `value` as JSON to `path` atomically, or to stdout for `-`.
@@ -62,19 +67,21 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
 pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
     let a: &Attention = &run.attention;
     let n = a.seq_len();
+    let intervention: Vec<String> = run.intervention.iter().cloned().collect();
     write_atomic(path, |w| {
         let mut cursor = std::io::Cursor::new(Vec::new());
-        write_npz(
-            &mut cursor,
-            &[
-                ("attentions", NpyArray::F32 { shape: vec![a.layers(), a.heads(), n, n], data: a.as_slice() }),
-                ("tokens", NpyArray::Str(&run.tokens.tokens)),
-                (
-                    "segments",
-                    NpyArray::I64 { shape: vec![n], data: run.tokens.segments.iter().map(|&s| i64::from(s)).collect() },
-                ),
-            ],
-        )?;
+        let mut arrays = vec![
+            ("attentions", NpyArray::F32 { shape: vec![a.layers(), a.heads(), n, n], data: a.as_slice() }),
+            ("tokens", NpyArray::Str(&run.tokens.tokens)),
+            (
+                "segments",
+                NpyArray::I64 { shape: vec![n], data: run.tokens.segments.iter().map(|&s| i64::from(s)).collect() },
+            ),
+        ];
+        if !intervention.is_empty() {
+            arrays.push(("intervention", NpyArray::Str(&intervention)));
+        }
+        write_npz(&mut cursor, &arrays)?;
         w.write_all(cursor.get_ref())
     })?;
     Ok(())
@@ -85,9 +92,7 @@ pub fn run(model_dir: Option<&Path>, args: &DumpArgs) -> anyhow::Result<()> {
     if args.format == DumpFormat::Npz && args.output == Path::new("-") {
         anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
     }
-    let model = super::load_model(model_dir)?;
-    let run = model.run(&args.text, args.text_pair.as_deref()).context("running the model")?;
-    super::warn_truncation(run.truncation.as_ref());
+    let run = args.model.run(model_dir, &args.text, args.text_pair.as_deref())?;
     match args.format {
         DumpFormat::Json => write_json(
             &args.output,
@@ -96,6 +101,7 @@ pub fn run(model_dir: Option<&Path>, args: &DumpArgs) -> anyhow::Result<()> {
                 tokens: &run.tokens.tokens,
                 segments: &run.tokens.segments,
                 attentions: run.attention.nested(),
+                intervention: run.intervention.as_deref(),
             },
         ),
         DumpFormat::Npz => write_run_npz(&args.output, &run),

@@ -69,6 +69,9 @@ pub struct ExportArgs {
     /// Output PNG file.
     #[arg(short, long, value_name = "OUT.png")]
     pub output: PathBuf,
+    /// Playground model and interventions.
+    #[command(flatten)]
+    pub model: super::ModelOptions,
 }
 
 fn parse_colormap(s: &str) -> Result<Colormap, String> {
@@ -90,10 +93,7 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
     let figure_needs_run = !matches!(args.view, ViewArg::Pe | ViewArg::PeDot);
     let run = if figure_needs_run {
         let text = args.text.as_deref().with_context(|| format!("--text is required for --view {:?}", args.view))?;
-        let model = super::load_model(model_dir)?;
-        let run = model.run(text, args.text_pair.as_deref()).context("running the model")?;
-        super::warn_truncation(run.truncation.as_ref());
-        Some(run)
+        Some(args.model.run(model_dir, text, args.text_pair.as_deref())?)
     } else {
         None
     };

@@ -11,9 +11,11 @@ pub mod pe;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
-use crate::model::{LoadedModel, default_model_dir};
+use crate::analysis::Run;
+use crate::model::intervene::parse_ablate;
+use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
 
 /// See what every attention head of a transformer looks at.
 ///
@@ -66,6 +68,70 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 pub fn load_model(dir: Option<&Path>) -> anyhow::Result<LoadedModel> {
     let dir = dir.map_or_else(default_model_dir, Path::to_path_buf);
     LoadedModel::load(&dir).with_context(|| format!("cannot load model from {}", dir.display()))
+}
+
+/// Which model runs and how it is modified (dump, export).
+#[derive(Debug, Args, Default)]
+pub struct ModelOptions {
+    /// Run the from-scratch playground encoder with random weights instead of a pretrained model,
+    /// e.g. layers=2,heads=4,d_model=64,pe=none,seed=3. Keys: layers, heads, d_model, d_ff,
+    /// pe (sin|sin-concat|learned|none), base, norm (pre|post), causal (on|off), scale (sqrt|none|NUMBER),
+    /// std, seed, cls (on|off).
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub playground: Option<String>,
+    /// Zero the output of these heads, as LAYER:HEAD pairs, e.g. 2:3,4:0 (their attention is still shown).
+    #[arg(long, value_name = "L:H,...")]
+    pub ablate: Option<String>,
+    /// Divide the attention scores by this before the softmax (1 = unchanged).
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f32,
+    /// Mask every key after the query.
+    #[arg(long)]
+    pub causal: bool,
+    /// Leave out the position embeddings.
+    #[arg(long)]
+    pub zero_positions: bool,
+    /// Run only the first K layers.
+    #[arg(long, value_name = "K")]
+    pub first_layers: Option<usize>,
+}
+
+impl ModelOptions {
+    /// The interventions asked for.
+    pub fn interventions(&self) -> anyhow::Result<Interventions> {
+        let ablated = match &self.ablate {
+            Some(s) => parse_ablate(s).map_err(|e| anyhow::anyhow!("--ablate: {e}"))?,
+            None => std::collections::BTreeSet::new(),
+        };
+        Ok(Interventions {
+            ablated,
+            temperature: self.temperature,
+            zero_positions: self.zero_positions,
+            causal: self.causal,
+            first_layers: self.first_layers,
+        })
+    }
+
+    /// Loads the model (`--model`, the embedded one, or the playground) and runs it on the input.
+    pub fn run(&self, model_dir: Option<&Path>, text: &str, pair: Option<&str>) -> anyhow::Result<Run> {
+        let interventions = self.interventions()?;
+        let model = match &self.playground {
+            Some(spec) => {
+                if model_dir.is_some() {
+                    anyhow::bail!("--playground builds its own random model; leave out --model");
+                }
+                let cfg = PlaygroundConfig::parse(spec).context("--playground")?;
+                cfg.build(&default_model_dir().join("tokenizer.json")).context("building the playground model")?
+            }
+            None => load_model(model_dir)?,
+        };
+        let run = model.run_with(text, pair, &interventions).context("running the model")?;
+        warn_truncation(run.truncation.as_ref());
+        if let Some(how) = &run.intervention {
+            eprintln!("note: modified run ({how}), not the faithful model");
+        }
+        Ok(run)
+    }
 }
 
 /// Prints a truncation notice (if any) to stderr as a warning.

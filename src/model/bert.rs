@@ -7,6 +7,7 @@ use candle_core::{DType, Device, Module, Storage, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder, embedding, layer_norm};
 
 use super::config::{Config, HiddenAct};
+use super::intervene::Interventions;
 use super::kernels;
 
 /// What to record besides the attention probabilities.
@@ -16,6 +17,37 @@ pub enum Capture {
     Attention,
     /// Also pre-softmax scores, queries and keys (for the neuron view).
     Full,
+}
+
+/// Where the layer norms sit in each block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum NormPlacement {
+    /// After each residual addition (BERT, the original transformer).
+    #[default]
+    Post,
+    /// Before each sub-block, with a final norm at the end (GPT-2 and most modern encoders).
+    Pre,
+}
+
+/// How the blocks are wired beyond what `config.json` says. BERT's wiring is [`Arch::bert`]; the
+/// playground encoder varies it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arch {
+    /// Norm placement.
+    pub norm: NormPlacement,
+    /// Factor on the word embeddings (1 in BERT, √`d_model` in "Attention Is All You Need").
+    pub embed_scale: f32,
+    /// Attention score factor; None is BERT's `head_dim^-0.5`.
+    pub attention_scale: Option<f32>,
+    /// Mask every key after the query.
+    pub causal: bool,
+}
+
+impl Arch {
+    /// BERT: post-LN, unscaled embeddings, `1/√d_k`, bidirectional.
+    pub fn bert() -> Self {
+        Self { norm: NormPlacement::Post, embed_scale: 1.0, attention_scale: None, causal: false }
+    }
 }
 
 /// What one forward pass produced, as flat `f32` vectors.
@@ -85,33 +117,61 @@ impl Linear {
     }
 }
 
-/// `BertEmbeddings`: word + token type + absolute position embeddings, then `LayerNorm`.
+/// `BertEmbeddings`: word + token type + absolute position embeddings, then `LayerNorm`. The
+/// playground has no token types and no embedding norm, and may have no position table.
 #[derive(Debug, Clone)]
 struct Embeddings {
     word: Embedding,
-    position: Embedding,
-    token_type: Embedding,
-    norm: LayerNorm,
+    position: Option<Embedding>,
+    token_type: Option<Embedding>,
+    norm: Option<LayerNorm>,
+    scale: f32,
 }
 
 impl Embeddings {
-    fn load(vb: &VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
+    fn load(vb: &VarBuilder, cfg: &Config, arch: &Arch) -> candle_core::Result<Self> {
+        let (h, position, token_type, norm) =
+            (cfg.hidden_size, "position_embeddings", "token_type_embeddings", "LayerNorm");
         Ok(Self {
-            word: embedding(cfg.vocab_size, cfg.hidden_size, vb.pp("word_embeddings"))?,
-            position: embedding(cfg.max_position_embeddings, cfg.hidden_size, vb.pp("position_embeddings"))?,
-            token_type: embedding(cfg.type_vocab_size, cfg.hidden_size, vb.pp("token_type_embeddings"))?,
-            norm: layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("LayerNorm"))?,
+            word: embedding(cfg.vocab_size, h, vb.pp("word_embeddings"))?,
+            position: if vb.contains_tensor(&format!("{position}.weight")) {
+                Some(embedding(cfg.max_position_embeddings, h, vb.pp(position))?)
+            } else {
+                None
+            },
+            token_type: if vb.contains_tensor(&format!("{token_type}.weight")) {
+                Some(embedding(cfg.type_vocab_size, h, vb.pp(token_type))?)
+            } else {
+                None
+            },
+            norm: if vb.contains_tensor(&format!("{norm}.weight")) {
+                Some(layer_norm(h, cfg.layer_norm_eps, vb.pp(norm))?)
+            } else {
+                None
+            },
+            scale: arch.embed_scale,
         })
     }
 
     /// `inputs_embeds + token_type_embeddings`, then `+= position_embeddings`, then `LayerNorm`
     /// (dropout is the identity at inference).
-    fn forward(&self, ids: &Tensor, type_ids: &Tensor) -> candle_core::Result<Tensor> {
+    fn forward(&self, ids: &Tensor, type_ids: &Tensor, positions_on: bool) -> candle_core::Result<Tensor> {
         let seq_len = ids.dim(0)?;
-        let positions = Tensor::arange(0u32, seq_len as u32, ids.device())?;
-        let x = (self.word.forward(ids)? + self.token_type.forward(type_ids)?)?;
-        let x = (x + self.position.forward(&positions)?)?;
-        self.norm.forward(&x)
+        let mut x = self.word.forward(ids)?;
+        if self.scale.to_bits() != 1.0f32.to_bits() {
+            x = x.affine(f64::from(self.scale), 0.0)?;
+        }
+        if let Some(token_type) = &self.token_type {
+            x = (x + token_type.forward(type_ids)?)?;
+        }
+        if let (Some(position), true) = (&self.position, positions_on) {
+            let positions = Tensor::arange(0u32, seq_len as u32, ids.device())?;
+            x = (x + position.forward(&positions)?)?;
+        }
+        match &self.norm {
+            Some(norm) => norm.forward(&x),
+            None => Ok(x),
+        }
     }
 }
 
@@ -145,9 +205,17 @@ impl Attention {
         })
     }
 
-    /// `eager_attention_forward`: softmax(q·kᵀ · head_dim^-0.5) · v, then the output dense, the
-    /// residual and `LayerNorm`. Records probabilities (and scores, q, k when asked) into `out`.
-    fn forward(&self, x: &Tensor, capture: Capture, out: &mut ForwardOutput) -> candle_core::Result<Tensor> {
+    /// `eager_attention_forward`: softmax(q·kᵀ · scale) · v, then the output dense plus `residual`
+    /// (the caller places the `LayerNorm`). Records probabilities (and scores, q, k when asked)
+    /// into `out`. Heads in `ablated` have their output zeroed.
+    fn forward(
+        &self,
+        x: &Tensor,
+        residual: &Tensor,
+        how: &LayerRun<'_>,
+        out: &mut ForwardOutput,
+    ) -> candle_core::Result<Tensor> {
+        let capture = how.capture;
         let seq_len = x.dim(0)?;
         let hidden = self.heads * self.head_dim;
         // (n, 3·hidden) → (3, heads, n, head_dim)
@@ -158,7 +226,7 @@ impl Attention {
             .permute((1, 2, 0, 3))?
             .contiguous()?;
         let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
-        let scaling = (self.head_dim as f64).powf(-0.5) as f32;
+        let scaling = how.scale.unwrap_or((self.head_dim as f64).powf(-0.5) as f32) / how.temperature;
         // q·kᵀ, then scale + softmax in one pass written straight into the recorded output.
         let raw = q.matmul(&k.t()?)?;
         let len = self.heads * seq_len * seq_len;
@@ -169,17 +237,40 @@ impl Attention {
             let s_start = out.scores.len();
             out.scores.resize(s_start + len, 0.0);
             let scores_out = &mut out.scores[s_start..];
-            with_values(&raw, |r| kernels::scaled_softmax_rows(r, seq_len, scaling, probs_out, Some(scores_out)))?;
+            with_values(&raw, |r| {
+                kernels::scaled_softmax_rows(r, seq_len, scaling, how.causal, probs_out, Some(scores_out))
+            })?;
             append_values(&q, &mut out.queries)?;
             append_values(&k, &mut out.keys)?;
         } else {
-            with_values(&raw, |r| kernels::scaled_softmax_rows(r, seq_len, scaling, probs_out, None))?;
+            with_values(&raw, |r| kernels::scaled_softmax_rows(r, seq_len, scaling, how.causal, probs_out, None))?;
         }
         drop(raw);
         let probs = Tensor::from_slice(&out.probs[start..], (self.heads, seq_len, seq_len), x.device())?;
-        let context = probs.matmul(&v)?.transpose(0, 1)?.reshape((seq_len, hidden))?;
-        self.norm.forward(&self.output.forward_plus(&context, Some(x))?)
+        let mut context = probs.matmul(&v)?;
+        if !how.ablated.is_empty() {
+            let mut values = with_values(&context, <[f32]>::to_vec)?;
+            let per_head = seq_len * self.head_dim;
+            for &h in how.ablated {
+                values[h * per_head..(h + 1) * per_head].fill(0.0);
+            }
+            context = Tensor::from_vec(values, context.shape(), x.device())?;
+        }
+        let context = context.transpose(0, 1)?.reshape((seq_len, hidden))?;
+        self.output.forward_plus(&context, Some(residual))
     }
+}
+
+/// How one layer runs: what to record and what to change.
+struct LayerRun<'a> {
+    capture: Capture,
+    norm: NormPlacement,
+    /// Score factor (None: `head_dim^-0.5`).
+    scale: Option<f32>,
+    temperature: f32,
+    causal: bool,
+    /// Heads of this layer whose output is zeroed.
+    ablated: &'a [usize],
 }
 
 /// `BertLayer`: attention, then `BertIntermediate` (dense + activation) and `BertOutput`
@@ -204,9 +295,22 @@ impl Layer {
         })
     }
 
-    fn forward(&self, x: &Tensor, capture: Capture, out: &mut ForwardOutput) -> candle_core::Result<Tensor> {
-        let attended = self.attention.forward(x, capture, out)?;
-        let inner = self.intermediate.forward(&attended)?;
+    fn forward(&self, x: &Tensor, how: &LayerRun<'_>, out: &mut ForwardOutput) -> candle_core::Result<Tensor> {
+        match how.norm {
+            NormPlacement::Post => {
+                let attended = self.attention.norm.forward(&self.attention.forward(x, x, how, out)?)?;
+                self.norm.forward(&self.feed_forward(&attended, &attended)?)
+            }
+            NormPlacement::Pre => {
+                let attended = self.attention.forward(&self.attention.norm.forward(x)?, x, how, out)?;
+                self.feed_forward(&self.norm.forward(&attended)?, &attended)
+            }
+        }
+    }
+
+    /// The feed-forward block on `x`, plus `residual` (no norm).
+    fn feed_forward(&self, x: &Tensor, residual: &Tensor) -> candle_core::Result<Tensor> {
+        let inner = self.intermediate.forward(x)?;
         let inner = match self.act {
             // GELUActivation: nn.functional.gelu, the exact erf form.
             HiddenAct::Gelu => {
@@ -218,7 +322,7 @@ impl Layer {
             HiddenAct::GeluNew => inner.gelu()?,
             HiddenAct::Relu => inner.relu()?,
         };
-        self.norm.forward(&self.output.forward_plus(&inner, Some(&attended))?)
+        self.output.forward_plus(&inner, Some(residual))
     }
 }
 
@@ -227,18 +331,43 @@ impl Layer {
 pub struct Bert {
     embeddings: Embeddings,
     layers: Vec<Layer>,
+    final_norm: Option<LayerNorm>,
     config: Config,
+    arch: Arch,
     device: Device,
 }
 
 impl Bert {
     /// Builds the encoder from weights named as in a `BertModel` checkpoint (no `bert.` prefix).
     pub fn load(vb: &VarBuilder, cfg: &Config) -> candle_core::Result<Self> {
-        let embeddings = Embeddings::load(&vb.pp("embeddings"), cfg)?;
+        for name in ["embeddings.position_embeddings.weight", "embeddings.LayerNorm.weight"] {
+            if !vb.contains_tensor(name) {
+                return Err(candle_core::Error::Msg(format!("cannot find tensor {name}")));
+            }
+        }
+        Self::load_arch(vb, cfg, Arch::bert())
+    }
+
+    /// Builds an encoder wired as `arch`, from BERT-named weights. Without
+    /// `embeddings.position_embeddings` it has no position table, without
+    /// `embeddings.token_type_embeddings` no segments, without `embeddings.LayerNorm` no embedding
+    /// norm; `final_norm` (pre-LN) is the norm after the last block.
+    pub fn load_arch(vb: &VarBuilder, cfg: &Config, arch: Arch) -> candle_core::Result<Self> {
+        let embeddings = Embeddings::load(&vb.pp("embeddings"), cfg, &arch)?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(&vb.pp(format!("encoder.layer.{i}")), cfg))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        Ok(Self { embeddings, layers, config: cfg.clone(), device: vb.device().clone() })
+        let final_norm = if vb.contains_tensor("final_norm.weight") {
+            Some(layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("final_norm"))?)
+        } else {
+            None
+        };
+        Ok(Self { embeddings, layers, final_norm, config: cfg.clone(), arch, device: vb.device().clone() })
+    }
+
+    /// How the blocks are wired.
+    pub fn arch(&self) -> &Arch {
+        &self.arch
     }
 
     /// The configuration it was built from.
@@ -246,30 +375,60 @@ impl Bert {
         &self.config
     }
 
-    /// The learned position table, `max_position_embeddings × hidden_size`, row-major.
-    pub fn position_table(&self) -> candle_core::Result<Vec<f32>> {
-        self.embeddings.position.embeddings().flatten_all()?.to_vec1()
+    /// The position table (learned, or the fixed encoding it was built with),
+    /// `max_position_embeddings × hidden_size`, row-major; None without one.
+    pub fn position_table(&self) -> candle_core::Result<Option<Vec<f32>>> {
+        self.embeddings.position.as_ref().map(|p| p.embeddings().flatten_all()?.to_vec1()).transpose()
     }
 
-    /// Runs the encoder on one sequence (no padding, so no attention mask), recording attention.
-    pub fn forward(&self, ids: &[u32], type_ids: &[u32], capture: Capture) -> candle_core::Result<ForwardOutput> {
+    /// Runs the encoder on one sequence (no padding, so no attention mask), recording attention,
+    /// with `interventions` applied (the default changes nothing).
+    pub fn forward(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        capture: Capture,
+        interventions: &Interventions,
+    ) -> candle_core::Result<ForwardOutput> {
         // Run our own parallel kernels on candle's worker pool too: one pool, not two, on few cores.
-        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture))
+        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture, interventions))
     }
 
-    fn forward_in_pool(&self, ids: &[u32], type_ids: &[u32], capture: Capture) -> candle_core::Result<ForwardOutput> {
+    fn forward_in_pool(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        capture: Capture,
+        iv: &Interventions,
+    ) -> candle_core::Result<ForwardOutput> {
         let seq_len = ids.len();
         let ids = Tensor::from_slice(ids, seq_len, &self.device)?;
         let type_ids = Tensor::from_slice(type_ids, seq_len, &self.device)?;
         let per_layer = self.config.num_attention_heads * seq_len * seq_len;
+        if iv.ablated.iter().any(|&(l, h)| l >= self.layers.len() || h >= self.config.num_attention_heads) {
+            return Err(candle_core::Error::Msg("an ablated head is outside the model".into()));
+        }
         let mut out =
             ForwardOutput { probs: Vec::with_capacity(per_layer * self.layers.len()), ..ForwardOutput::default() };
         if capture == Capture::Full {
             out.scores.reserve(per_layer * self.layers.len());
         }
-        let mut x = self.embeddings.forward(&ids, &type_ids)?;
-        for layer in &self.layers {
-            x = layer.forward(&x, capture, &mut out)?;
+        let mut x = self.embeddings.forward(&ids, &type_ids, !iv.zero_positions)?;
+        let run_layers = iv.first_layers.map_or(self.layers.len(), |k| k.min(self.layers.len()));
+        for (l, layer) in self.layers[..run_layers].iter().enumerate() {
+            let ablated: Vec<usize> = iv.ablated.iter().filter(|&&(al, _)| al == l).map(|&(_, h)| h).collect();
+            let how = LayerRun {
+                capture,
+                norm: self.arch.norm,
+                scale: self.arch.attention_scale,
+                temperature: iv.temperature,
+                causal: self.arch.causal || iv.causal,
+                ablated: &ablated,
+            };
+            x = layer.forward(&x, &how, &mut out)?;
+        }
+        if let Some(norm) = &self.final_norm {
+            x = norm.forward(&x)?;
         }
         out.last_hidden = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         Ok(out)

@@ -137,8 +137,16 @@ fn softmax_in_place(p: &mut [f32]) {
 
 /// For each row of `raw` (length `n`): scores = raw·`scale`, written to `scores` if given, and
 /// softmax(scores) written to `probs` — each row scaled, recorded and normalised while it is in
-/// cache, instead of separate passes over the whole `n × n` buffers.
-pub fn scaled_softmax_rows(raw: &[f32], n: usize, scale: f32, probs: &mut [f32], scores: Option<&mut [f32]>) {
+/// cache, instead of separate passes over the whole `n × n` buffers. With `causal`, keys after the
+/// query get a score of -inf and a weight of exactly 0 (`raw` holds whole `n × n` matrices).
+pub fn scaled_softmax_rows(
+    raw: &[f32],
+    n: usize,
+    scale: f32,
+    causal: bool,
+    probs: &mut [f32],
+    scores: Option<&mut [f32]>,
+) {
     assert_eq!(raw.len(), probs.len());
     if let Some(s) = scores.as_deref() {
         assert_eq!(s.len(), raw.len());
@@ -148,13 +156,18 @@ pub fn scaled_softmax_rows(raw: &[f32], n: usize, scale: f32, probs: &mut [f32],
     }
     let arch = pulp::Arch::new();
     let rows_per_task = (MIN_CHUNK / n).max(1) * n;
-    let rows = |src: &[f32], p: &mut [f32], mut s: Option<&mut [f32]>| {
+    // `first_row`: index of the chunk's first row among all rows (for the causal mask).
+    let rows = |first_row: usize, src: &[f32], p: &mut [f32], mut s: Option<&mut [f32]>| {
         arch.dispatch(
             #[inline(always)]
             || {
                 for (i, (src, p)) in src.chunks(n).zip(p.chunks_mut(n)).enumerate() {
                     for (pv, &r) in p.iter_mut().zip(src) {
                         *pv = r * scale;
+                    }
+                    if causal {
+                        let query = (first_row + i) % n;
+                        p[query + 1..].fill(f32::NEG_INFINITY);
                     }
                     if let Some(s) = s.as_deref_mut() {
                         s[i * n..(i + 1) * n].copy_from_slice(p);
@@ -164,10 +177,13 @@ pub fn scaled_softmax_rows(raw: &[f32], n: usize, scale: f32, probs: &mut [f32],
             },
         );
     };
-    let tasks = raw.par_chunks(rows_per_task).zip(probs.par_chunks_mut(rows_per_task));
+    let tasks = raw.par_chunks(rows_per_task).zip(probs.par_chunks_mut(rows_per_task)).enumerate();
+    let first = |c: usize| c * rows_per_task / n;
     match scores {
-        Some(s) => tasks.zip(s.par_chunks_mut(rows_per_task)).for_each(|((src, p), s)| rows(src, p, Some(s))),
-        None => tasks.for_each(|(src, p)| rows(src, p, None)),
+        Some(s) => {
+            tasks.zip(s.par_chunks_mut(rows_per_task)).for_each(|((c, (src, p)), s)| rows(first(c), src, p, Some(s)))
+        }
+        None => tasks.for_each(|(c, (src, p))| rows(first(c), src, p, None)),
     }
 }
 
@@ -231,7 +247,7 @@ mod tests {
         let raw: Vec<f32> = (0..3 * n).map(|i| ((i * 7) % 11) as f32 - 4.0).collect();
         let mut probs = vec![0.0; raw.len()];
         let mut scores = vec![0.0; raw.len()];
-        scaled_softmax_rows(&raw, n, 0.5, &mut probs, Some(&mut scores));
+        scaled_softmax_rows(&raw, n, 0.5, false, &mut probs, Some(&mut scores));
         for (r, row) in raw.chunks(n).enumerate() {
             let s: Vec<f64> = row.iter().map(|&v| f64::from(v) * 0.5).collect();
             let max = s.iter().copied().fold(f64::MIN, f64::max);
@@ -243,7 +259,21 @@ mod tests {
         }
         let masked = [0.0f32, f32::NEG_INFINITY];
         let mut p = [0.0f32; 2];
-        scaled_softmax_rows(&masked, 2, 1.0, &mut p, None);
+        scaled_softmax_rows(&masked, 2, 1.0, false, &mut p, None);
         assert_eq!(p, [1.0, 0.0]);
+    }
+
+    #[test]
+    fn causal_rows_have_exact_zeros_after_the_query_across_task_boundaries() {
+        // 3 heads of 37 tokens: chunks of MIN_CHUNK / 37 rows do not start at whole matrices.
+        let n = 37;
+        let raw: Vec<f32> = (0..3 * n * n).map(|i| ((i * 13) % 17) as f32 * 0.3).collect();
+        let mut probs = vec![0.0; raw.len()];
+        scaled_softmax_rows(&raw, n, 1.0, true, &mut probs, None);
+        for (r, row) in probs.chunks(n).enumerate() {
+            let q = r % n;
+            assert!(row[q + 1..].iter().all(|&v| v == 0.0), "row {r}");
+            assert!((row[..=q].iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
     }
 }

@@ -9,6 +9,7 @@ use candle_nn::VarBuilder;
 use super::ModelError;
 use super::bert::{Bert, Capture};
 use super::config::Config;
+use super::intervene::Interventions;
 use super::tokenize::TextTokenizer;
 use crate::analysis::{Attention, HeadVectors, Run, Tokens};
 
@@ -225,14 +226,29 @@ impl LoadedModel {
 
     /// Tokenizes and runs one input (sentence B optional), recording everything per head.
     pub fn run(&self, text: &str, pair: Option<&str>) -> Result<Run, ModelError> {
+        self.run_with(text, pair, &Interventions::default())
+    }
+
+    /// Like [`Self::run`], with interventions on the forward pass.
+    pub fn run_with(&self, text: &str, pair: Option<&str>, interventions: &Interventions) -> Result<Run, ModelError> {
         let encoded = self.tokenizer.encode(text, pair.filter(|p| !p.is_empty()))?;
-        self.run_tokens(encoded.tokens, encoded.truncation, Capture::Full)
+        self.run_tokens(encoded.tokens, encoded.truncation, Capture::Full, interventions)
     }
 
     /// Runs already tokenized input.
-    pub fn run_tokens(&self, tokens: Tokens, truncation: Option<String>, capture: Capture) -> Result<Run, ModelError> {
+    pub fn run_tokens(
+        &self,
+        tokens: Tokens,
+        truncation: Option<String>,
+        capture: Capture,
+        interventions: &Interventions,
+    ) -> Result<Run, ModelError> {
         let cfg = self.config();
         let seq_len = tokens.len();
+        interventions.validate(cfg.num_hidden_layers, cfg.num_attention_heads).map_err(ModelError::Intervention)?;
+        if seq_len == 0 {
+            return Err(ModelError::Tokenizer("no tokens to run: type a sentence".into()));
+        }
         if seq_len > cfg.max_position_embeddings {
             return Err(ModelError::Tokenizer(format!(
                 "{seq_len} tokens exceed max_position_embeddings = {}",
@@ -253,8 +269,9 @@ impl LoadedModel {
             });
         }
         let type_ids: Vec<u32> = tokens.segments.iter().map(|&s| u32::from(s)).collect();
-        let out = self.bert.forward(&tokens.ids, &type_ids, capture)?;
-        let (layers, heads, head_dim) = (cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim());
+        let out = self.bert.forward(&tokens.ids, &type_ids, capture, interventions)?;
+        let layers = interventions.first_layers.unwrap_or(cfg.num_hidden_layers);
+        let (heads, head_dim) = (cfg.num_attention_heads, cfg.head_dim());
         let shape = |e: crate::analysis::ShapeError| ModelError::Inference(candle_core::Error::Msg(e.to_string()));
         let attention = Attention::new(layers, heads, seq_len, out.probs).map_err(shape)?;
         let neuron = if capture == Capture::Full {
@@ -266,7 +283,15 @@ impl LoadedModel {
         } else {
             None
         };
-        Ok(Run { model_name: self.name.clone(), tokens, attention, neuron, last_hidden: out.last_hidden, truncation })
+        Ok(Run {
+            model_name: self.name.clone(),
+            tokens,
+            attention,
+            neuron,
+            last_hidden: out.last_hidden,
+            truncation,
+            intervention: interventions.describe(),
+        })
     }
 }
 

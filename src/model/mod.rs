@@ -3,8 +3,10 @@
 
 pub mod bert;
 pub mod config;
+pub mod intervene;
 pub mod kernels;
 pub mod loader;
+pub mod playground;
 pub mod tokenize;
 
 use std::path::PathBuf;
@@ -12,7 +14,9 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use config::{Config, HiddenAct};
+pub use intervene::Interventions;
 pub use loader::{LoadedModel, default_model_dir};
+pub use playground::PlaygroundConfig;
 pub use tokenize::TextTokenizer;
 
 /// Everything that can go wrong loading or running a model.
@@ -76,6 +80,17 @@ pub enum ModelError {
     /// `tokenizer.json` could not be loaded or used.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// An intervention does not fit the model.
+    #[error("intervention: {0}")]
+    Intervention(String),
+    /// A playground hyperparameter is out of range.
+    #[error("playground: {field}: {message}")]
+    Playground {
+        /// The hyperparameter at fault.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// The forward pass failed.
     #[error("inference failed: {0}")]
     Inference(#[from] candle_core::Error),

@@ -14,6 +14,7 @@ pub struct TextTokenizer {
     plain: Tokenizer,
     truncating: Tokenizer,
     max_len: usize,
+    add_special: bool,
 }
 
 impl std::fmt::Debug for TextTokenizer {
@@ -47,7 +48,19 @@ impl TextTokenizer {
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-        Ok(Self { plain, truncating, max_len })
+        Ok(Self { plain, truncating, max_len, add_special: true })
+    }
+
+    /// The same tokenizer without special tokens ([CLS], [SEP]) around the input.
+    #[must_use]
+    pub fn without_special_tokens(mut self) -> Self {
+        self.add_special = false;
+        self
+    }
+
+    /// Number of token ids, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.plain.get_vocab_size(true)
     }
 
     /// The longest input in tokens, special tokens included.
@@ -58,8 +71,8 @@ impl TextTokenizer {
     /// Tokenizes a sentence (or a pair), with special tokens, truncated to `max_len` with a notice.
     pub fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoded, ModelError> {
         let enc = |t: &Tokenizer| match pair {
-            Some(b) => t.encode((text, b), true),
-            None => t.encode(text, true),
+            Some(b) => t.encode((text, b), self.add_special),
+            None => t.encode(text, self.add_special),
         };
         let full = enc(&self.plain).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let (encoding, truncation) = if full.len() > self.max_len {

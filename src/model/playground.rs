@@ -1,0 +1,481 @@
+//! The playground: the from-scratch encoder of a transformer course, with random weights from a
+//! seed — token embedding (×√`d_model`) + positional encoding, then N × [multi-head self-attention,
+//! feed-forward with GELU, residual connections, layer norm] — built from the same blocks as the
+//! BERT encoder, with the embedded model's tokenizer.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use serde::{Deserialize, Serialize};
+
+use super::bert::{Arch, Bert, NormPlacement};
+use super::config::{Config, HiddenAct};
+use super::tokenize::TextTokenizer;
+use super::{LoadedModel, ModelError};
+use crate::analysis::pe::{self, PeLayout, PeParams};
+
+/// Longest playground input, in tokens (the length of its position table).
+pub const MAX_POSITIONS: usize = 512;
+
+/// The most memory a playground model may need (weights plus recorded attention at the longest input).
+pub const MEMORY_LIMIT_BYTES: usize = 2 << 30;
+
+/// The positional encoding added to the token embeddings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum PeKind {
+    /// Sinusoidal, sin/cos interleaved (the paper).
+    #[default]
+    Interleaved,
+    /// Sinusoidal, all sines then all cosines (tensor2tensor, the Illustrated Transformer).
+    Concatenated,
+    /// A random "learned" table, drawn like the other weights.
+    Learned,
+    /// No positional information at all.
+    None,
+}
+
+impl PeKind {
+    /// Every kind, in menu order.
+    pub const ALL: [Self; 4] = [Self::Interleaved, Self::Concatenated, Self::Learned, Self::None];
+
+    /// Name on the command line (`pe=…`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Interleaved => "sin",
+            Self::Concatenated => "sin-concat",
+            Self::Learned => "learned",
+            Self::None => "none",
+        }
+    }
+
+    /// Name in the app.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Interleaved => "sinusoidal, interleaved",
+            Self::Concatenated => "sinusoidal, concatenated",
+            Self::Learned => "learned (random)",
+            Self::None => "none",
+        }
+    }
+
+    fn layout(self) -> Option<PeLayout> {
+        match self {
+            Self::Interleaved => Some(PeLayout::Interleaved),
+            Self::Concatenated => Some(PeLayout::Concatenated),
+            Self::Learned | Self::None => None,
+        }
+    }
+}
+
+/// The factor on the attention scores q·k.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Scaling {
+    /// 1/√`d_k` (the paper).
+    #[default]
+    InvSqrtDk,
+    /// No scaling.
+    None,
+    /// [`PlaygroundConfig::custom_scale`].
+    Custom,
+}
+
+/// The playground's hyperparameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PlaygroundConfig {
+    /// Number of encoder blocks.
+    pub layers: usize,
+    /// Attention heads per block.
+    pub heads: usize,
+    /// Model width.
+    pub d_model: usize,
+    /// Feed-forward width.
+    pub d_ff: usize,
+    /// Positional encoding.
+    pub pe: PeKind,
+    /// Wavelength base of the sinusoidal encodings.
+    pub pe_base: f64,
+    /// Layer norm after (post-LN) or before (pre-LN) each sub-block.
+    pub norm: NormPlacement,
+    /// Mask keys after the query.
+    pub causal: bool,
+    /// Score scaling.
+    pub scaling: Scaling,
+    /// The factor when `scaling` is `Custom`.
+    pub custom_scale: f32,
+    /// Standard deviation of the random weights (biases are 0, norms 1).
+    pub init_std: f32,
+    /// Random seed.
+    pub seed: u64,
+    /// Put [CLS] (and [SEP]) around the input, as the tokenizer does for BERT.
+    pub cls: bool,
+}
+
+impl Default for PlaygroundConfig {
+    fn default() -> Self {
+        Self {
+            layers: 2,
+            heads: 4,
+            d_model: 64,
+            d_ff: 256,
+            pe: PeKind::Interleaved,
+            pe_base: 10_000.0,
+            norm: NormPlacement::Post,
+            causal: false,
+            scaling: Scaling::InvSqrtDk,
+            custom_scale: 0.125,
+            init_std: 0.1,
+            seed: 0,
+            cls: true,
+        }
+    }
+}
+
+fn bad(field: &'static str, message: impl Into<String>) -> ModelError {
+    ModelError::Playground { field, message: message.into() }
+}
+
+impl PlaygroundConfig {
+    /// Parses `layers=2,heads=4,d_model=64,pe=none,seed=3` on top of the defaults.
+    pub fn parse(spec: &str) -> Result<Self, ModelError> {
+        let mut cfg = Self::default();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once('=')
+                .ok_or_else(|| bad("spec", format!("{item:?} is not KEY=VALUE (e.g. layers=2)")))?;
+            let (key, value) = (key.trim(), value.trim());
+            let number = |field: &'static str| -> Result<usize, ModelError> {
+                value.parse().map_err(|_| bad(field, format!("{value:?} is not a whole number")))
+            };
+            let real = |field: &'static str| -> Result<f64, ModelError> {
+                value.parse().map_err(|_| bad(field, format!("{value:?} is not a number")))
+            };
+            let flag = |field: &'static str| -> Result<bool, ModelError> {
+                match value {
+                    "on" | "true" | "yes" | "1" => Ok(true),
+                    "off" | "false" | "no" | "0" => Ok(false),
+                    _ => Err(bad(field, format!("{value:?} is not on/off"))),
+                }
+            };
+            match key {
+                "layers" => cfg.layers = number("layers")?,
+                "heads" => cfg.heads = number("heads")?,
+                "d_model" => cfg.d_model = number("d_model")?,
+                "d_ff" => cfg.d_ff = number("d_ff")?,
+                "pe" => {
+                    cfg.pe = match value {
+                        "sin" | "sinusoidal" | "interleaved" => PeKind::Interleaved,
+                        "sin-concat" | "concatenated" => PeKind::Concatenated,
+                        "learned" => PeKind::Learned,
+                        "none" => PeKind::None,
+                        _ => return Err(bad("pe", format!("{value:?}: choose sin, sin-concat, learned or none"))),
+                    };
+                }
+                "base" | "pe_base" => cfg.pe_base = real("base")?,
+                "norm" => {
+                    cfg.norm = match value {
+                        "post" => NormPlacement::Post,
+                        "pre" => NormPlacement::Pre,
+                        _ => return Err(bad("norm", format!("{value:?}: choose pre or post"))),
+                    };
+                }
+                "causal" => cfg.causal = flag("causal")?,
+                "cls" => cfg.cls = flag("cls")?,
+                "scale" => {
+                    cfg.scaling = match value {
+                        "sqrt" | "1/sqrt(d_k)" => Scaling::InvSqrtDk,
+                        "none" => Scaling::None,
+                        _ => {
+                            cfg.custom_scale = real("scale")? as f32;
+                            Scaling::Custom
+                        }
+                    };
+                }
+                "std" | "init_std" => cfg.init_std = real("std")? as f32,
+                "seed" => {
+                    cfg.seed = value.parse().map_err(|_| bad("seed", format!("{value:?} is not a whole number")))?
+                }
+                _ => {
+                    return Err(bad(
+                        "spec",
+                        format!(
+                            "unknown key {key:?}; keys: layers, heads, d_model, d_ff, pe, base, norm, causal, scale, std, seed, cls"
+                        ),
+                    ));
+                }
+            }
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// About how many bytes the model needs: its weights, and the attention, scores, queries and
+    /// keys it records for the longest input.
+    pub fn memory_bytes(&self, vocab: usize) -> usize {
+        let (d, f, l, h, n) = (self.d_model, self.d_ff, self.layers, self.heads, MAX_POSITIONS);
+        let per_layer = 4 * d * d + 2 * d * f + f + 9 * d;
+        let weights = (vocab + n + 2) * d + l.saturating_mul(per_layer);
+        let recorded = l.saturating_mul(h).saturating_mul(2 * n * n) + l.saturating_mul(2 * n * d);
+        weights.saturating_add(recorded).saturating_mul(4)
+    }
+
+    /// Checks the hyperparameters; the error names the one at fault and says why.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        self.validate_for(30_522)
+    }
+
+    fn validate_for(&self, vocab: usize) -> Result<(), ModelError> {
+        if self.layers == 0 {
+            return Err(bad("layers", "an encoder needs at least 1 layer"));
+        }
+        if self.heads == 0 {
+            return Err(bad("heads", "at least 1 head"));
+        }
+        if self.d_model == 0 {
+            return Err(bad("d_model", "must be at least 1"));
+        }
+        if self.d_model % self.heads != 0 {
+            return Err(bad(
+                "d_model",
+                format!(
+                    "{} is not divisible by {} heads (each head gets d_model / heads dimensions)",
+                    self.d_model, self.heads
+                ),
+            ));
+        }
+        if self.pe.layout().is_some() && self.d_model % 2 != 0 {
+            return Err(bad(
+                "d_model",
+                format!("{} is odd: sinusoidal encodings pair a sine with a cosine", self.d_model),
+            ));
+        }
+        if self.d_ff == 0 {
+            return Err(bad("d_ff", "must be at least 1"));
+        }
+        if self.pe.layout().is_some() && !(self.pe_base.is_finite() && self.pe_base > 1.0) {
+            return Err(bad("base", format!("must be a number greater than 1, got {}", self.pe_base)));
+        }
+        if !(self.init_std.is_finite() && self.init_std >= 0.0) {
+            return Err(bad("std", format!("must be a number ≥ 0, got {}", self.init_std)));
+        }
+        if self.scaling == Scaling::Custom && !self.custom_scale.is_finite() {
+            return Err(bad("scale", format!("must be a finite number, got {}", self.custom_scale)));
+        }
+        let bytes = self.memory_bytes(vocab);
+        if bytes > MEMORY_LIMIT_BYTES {
+            return Err(bad(
+                "size",
+                format!(
+                    "this model would need about {:.1} GB (limit {} GB with {MAX_POSITIONS} tokens): use fewer layers or heads, or a smaller d_model or d_ff",
+                    bytes as f64 / 1e9,
+                    MEMORY_LIMIT_BYTES >> 30
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One line saying what this playground model is.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "playground · {} layers × {} heads · d_model {} · d_ff {} · PE {}",
+            self.layers,
+            self.heads,
+            self.d_model,
+            self.d_ff,
+            self.pe.label()
+        );
+        if self.pe.layout().is_some() {
+            let _ = write!(s, " (base {})", self.pe_base);
+        }
+        let _ = write!(s, " · {}", if self.norm == NormPlacement::Pre { "pre-LN" } else { "post-LN" });
+        match self.scaling {
+            Scaling::InvSqrtDk => s.push_str(" · 1/√d_k"),
+            Scaling::None => s.push_str(" · unscaled"),
+            Scaling::Custom => {
+                let _ = write!(s, " · scale {}", self.custom_scale);
+            }
+        }
+        if self.causal {
+            s.push_str(" · causal");
+        }
+        if !self.cls {
+            s.push_str(" · no [CLS]");
+        }
+        let _ = write!(s, " · std {} · seed {}", self.init_std, self.seed);
+        s
+    }
+
+    /// Builds the encoder with random weights, using the tokenizer in `tokenizer_path`.
+    pub fn build(&self, tokenizer_path: &Path) -> Result<LoadedModel, ModelError> {
+        let mut tokenizer = TextTokenizer::from_file(tokenizer_path, MAX_POSITIONS)?;
+        if !self.cls {
+            tokenizer = tokenizer.without_special_tokens();
+        }
+        let vocab = tokenizer.vocab_size();
+        self.validate_for(vocab)?;
+        let config = Config {
+            vocab_size: vocab,
+            hidden_size: self.d_model,
+            num_hidden_layers: self.layers,
+            num_attention_heads: self.heads,
+            intermediate_size: self.d_ff,
+            hidden_act: HiddenAct::Gelu,
+            max_position_embeddings: MAX_POSITIONS,
+            type_vocab_size: 2, // sentence B allowed; there is no segment table, so it changes nothing
+            layer_norm_eps: 1e-5,
+        };
+        let tensors = self.weights(vocab).map_err(ModelError::Inference)?;
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+        let arch = Arch {
+            norm: self.norm,
+            embed_scale: (self.d_model as f32).sqrt(),
+            attention_scale: match self.scaling {
+                Scaling::InvSqrtDk => None,
+                Scaling::None => Some(1.0),
+                Scaling::Custom => Some(self.custom_scale),
+            },
+            causal: self.causal,
+        };
+        let bert = Bert::load_arch(&vb, &config, arch)?;
+        let dir = tokenizer_path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(LoadedModel { name: self.describe(), dir, bert, tokenizer })
+    }
+
+    /// Random weights under BERT's names: normal(0, std) matrices and embeddings, zero biases,
+    /// unit norms; the position table is the chosen encoding.
+    fn weights(&self, vocab: usize) -> candle_core::Result<HashMap<String, Tensor>> {
+        let (d, f) = (self.d_model, self.d_ff);
+        let dev = Device::Cpu;
+        let mut map = HashMap::new();
+        let normal = |name: &str, rows: usize, cols: usize| -> candle_core::Result<Tensor> {
+            let mut rng = Normal::new(self.seed, name);
+            let values: Vec<f32> = (0..rows * cols).map(|_| rng.sample() * self.init_std).collect();
+            Tensor::from_vec(values, (rows, cols), &dev)
+        };
+        let constant = |value: f32, len: usize| Tensor::from_vec(vec![value; len], len, &dev);
+        let mut add = |name: String, t: Tensor| {
+            map.insert(name, t);
+        };
+        add("embeddings.word_embeddings.weight".into(), normal("word", vocab, d)?);
+        match self.pe.layout() {
+            Some(layout) => {
+                let params = PeParams { d_model: d, positions: MAX_POSITIONS, base: self.pe_base, layout };
+                let table = pe::encoding(params).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+                add("embeddings.position_embeddings.weight".into(), Tensor::from_vec(table, (MAX_POSITIONS, d), &dev)?);
+            }
+            None if self.pe == PeKind::Learned => {
+                add("embeddings.position_embeddings.weight".into(), normal("position", MAX_POSITIONS, d)?);
+            }
+            None => {}
+        }
+        for l in 0..self.layers {
+            let p = format!("encoder.layer.{l}");
+            for (name, rows, cols) in [
+                ("attention.self.query", d, d),
+                ("attention.self.key", d, d),
+                ("attention.self.value", d, d),
+                ("attention.output.dense", d, d),
+                ("intermediate.dense", f, d),
+                ("output.dense", d, f),
+            ] {
+                add(format!("{p}.{name}.weight"), normal(&format!("{p}.{name}"), rows, cols)?);
+                add(format!("{p}.{name}.bias"), constant(0.0, rows)?);
+            }
+            for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+                add(format!("{p}.{norm}.weight"), constant(1.0, d)?);
+                add(format!("{p}.{norm}.bias"), constant(0.0, d)?);
+            }
+        }
+        if self.norm == NormPlacement::Pre {
+            add("final_norm.weight".into(), constant(1.0, d)?);
+            add("final_norm.bias".into(), constant(0.0, d)?);
+        }
+        Ok(map)
+    }
+}
+
+/// Normal samples from `SplitMix64` + Box–Muller, one stream per (seed, tensor name), so a tensor's
+/// values do not change when unrelated hyperparameters do (e.g. layer 0 stays when a layer is added).
+struct Normal {
+    state: u64,
+    spare: Option<f32>,
+}
+
+impl Normal {
+    fn new(seed: u64, name: &str) -> Self {
+        // FNV-1a of the name, mixed with the seed.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        Self { state: seed ^ h, spare: None }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1].
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    fn sample(&mut self) -> f32 {
+        if let Some(v) = self.spare.take() {
+            return v;
+        }
+        let (u1, u2) = (self.uniform(), self.uniform());
+        let r = (-2.0 * u1.ln()).sqrt();
+        let theta = std::f64::consts::TAU * u2;
+        self.spare = Some((r * theta.sin()) as f32);
+        (r * theta.cos()) as f32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_bad_values_name_the_field() {
+        let cfg = PlaygroundConfig::parse("layers=3, heads=2,d_model=32,pe=none,seed=7,norm=pre,causal=on").unwrap();
+        assert_eq!((cfg.layers, cfg.heads, cfg.d_model, cfg.seed), (3, 2, 32, 7));
+        assert_eq!((cfg.pe, cfg.norm, cfg.causal), (PeKind::None, NormPlacement::Pre, true));
+        let err = |s: &str| PlaygroundConfig::parse(s).unwrap_err().to_string();
+        assert!(err("heads=3").contains("d_model") && err("heads=3").contains("divisible"));
+        assert!(err("layers=0").contains("layers"));
+        assert!(err("d_model=63,heads=3,pe=sin").contains("odd"));
+        assert!(err("color=red").contains("unknown key"));
+        assert!(err("layers=48,heads=64,d_model=4096,d_ff=16384").contains("GB"));
+        assert!(PlaygroundConfig::parse("d_model=63,heads=3,pe=none").is_ok());
+        assert_eq!(PlaygroundConfig::parse("scale=0.5").unwrap().scaling, Scaling::Custom);
+    }
+
+    #[test]
+    fn weights_are_reproducible_per_tensor() {
+        let mut a = Normal::new(3, "word");
+        let mut b = Normal::new(3, "word");
+        let mut c = Normal::new(4, "word");
+        let (xa, xb, xc): (Vec<f32>, Vec<f32>, Vec<f32>) = (
+            (0..8).map(|_| a.sample()).collect(),
+            (0..8).map(|_| b.sample()).collect(),
+            (0..8).map(|_| c.sample()).collect(),
+        );
+        assert_eq!(xa, xb);
+        assert_ne!(xa, xc);
+        // Roughly standard normal.
+        let mut r = Normal::new(1, "x");
+        let v: Vec<f64> = (0..20_000).map(|_| f64::from(r.sample())).collect();
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
+        assert!(mean.abs() < 0.03 && (var - 1.0).abs() < 0.05, "mean {mean} var {var}");
+    }
+}

@@ -36,6 +36,19 @@ pub enum Figure {
     PeEncoding(PeParams),
     /// The dot products `pe_i` · `pe_j` (positions × positions).
     PeDot(PeParams),
+    /// Dot products or cosine similarities of a model's learned position embeddings.
+    LearnedPositions {
+        /// The model's name.
+        model: String,
+        /// Side of `values`.
+        total: usize,
+        /// Positions shown (the top-left corner of `values`).
+        positions: usize,
+        /// `total × total`, row-major.
+        values: std::sync::Arc<Vec<f32>>,
+        /// Cosine similarities (else dot products).
+        cosine: bool,
+    },
 }
 
 /// Look of an exported figure.
@@ -109,6 +122,39 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
     match figure {
         Figure::PeEncoding(params) => return Ok(render::pe_encoding(&pe::sinusoidal(*params)?, theme, scale)),
         Figure::PeDot(params) => return Ok(render::pe_dot(&pe::sinusoidal(*params)?, theme, scale)),
+        Figure::LearnedPositions { model, total, positions, values, cosine } => {
+            let n = (*positions).min(*total);
+            if n == 0 {
+                return Err(ExportError::Pe(pe::PeError::Positions(0)));
+            }
+            let crop: Vec<f32> = (0..n).flat_map(|i| values[i * total..i * total + n].iter().copied()).collect();
+            let what = if *cosine { "Cosine similarity" } else { "Dot products" };
+            // As in the app: dot-product colours stop at the 99th percentile (a few positions have
+            // much larger norms than the rest).
+            let range = if *cosine {
+                (-1.0, 1.0)
+            } else {
+                let mut sorted = crop.clone();
+                sorted.sort_by(f32::total_cmp);
+                (sorted[0], sorted[((sorted.len() - 1) as f32 * 0.99) as usize])
+            };
+            let title = format!("{what} of the learned position embeddings of {model} (first {n})");
+            return Ok(render::heatmap(&HeatmapSpec {
+                values: &crop,
+                rows: n,
+                cols: n,
+                row_labels: &[],
+                col_labels: &[],
+                row_axis: "position i",
+                col_axis: "position j",
+                title: &title,
+                range: (range.1 > range.0).then_some(range),
+                colormap: if *cosine { Colormap::RdBu } else { colormap },
+                theme,
+                scale,
+                show_values: false,
+            }));
+        }
         _ => {}
     }
     let run = run.ok_or(ExportError::NoRun)?;
@@ -167,7 +213,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             let title = format!("{} · all layers × heads", run.display_name());
             Ok(render::model_grid(&ModelGridSpec { attention, colormap, theme, scale, title: &title }))
         }
-        Figure::PeEncoding(_) | Figure::PeDot(_) => unreachable!("handled above"),
+        Figure::PeEncoding(_) | Figure::PeDot(_) | Figure::LearnedPositions { .. } => unreachable!("handled above"),
     }
 }
 

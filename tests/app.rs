@@ -353,3 +353,194 @@ fn loading_a_differently_shaped_model_switches_views_to_it() {
     assert_eq!(app.rt.run.as_ref().unwrap().attention.layers(), 3);
     h.get_by_label("L2");
 }
+
+/// Replaces the text of the box labelled `label`.
+fn retype(h: &mut Harness<'static, AttnvizApp>, label: &str, text: &str) {
+    h.get_by_label(label).focus();
+    h.step();
+    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
+    h.get_by_label(label).type_text(text);
+    h.run_steps(2);
+}
+
+#[test]
+fn positional_encoding_panel_follows_the_formulas_and_exports() {
+    use attnviz::analysis::PeLayout;
+    use attnviz::app::state::PeFigure;
+    let mut h = app("positions");
+    h.get_by_label("Positional encoding").click();
+    h.run_steps(2);
+    retype(&mut h, "d_model", "16");
+    retype(&mut h, "positions", "10");
+    retype(&mut h, "base", "1000");
+    h.get_by_label("concatenated").click();
+    h.run_steps(2);
+    let pe = h.state().rt.caches.pe.encoding.clone().expect("an encoding is shown");
+    assert_eq!((pe.params.d_model, pe.params.positions, pe.params.base), (16, 10, 1000.0));
+    assert_eq!(pe.params.layout, PeLayout::Concatenated);
+    // tensor2tensor: 8 timescales from 1 to 1000, sines then cosines; dot = PE·PEᵀ.
+    for p in 0..10 {
+        for i in 0..8 {
+            let angle = p as f64 * (-(i as f64) * 1000f64.ln() / 7.0).exp();
+            assert!((f64::from(pe.encoding[p * 16 + i]) - angle.sin()).abs() < 1e-6);
+            assert!((f64::from(pe.encoding[p * 16 + 8 + i]) - angle.cos()).abs() < 1e-6);
+        }
+        for q in 0..10 {
+            let dot: f32 = (0..16).map(|k| pe.encoding[p * 16 + k] * pe.encoding[q * 16 + k]).sum();
+            assert!((pe.dot[p * 10 + q] - dot).abs() < 1e-4);
+        }
+    }
+    h.get_by_label("interleaved").click();
+    h.run_steps(2);
+    let pe = h.state().rt.caches.pe.encoding.clone().unwrap();
+    let angle = 3.0 / 1000f64.powf(4.0 / 16.0); // position 3, pair i = 2
+    assert!((f64::from(pe.encoding[3 * 16 + 4]) - angle.sin()).abs() < 1e-6);
+    assert!((f64::from(pe.encoding[3 * 16 + 5]) - angle.cos()).abs() < 1e-6);
+    // An odd width is explained and the last valid encoding stays.
+    retype(&mut h, "d_model", "15");
+    assert!(h.state().rt.caches.pe.error.as_deref().unwrap().contains("even"));
+    assert!(h.query_by_label_contains("d_model must be a positive even number").is_some());
+    assert_eq!(h.state().rt.caches.pe.encoding.as_ref().unwrap().params.d_model, 16);
+    retype(&mut h, "d_model", "16");
+    // The tiny model's learned table (24 positions) is shown next to the fixed one.
+    assert!(h.query_by_label_contains("Learned position embeddings of tiny-bert").is_some());
+    // Export the dot products through that heatmap's own button.
+    let buttons: Vec<_> = h.get_all_by_label("Export PNG…").collect();
+    assert_eq!(buttons.len(), 5, "the top bar's and one per heatmap");
+    buttons[2].click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.pe_figure, PeFigure::Dot);
+    assert!(h.state().rt.export_open);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dot.png");
+    h.state_mut().rt.export_path_input = path.display().to_string();
+    h.state_mut().rt.status = None;
+    h.run_steps(1);
+    h.get_by_label("Save").click();
+    wait_until(&mut h, "the export", |a| a.rt.exporting.is_none() && a.rt.status.is_some());
+    let image = image::open(&path).unwrap();
+    let app = h.state();
+    let expected = attnviz::export::render_figure(None, &app.current_figure(), app.export_style(false)).unwrap();
+    assert_eq!((image.width(), image.height()), expected.dimensions());
+    // The learned table's figures draw the first positions of the tiny model's 24.
+    h.state_mut().settings.pe_figure = PeFigure::LearnedCosine;
+    let figure = h.state().current_figure();
+    let attnviz::export::Figure::LearnedPositions { total, positions, cosine, .. } = &figure else {
+        panic!("{figure:?}")
+    };
+    assert_eq!((*total, *positions, *cosine), (24, 10, true));
+    attnviz::export::render_figure(None, &figure, h.state().export_style(false)).unwrap();
+}
+
+fn playground_run(h: &Harness<'static, AttnvizApp>) -> Option<(usize, usize)> {
+    let run = h.state().rt.run.as_ref()?;
+    run.model_name.starts_with("playground").then(|| (run.attention.layers(), run.attention.heads()))
+}
+
+#[test]
+fn playground_hyperparameters_rerun_every_view_and_invalid_ones_are_explained() {
+    let mut h = app("a playground sentence");
+    h.get_by_label("Playground").click();
+    wait_until(&mut h, "the playground run", |a| {
+        a.rt.run.as_ref().is_some_and(|r| r.model_name.starts_with("playground"))
+    });
+    assert_eq!(playground_run(&h), Some((2, 4)));
+    assert!(h.query_by_label_contains("PLAYGROUND — random weights").is_some(), "the screen says which model is shown");
+    h.get_by_label("Model view").click();
+    h.run_steps(2);
+    assert!(h.query_by_label("Layer 1 head 3").is_some());
+    retype(&mut h, "heads", "2");
+    retype(&mut h, "layers", "3");
+    wait_until(&mut h, "the 3 × 2 playground", |a| {
+        a.rt.run.as_ref().is_some_and(|r| (r.attention.layers(), r.attention.heads()) == (3, 2))
+    });
+    assert!(h.query_by_label("Layer 2 head 1").is_some());
+    assert!(h.query_by_label("Layer 1 head 3").is_none(), "the grid has 2 columns now");
+    assert_eq!(h.state().settings.heads, [true, true]);
+    // d_model 30 with 4 heads: explained next to d_model; the 3 × 2 model stays on screen.
+    retype(&mut h, "heads", "4");
+    retype(&mut h, "d_model", "30");
+    let (field, message) = h.state().rt.playground_error.clone().expect("an error is shown");
+    assert_eq!(field, "d_model");
+    assert!(message.contains("not divisible by 4 heads"), "{message}");
+    assert!(h.query_by_label_contains("not divisible by 4 heads").is_some());
+    h.run_steps(5);
+    assert_eq!(playground_run(&h), Some((3, 2)));
+    retype(&mut h, "d_model", "32");
+    wait_until(&mut h, "the valid model", |a| a.rt.run.as_ref().is_some_and(|r| r.attention.heads() == 4));
+    assert!(h.state().rt.playground_error.is_none());
+    // Causal mask on: the upper triangle is exactly zero in every head.
+    h.get_by_label("Causal mask (each token sees only earlier ones)").click();
+    wait_until(&mut h, "the causal run", |a| a.rt.run.as_ref().is_some_and(|r| r.attention.get(0, 0, 0, 1) == 0.0));
+    let run = h.state().rt.run.clone().unwrap();
+    let n = run.tokens.len();
+    for q in 0..n {
+        assert!(run.attention.row(2, 3, q)[q + 1..].iter().all(|&v| v == 0.0));
+    }
+    // One click back to the pretrained model.
+    h.get_by_label_contains("Pretrained:").click();
+    wait_until(&mut h, "the pretrained run", |a| a.rt.run.as_ref().is_some_and(|r| r.model_name == "tiny-bert"));
+    assert!(h.query_by_label_contains("Faithful model: tiny-bert").is_some());
+}
+
+#[test]
+fn interventions_mark_the_run_and_reset_restores_the_faithful_model() {
+    let mut h = app("intervene on this model");
+    let faithful = h.state().rt.run.clone().unwrap();
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    h.get_by_label("Ablate layer 0 head 2").click();
+    wait_until(&mut h, "the ablated run", |a| a.rt.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    let ablated = h.state().rt.run.clone().unwrap();
+    assert_eq!(ablated.intervention.as_deref(), Some("ablated heads 0:2"));
+    assert_eq!(ablated.attention.head(0, 2), faithful.attention.head(0, 2), "layer 0 itself is unchanged");
+    assert_ne!(ablated.attention.head(1, 0), faithful.attention.head(1, 0), "later layers change");
+    assert!(h.query_by_label_contains("MODIFIED MODEL — ablated heads 0:2").is_some());
+    // Exports say so too.
+    let figure = h.state().current_figure();
+    let title_image = attnviz::export::render_figure(Some(&ablated), &figure, h.state().export_style(false)).unwrap();
+    let plain_image = attnviz::export::render_figure(Some(&faithful), &figure, h.state().export_style(false)).unwrap();
+    assert!(title_image.width() > plain_image.width() || title_image != plain_image);
+    assert!(ablated.display_name().contains("MODIFIED: ablated heads 0:2"));
+    h.get_by_label("Causal mask (no looking ahead)").click();
+    wait_until(&mut h, "the causal run", |a| {
+        a.rt.run.as_ref().is_some_and(|r| r.intervention.as_deref() == Some("ablated heads 0:2; causal mask"))
+    });
+    assert_eq!(h.state().rt.run.as_ref().unwrap().attention.get(1, 3, 0, 1), 0.0);
+    h.get_all_by_label("Reset to the faithful model").next().unwrap().click();
+    wait_until(&mut h, "the faithful run", |a| a.rt.run.as_ref().is_some_and(|r| r.intervention.is_none()));
+    assert_eq!(h.state().rt.run.as_ref().unwrap().attention.as_slice(), faithful.attention.as_slice());
+    assert!(h.state().settings.interventions.is_faithful());
+}
+
+#[test]
+fn playground_interventions_and_pe_settings_persist_across_launches() {
+    let mut h = app("remember the playground");
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    h.get_by_label("Ablate layer 1 head 3").click();
+    h.run_steps(2);
+    h.get_by_label("Playground").click();
+    h.run_steps(2);
+    retype(&mut h, "seed", "42");
+    h.get_by_label("pre-LN").click();
+    h.get_by_label("Positional encoding").click();
+    h.run_steps(2);
+    retype(&mut h, "positions", "33");
+    wait_until(&mut h, "the playground run", |a| a.rt.run.as_ref().is_some_and(|r| r.model_name.contains("seed 42")));
+    let mut storage = MemoryStorage::default();
+    eframe::App::save(h.state_mut(), &mut storage);
+    let saved = h.state().settings.clone();
+    drop(h);
+    let mut h2 = harness_with(Startup::default(), Some(storage));
+    wait_until(&mut h2, "the restored playground run", |a| {
+        a.rt.run.as_ref().is_some_and(|r| r.model_name.contains("seed 42") && r.model_name.contains("pre-LN"))
+    });
+    let restored = &h2.state().settings;
+    assert_eq!(*restored, saved);
+    assert_eq!(restored.source, attnviz::app::state::Source::Playground);
+    assert_eq!(restored.playground.seed, 42);
+    assert!(restored.interventions.ablated.contains(&(1, 3)));
+    assert_eq!(restored.pe.positions, 33);
+    assert_eq!(restored.view, View::Positions);
+}

@@ -31,8 +31,8 @@ fn faithful() -> Run {
     minilm().run(TEXT, None).unwrap()
 }
 
-fn with(iv: Interventions) -> Run {
-    minilm().run_with(TEXT, None, &iv).unwrap()
+fn with(iv: &Interventions) -> Run {
+    minilm().run_with(TEXT, None, iv).unwrap()
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
@@ -42,7 +42,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn temperature_one_is_the_faithful_model_bit_for_bit() {
     let base = faithful();
-    let same = with(Interventions { temperature: 1.0, ..Interventions::default() });
+    let same = with(&Interventions { temperature: 1.0, ..Interventions::default() });
     assert_eq!(same.attention.as_slice(), base.attention.as_slice());
     assert_eq!(same.last_hidden, base.last_hidden);
     assert_eq!(same.intervention, None, "temperature 1 is not a modification");
@@ -52,7 +52,7 @@ fn temperature_one_is_the_faithful_model_bit_for_bit() {
 #[test]
 fn temperature_divides_the_scores_before_the_softmax() {
     let base = faithful();
-    let hot = with(Interventions { temperature: 0.5, ..Interventions::default() });
+    let hot = with(&Interventions { temperature: 0.5, ..Interventions::default() });
     assert!(hot.intervention.as_deref().unwrap().contains("temperature 0.5"));
     assert!(hot.display_name().contains("MODIFIED"));
     // Layer 0 sees the same input, so its weights are softmax(faithful scores / 0.5).
@@ -77,7 +77,7 @@ fn temperature_divides_the_scores_before_the_softmax() {
 #[test]
 fn ablating_a_head_changes_only_later_layers() {
     let base = faithful();
-    let ablated = with(Interventions { ablated: [(2, 3)].into(), ..Interventions::default() });
+    let ablated = with(&Interventions { ablated: [(2, 3)].into(), ..Interventions::default() });
     let a = &ablated.attention;
     for l in 0..=2 {
         for h in 0..a.heads() {
@@ -95,10 +95,10 @@ fn ablating_a_head_changes_only_later_layers() {
 fn zeroed_positions_causal_mask_and_first_layers() {
     let base = faithful();
     let n = base.tokens.len();
-    let no_pos = with(Interventions { zero_positions: true, ..Interventions::default() });
+    let no_pos = with(&Interventions { zero_positions: true, ..Interventions::default() });
     assert!(max_diff(no_pos.attention.head(0, 0), base.attention.head(0, 0)) > 1e-3);
 
-    let causal = with(Interventions { causal: true, ..Interventions::default() });
+    let causal = with(&Interventions { causal: true, ..Interventions::default() });
     for l in 0..causal.attention.layers() {
         for h in 0..causal.attention.heads() {
             for q in 0..n {
@@ -110,7 +110,7 @@ fn zeroed_positions_causal_mask_and_first_layers() {
     }
     assert_eq!(causal.attention.row(0, 0, 0)[0], 1.0, "the first token can only attend to itself");
 
-    let first = with(Interventions { first_layers: Some(2), ..Interventions::default() });
+    let first = with(&Interventions { first_layers: Some(2), ..Interventions::default() });
     assert_eq!(first.attention.layers(), 2);
     for l in 0..2 {
         assert_eq!(first.attention.head(l, 5), base.attention.head(l, 5));

@@ -11,9 +11,11 @@ use crate::export::{Figure, Style, export_png};
 use crate::model::default_model_dir;
 use crate::render::Theme;
 
-use super::state::{Settings, ThemeChoice, TokenSelection, View};
+use super::state::{PeFigure, Settings, Source, ThemeChoice, TokenSelection, View, fit_interventions};
 use super::views;
-use super::worker::{Done, Job, ModelInfo, Worker};
+use super::views::playground_panel::PlaygroundInputs;
+use super::worker::{Done, Job, ModelInfo, RunSpec, Worker};
+use crate::model::PlaygroundConfig;
 
 /// Key of the settings in eframe's storage.
 const SETTINGS_KEY: &str = "attnviz-settings";
@@ -78,14 +80,23 @@ pub struct Runtime {
     pub loading: Option<PathBuf>,
     /// Why the last load failed.
     pub load_error: Option<String>,
+    /// Whether the load in flight was asked for by the user (then its model is shown, even if the
+    /// playground was); the load at launch keeps the remembered choice.
+    switch_on_load: bool,
     /// The run shown.
     pub run: Option<Arc<Run>>,
     /// Request id of the run shown.
     pub run_id: u64,
     /// Newest run requested.
     pub requested_run_id: u64,
-    /// Input of the newest run requested.
-    requested_input: Option<(String, Option<String>)>,
+    /// Input and model of the newest run requested.
+    requested_input: Option<(String, Option<String>, RunSpec)>,
+    /// The playground hyperparameters that run (the last valid ones).
+    pub playground_active: PlaygroundConfig,
+    /// The playground numbers as typed.
+    pub playground_inputs: PlaygroundInputs,
+    /// The playground hyperparameter at fault, and why.
+    pub playground_error: Option<(&'static str, String)>,
     /// Why the last run failed.
     pub run_error: Option<String>,
     /// Tokenizer + model time of the run shown.
@@ -148,6 +159,7 @@ impl AttnvizApp {
         let worker = Worker::spawn(move || ctx.request_repaint()).expect("cannot start the inference thread");
         let (background_tx, background_rx) = channel();
         let model_dir = settings.model_dir.clone().unwrap_or_else(default_model_dir);
+        let playground_inputs = PlaygroundInputs::of(&settings.playground);
         let mut app = Self {
             rt: Runtime {
                 worker,
@@ -155,10 +167,14 @@ impl AttnvizApp {
                 model: None,
                 loading: None,
                 load_error: None,
+                switch_on_load: false,
                 run: None,
                 run_id: 0,
                 requested_run_id: 0,
                 requested_input: None,
+                playground_active: PlaygroundConfig::default(),
+                playground_inputs,
+                playground_error: None,
                 run_error: None,
                 inference_ms: 0.0,
                 hovered: None,
@@ -178,6 +194,7 @@ impl AttnvizApp {
             },
             settings,
         };
+        views::playground_panel::apply(&mut app.settings, &mut app.rt);
         app.load_model(model_dir);
         app
     }
@@ -194,18 +211,27 @@ impl AttnvizApp {
         self.rt.worker.send(Job::Load { id, dir });
     }
 
-    /// Asks for a run if the input differs from the last one asked for.
+    /// Which model the next run uses.
+    fn run_spec(&self) -> RunSpec {
+        match self.settings.source {
+            Source::Pretrained => RunSpec::Pretrained(self.settings.interventions.clone()),
+            Source::Playground => RunSpec::Playground(self.rt.playground_active.clone()),
+        }
+    }
+
+    /// Asks for a run if the input or the model differs from the last one asked for.
     fn request_run_if_changed(&mut self) {
-        if self.rt.model.is_none() {
+        let spec = self.run_spec();
+        if self.rt.model.is_none() && matches!(spec, RunSpec::Pretrained(_)) {
             return;
         }
-        let input = (self.settings.text.clone(), self.settings.pair().map(str::to_string));
+        let input = (self.settings.text.clone(), self.settings.pair().map(str::to_string), spec);
         if self.rt.requested_input.as_ref() == Some(&input) {
             return;
         }
         let id = self.next_id();
         self.rt.requested_run_id = id;
-        self.rt.worker.send(Job::Run { id, text: input.0.clone(), pair: input.1.clone() });
+        self.rt.worker.send(Job::Run { id, text: input.0.clone(), pair: input.1.clone(), spec: input.2.clone() });
         self.rt.requested_input = Some(input);
     }
 
@@ -227,6 +253,11 @@ impl AttnvizApp {
                     match result {
                         Ok(info) => {
                             self.settings.fit_model(info.layers, info.heads);
+                            fit_interventions(&mut self.settings.interventions, info.layers, info.heads);
+                            // A model the user just loaded is the one they want to see.
+                            if std::mem::take(&mut self.rt.switch_on_load) {
+                                self.settings.source = Source::Pretrained;
+                            }
                             let embedded = dir == default_model_dir();
                             self.settings.model_dir = (!embedded).then(|| dir.clone());
                             self.rt.model_path_input = dir.display().to_string();
@@ -240,6 +271,7 @@ impl AttnvizApp {
                             self.rt.requested_input = None;
                         }
                         Err(e) => {
+                            self.rt.switch_on_load = false;
                             let msg = format!("Could not load {}: {e}", dir.display());
                             if self.rt.model.is_none() && dir != default_model_dir() {
                                 // Nothing to keep yet (e.g. a remembered folder that vanished): fall back.
@@ -258,6 +290,8 @@ impl AttnvizApp {
                     match result {
                         Ok(run) => {
                             self.rt.run_id = id;
+                            // The playground, or a run of fewer layers, has another shape.
+                            self.settings.fit_model(run.attention.layers(), run.attention.heads());
                             self.rt.inference_ms = elapsed_ms;
                             if let Some((_, pos)) = self.rt.pinned {
                                 if pos >= run.tokens.len() {
@@ -315,6 +349,24 @@ impl AttnvizApp {
             },
             View::Model => Figure::ModelGrid,
             View::Heatmap => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
+            View::Positions => {
+                let learned = |cosine: bool| match &self.rt.model {
+                    Some(ModelInfo { name, positions: Some(sim), .. }) => Figure::LearnedPositions {
+                        model: name.clone(),
+                        total: sim.positions,
+                        positions: self.settings.pe.positions.min(sim.positions),
+                        values: Arc::new(if cosine { sim.cosine.clone() } else { sim.dot.clone() }),
+                        cosine,
+                    },
+                    _ => Figure::PeDot(self.settings.pe),
+                };
+                match self.settings.pe_figure {
+                    PeFigure::Encoding => Figure::PeEncoding(self.settings.pe),
+                    PeFigure::Dot => Figure::PeDot(self.settings.pe),
+                    PeFigure::LearnedDot => learned(false),
+                    PeFigure::LearnedCosine => learned(true),
+                }
+            }
         }
     }
 
@@ -331,7 +383,10 @@ impl AttnvizApp {
     fn handle_commands(&mut self, ctx: &egui::Context) {
         for command in std::mem::take(&mut self.rt.commands) {
             match command {
-                Command::LoadModel(dir) => self.load_model(dir),
+                Command::LoadModel(dir) => {
+                    self.rt.switch_on_load = true;
+                    self.load_model(dir);
+                }
                 Command::BrowseModel => {
                     let tx = self.rt.background_tx.clone();
                     let ctx = ctx.clone();
@@ -424,6 +479,7 @@ impl eframe::App for AttnvizApp {
         if let Some(dir) = dropped.into_iter().next() {
             let dir = if dir.is_file() { dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir) } else { dir };
             self.rt.model_path_input = dir.display().to_string();
+            self.rt.switch_on_load = true;
             self.load_model(dir);
         }
         if self.is_busy() || self.rt.exporting.is_some() {

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::PeParams;
 use crate::analysis::select::PairFilter;
+use crate::model::{Interventions, PlaygroundConfig};
 use crate::render::{Colormap, Side};
 
 /// The main views.
@@ -17,11 +19,13 @@ pub enum View {
     Model,
     /// One head (or the mean of the selected heads) as a labelled heatmap.
     Heatmap,
+    /// Positional encodings: sinusoidal and learned, and their dot products.
+    Positions,
 }
 
 impl View {
     /// Every view, in tab order.
-    pub const ALL: [Self; 3] = [Self::Head, Self::Model, Self::Heatmap];
+    pub const ALL: [Self; 4] = [Self::Head, Self::Model, Self::Heatmap, Self::Positions];
 
     /// Tab label.
     pub fn label(self) -> &'static str {
@@ -29,8 +33,38 @@ impl View {
             Self::Head => "Head view",
             Self::Model => "Model view",
             Self::Heatmap => "Heatmap",
+            Self::Positions => "Positional encoding",
         }
     }
+
+    /// Whether the view draws a model run (the positional-encoding panel does not need one).
+    pub fn needs_run(self) -> bool {
+        self != Self::Positions
+    }
+}
+
+/// Which model the attention views show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Source {
+    /// The loaded pretrained model, faithful or with interventions.
+    #[default]
+    Pretrained,
+    /// The from-scratch playground encoder with random weights.
+    Playground,
+}
+
+/// Which positional-encoding figure the export dialog writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum PeFigure {
+    /// The sinusoidal encoding, positions × dimensions.
+    #[default]
+    Encoding,
+    /// Its dot products.
+    Dot,
+    /// Dot products of the loaded model's learned position embeddings.
+    LearnedDot,
+    /// Cosine similarities of the learned position embeddings.
+    LearnedCosine,
 }
 
 /// The theme the user chose.
@@ -79,6 +113,20 @@ pub struct Settings {
     pub export_dir: Option<PathBuf>,
     /// Heatmap cell size in points (zoom).
     pub cell_size: f32,
+    /// Pretrained model or playground.
+    pub source: Source,
+    /// The playground's hyperparameters as last edited (may be invalid; the last valid one runs).
+    pub playground: PlaygroundConfig,
+    /// Interventions on the pretrained model.
+    pub interventions: Interventions,
+    /// Positional-encoding panel parameters.
+    pub pe: PeParams,
+    /// Dimensions drawn in the encoding line plot.
+    pub pe_plot_dims: Vec<usize>,
+    /// Position whose row of dot products is plotted.
+    pub pe_plot_row: usize,
+    /// Figure the export dialog writes in the positional-encoding view.
+    pub pe_figure: PeFigure,
 }
 
 /// The example sentence filled in at first launch.
@@ -102,6 +150,18 @@ impl Default for Settings {
             export_scale: 2,
             export_dir: None,
             cell_size: 36.0,
+            source: Source::Pretrained,
+            playground: PlaygroundConfig::default(),
+            interventions: Interventions::default(),
+            pe: PeParams {
+                d_model: 128,
+                positions: 64,
+                base: 10_000.0,
+                layout: crate::analysis::PeLayout::Interleaved,
+            },
+            pe_plot_dims: vec![0, 1, 32, 64],
+            pe_plot_row: 16,
+            pe_figure: PeFigure::Encoding,
         }
     }
 }
@@ -135,6 +195,18 @@ impl Settings {
         self.export_scale = self.export_scale.clamp(1, 4);
         self.cell_size = self.cell_size.clamp(2.0, 80.0);
         self.threshold = self.threshold.clamp(0.0, 1.0);
+    }
+}
+
+/// Makes interventions fit a newly loaded model of `layers` × `heads`: ablations of heads it
+/// does not have and a layer count beyond its depth are dropped.
+pub fn fit_interventions(iv: &mut Interventions, layers: usize, heads: usize) {
+    iv.ablated.retain(|&(l, h)| l < layers && h < heads);
+    if iv.first_layers.is_some_and(|k| k == 0 || k > layers) {
+        iv.first_layers = None;
+    }
+    if !(iv.temperature.is_finite() && iv.temperature > 0.0) {
+        iv.temperature = 1.0;
     }
 }
 

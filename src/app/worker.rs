@@ -7,7 +7,19 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::time::Instant;
 
 use crate::analysis::Run;
-use crate::model::LoadedModel;
+use crate::analysis::pe::table_similarity;
+use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
+
+/// Dot products and cosine similarities between a model's learned position embeddings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PositionSimilarity {
+    /// Number of positions (rows and columns).
+    pub positions: usize,
+    /// `pe_i · pe_j`, `positions × positions`.
+    pub dot: Vec<f32>,
+    /// cos(`pe_i`, `pe_j`), same layout.
+    pub cosine: Vec<f32>,
+}
 
 /// What the loaded model is, for the side panel.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,12 +36,19 @@ pub struct ModelInfo {
     pub hidden: usize,
     /// Longest input in tokens.
     pub max_positions: usize,
+    /// Similarities of the learned position table (None when the model has none).
+    pub positions: Option<Arc<PositionSimilarity>>,
 }
 
 impl ModelInfo {
     fn of(model: &LoadedModel) -> Self {
         let cfg = model.config();
+        let positions = model.bert.position_table().ok().flatten().map(|table| {
+            let (dot, cosine) = table_similarity(&table, cfg.max_position_embeddings, cfg.hidden_size);
+            Arc::new(PositionSimilarity { positions: cfg.max_position_embeddings, dot, cosine })
+        });
         Self {
+            positions,
             name: model.name.clone(),
             dir: model.dir.clone(),
             layers: cfg.num_hidden_layers,
@@ -50,7 +69,7 @@ pub enum Job {
         /// The folder.
         dir: PathBuf,
     },
-    /// Run the current model on an input.
+    /// Run a model on an input.
     Run {
         /// Request id; larger is newer.
         id: u64,
@@ -58,7 +77,18 @@ pub enum Job {
         text: String,
         /// Sentence B.
         pair: Option<String>,
+        /// Which model, and how it is modified.
+        spec: RunSpec,
     },
+}
+
+/// Which model a run uses.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunSpec {
+    /// The loaded model, with these interventions (the default: faithful).
+    Pretrained(Interventions),
+    /// The playground encoder with these (valid) hyperparameters.
+    Playground(PlaygroundConfig),
 }
 
 /// A finished job.
@@ -97,6 +127,8 @@ impl Worker {
         let (done_tx, done) = channel::<Done>();
         std::thread::Builder::new().name("attnviz-inference".into()).spawn(move || {
             let mut model: Option<LoadedModel> = None;
+            // The playground model last built, reused while its hyperparameters stay the same.
+            let mut playground: Option<(PlaygroundConfig, LoadedModel)> = None;
             while let Ok(first) = job_rx.recv() {
                 // Coalesce: of everything queued, keep the newest load and the newest run.
                 let (mut load, mut run) = (None, None);
@@ -126,11 +158,29 @@ impl Worker {
                     }
                     wake();
                 }
-                if let Some(Job::Run { id, text, pair }) = run {
+                if let Some(Job::Run { id, text, pair, spec }) = run {
                     let start = Instant::now();
-                    let result = match &model {
-                        Some(m) => m.run(&text, pair.as_deref()).map(Arc::new).map_err(|e| e.to_string()),
-                        None => Err("no model is loaded".to_string()),
+                    let result = match spec {
+                        RunSpec::Pretrained(iv) => match &model {
+                            Some(m) => m.run_with(&text, pair.as_deref(), &iv).map(Arc::new).map_err(|e| e.to_string()),
+                            None => Err("no model is loaded".to_string()),
+                        },
+                        RunSpec::Playground(cfg) => {
+                            if playground.as_ref().is_none_or(|(c, _)| *c != cfg) {
+                                playground = None;
+                                match cfg.build(&default_model_dir().join("tokenizer.json")) {
+                                    Ok(m) => playground = Some((cfg, m)),
+                                    Err(e) => {
+                                        let _ =
+                                            done_tx.send(Done::Ran { id, result: Err(e.to_string()), elapsed_ms: 0.0 });
+                                        wake();
+                                        continue;
+                                    }
+                                }
+                            }
+                            let (_, m) = playground.as_ref().expect("built above");
+                            m.run(&text, pair.as_deref()).map(Arc::new).map_err(|e| e.to_string())
+                        }
                     };
                     let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
                     if done_tx.send(Done::Ran { id, result, elapsed_ms }).is_err() {

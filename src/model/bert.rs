@@ -238,7 +238,7 @@ impl Attention {
             out.scores.resize(s_start + len, 0.0);
             let scores_out = &mut out.scores[s_start..];
             with_values(&raw, |r| {
-                kernels::scaled_softmax_rows(r, seq_len, scaling, how.causal, probs_out, Some(scores_out))
+                kernels::scaled_softmax_rows(r, seq_len, scaling, how.causal, probs_out, Some(scores_out));
             })?;
             append_values(&q, &mut out.queries)?;
             append_values(&k, &mut out.keys)?;

@@ -181,7 +181,7 @@ pub fn scaled_softmax_rows(
     let first = |c: usize| c * rows_per_task / n;
     match scores {
         Some(s) => {
-            tasks.zip(s.par_chunks_mut(rows_per_task)).for_each(|((c, (src, p)), s)| rows(first(c), src, p, Some(s)))
+            tasks.zip(s.par_chunks_mut(rows_per_task)).for_each(|((c, (src, p)), s)| rows(first(c), src, p, Some(s)));
         }
         None => tasks.for_each(|(c, (src, p))| rows(first(c), src, p, None)),
     }

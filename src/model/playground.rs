@@ -196,7 +196,7 @@ impl PlaygroundConfig {
                 }
                 "std" | "init_std" => cfg.init_std = real("std")? as f32,
                 "seed" => {
-                    cfg.seed = value.parse().map_err(|_| bad("seed", format!("{value:?} is not a whole number")))?
+                    cfg.seed = value.parse().map_err(|_| bad("seed", format!("{value:?} is not a whole number")))?;
                 }
                 _ => {
                     return Err(bad(

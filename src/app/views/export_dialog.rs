@@ -6,7 +6,7 @@ use egui::RichText;
 
 use crate::app::Command;
 use crate::app::app::Runtime;
-use crate::app::state::{Settings, View};
+use crate::app::state::{PeFigure, Settings, View};
 
 /// A default file name for the current view.
 pub fn default_export_path(settings: &Settings) -> PathBuf {
@@ -14,6 +14,12 @@ pub fn default_export_path(settings: &Settings) -> PathBuf {
         View::Head => format!("attnviz-head-view-layer{}.png", settings.layer_idx),
         View::Model => "attnviz-model-view.png".to_string(),
         View::Heatmap => format!("attnviz-heatmap-layer{}.png", settings.layer_idx),
+        View::Positions => match settings.pe_figure {
+            PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
+            PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
+            PeFigure::LearnedDot => "attnviz-learned-positions-dot.png".to_string(),
+            PeFigure::LearnedCosine => "attnviz-learned-positions-cosine.png".to_string(),
+        },
     };
     let dir = settings
         .export_dir
@@ -36,6 +42,12 @@ pub fn export_dialog_ui(ctx: &egui::Context, settings: &mut Settings, rt: &mut R
             View::Head => "the head view",
             View::Model => "the model view (all layers × heads)",
             View::Heatmap => "the heatmap",
+            View::Positions => match settings.pe_figure {
+                PeFigure::Encoding => "the positional encoding",
+                PeFigure::Dot => "the dot products PE·PE",
+                PeFigure::LearnedDot => "the learned position embeddings' dot products",
+                PeFigure::LearnedCosine => "the learned position embeddings' cosine similarities",
+            },
         };
         ui.label(format!("Saves {what} as a PNG image, drawn the same way as `attnviz export`."));
         let label = ui.label("Export path");

@@ -5,13 +5,16 @@ pub mod export_dialog;
 pub mod head_view;
 pub mod heatmap_view;
 pub mod input_bar;
+pub mod interventions_panel;
 pub mod model_view;
+pub mod pe_view;
+pub mod playground_panel;
 pub mod side_panel;
 
 use egui::{Color32, RichText};
 
 use super::app::Runtime;
-use super::state::{Settings, View};
+use super::state::{Settings, Source, View};
 
 /// Per-view caches.
 #[derive(Default)]
@@ -22,6 +25,8 @@ pub struct Caches {
     pub model: model_view::ModelViewCache,
     /// Heatmap view: the texture of the shown matrix.
     pub heatmap: heatmap_view::HeatmapCache,
+    /// Positional-encoding view: encodings and their textures.
+    pub pe: pe_view::PeCache,
 }
 
 /// Colour of a head (distinct per head, colour-blind aware), as egui colour.
@@ -37,7 +42,7 @@ pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
             ui.selectable_value(&mut settings.view, view, RichText::new(view.label()).strong());
         }
         ui.separator();
-        let enabled = rt.run.is_some() && rt.exporting.is_none();
+        let enabled = (rt.run.is_some() || !settings.view.needs_run()) && rt.exporting.is_none();
         if ui
             .add_enabled(enabled, egui::Button::new("Export PNG…"))
             .on_hover_text("Save the current view as a PNG image")
@@ -47,6 +52,11 @@ pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
         }
     });
     ui.separator();
+    if settings.view == View::Positions {
+        pe_view::pe_view_ui(ui, settings, rt);
+        return;
+    }
+    shown_model_banner(ui, settings, rt);
     if rt.run.is_none() {
         ui.vertical_centered(|ui| {
             ui.add_space(40.0);
@@ -63,7 +73,35 @@ pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
         View::Head => head_view::head_view_ui(ui, settings, rt),
         View::Model => model_view::model_view_ui(ui, settings, rt),
         View::Heatmap => heatmap_view::heatmap_view_ui(ui, settings, rt),
+        View::Positions => {}
     }
+}
+
+/// Says which model the views show: the faithful pretrained model, a modified one (loudly, with
+/// the way back), or the playground.
+fn shown_model_banner(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) {
+    let Some(run) = &rt.run else { return };
+    let visuals = ui.visuals().clone();
+    let (text, color, reset) = match (&run.intervention, run.model_name.starts_with("playground")) {
+        (Some(how), _) => {
+            (format!("MODIFIED MODEL — {how} — not the faithful {}", run.model_name), visuals.warn_fg_color, true)
+        }
+        (None, true) => (format!("PLAYGROUND — random weights: {}", run.model_name), visuals.hyperlink_color, false),
+        (None, false) => (format!("Faithful model: {}", run.model_name), visuals.weak_text_color(), false),
+    };
+    ui.horizontal_wrapped(|ui| {
+        ui.label(RichText::new(text).color(color).strong());
+        if reset && ui.button("Reset to the faithful model").clicked() {
+            settings.interventions = crate::model::Interventions::default();
+        }
+        let pending = match settings.source {
+            Source::Pretrained => run.model_name.starts_with("playground"),
+            Source::Playground => !run.model_name.starts_with("playground"),
+        };
+        if pending {
+            ui.spinner();
+        }
+    });
 }
 
 /// The bottom line: last message, timings.
@@ -78,9 +116,16 @@ pub fn status_bar_ui(ui: &mut egui::Ui, settings: &Settings, rt: &Runtime) {
                 ui.label(RichText::new(format!("frame {:.1} ms", rt.frame_ms)).weak())
                     .on_hover_text("CPU time spent building this frame (smoothed)");
                 if let Some(run) = &rt.run {
+                    let source = if run.intervention.is_some() {
+                        "modified model"
+                    } else if run.model_name.starts_with("playground") {
+                        "playground"
+                    } else {
+                        "faithful model"
+                    };
                     ui.label(
                         RichText::new(format!(
-                            "{} tokens · model {:.0} ms · {}",
+                            "{} tokens · {source} · model {:.0} ms · {}",
                             run.tokens.len(),
                             rt.inference_ms,
                             settings.view.label()

@@ -5,7 +5,7 @@ use egui::{Color32, RichText, Sense, Stroke, TextEdit};
 use super::head_color;
 use crate::app::Command;
 use crate::app::app::Runtime;
-use crate::app::state::{Settings, ThemeChoice};
+use crate::app::state::{Settings, Source, ThemeChoice};
 use crate::model::default_model_dir;
 use crate::render::Colormap;
 
@@ -13,10 +13,24 @@ use crate::render::Colormap;
 pub fn side_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
     egui::Panel::left("side").resizable(true).default_size(270.0).show(ui, |ui| {
         egui::ScrollArea::vertical().show(ui, |ui| {
-            model_ui(ui, rt);
+            source_ui(ui, settings, rt);
             ui.separator();
-            if let Some(model) = &rt.model {
-                let (layers, heads) = (model.layers, model.heads);
+            match settings.source {
+                Source::Pretrained => {
+                    model_ui(ui, rt);
+                    ui.add_space(4.0);
+                    super::interventions_panel::interventions_panel_ui(ui, settings, rt);
+                }
+                Source::Playground => super::playground_panel::playground_panel_ui(ui, settings, rt),
+            }
+            ui.separator();
+            // The shape of what is shown: the run's (playground, fewer layers), else the model's.
+            let shape = rt
+                .run
+                .as_ref()
+                .map(|r| (r.attention.layers(), r.attention.heads()))
+                .or_else(|| rt.model.as_ref().map(|m| (m.layers, m.heads)));
+            if let Some((layers, heads)) = shape {
                 layer_picker_ui(ui, settings, layers);
                 ui.add_space(6.0);
                 head_chips_ui(ui, settings, heads);
@@ -27,8 +41,19 @@ pub fn side_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtim
     });
 }
 
-fn model_ui(ui: &mut egui::Ui, rt: &mut Runtime) {
+/// The one-click switch between the pretrained model and the playground.
+fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) {
     ui.heading("Model");
+    let name = rt.model.as_ref().map_or("Pretrained", |m| m.name.as_str());
+    ui.horizontal_wrapped(|ui| {
+        ui.selectable_value(&mut settings.source, Source::Pretrained, RichText::new(format!("Pretrained: {name}")))
+            .on_hover_text("The loaded model with its trained weights");
+        ui.selectable_value(&mut settings.source, Source::Playground, "Playground")
+            .on_hover_text("A from-scratch encoder with random weights and hyperparameters you choose");
+    });
+}
+
+fn model_ui(ui: &mut egui::Ui, rt: &mut Runtime) {
     if let Some(m) = &rt.model {
         ui.label(RichText::new(&m.name).strong());
         ui.label(format!("{} layers × {} heads × {} wide", m.layers, m.heads, m.hidden));

@@ -1,0 +1,199 @@
+//! The playground's hyperparameter panel: numbers are typed, choices clicked; any change re-runs
+//! the model. An invalid combination is explained next to its control and the last valid model
+//! stays on screen.
+
+use egui::{RichText, TextEdit};
+
+use crate::app::app::Runtime;
+use crate::app::state::Settings;
+use crate::model::bert::NormPlacement;
+use crate::model::playground::{PeKind, Scaling};
+use crate::model::{ModelError, PlaygroundConfig};
+
+/// The typed numbers, kept as text so a half-typed value is not lost.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlaygroundInputs {
+    layers: String,
+    heads: String,
+    d_model: String,
+    d_ff: String,
+    base: String,
+    scale: String,
+    std: String,
+    seed: String,
+}
+
+impl PlaygroundInputs {
+    /// The text of each number of `cfg`.
+    pub fn of(cfg: &PlaygroundConfig) -> Self {
+        Self {
+            layers: cfg.layers.to_string(),
+            heads: cfg.heads.to_string(),
+            d_model: cfg.d_model.to_string(),
+            d_ff: cfg.d_ff.to_string(),
+            base: cfg.pe_base.to_string(),
+            scale: cfg.custom_scale.to_string(),
+            std: cfg.init_std.to_string(),
+            seed: cfg.seed.to_string(),
+        }
+    }
+
+    /// `base` with the typed numbers put in, or the field that is not a number.
+    fn parse(&self, base: &PlaygroundConfig) -> Result<PlaygroundConfig, (&'static str, String)> {
+        fn num<T: std::str::FromStr>(field: &'static str, text: &str, what: &str) -> Result<T, (&'static str, String)> {
+            text.trim().parse().map_err(|_| (field, format!("{:?} is not {what}", text.trim())))
+        }
+        let whole = "a whole number";
+        Ok(PlaygroundConfig {
+            layers: num("layers", &self.layers, whole)?,
+            heads: num("heads", &self.heads, whole)?,
+            d_model: num("d_model", &self.d_model, whole)?,
+            d_ff: num("d_ff", &self.d_ff, whole)?,
+            pe_base: num("base", &self.base, "a number")?,
+            custom_scale: num("scale", &self.scale, "a number")?,
+            init_std: num("std", &self.std, "a number")?,
+            seed: num("seed", &self.seed, whole)?,
+            ..base.clone()
+        })
+    }
+}
+
+/// Checks the edited hyperparameters: Ok(valid config) or the field at fault and why.
+pub fn check(inputs: &PlaygroundInputs, edited: &PlaygroundConfig) -> Result<PlaygroundConfig, (&'static str, String)> {
+    let cfg = inputs.parse(edited)?;
+    match cfg.validate() {
+        Ok(()) => Ok(cfg),
+        Err(ModelError::Playground { field, message }) => Err((field, message)),
+        Err(other) => Err(("size", other.to_string())),
+    }
+}
+
+/// A labelled text box for one number; returns whether it changed.
+fn number_row(ui: &mut egui::Ui, label: &str, hint: &str, text: &mut String) -> bool {
+    let label = ui.label(label).on_hover_text(hint);
+    let changed = ui.add(TextEdit::singleline(text).desired_width(70.0)).labelled_by(label.id).changed();
+    ui.end_row();
+    changed
+}
+
+/// The error of `field`, if that is the one at fault, under its control.
+fn field_error(ui: &mut egui::Ui, error: Option<&(&'static str, String)>, field: &str) {
+    if let Some((f, message)) = error {
+        if *f == field {
+            ui.label("");
+            ui.scope(|ui| {
+                ui.set_max_width(170.0);
+                let text = RichText::new(format!("⚠ {message}")).small().color(ui.visuals().error_fg_color);
+                ui.add(egui::Label::new(text).wrap());
+            });
+            ui.end_row();
+        }
+    }
+}
+
+/// Draws the panel and applies edits.
+pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
+    ui.label(RichText::new("Playground encoder").strong());
+    ui.label(
+        RichText::new(
+            "A from-scratch transformer encoder with random weights: token embedding ×√d_model + positional \
+             encoding, then layers of multi-head self-attention and a GELU feed-forward block, each with a \
+             residual connection and layer norm.",
+        )
+        .small()
+        .weak(),
+    );
+    let mut changed = false;
+    let error = rt.playground_error.clone();
+    let cfg = &mut settings.playground;
+    let inputs = &mut rt.playground_inputs;
+    egui::Grid::new("playground-grid").num_columns(2).spacing([8.0, 4.0]).show(ui, |ui| {
+        changed |= number_row(ui, "layers", "Number of encoder blocks", &mut inputs.layers);
+        field_error(ui, error.as_ref(), "layers");
+        changed |= number_row(ui, "heads", "Attention heads per block", &mut inputs.heads);
+        field_error(ui, error.as_ref(), "heads");
+        changed |= number_row(ui, "d_model", "Model width (divisible by heads)", &mut inputs.d_model);
+        field_error(ui, error.as_ref(), "d_model");
+        changed |= number_row(ui, "d_ff", "Feed-forward width", &mut inputs.d_ff);
+        field_error(ui, error.as_ref(), "d_ff");
+
+        ui.label("positional encoding");
+        egui::ComboBox::from_id_salt("playground-pe").selected_text(cfg.pe.label()).show_ui(ui, |ui| {
+            for kind in PeKind::ALL {
+                changed |= ui.selectable_value(&mut cfg.pe, kind, kind.label()).changed();
+            }
+        });
+        ui.end_row();
+        if matches!(cfg.pe, PeKind::Interleaved | PeKind::Concatenated) {
+            changed |= number_row(
+                ui,
+                "PE base",
+                "Wavelength base: 10000 in the paper, some courses use 1000",
+                &mut inputs.base,
+            );
+            field_error(ui, error.as_ref(), "base");
+        }
+
+        ui.label("layer norm");
+        ui.horizontal(|ui| {
+            changed |= ui.selectable_value(&mut cfg.norm, NormPlacement::Post, "post-LN").changed();
+            changed |= ui.selectable_value(&mut cfg.norm, NormPlacement::Pre, "pre-LN").changed();
+        });
+        ui.end_row();
+
+        ui.label("score scaling");
+        ui.horizontal(|ui| {
+            changed |= ui.selectable_value(&mut cfg.scaling, Scaling::InvSqrtDk, "1/√d_k").changed();
+            changed |= ui.selectable_value(&mut cfg.scaling, Scaling::None, "none").changed();
+            changed |= ui.selectable_value(&mut cfg.scaling, Scaling::Custom, "custom").changed();
+        });
+        ui.end_row();
+        if cfg.scaling == Scaling::Custom {
+            changed |= number_row(ui, "scale factor", "Scores q·k are multiplied by this", &mut inputs.scale);
+            field_error(ui, error.as_ref(), "scale");
+        }
+
+        changed |= number_row(ui, "init std", "Standard deviation of the random weights", &mut inputs.std);
+        field_error(ui, error.as_ref(), "std");
+        let label = ui.label("seed");
+        ui.horizontal(|ui| {
+            changed |=
+                ui.add(TextEdit::singleline(&mut inputs.seed).desired_width(70.0)).labelled_by(label.id).changed();
+            if ui.small_button("New seed").on_hover_text("Draw new random weights").clicked() {
+                let seed: u64 = inputs.seed.trim().parse().unwrap_or(0);
+                inputs.seed = seed.wrapping_add(1).to_string();
+                changed = true;
+            }
+        });
+        ui.end_row();
+        field_error(ui, error.as_ref(), "seed");
+    });
+    changed |= ui.checkbox(&mut cfg.causal, "Causal mask (each token sees only earlier ones)").changed();
+    changed |= ui.checkbox(&mut cfg.cls, "Add [CLS] … [SEP] around the input").changed();
+    if let Some((field, message)) = &rt.playground_error {
+        if !["layers", "heads", "d_model", "d_ff", "base", "scale", "std", "seed"].contains(field) {
+            ui.colored_label(ui.visuals().error_fg_color, format!("⚠ {message}"));
+        }
+        ui.label(RichText::new("The last valid model stays on screen.").small().weak());
+    }
+    if ui.small_button("Reset hyperparameters").clicked() {
+        *cfg = PlaygroundConfig::default();
+        *inputs = PlaygroundInputs::of(cfg);
+        changed = true;
+    }
+    if changed {
+        apply(settings, rt);
+    }
+}
+
+/// Re-checks the edited hyperparameters; a valid set becomes the one that runs.
+pub fn apply(settings: &mut Settings, rt: &mut Runtime) {
+    match check(&rt.playground_inputs, &settings.playground) {
+        Ok(cfg) => {
+            settings.playground = cfg.clone();
+            rt.playground_active = cfg;
+            rt.playground_error = None;
+        }
+        Err(e) => rt.playground_error = Some(e),
+    }
+}

@@ -31,22 +31,26 @@ xdotool windowmove --sync "$WID" 0 0
 xdotool windowsize --sync "$WID" 1360 860
 xdotool windowfocus --sync "$WID"
 sleep 4 # model load + first run
-click() { xdotool mousemove "$1" "$2" click 1; sleep "${3:-0.6}"; }
-shot() { sleep "${2:-1}"; import -window root "$OUT/$1.png"; echo "wrote $OUT/$1.png"; }
+# Under Xvfb without a window manager, eframe draws a frame only when an input event arrives (its
+# own repaint requests wait), so results of the inference thread show after the next event: nudge
+# the pointer a few times after each click and before each screenshot.
+nudge() { for _ in $(seq "${1:-3}"); do xdotool mousemove_relative 1 0; sleep 0.15; xdotool mousemove_relative -- -1 0; sleep 0.15; done; }
+click() { xdotool mousemove "$1" "$2"; sleep 0.2; xdotool click 1; nudge 2; sleep "${3:-0.3}"; }
+shot() { sleep "${2:-1}"; nudge 4; import -window root "$OUT/$1.png"; echo "wrote $OUT/$1.png"; }
 
 # The sentence box has focus at launch: type into it, the views follow.
 xdotool key --delay 40 End BackSpace
 xdotool type --delay 40 " and hungry."
 sleep 1.5
 # Head view, layer 4: pin the query token "it" (row 10 of the head view).
-click 174 274
-click 405 348
+click 173 356
+click 405 371
 shot head-view
 xdotool key Escape
 # Model view; a click on layer 3, head 4 opens it in the heatmap view.
 click 403 76
 shot model-view
-click 693 428
+click 693 451
 xdotool mousemove 1300 800
 shot heatmap
 # A sentence pair in the head view.
@@ -56,10 +60,41 @@ click 700 40
 xdotool type --delay 30 "It was exhausted after a long day."
 shot head-view-pair 2
 # The export dialog.
-click 590 76
+click 728 76
 shot export-dialog
 xdotool key Escape
-# Light theme.
-click 147 416
+# Positional encodings: the sinusoidal encoding, PE·PE, line plots; then the learned table below.
+click 593 76
+xdotool mousemove 1300 800
+shot positional-encoding
+xdotool mousemove 900 500
+for _ in $(seq 12); do xdotool click 5; done
+xdotool mousemove 1300 845
+shot positional-encoding-learned
+# An intervention on the pretrained model: ablate layer 2, head 4 (all heads shown); the banner
+# says so and layer 3 changes.
+click 316 76
+click 67 385
+click 22 306 1.5
+click 119 562
+xdotool mousemove 1300 800
+shot intervention 2
+# Back to the faithful model (the side panel's button), interventions folded.
+click 94 652 1.5
+click 22 306 1.5
+# The playground: sharper random weights (init std 0.5), a causal mask, in the model view.
+click 48 117 2
+click 15 453 1
+click 112 402 1
+xdotool key End BackSpace BackSpace BackSpace
+xdotool type --delay 60 "0.5"
+sleep 1
+click 403 76
+xdotool mousemove 1300 800
+shot playground 2
+# Light theme (back on the pretrained model).
+click 97 94 1.5
+click 316 76
+click 147 498
 click 1300 800
 shot head-view-light

@@ -445,6 +445,7 @@ impl AttnvizApp {
                 ThemeChoice::Light => egui::ThemePreference::Light,
             });
             self.rt.applied_theme = Some(self.settings.theme);
+            ctx.request_repaint(); // the new visuals show from the next frame on
         }
     }
 }
@@ -490,6 +491,7 @@ impl eframe::App for AttnvizApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         let start = Instant::now();
         let ctx = ui.ctx().clone();
+        let before = self.settings.clone();
         self.apply_theme(&ctx);
         let focus_text = std::mem::take(&mut self.rt.focus_text_once);
         views::input_bar::input_bar_ui(ui, &mut self.settings, &mut self.rt, focus_text);
@@ -504,6 +506,11 @@ impl eframe::App for AttnvizApp {
         }
         self.handle_commands(&ctx);
         self.request_run_if_changed();
+        if self.settings != before {
+            // A widget changed a setting after it was drawn (e.g. a selectable label): draw the
+            // new state now, not at the next input event.
+            ctx.request_repaint();
+        }
         let ms = start.elapsed().as_secs_f32() * 1e3;
         self.rt.frame_ms = if self.rt.frame_ms == 0.0 { ms } else { 0.9 * self.rt.frame_ms + 0.1 * ms };
     }

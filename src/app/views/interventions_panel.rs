@@ -51,7 +51,7 @@ pub fn interventions_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &R
 /// One small toggle per layer × head.
 fn ablation_grid(ui: &mut egui::Ui, iv: &mut crate::model::Interventions, layers: usize, heads: usize) {
     let cell = ((ui.available_width() - 30.0) / heads as f32 - 2.0).clamp(8.0, 18.0);
-    egui::Grid::new("ablation-grid").spacing([2.0, 2.0]).show(ui, |ui| {
+    egui::Grid::new("ablation-grid").spacing([2.0, 2.0]).min_col_width(cell).show(ui, |ui| {
         ui.label("");
         for h in 0..heads {
             ui.label(RichText::new(h.to_string()).small().weak());

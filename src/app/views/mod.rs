@@ -108,10 +108,6 @@ fn shown_model_banner(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) 
 pub fn status_bar_ui(ui: &mut egui::Ui, settings: &Settings, rt: &Runtime) {
     egui::Panel::bottom("status").show(ui, |ui| {
         ui.horizontal(|ui| {
-            if let Some(status) = &rt.status {
-                let color = if status.is_error { ui.visuals().error_fg_color } else { ui.visuals().weak_text_color() };
-                ui.colored_label(color, &status.text);
-            }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                 ui.label(RichText::new(format!("frame {:.1} ms", rt.frame_ms)).weak())
                     .on_hover_text("CPU time spent building this frame (smoothed)");
@@ -135,6 +131,15 @@ pub fn status_bar_ui(ui: &mut egui::Ui, settings: &Settings, rt: &Runtime) {
                 }
                 if rt.requested_run_id > rt.run_id {
                     ui.spinner();
+                }
+                // The message takes what room is left (right to left: it ends next to the timings).
+                if let Some(status) = &rt.status {
+                    let color =
+                        if status.is_error { ui.visuals().error_fg_color } else { ui.visuals().weak_text_color() };
+                    ui.with_layout(egui::Layout::left_to_right(egui::Align::Center), |ui| {
+                        ui.add(egui::Label::new(RichText::new(&status.text).color(color)).truncate())
+                            .on_hover_text(&status.text);
+                    });
                 }
             });
         });

@@ -117,8 +117,8 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
         changed |= number_row(ui, "d_ff", "Feed-forward width", &mut inputs.d_ff);
         field_error(ui, error.as_ref(), "d_ff");
 
-        ui.label("positional encoding");
-        egui::ComboBox::from_id_salt("playground-pe").selected_text(cfg.pe.label()).show_ui(ui, |ui| {
+        ui.label("encoding").on_hover_text("Positional encoding added to the token embeddings");
+        egui::ComboBox::from_id_salt("playground-pe").width(140.0).selected_text(cfg.pe.label()).show_ui(ui, |ui| {
             for kind in PeKind::ALL {
                 changed |= ui.selectable_value(&mut cfg.pe, kind, kind.label()).changed();
             }
@@ -141,7 +141,7 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
         });
         ui.end_row();
 
-        ui.label("score scaling");
+        ui.label("scaling").on_hover_text("Factor on the attention scores q·k");
         ui.horizontal(|ui| {
             changed |= ui.selectable_value(&mut cfg.scaling, Scaling::InvSqrtDk, "1/√d_k").changed();
             changed |= ui.selectable_value(&mut cfg.scaling, Scaling::None, "none").changed();

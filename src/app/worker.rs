@@ -10,11 +10,16 @@ use crate::analysis::Run;
 use crate::analysis::pe::table_similarity;
 use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
 
+/// Most positions whose similarities are computed (the first ones of a longer table).
+const MAX_SIMILARITY_POSITIONS: usize = 1024;
+
 /// Dot products and cosine similarities between a model's learned position embeddings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PositionSimilarity {
-    /// Number of positions (rows and columns).
+    /// Number of positions compared (rows and columns).
     pub positions: usize,
+    /// Length of the model's whole position table.
+    pub table_positions: usize,
     /// `pe_i · pe_j`, `positions × positions`.
     pub dot: Vec<f32>,
     /// cos(`pe_i`, `pe_j`), same layout.
@@ -44,8 +49,10 @@ impl ModelInfo {
     fn of(model: &LoadedModel) -> Self {
         let cfg = model.config();
         let positions = model.bert.position_table().ok().flatten().map(|table| {
-            let (dot, cosine) = table_similarity(&table, cfg.max_position_embeddings, cfg.hidden_size);
-            Arc::new(PositionSimilarity { positions: cfg.max_position_embeddings, dot, cosine })
+            // The panel shows at most this many positions; a long table would cost n² memory.
+            let n = cfg.max_position_embeddings.min(MAX_SIMILARITY_POSITIONS);
+            let (dot, cosine) = table_similarity(&table, n, cfg.hidden_size);
+            Arc::new(PositionSimilarity { positions: n, table_positions: cfg.max_position_embeddings, dot, cosine })
         });
         Self {
             positions,

@@ -210,7 +210,7 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
                     RichText::new(format!(
                         "The first {} of its {} learned positions, to compare with the fixed encoding above. Dot-product colours stop at the 99th percentile; hover for exact values.",
                         params.positions.min(sim.positions),
-                        sim.positions
+                        sim.table_positions
                     ))
                     .small()
                     .weak(),

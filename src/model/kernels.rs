@@ -156,34 +156,49 @@ pub fn scaled_softmax_rows(
     }
     let arch = pulp::Arch::new();
     let rows_per_task = (MIN_CHUNK / n).max(1) * n;
-    // `first_row`: index of the chunk's first row among all rows (for the causal mask).
-    let rows = |first_row: usize, src: &[f32], p: &mut [f32], mut s: Option<&mut [f32]>| {
-        arch.dispatch(
-            #[inline(always)]
-            || {
-                for (i, (src, p)) in src.chunks(n).zip(p.chunks_mut(n)).enumerate() {
-                    for (pv, &r) in p.iter_mut().zip(src) {
-                        *pv = r * scale;
-                    }
-                    if causal {
-                        let query = (first_row + i) % n;
-                        p[query + 1..].fill(f32::NEG_INFINITY);
-                    }
-                    if let Some(s) = s.as_deref_mut() {
-                        s[i * n..(i + 1) * n].copy_from_slice(p);
-                    }
-                    softmax_in_place(p);
-                }
-            },
-        );
-    };
     let tasks = raw.par_chunks(rows_per_task).zip(probs.par_chunks_mut(rows_per_task)).enumerate();
-    let first = |c: usize| c * rows_per_task / n;
+    let rows = |c: usize, src, probs, scores| {
+        arch.dispatch(SoftmaxRows { src, probs, scores, n, scale, causal, first_row: c * rows_per_task / n });
+    };
     match scores {
-        Some(s) => {
-            tasks.zip(s.par_chunks_mut(rows_per_task)).for_each(|((c, (src, p)), s)| rows(first(c), src, p, Some(s)));
+        Some(s) => tasks.zip(s.par_chunks_mut(rows_per_task)).for_each(|((c, (src, p)), s)| rows(c, src, p, Some(s))),
+        None => tasks.for_each(|(c, (src, p))| rows(c, src, p, None)),
+    }
+}
+
+/// Rows of [`scaled_softmax_rows`] for one task, as a `pulp` operation: `with_simd` is compiled
+/// for the instruction set pulp picks at run time (a closure passed to `dispatch` was not inlined
+/// into it and ran as SSE code).
+struct SoftmaxRows<'a> {
+    src: &'a [f32],
+    probs: &'a mut [f32],
+    scores: Option<&'a mut [f32]>,
+    n: usize,
+    scale: f32,
+    causal: bool,
+    /// Index of the first row among all rows (for the causal mask).
+    first_row: usize,
+}
+
+impl pulp::WithSimd for SoftmaxRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        let Self { src, probs, mut scores, n, scale, causal, first_row } = self;
+        for (i, (src, p)) in src.chunks(n).zip(probs.chunks_mut(n)).enumerate() {
+            for (pv, &r) in p.iter_mut().zip(src) {
+                *pv = r * scale;
+            }
+            if causal {
+                let query = (first_row + i) % n;
+                p[query + 1..].fill(f32::NEG_INFINITY);
+            }
+            if let Some(s) = scores.as_deref_mut() {
+                s[i * n..(i + 1) * n].copy_from_slice(p);
+            }
+            softmax_in_place(p);
         }
-        None => tasks.for_each(|(c, (src, p))| rows(first(c), src, p, None)),
     }
 }
 

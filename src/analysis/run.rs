@@ -31,6 +31,8 @@ pub struct Run {
     /// Set when the forward pass was modified (ablated heads, temperature, …), saying how. None
     /// means the faithful model.
     pub intervention: Option<String>,
+    /// Whether the run comes from the playground encoder (random weights).
+    pub playground: bool,
 }
 
 impl Run {

@@ -46,6 +46,8 @@ pub struct LoadedModel {
     pub bert: Bert,
     /// The tokenizer.
     pub tokenizer: TextTokenizer,
+    /// Whether this is the playground encoder (random weights), not a pretrained model.
+    pub playground: bool,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ModelError> {
@@ -216,7 +218,7 @@ impl LoadedModel {
             .ok()
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
             .unwrap_or_else(|| dir.display().to_string());
-        Ok(Self { name, dir: dir.to_path_buf(), bert, tokenizer })
+        Ok(Self { name, dir: dir.to_path_buf(), bert, tokenizer, playground: false })
     }
 
     /// The model's configuration.
@@ -291,6 +293,7 @@ impl LoadedModel {
             last_hidden: out.last_hidden,
             truncation,
             intervention: interventions.describe(),
+            playground: self.playground,
         })
     }
 }

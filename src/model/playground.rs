@@ -342,7 +342,7 @@ impl PlaygroundConfig {
         };
         let bert = Bert::load_arch(&vb, &config, arch)?;
         let dir = tokenizer_path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Ok(LoadedModel { name: self.describe(), dir, bert, tokenizer })
+        Ok(LoadedModel { name: self.describe(), dir, bert, tokenizer, playground: true })
     }
 
     /// Random weights under BERT's names: normal(0, std) matrices and embeddings, zero biases,

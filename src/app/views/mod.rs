@@ -82,7 +82,7 @@ pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
 fn shown_model_banner(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) {
     let Some(run) = &rt.run else { return };
     let visuals = ui.visuals().clone();
-    let (text, color, reset) = match (&run.intervention, run.model_name.starts_with("playground")) {
+    let (text, color, reset) = match (&run.intervention, run.playground) {
         (Some(how), _) => {
             (format!("MODIFIED MODEL — {how} — not the faithful {}", run.model_name), visuals.warn_fg_color, true)
         }
@@ -95,8 +95,8 @@ fn shown_model_banner(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) 
             settings.interventions = crate::model::Interventions::default();
         }
         let pending = match settings.source {
-            Source::Pretrained => run.model_name.starts_with("playground"),
-            Source::Playground => !run.model_name.starts_with("playground"),
+            Source::Pretrained => run.playground,
+            Source::Playground => !run.playground,
         };
         if pending {
             ui.spinner();
@@ -114,7 +114,7 @@ pub fn status_bar_ui(ui: &mut egui::Ui, settings: &Settings, rt: &Runtime) {
                 if let Some(run) = &rt.run {
                     let source = if run.intervention.is_some() {
                         "modified model"
-                    } else if run.model_name.starts_with("playground") {
+                    } else if run.playground {
                         "playground"
                     } else {
                         "faithful model"

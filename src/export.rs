@@ -6,6 +6,7 @@ use std::path::Path;
 use image::RgbaImage;
 use thiserror::Error;
 
+use crate::analysis::select::submatrix;
 use crate::analysis::{PeParams, Run, pe};
 use crate::render::{self, Colormap, HeadViewSpec, HeatmapSpec, ModelGridSpec, Side, Theme};
 
@@ -127,17 +128,11 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             if n == 0 {
                 return Err(ExportError::Pe(pe::PeError::Positions(0)));
             }
-            let crop: Vec<f32> = (0..n).flat_map(|i| values[i * total..i * total + n].iter().copied()).collect();
+            let first: Vec<usize> = (0..n).collect();
+            let crop = submatrix(values, *total, &first, false);
             let what = if *cosine { "Cosine similarity" } else { "Dot products" };
-            // As in the app: dot-product colours stop at the 99th percentile (a few positions have
-            // much larger norms than the rest).
-            let range = if *cosine {
-                (-1.0, 1.0)
-            } else {
-                let mut sorted = crop.clone();
-                sorted.sort_by(f32::total_cmp);
-                (sorted[0], sorted[((sorted.len() - 1) as f32 * 0.99) as usize])
-            };
+            // As in the app: dot-product colours stop at the 99th percentile.
+            let range = if *cosine { Some((-1.0, 1.0)) } else { pe::learned_dot_range(&crop) };
             let title = format!("{what} of the learned position embeddings of {model} (first {n})");
             return Ok(render::heatmap(&HeatmapSpec {
                 values: &crop,
@@ -148,7 +143,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 row_axis: "position i",
                 col_axis: "position j",
                 title: &title,
-                range: (range.1 > range.0).then_some(range),
+                range,
                 colormap: if *cosine { Colormap::RdBu } else { colormap },
                 theme,
                 scale,

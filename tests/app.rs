@@ -161,11 +161,7 @@ fn export_writes_a_decodable_png_through_the_dialog() {
     h.run_steps(2);
     h.get_by_label("Export PNG…").click();
     h.run_steps(2);
-    h.get_by_label("Export path").focus();
-    h.step();
-    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
-    h.get_by_label("Export path").type_text(path.to_str().unwrap());
-    h.run_steps(2);
+    retype(&mut h, "Export path", path.to_str().unwrap());
     h.get_by_label("3×").click();
     h.run_steps(2);
     h.state_mut().rt.status = None;

@@ -142,6 +142,16 @@ pub fn table_similarity(table: &[f32], n: usize, d: usize) -> (Vec<f32>, Vec<f32
     (dot.iter().map(|&v| v as f32).collect(), cosine)
 }
 
+/// Colour range for the dot products of a learned position table: from the minimum to the 99th
+/// percentile, because a few positions (often position 0) have much larger norms than the rest and
+/// would wash out the picture. None when that range is empty.
+pub fn learned_dot_range(dot: &[f32]) -> Option<(f32, f32)> {
+    let mut sorted = dot.to_vec();
+    sorted.sort_by(f32::total_cmp);
+    let (lo, hi) = (*sorted.first()?, sorted[((sorted.len() - 1) as f32 * 0.99) as usize]);
+    (hi > lo).then_some((lo, hi))
+}
+
 /// `rows · rowsᵀ` of a row-major `n × d` matrix.
 pub fn gram(rows: &[f64], n: usize, d: usize) -> Vec<f64> {
     let mut out = vec![0.0; n * n];
@@ -219,6 +229,16 @@ mod tests {
         // A zero row has cosine 0, not NaN.
         let (_, cos) = table_similarity(&[0.0, 0.0, 1.0, 0.0], 2, 2);
         assert_eq!(cos, vec![0.0, 0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn learned_dot_colours_stop_at_the_99th_percentile() {
+        // 200 values 0..199 and one outlier: the range ends at the 99th percentile, not at 1e6.
+        let mut dot: Vec<f32> = (0..200).map(|v| v as f32).collect();
+        dot.push(1e6);
+        assert_eq!(learned_dot_range(&dot), Some((0.0, 198.0)));
+        assert_eq!(learned_dot_range(&[2.0, 2.0]), None);
+        assert_eq!(learned_dot_range(&[]), None);
     }
 
     #[test]

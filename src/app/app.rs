@@ -11,7 +11,7 @@ use crate::export::{Figure, Style, export_png};
 use crate::model::default_model_dir;
 use crate::render::Theme;
 
-use super::state::{PeFigure, Settings, Source, ThemeChoice, TokenSelection, View, fit_interventions};
+use super::state::{PeFigure, Settings, Source, ThemeChoice, TokenSelection, View};
 use super::views;
 use super::views::playground_panel::PlaygroundInputs;
 use super::worker::{Done, Job, ModelInfo, RunSpec, Worker};
@@ -253,7 +253,7 @@ impl AttnvizApp {
                     match result {
                         Ok(info) => {
                             self.settings.fit_model(info.layers, info.heads);
-                            fit_interventions(&mut self.settings.interventions, info.layers, info.heads);
+                            self.settings.interventions.fit_to(info.layers, info.heads);
                             // A model the user just loaded is the one they want to see.
                             if std::mem::take(&mut self.rt.switch_on_load) {
                                 self.settings.source = Source::Pretrained;
@@ -355,7 +355,7 @@ impl AttnvizApp {
                         model: name.clone(),
                         total: sim.positions,
                         positions: self.settings.pe.positions.min(sim.positions),
-                        values: Arc::new(if cosine { sim.cosine.clone() } else { sim.dot.clone() }),
+                        values: Arc::clone(if cosine { &sim.cosine } else { &sim.dot }),
                         cosine,
                     },
                     _ => Figure::PeDot(self.settings.pe),

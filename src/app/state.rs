@@ -198,17 +198,5 @@ impl Settings {
     }
 }
 
-/// Makes interventions fit a newly loaded model of `layers` × `heads`: ablations of heads it
-/// does not have and a layer count beyond its depth are dropped.
-pub fn fit_interventions(iv: &mut Interventions, layers: usize, heads: usize) {
-    iv.ablated.retain(|&(l, h)| l < layers && h < heads);
-    if iv.first_layers.is_some_and(|k| k == 0 || k > layers) {
-        iv.first_layers = None;
-    }
-    if !(iv.temperature.is_finite() && iv.temperature > 0.0) {
-        iv.temperature = 1.0;
-    }
-}
-
 /// A token the user hovers or pinned in the head view.
 pub type TokenSelection = (Side, usize);

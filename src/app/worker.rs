@@ -20,10 +20,10 @@ pub struct PositionSimilarity {
     pub positions: usize,
     /// Length of the model's whole position table.
     pub table_positions: usize,
-    /// `pe_i · pe_j`, `positions × positions`.
-    pub dot: Vec<f32>,
+    /// `pe_i · pe_j`, `positions × positions` (shared with export figures).
+    pub dot: Arc<Vec<f32>>,
     /// cos(`pe_i`, `pe_j`), same layout.
-    pub cosine: Vec<f32>,
+    pub cosine: Arc<Vec<f32>>,
 }
 
 /// What the loaded model is, for the side panel.
@@ -52,6 +52,7 @@ impl ModelInfo {
             // The panel shows at most this many positions; a long table would cost n² memory.
             let n = cfg.max_position_embeddings.min(MAX_SIMILARITY_POSITIONS);
             let (dot, cosine) = table_similarity(&table, n, cfg.hidden_size);
+            let (dot, cosine) = (Arc::new(dot), Arc::new(cosine));
             Arc::new(PositionSimilarity { positions: n, table_positions: cfg.max_position_embeddings, dot, cosine })
         });
         Self {

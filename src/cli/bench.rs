@@ -36,14 +36,15 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
     }
     let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, args.tokens)?;
     anyhow::ensure!(tokens.len() == args.tokens, "could only make {} tokens", tokens.len());
+    let faithful = crate::model::Interventions::default();
     for _ in 0..3 {
-        model.run_tokens(tokens.clone(), None, Capture::Attention, &crate::model::Interventions::default())?;
+        model.run_tokens(tokens.clone(), None, Capture::Attention, &faithful)?;
     }
     let mut times_ms = Vec::with_capacity(args.runs);
     for _ in 0..args.runs {
         let input = tokens.clone();
         let start = Instant::now();
-        let run = model.run_tokens(input, None, Capture::Attention, &crate::model::Interventions::default())?;
+        let run = model.run_tokens(input, None, Capture::Attention, &faithful)?;
         times_ms.push(start.elapsed().as_secs_f64() * 1e3);
         drop(run);
     }

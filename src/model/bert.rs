@@ -130,25 +130,17 @@ struct Embeddings {
 
 impl Embeddings {
     fn load(vb: &VarBuilder, cfg: &Config, arch: &Arch) -> candle_core::Result<Self> {
-        let (h, position, token_type, norm) =
-            (cfg.hidden_size, "position_embeddings", "token_type_embeddings", "LayerNorm");
+        let h = cfg.hidden_size;
+        let has = |name: &str| vb.contains_tensor(&format!("{name}.weight"));
         Ok(Self {
             word: embedding(cfg.vocab_size, h, vb.pp("word_embeddings"))?,
-            position: if vb.contains_tensor(&format!("{position}.weight")) {
-                Some(embedding(cfg.max_position_embeddings, h, vb.pp(position))?)
-            } else {
-                None
-            },
-            token_type: if vb.contains_tensor(&format!("{token_type}.weight")) {
-                Some(embedding(cfg.type_vocab_size, h, vb.pp(token_type))?)
-            } else {
-                None
-            },
-            norm: if vb.contains_tensor(&format!("{norm}.weight")) {
-                Some(layer_norm(h, cfg.layer_norm_eps, vb.pp(norm))?)
-            } else {
-                None
-            },
+            position: has("position_embeddings")
+                .then(|| embedding(cfg.max_position_embeddings, h, vb.pp("position_embeddings")))
+                .transpose()?,
+            token_type: has("token_type_embeddings")
+                .then(|| embedding(cfg.type_vocab_size, h, vb.pp("token_type_embeddings")))
+                .transpose()?,
+            norm: has("LayerNorm").then(|| layer_norm(h, cfg.layer_norm_eps, vb.pp("LayerNorm"))).transpose()?,
             scale: arch.embed_scale,
         })
     }
@@ -357,17 +349,11 @@ impl Bert {
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| Layer::load(&vb.pp(format!("encoder.layer.{i}")), cfg))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let final_norm = if vb.contains_tensor("final_norm.weight") {
-            Some(layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("final_norm"))?)
-        } else {
-            None
-        };
+        let final_norm = vb
+            .contains_tensor("final_norm.weight")
+            .then(|| layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("final_norm")))
+            .transpose()?;
         Ok(Self { embeddings, layers, final_norm, config: cfg.clone(), arch, device: vb.device().clone() })
-    }
-
-    /// How the blocks are wired.
-    pub fn arch(&self) -> &Arch {
-        &self.arch
     }
 
     /// The configuration it was built from.
@@ -405,16 +391,14 @@ impl Bert {
         let ids = Tensor::from_slice(ids, seq_len, &self.device)?;
         let type_ids = Tensor::from_slice(type_ids, seq_len, &self.device)?;
         let per_layer = self.config.num_attention_heads * seq_len * seq_len;
-        if iv.ablated.iter().any(|&(l, h)| l >= self.layers.len() || h >= self.config.num_attention_heads) {
-            return Err(candle_core::Error::Msg("an ablated head is outside the model".into()));
-        }
+        iv.validate(self.layers.len(), self.config.num_attention_heads).map_err(candle_core::Error::Msg)?;
         let mut out =
             ForwardOutput { probs: Vec::with_capacity(per_layer * self.layers.len()), ..ForwardOutput::default() };
         if capture == Capture::Full {
             out.scores.reserve(per_layer * self.layers.len());
         }
         let mut x = self.embeddings.forward(&ids, &type_ids, !iv.zero_positions)?;
-        let run_layers = iv.first_layers.map_or(self.layers.len(), |k| k.min(self.layers.len()));
+        let run_layers = iv.first_layers.unwrap_or(self.layers.len()); // validated above
         for (l, layer) in self.layers[..run_layers].iter().enumerate() {
             let ablated: Vec<usize> = iv.ablated.iter().filter(|&&(al, _)| al == l).map(|&(_, h)| h).collect();
             let how = LayerRun {

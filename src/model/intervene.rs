@@ -57,6 +57,19 @@ impl Interventions {
         Ok(())
     }
 
+    /// Drops what [`Self::validate`] would refuse for a model of `layers` × `heads` (ablations of
+    /// heads it does not have, a layer count beyond its depth, a temperature that is not positive),
+    /// keeping the rest: remembered interventions meeting a newly loaded model.
+    pub fn fit_to(&mut self, layers: usize, heads: usize) {
+        self.ablated.retain(|&(l, h)| l < layers && h < heads);
+        if self.first_layers.is_some_and(|k| k == 0 || k > layers) {
+            self.first_layers = None;
+        }
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            self.temperature = 1.0;
+        }
+    }
+
     /// A one-line description, or None for the faithful model.
     pub fn describe(&self) -> Option<String> {
         if self.is_faithful() {
@@ -121,5 +134,20 @@ mod tests {
         assert!(Interventions { temperature: 0.0, ..Interventions::default() }.validate(6, 12).is_err());
         assert!(Interventions { first_layers: Some(7), ..Interventions::default() }.validate(6, 12).is_err());
         assert!(Interventions { first_layers: Some(6), ..Interventions::default() }.validate(6, 12).is_ok());
+    }
+
+    #[test]
+    fn fitting_to_a_smaller_model_keeps_what_still_applies() {
+        let mut iv = Interventions {
+            ablated: parse_ablate("0:1,5:0,1:11").unwrap(),
+            temperature: f32::NAN,
+            first_layers: Some(5),
+            causal: true,
+            ..Interventions::default()
+        };
+        iv.fit_to(2, 4);
+        assert!(iv.validate(2, 4).is_ok());
+        assert_eq!(iv.ablated.into_iter().collect::<Vec<_>>(), vec![(0, 1)]);
+        assert_eq!((iv.temperature, iv.first_layers, iv.causal), (1.0, None, true));
     }
 }

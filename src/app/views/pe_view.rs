@@ -6,7 +6,8 @@
 use egui::{RichText, Sense, TextEdit, TextureHandle, TextureOptions, Vec2, vec2};
 use egui_plot::{Legend, Line, Plot, PlotPoints};
 
-use crate::analysis::pe::{self, PeLayout, PeParams, PositionalEncoding};
+use crate::analysis::pe::{self, PeLayout, PeParams, PositionalEncoding, learned_dot_range};
+use crate::analysis::select::submatrix;
 use crate::app::app::Runtime;
 use crate::app::state::{PeFigure, Settings};
 use crate::app::worker::PositionSimilarity;
@@ -26,25 +27,27 @@ impl Shown {
         ctx: &egui::Context,
         name: &str,
         values: Vec<f32>,
-        rows: usize,
-        cols: usize,
-        diverging: bool,
+        (rows, cols): (usize, usize),
+        range: (f32, f32),
         colormap: Colormap,
     ) -> Self {
-        let (lo, hi) = values.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-        let range = if diverging {
-            let m = lo.abs().max(hi.abs()).max(f32::MIN_POSITIVE);
-            (-m, m)
-        } else if hi > lo {
-            (lo, hi)
-        } else {
-            (lo, lo + 1.0)
-        };
-        let cmap = if diverging { Colormap::RdBu } else { colormap };
-        let rgba = cells_rgba(&values, range.0, range.1, cmap);
+        let rgba = cells_rgba(&values, range.0, range.1, colormap);
         let image = egui::ColorImage::from_rgba_unmultiplied([cols, rows], &rgba);
         let texture = ctx.load_texture(name, image, TextureOptions::NEAREST);
         Self { values, rows, cols, range, texture }
+    }
+}
+
+/// The colour range of `values`: symmetric around zero when `diverging`, else min to max.
+fn value_range(values: &[f32], diverging: bool) -> (f32, f32) {
+    let (lo, hi) = values.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    if diverging {
+        let m = lo.abs().max(hi.abs()).max(f32::MIN_POSITIVE);
+        (-m, m)
+    } else if hi > lo {
+        (lo, hi)
+    } else {
+        (lo, lo + 1.0)
     }
 }
 
@@ -85,8 +88,10 @@ impl PeCache {
         match pe::sinusoidal(params) {
             Ok(enc) => {
                 let (n, d) = (params.positions, params.d_model);
-                self.enc_shown = Some(Shown::new(ctx, "pe-encoding", enc.encoding.clone(), n, d, true, colormap));
-                self.dot_shown = Some(Shown::new(ctx, "pe-dot", enc.dot.clone(), n, n, false, colormap));
+                let (enc_range, dot_range) = (value_range(&enc.encoding, true), value_range(&enc.dot, false));
+                let encoding = enc.encoding.clone();
+                self.enc_shown = Some(Shown::new(ctx, "pe-encoding", encoding, (n, d), enc_range, Colormap::RdBu));
+                self.dot_shown = Some(Shown::new(ctx, "pe-dot", enc.dot.clone(), (n, n), dot_range, colormap));
                 self.encoding = Some(enc);
                 self.error = None;
                 self.builds += 1;
@@ -100,28 +105,12 @@ impl PeCache {
             return;
         }
         let n = key.1.min(sim.positions);
-        let crop = |m: &[f32]| -> Vec<f32> {
-            (0..n).flat_map(|i| m[i * sim.positions..i * sim.positions + n].iter().copied()).collect()
-        };
-        // A few positions (often position 0) have much larger norms than the rest and would wash
-        // out the picture: colours stop at the 99th percentile (hover still gives exact values).
-        let dot = crop(&sim.dot);
-        let mut sorted = dot.clone();
-        sorted.sort_by(f32::total_cmp);
-        let (lo, hi) = (sorted[0], sorted[((sorted.len() - 1) as f32 * 0.99) as usize]);
-        let mut shown = Shown::new(ctx, "learned-dot", dot, n, n, false, key.2);
-        if hi > lo {
-            shown.range = (lo, hi);
-            let rgba = cells_rgba(&shown.values, lo, hi, key.2);
-            shown.texture.set(egui::ColorImage::from_rgba_unmultiplied([n, n], &rgba), TextureOptions::NEAREST);
-        }
-        self.learned_dot = Some(shown);
-        let cos = crop(&sim.cosine);
-        let mut shown = Shown::new(ctx, "learned-cos", cos, n, n, true, key.2);
-        shown.range = (-1.0, 1.0);
-        let rgba = cells_rgba(&shown.values, -1.0, 1.0, Colormap::RdBu);
-        shown.texture.set(egui::ColorImage::from_rgba_unmultiplied([n, n], &rgba), TextureOptions::NEAREST);
-        self.learned_cos = Some(shown);
+        let first: Vec<usize> = (0..n).collect();
+        let dot = submatrix(&sim.dot, sim.positions, &first, false);
+        let range = learned_dot_range(&dot).unwrap_or_else(|| value_range(&dot, false));
+        self.learned_dot = Some(Shown::new(ctx, "learned-dot", dot, (n, n), range, key.2));
+        let cos = submatrix(&sim.cosine, sim.positions, &first, false);
+        self.learned_cos = Some(Shown::new(ctx, "learned-cos", cos, (n, n), (-1.0, 1.0), Colormap::RdBu));
         self.learned_key = Some(key);
     }
 }
@@ -193,11 +182,11 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
         ui.horizontal_top(|ui| {
             ui.vertical(|ui| {
                 let title = format!("Encoding PE ({} positions × {} dimensions, {})", params.positions, params.d_model, params.layout.name());
-                figure_ui(ui, settings, cache_mut(rt), PeFigure::Encoding, &title, vec2(side, side), ("position", "dimension"));
+                figure_ui(ui, &mut rt.caches.pe, PeFigure::Encoding, &title, vec2(side, side), ("position", "dimension"));
             });
             ui.vertical(|ui| {
                 let title = format!("Dot products PE_i · PE_j ({} × {})", params.positions, params.positions);
-                figure_ui(ui, settings, cache_mut(rt), PeFigure::Dot, &title, vec2(side, side), ("position i", "position j"));
+                figure_ui(ui, &mut rt.caches.pe, PeFigure::Dot, &title, vec2(side, side), ("position i", "position j"));
             });
         });
         ui.add_space(8.0);
@@ -215,13 +204,13 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
                     .small()
                     .weak(),
                 );
-                cache_mut(rt).update_learned(ui.ctx(), (dir, params.positions, settings.colormap), &sim);
+                rt.caches.pe.update_learned(ui.ctx(), (dir, params.positions, settings.colormap), &sim);
                 ui.horizontal_top(|ui| {
                     ui.vertical(|ui| {
-                        figure_ui(ui, settings, cache_mut(rt), PeFigure::LearnedDot, "Dot products (learned)", vec2(side, side), ("position i", "position j"));
+                        figure_ui(ui, &mut rt.caches.pe, PeFigure::LearnedDot, "Dot products (learned)", vec2(side, side), ("position i", "position j"));
                     });
                     ui.vertical(|ui| {
-                        figure_ui(ui, settings, cache_mut(rt), PeFigure::LearnedCosine, "Cosine similarity (learned)", vec2(side, side), ("position i", "position j"));
+                        figure_ui(ui, &mut rt.caches.pe, PeFigure::LearnedCosine, "Cosine similarity (learned)", vec2(side, side), ("position i", "position j"));
                     });
                 });
             }
@@ -230,14 +219,10 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
             }
         }
     });
-    if let Some(open) = rt.caches.pe.take_export_request() {
+    if let Some(open) = rt.caches.pe.export_request.take() {
         settings.pe_figure = open;
         rt.export_open = true;
     }
-}
-
-fn cache_mut(rt: &mut Runtime) -> &mut PeCache {
-    &mut rt.caches.pe
 }
 
 impl PeCache {
@@ -249,22 +234,10 @@ impl PeCache {
             PeFigure::LearnedCosine => self.learned_cos.as_ref(),
         }
     }
-
-    fn take_export_request(&mut self) -> Option<PeFigure> {
-        self.export_request.take()
-    }
 }
 
 /// One heatmap with its title, range, exact value on hover and an export button.
-fn figure_ui(
-    ui: &mut egui::Ui,
-    _settings: &Settings,
-    cache: &mut PeCache,
-    which: PeFigure,
-    title: &str,
-    size: Vec2,
-    axes: (&str, &str),
-) {
+fn figure_ui(ui: &mut egui::Ui, cache: &mut PeCache, which: PeFigure, title: &str, size: Vec2, axes: (&str, &str)) {
     if cache.shown(which).is_none() {
         return;
     }

@@ -68,25 +68,36 @@ pub fn check(inputs: &PlaygroundInputs, edited: &PlaygroundConfig) -> Result<Pla
     }
 }
 
-/// A labelled text box for one number; returns whether it changed.
-fn number_row(ui: &mut egui::Ui, label: &str, hint: &str, text: &mut String) -> bool {
-    let label = ui.label(label).on_hover_text(hint);
-    let changed = ui.add(TextEdit::singleline(text).desired_width(70.0)).labelled_by(label.id).changed();
-    ui.end_row();
-    changed
+/// Grid rows of the panel, each number followed by its error when it is the one at fault.
+struct Rows<'a> {
+    error: Option<&'a (&'static str, String)>,
+    /// Whether the error has been shown under a control.
+    shown: bool,
 }
 
-/// The error of `field`, if that is the one at fault, under its control.
-fn field_error(ui: &mut egui::Ui, error: Option<&(&'static str, String)>, field: &str) {
-    if let Some((f, message)) = error {
-        if *f == field {
-            ui.label("");
-            ui.scope(|ui| {
-                ui.set_max_width(170.0);
-                let text = RichText::new(format!("⚠ {message}")).small().color(ui.visuals().error_fg_color);
-                ui.add(egui::Label::new(text).wrap());
-            });
-            ui.end_row();
+impl Rows<'_> {
+    /// A labelled text box for the number `field`; returns whether it changed.
+    fn number(&mut self, ui: &mut egui::Ui, label: &str, field: &str, hint: &str, text: &mut String) -> bool {
+        let label = ui.label(label).on_hover_text(hint);
+        let changed = ui.add(TextEdit::singleline(text).desired_width(70.0)).labelled_by(label.id).changed();
+        ui.end_row();
+        self.error_under(ui, field);
+        changed
+    }
+
+    /// The error of `field`, if that is the one at fault, under its control.
+    fn error_under(&mut self, ui: &mut egui::Ui, field: &str) {
+        if let Some((f, message)) = self.error {
+            if *f == field {
+                ui.label("");
+                ui.scope(|ui| {
+                    ui.set_max_width(170.0);
+                    let text = RichText::new(format!("⚠ {message}")).small().color(ui.visuals().error_fg_color);
+                    ui.add(egui::Label::new(text).wrap());
+                });
+                ui.end_row();
+                self.shown = true;
+            }
         }
     }
 }
@@ -105,17 +116,14 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
     );
     let mut changed = false;
     let error = rt.playground_error.clone();
+    let mut rows = Rows { error: error.as_ref(), shown: false };
     let cfg = &mut settings.playground;
     let inputs = &mut rt.playground_inputs;
     egui::Grid::new("playground-grid").num_columns(2).spacing([8.0, 4.0]).show(ui, |ui| {
-        changed |= number_row(ui, "layers", "Number of encoder blocks", &mut inputs.layers);
-        field_error(ui, error.as_ref(), "layers");
-        changed |= number_row(ui, "heads", "Attention heads per block", &mut inputs.heads);
-        field_error(ui, error.as_ref(), "heads");
-        changed |= number_row(ui, "d_model", "Model width (divisible by heads)", &mut inputs.d_model);
-        field_error(ui, error.as_ref(), "d_model");
-        changed |= number_row(ui, "d_ff", "Feed-forward width", &mut inputs.d_ff);
-        field_error(ui, error.as_ref(), "d_ff");
+        changed |= rows.number(ui, "layers", "layers", "Number of encoder blocks", &mut inputs.layers);
+        changed |= rows.number(ui, "heads", "heads", "Attention heads per block", &mut inputs.heads);
+        changed |= rows.number(ui, "d_model", "d_model", "Model width (divisible by heads)", &mut inputs.d_model);
+        changed |= rows.number(ui, "d_ff", "d_ff", "Feed-forward width", &mut inputs.d_ff);
 
         ui.label("encoding").on_hover_text("Positional encoding added to the token embeddings");
         egui::ComboBox::from_id_salt("playground-pe").width(140.0).selected_text(cfg.pe.label()).show_ui(ui, |ui| {
@@ -125,13 +133,8 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
         });
         ui.end_row();
         if matches!(cfg.pe, PeKind::Interleaved | PeKind::Concatenated) {
-            changed |= number_row(
-                ui,
-                "PE base",
-                "Wavelength base: 10000 in the paper, some courses use 1000",
-                &mut inputs.base,
-            );
-            field_error(ui, error.as_ref(), "base");
+            let hint = "Wavelength base: 10000 in the paper, some courses use 1000";
+            changed |= rows.number(ui, "PE base", "base", hint, &mut inputs.base);
         }
 
         ui.label("layer norm");
@@ -149,12 +152,10 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
         });
         ui.end_row();
         if cfg.scaling == Scaling::Custom {
-            changed |= number_row(ui, "scale factor", "Scores q·k are multiplied by this", &mut inputs.scale);
-            field_error(ui, error.as_ref(), "scale");
+            changed |= rows.number(ui, "scale factor", "scale", "Scores q·k are multiplied by this", &mut inputs.scale);
         }
 
-        changed |= number_row(ui, "init std", "Standard deviation of the random weights", &mut inputs.std);
-        field_error(ui, error.as_ref(), "std");
+        changed |= rows.number(ui, "init std", "std", "Standard deviation of the random weights", &mut inputs.std);
         let label = ui.label("seed");
         ui.horizontal(|ui| {
             changed |=
@@ -166,12 +167,13 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
             }
         });
         ui.end_row();
-        field_error(ui, error.as_ref(), "seed");
+        rows.error_under(ui, "seed");
     });
     changed |= ui.checkbox(&mut cfg.causal, "Causal mask (each token sees only earlier ones)").changed();
     changed |= ui.checkbox(&mut cfg.cls, "Add [CLS] … [SEP] around the input").changed();
-    if let Some((field, message)) = &rt.playground_error {
-        if !["layers", "heads", "d_model", "d_ff", "base", "scale", "std", "seed"].contains(field) {
+    if let Some((_, message)) = &rt.playground_error {
+        if !rows.shown {
+            // Not about one control (the size estimate): under the panel.
             ui.colored_label(ui.visuals().error_fg_color, format!("⚠ {message}"));
         }
         ui.label(RichText::new("The last valid model stays on screen.").small().weak());

@@ -397,6 +397,8 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
     assert!(h.state().rt.caches.pe.error.as_deref().unwrap().contains("even"));
     assert!(h.query_by_label_contains("d_model must be a positive even number").is_some());
     assert_eq!(h.state().rt.caches.pe.encoding.as_ref().unwrap().params.d_model, 16);
+    retype(&mut h, "d_model", "12.5");
+    assert!(h.query_by_label_contains("d_model: \"12.5\" is not a whole number").is_some());
     retype(&mut h, "d_model", "16");
     // The tiny model's learned table (24 positions) is shown next to the fixed one.
     assert!(h.query_by_label_contains("Learned position embeddings of tiny-bert").is_some());

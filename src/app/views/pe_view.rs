@@ -153,10 +153,14 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
             .on_hover_text("The paper: PE[p, 2i] = sin(p / base^(2i/D)), PE[p, 2i+1] = cos(…)");
         ui.selectable_value(&mut p.layout, PeLayout::Concatenated, "concatenated")
             .on_hover_text("tensor2tensor / the Illustrated Transformer: all sines, then all cosines");
-        for (text, what) in [(&*d_text, "d_model"), (&*n_text, "positions"), (&*base_text, "base")] {
-            if text.trim().parse::<f64>().is_err() {
-                typed_error = Some(format!("{what}: {:?} is not a number", text.trim()));
+        // Each box as its own type: "12.5" is a number but not a width, and would be ignored.
+        for (text, what) in [(&*d_text, "d_model"), (&*n_text, "positions")] {
+            if text.trim().parse::<usize>().is_err() {
+                typed_error = Some(format!("{what}: {:?} is not a whole number", text.trim()));
             }
+        }
+        if base_text.trim().parse::<f64>().is_err() {
+            typed_error = Some(format!("base: {:?} is not a number", base_text.trim()));
         }
     });
     if p.positions > 2048 {

@@ -6,8 +6,9 @@ use std::path::Path;
 use image::RgbaImage;
 use thiserror::Error;
 
-use crate::analysis::select::submatrix;
-use crate::analysis::{PeParams, Run, pe};
+use crate::analysis::rollout;
+use crate::analysis::select::{mask_causal, submatrix};
+use crate::analysis::{HeadStats, PeParams, Run, Statistic, pe};
 use crate::render::{self, Colormap, HeadViewSpec, HeatmapSpec, ModelGridSpec, Side, Theme};
 
 /// A figure that can be exported.
@@ -50,6 +51,66 @@ pub enum Figure {
         /// Cosine similarities (else dot products).
         cosine: bool,
     },
+    /// The neuron view: how one query's weights arise in one head.
+    Neuron {
+        /// Layer index.
+        layer_idx: usize,
+        /// Head index.
+        head_idx: usize,
+        /// Query token.
+        query_pos: usize,
+    },
+    /// One per-head statistic as a layer × head grid.
+    Stats(Statistic),
+    /// Attention rollout (or flow, when its values are given) after a layer.
+    Rollout {
+        /// Last layer included.
+        layer_idx: usize,
+        /// Heads averaged per layer.
+        head_idxs: Vec<usize>,
+        /// Attention-flow values (`n × n`) computed for this layer and heads; None: rollout.
+        flow: Option<std::sync::Arc<Vec<f32>>>,
+    },
+    /// Run B beside the figure's run (A), or B − A.
+    Compare {
+        /// Layer index.
+        layer_idx: usize,
+        /// Heads averaged.
+        head_idxs: Vec<usize>,
+        /// Run B.
+        other: SharedRun,
+        /// B − A as a diverging heatmap instead of side by side.
+        difference: bool,
+    },
+}
+
+/// A run shared by a figure; equal when it is the same run.
+#[derive(Debug, Clone)]
+pub struct SharedRun(pub std::sync::Arc<Run>);
+
+impl PartialEq for SharedRun {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+/// A figure's numbers as a labelled table, for CSV / JSON / NPZ.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Table {
+    /// What the numbers are.
+    pub title: String,
+    /// Row labels (tokens, "L0 H3", …).
+    pub row_labels: Vec<String>,
+    /// Column labels.
+    pub col_labels: Vec<String>,
+    /// `rows × cols`, row-major (NaN: masked, written as an empty CSV field / JSON null).
+    #[serde(serialize_with = "nested_rows")]
+    pub values: Vec<f32>,
+}
+
+fn nested_rows<S: serde::Serializer>(values: &[f32], serializer: S) -> Result<S::Ok, S::Error> {
+    // Rows are not known here; the JSON writer below nests them itself.
+    serializer.collect_seq(values.iter().map(|v| v.is_finite().then_some(*v)))
 }
 
 /// Look of an exported figure.
@@ -100,6 +161,12 @@ pub enum ExportError {
     /// The file could not be written.
     #[error(transparent)]
     Write(#[from] crate::atomic::WriteError),
+    /// The figure needs something the run does not have.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The file name's extension names no format.
+    #[error("unknown export format {0:?}: use .png, .csv, .json or .npz")]
+    Format(String),
 }
 
 fn check(what: &'static str, index: usize, count: usize) -> Result<(), ExportError> {
@@ -164,9 +231,13 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             for &h in head_idxs {
                 check("head", h, attention.heads())?;
             }
-            let values = attention.mean_of_heads(*layer_idx, head_idxs);
-            let title = format!("{} · layer {layer_idx} · {}", run.display_name(), heads_text(head_idxs));
+            let mut values = attention.mean_of_heads(*layer_idx, head_idxs);
             let n = attention.seq_len();
+            let mut title = format!("{} · layer {layer_idx} · {}", run.display_name(), heads_text(head_idxs));
+            if run.causal {
+                mask_causal(&mut values, &(0..n).collect::<Vec<_>>());
+                title.push_str(" · grey: masked (causal)");
+            }
             Ok(render::heatmap(&HeatmapSpec {
                 values: &values,
                 rows: n,
@@ -206,10 +277,324 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
         }
         Figure::ModelGrid => {
             let title = format!("{} · all layers × heads", run.display_name());
-            Ok(render::model_grid(&ModelGridSpec { attention, colormap, theme, scale, title: &title }))
+            let causal = run.causal;
+            Ok(render::model_grid(&ModelGridSpec { attention, colormap, theme, scale, title: &title, causal }))
+        }
+        Figure::Neuron { layer_idx, head_idx, query_pos } => {
+            render_neuron(run, *layer_idx, *head_idx, *query_pos, &labels, theme, scale)
+        }
+        Figure::Stats(_) | Figure::Rollout { .. } | Figure::Compare { .. } => {
+            if let Figure::Compare { layer_idx, head_idxs, other, difference: false } = figure {
+                let tables = [
+                    figure_table(Some(run), &Figure::Heatmap { layer_idx: *layer_idx, head_idxs: head_idxs.clone() })?,
+                    figure_table(
+                        Some(&other.0),
+                        &Figure::Heatmap { layer_idx: *layer_idx, head_idxs: head_idxs.clone() },
+                    )?,
+                ];
+                let titles = [format!("A: {}", tables[0].title), format!("B: {}", tables[1].title)];
+                let images: Vec<RgbaImage> = tables
+                    .iter()
+                    .zip(&titles)
+                    .map(|(t, title)| table_heatmap(t, title, Some((0.0, 1.0)), colormap, theme, scale, "query", "key"))
+                    .collect();
+                return Ok(render::stack(&images, true, (24.0 * scale) as u32, theme.background()));
+            }
+            let table = figure_table(Some(run), figure)?;
+            let (range, cmap, rows_axis, cols_axis) = match figure {
+                Figure::Stats(stat) => (stat.is_share().then_some((0.0, 1.0)), colormap, "layer", "head"),
+                Figure::Rollout { .. } => (None, colormap, "token at that layer", "input token"),
+                _ => (None, Colormap::RdBu, "query", "key"),
+            };
+            Ok(table_heatmap(&table, &table.title, range, cmap, theme, scale, rows_axis, cols_axis))
         }
         Figure::PeEncoding(_) | Figure::PeDot(_) | Figure::LearnedPositions { .. } => unreachable!("handled above"),
     }
+}
+
+/// A table drawn as a labelled heatmap.
+#[allow(clippy::too_many_arguments)]
+fn table_heatmap(
+    table: &Table,
+    title: &str,
+    range: Option<(f32, f32)>,
+    colormap: Colormap,
+    theme: Theme,
+    scale: f32,
+    row_axis: &str,
+    col_axis: &str,
+) -> RgbaImage {
+    render::heatmap(&HeatmapSpec {
+        values: &table.values,
+        rows: table.row_labels.len(),
+        cols: table.col_labels.len(),
+        row_labels: &table.row_labels,
+        col_labels: &table.col_labels,
+        row_axis,
+        col_axis,
+        title,
+        range,
+        colormap,
+        theme,
+        scale,
+        show_values: true,
+    })
+}
+
+/// The neuron view as a figure: q on top; keys, q∘k, scores and weights side by side.
+fn render_neuron(
+    run: &Run,
+    layer_idx: usize,
+    head_idx: usize,
+    query_pos: usize,
+    labels: &[String],
+    theme: Theme,
+    scale: f32,
+) -> Result<RgbaImage, ExportError> {
+    let a = &run.attention;
+    check("layer", layer_idx, a.layers())?;
+    check("head", head_idx, a.heads())?;
+    check("token", query_pos, a.seq_len())?;
+    let neuron = run.neuron.as_ref().ok_or_else(|| {
+        ExportError::Unavailable(
+            "the neuron view needs query and key vectors, which word-level runs do not have".into(),
+        )
+    })?;
+    let b = neuron.breakdown(a, layer_idx, head_idx, query_pos, |j| run.is_masked(query_pos, j));
+    let (n, d) = (a.seq_len(), b.head_dim);
+    let dims: Vec<String> = Vec::new();
+    let part =
+        |values: &[f32], rows: usize, cols: usize, row_labels: &[String], title: &str, range, cmap, col_axis: &str| {
+            render::heatmap(&HeatmapSpec {
+                values,
+                rows,
+                cols,
+                row_labels,
+                col_labels: &dims,
+                row_axis: "key",
+                col_axis,
+                title,
+                range,
+                colormap: cmap,
+                theme,
+                scale,
+                show_values: cols <= 4,
+            })
+        };
+    let query_label = [labels[query_pos].clone()];
+    let q = render::heatmap(&HeatmapSpec {
+        values: &b.query,
+        rows: 1,
+        cols: d,
+        row_labels: &query_label,
+        col_labels: &dims,
+        row_axis: "query",
+        col_axis: "dimension",
+        title: &format!(
+            "{} · layer {layer_idx} · head {head_idx} · query “{}” (#{query_pos}): q",
+            run.display_name(),
+            labels[query_pos]
+        ),
+        range: None,
+        colormap: Colormap::RdBu,
+        theme,
+        scale,
+        show_values: false,
+    });
+    let keys = part(&b.keys, n, d, labels, "key vectors k_j", None, Colormap::RdBu, "dimension");
+    let products = part(&b.products, n, d, labels, "q ∘ k_j (row sum = q·k_j)", None, Colormap::RdBu, "dimension");
+    let no_labels: Vec<String> = vec![String::new(); n];
+    let scores = part(&b.scores, n, 1, &no_labels, "q·k_j / √d", None, Colormap::RdBu, "score");
+    let weights = part(&b.weights, n, 1, &no_labels, "softmax", Some((0.0, 1.0)), Colormap::Viridis, "weight");
+    let gap = (16.0 * scale) as u32;
+    let row = render::stack(&[keys, products, scores, weights], true, gap, theme.background());
+    Ok(render::stack(&[q, row], false, gap, theme.background()))
+}
+
+/// The numbers behind a figure: matrices with their token labels, statistics per head.
+pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportError> {
+    let run = run.ok_or(ExportError::NoRun)?;
+    let a = &run.attention;
+    let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.tokens.label(i)).collect();
+    let check_heads = |layer_idx: usize, head_idxs: &[usize]| -> Result<(), ExportError> {
+        check("layer", layer_idx, a.layers())?;
+        if head_idxs.is_empty() {
+            return Err(ExportError::NoHeads);
+        }
+        head_idxs.iter().try_for_each(|&h| check("head", h, a.heads()))
+    };
+    let n = a.seq_len();
+    let all: Vec<usize> = (0..n).collect();
+    match figure {
+        Figure::Heatmap { layer_idx, head_idxs } => {
+            check_heads(*layer_idx, head_idxs)?;
+            let mut values = a.mean_of_heads(*layer_idx, head_idxs);
+            if run.causal {
+                mask_causal(&mut values, &all);
+            }
+            let title = format!("{} · layer {layer_idx} · {}", run.display_name(), heads_text(head_idxs));
+            Ok(Table { title, row_labels: labels.clone(), col_labels: labels, values })
+        }
+        Figure::Stats(stat) => {
+            let stats = HeadStats::compute(a, &run.tokens);
+            let title = format!("{} · {} per head: {}", run.display_name(), stat.label(), stat.description());
+            Ok(Table {
+                title,
+                row_labels: (0..a.layers()).map(|l| format!("L{l}")).collect(),
+                col_labels: (0..a.heads()).map(|h| format!("H{h}")).collect(),
+                values: stats.matrix(*stat),
+            })
+        }
+        Figure::Rollout { layer_idx, head_idxs, flow } => {
+            check_heads(*layer_idx, head_idxs)?;
+            let (what, values) = match flow {
+                Some(values) if values.len() == n * n => ("Attention flow", values.to_vec()),
+                Some(_) => return Err(ExportError::Unavailable("the flow was computed for another input".into())),
+                None => ("Attention rollout", rollout::rollout(a, head_idxs).swap_remove(*layer_idx)),
+            };
+            let title =
+                format!("{} · {what} through layers 0–{layer_idx} · {}", run.display_name(), heads_text(head_idxs));
+            Ok(Table { title, row_labels: labels.clone(), col_labels: labels, values })
+        }
+        Figure::Compare { layer_idx, head_idxs, other, .. } => {
+            let b = &other.0;
+            check_heads(*layer_idx, head_idxs)?;
+            let bt = &b.attention;
+            if bt.layers() <= *layer_idx || head_idxs.iter().any(|&h| h >= bt.heads()) {
+                return Err(ExportError::Unavailable(format!(
+                    "run B has {} layers × {} heads: it has no layer {layer_idx} with these heads",
+                    bt.layers(),
+                    bt.heads()
+                )));
+            }
+            if b.tokens.tokens != run.tokens.tokens {
+                return Err(ExportError::Unavailable(format!(
+                    "the difference needs the same tokens in A and B (A has {}, B has {}): show them side by side",
+                    run.tokens.len(),
+                    b.tokens.len()
+                )));
+            }
+            let mut values = bt.mean_of_heads(*layer_idx, head_idxs);
+            for (v, av) in values.iter_mut().zip(a.mean_of_heads(*layer_idx, head_idxs)) {
+                *v -= av;
+            }
+            if run.causal && b.causal {
+                mask_causal(&mut values, &all);
+            }
+            let title = format!(
+                "B − A · layer {layer_idx} · {} · A: {} · B: {}",
+                heads_text(head_idxs),
+                run.display_name(),
+                b.display_name()
+            );
+            Ok(Table { title, row_labels: labels.clone(), col_labels: labels, values })
+        }
+        Figure::Neuron { layer_idx, head_idx, query_pos } => {
+            check("layer", *layer_idx, a.layers())?;
+            check("head", *head_idx, a.heads())?;
+            check("token", *query_pos, n)?;
+            let neuron = run
+                .neuron
+                .as_ref()
+                .ok_or_else(|| ExportError::Unavailable("word-level runs have no query and key vectors".into()))?;
+            let b = neuron.breakdown(a, *layer_idx, *head_idx, *query_pos, |j| run.is_masked(*query_pos, j));
+            let d = b.head_dim;
+            let mut col_labels: Vec<String> = (0..d).map(|i| format!("k[{i}]")).collect();
+            col_labels.extend((0..d).map(|i| format!("q∘k[{i}]")));
+            col_labels.extend(["score".to_string(), "weight".to_string()]);
+            let mut values = Vec::with_capacity(n * (2 * d + 2));
+            for j in 0..n {
+                values.extend_from_slice(&b.keys[j * d..(j + 1) * d]);
+                values.extend_from_slice(&b.products[j * d..(j + 1) * d]);
+                values.extend([b.scores[j], b.weights[j]]);
+            }
+            let title = format!(
+                "{} · layer {layer_idx} · head {head_idx} · query “{}” (#{query_pos}) · q = {:?}",
+                run.display_name(),
+                labels[*query_pos],
+                b.query
+            );
+            Ok(Table { title, row_labels: labels, col_labels, values })
+        }
+        _ => Err(ExportError::Unavailable("this view has no table of numbers; export it as PNG".into())),
+    }
+}
+
+/// Writes a figure's numbers as CSV, JSON or NPZ (by the file's extension), atomically. Statistics
+/// write one line per head with every statistic, like `attnviz stats`.
+pub fn export_table(run: Option<&Run>, figure: &Figure, path: &Path) -> Result<(), ExportError> {
+    let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    if let (Figure::Stats(_), Some(run)) = (figure, run) {
+        let stats = HeadStats::compute(&run.attention, &run.tokens);
+        let bytes = match ext.as_str() {
+            "csv" => Some(stats.to_csv().into_bytes()),
+            "json" => {
+                Some(serde_json::to_vec_pretty(&stats.rows()).map_err(|e| ExportError::Unavailable(e.to_string()))?)
+            }
+            _ => None,
+        };
+        if let Some(bytes) = bytes {
+            crate::atomic::write_bytes_atomic(path, &bytes)?;
+            return Ok(());
+        }
+    }
+    let table = figure_table(run, figure)?;
+    let cols = table.col_labels.len().max(1);
+    let bytes = match ext.as_str() {
+        "csv" => table_csv(&table).into_bytes(),
+        "json" => {
+            let rows: Vec<Vec<Option<f32>>> =
+                table.values.chunks(cols).map(|r| r.iter().map(|v| v.is_finite().then_some(*v)).collect()).collect();
+            let doc = serde_json::json!({
+                "title": table.title,
+                "row_labels": table.row_labels,
+                "col_labels": table.col_labels,
+                "values": rows,
+            });
+            serde_json::to_vec(&doc).map_err(|e| ExportError::Unavailable(e.to_string()))?
+        }
+        "npz" => {
+            use crate::analysis::npz::{NpyArray, write_npz};
+            let title = [table.title.clone()];
+            let arrays = [
+                ("values", NpyArray::F32 { shape: vec![table.row_labels.len(), cols], data: &table.values }),
+                ("row_labels", NpyArray::Str(&table.row_labels)),
+                ("col_labels", NpyArray::Str(&table.col_labels)),
+                ("title", NpyArray::Str(&title)),
+            ];
+            write_npz(std::io::Cursor::new(Vec::new()), &arrays)
+                .map_err(|e| ExportError::Unavailable(e.to_string()))?
+                .into_inner()
+        }
+        other => return Err(ExportError::Format(other.to_string())),
+    };
+    crate::atomic::write_bytes_atomic(path, &bytes)?;
+    Ok(())
+}
+
+/// A table as CSV: a header of column labels, then one labelled line per row (masked cells empty).
+pub fn table_csv(table: &Table) -> String {
+    let quote = |s: &str| {
+        if s.contains([',', '"', '\n']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
+    };
+    let cols = table.col_labels.len().max(1);
+    let mut out = String::from("\"\"");
+    for c in &table.col_labels {
+        out.push(',');
+        out.push_str(&quote(c));
+    }
+    out.push('\n');
+    for (label, row) in table.row_labels.iter().zip(table.values.chunks(cols)) {
+        out.push_str(&quote(label));
+        for v in row {
+            out.push(',');
+            if v.is_finite() {
+                out.push_str(&v.to_string());
+            }
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Encodes an image as PNG bytes.

@@ -159,7 +159,7 @@ fn export_writes_a_decodable_png_through_the_dialog() {
     let path = dir.path().join("head view.png");
     h.get_by_label("query 1: export").click();
     h.run_steps(2);
-    h.get_by_label("Export PNG…").click();
+    h.get_by_label("Export…").click();
     h.run_steps(2);
     retype(&mut h, "Export path", path.to_str().unwrap());
     h.get_by_label("3×").click();
@@ -182,7 +182,7 @@ fn export_writes_a_decodable_png_through_the_dialog() {
 #[test]
 fn an_unwritable_export_path_is_reported_and_nothing_is_written() {
     let mut h = app("export fails");
-    h.get_by_label("Export PNG…").click();
+    h.get_by_label("Export…").click();
     h.run_steps(2);
     h.state_mut().rt.export_path_input = "/nonexistent-folder/x.png".into();
     h.run_steps(1);
@@ -404,8 +404,8 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
     assert!(h.query_by_label_contains("Learned position embeddings of tiny-bert").is_some());
     // Export the dot products through that heatmap's own button.
     let buttons: Vec<_> = h.get_all_by_label("Export PNG…").collect();
-    assert_eq!(buttons.len(), 5, "the top bar's and one per heatmap");
-    buttons[2].click();
+    assert_eq!(buttons.len(), 4, "one per heatmap");
+    buttons[1].click();
     h.run_steps(2);
     assert_eq!(h.state().settings.pe_figure, PeFigure::Dot);
     assert!(h.state().rt.export_open);
@@ -541,4 +541,218 @@ fn playground_interventions_and_pe_settings_persist_across_launches() {
     assert!(restored.interventions.ablated.contains(&(1, 3)));
     assert_eq!(restored.pe.positions, 33);
     assert_eq!(restored.view, View::Positions);
+}
+
+/// Writes the current view through the export dialog to `path` and waits for it.
+fn export_through_dialog(h: &mut Harness<'static, AttnvizApp>, path: &std::path::Path) {
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    retype(h, "Export path", path.to_str().unwrap());
+    h.state_mut().rt.status = None;
+    h.get_by_label("Save").click();
+    wait_until(h, "the export", |a| a.rt.exporting.is_none() && a.rt.status.is_some());
+    let status = h.state().rt.status.clone().unwrap();
+    assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
+}
+
+/// The exported PNG decodes and has the size of the figure the CLI would draw.
+fn assert_png_matches_figure(h: &Harness<'static, AttnvizApp>, path: &std::path::Path) {
+    let image = image::open(path).unwrap();
+    let app = h.state();
+    let expected =
+        attnviz::export::render_figure(app.rt.run.as_deref(), &app.current_figure(), app.export_style(false)).unwrap();
+    assert_eq!((image.width(), image.height()), (expected.width(), expected.height()));
+}
+
+fn csv_rows(path: &std::path::Path) -> Vec<Vec<String>> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| l.split(',').map(str::to_string).collect()).collect()
+}
+
+#[test]
+fn neuron_view_opens_from_a_pinned_query_picks_queries_and_exports() {
+    let mut h = app("the cat sat");
+    h.get_by_label("query 2: cat").click();
+    h.run_steps(2);
+    h.get_by_label("Why? Open in the neuron view").click();
+    h.run_steps(3);
+    assert_eq!(h.state().settings.view, View::Neuron);
+    assert_eq!(h.state().settings.neuron_query, 2);
+    // Clicking a token on the left picks the query.
+    h.get_by_label("sat").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.neuron_query, 3);
+    h.get_by_label("head 1").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.heads, [false, true, false, false]);
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("neuron.png");
+    export_through_dialog(&mut h, &png);
+    assert_png_matches_figure(&h, &png);
+    // The numbers: per key, k, q∘k, the scaled score and the weight the model recorded.
+    let csv = dir.path().join("neuron.csv");
+    export_through_dialog(&mut h, &csv);
+    let rows = csv_rows(&csv);
+    let run = h.state().rt.run.clone().unwrap();
+    let neuron = run.neuron.as_ref().unwrap();
+    let layer = h.state().settings.layer_idx;
+    assert_eq!(rows.len(), 1 + run.tokens.len());
+    for (j, row) in rows[1..].iter().enumerate() {
+        let weight: f32 = row.last().unwrap().parse().unwrap();
+        let score: f32 = row[row.len() - 2].parse().unwrap();
+        assert!((weight - run.attention.get(layer, 1, 3, j)).abs() < 1e-6);
+        assert!((score - neuron.scores.get(layer, 1, 3, j)).abs() < 1e-5);
+        // q∘k sums to q·k; scaled by 1/√d it is the score.
+        let d = neuron.queries.head_dim();
+        let dot: f32 = row[(1 + d)..=(2 * d)].iter().map(|v| v.parse::<f32>().unwrap()).sum();
+        assert!((dot / (d as f32).sqrt() - score).abs() < 1e-4, "{dot} vs {score}");
+    }
+}
+
+#[test]
+fn statistics_grid_opens_a_head_on_click_and_exports_csv_and_png() {
+    let mut h = app("the cat sat, and the dog ran.");
+    h.get_by_label("Head statistics").click();
+    h.run_steps(3);
+    h.get_by_label("→ itself").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.stat, attnviz::analysis::Statistic::SelfToken);
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("stats.png");
+    export_through_dialog(&mut h, &png);
+    assert_png_matches_figure(&h, &png);
+    let csv = dir.path().join("stats.csv");
+    export_through_dialog(&mut h, &csv);
+    let rows = csv_rows(&csv);
+    assert_eq!(rows[0].join(","), "layer,head,entropy,cls,sep,punctuation,self,previous,next");
+    let run = h.state().rt.run.clone().unwrap();
+    let stats = attnviz::analysis::HeadStats::compute(&run.attention, &run.tokens);
+    assert_eq!(rows.len(), 1 + 2 * 4);
+    let self_share: f32 = rows[1 + 6][6].parse().unwrap(); // layer 1 head 2
+    assert_eq!(self_share, stats.get(1, 2, attnviz::analysis::Statistic::SelfToken));
+    h.get_by_label("Statistics of layer 1 head 2").click();
+    h.run_steps(3);
+    let s = &h.state().settings;
+    assert_eq!((s.view, s.layer_idx), (View::Heatmap, 1));
+    assert_eq!(s.heads, [false, false, true, false]);
+}
+
+#[test]
+fn rollout_flow_and_the_head_view_pseudo_layer() {
+    let mut h = app("the cat sat on the mat");
+    h.get_by_label("L1").click();
+    h.get_by_label("Rollout / flow").click();
+    h.run_steps(3);
+    let run = h.state().rt.run.clone().unwrap();
+    let expected = attnviz::analysis::rollout::rollout(&run.attention, &[0, 1, 2, 3]);
+    assert_eq!(h.state().rt.caches.rollout.layers, expected);
+    let dir = tempfile::tempdir().unwrap();
+    let npz = dir.path().join("rollout.npz");
+    export_through_dialog(&mut h, &npz);
+    assert!(std::fs::metadata(&npz).unwrap().len() > 4 * 64, "the NPZ holds the n × n matrix");
+    h.get_by_label("Flow").click();
+    wait_until(&mut h, "the flow", |a| a.rt.flow.is_some() && a.rt.flow_pending.is_none());
+    let values = h.state().rt.flow.clone().unwrap().values;
+    assert_eq!(*values, attnviz::analysis::rollout::flow(&run.attention, &[0, 1, 2, 3], 1));
+    let png = dir.path().join("flow.png");
+    export_through_dialog(&mut h, &png);
+    assert_png_matches_figure(&h, &png);
+    h.get_by_label("Show in the head view").click();
+    h.run_steps(3);
+    assert_eq!(h.state().settings.view, View::Head);
+    assert!(h.state().settings.head_rollout);
+    assert!(h.state().rt.caches.head.line_count > 0, "the pseudo-layer draws its lines");
+    h.get_by_label("Rollout pseudo-layer").click();
+    h.run_steps(2);
+    assert!(!h.state().settings.head_rollout);
+}
+
+#[test]
+fn the_words_toggle_merges_pieces_in_every_view_and_rows_still_sum_to_one() {
+    let mut h = app("embeddings are unbelievable");
+    let pieces = tokens(&h);
+    assert!(pieces.iter().any(|t| t.starts_with("##")), "{pieces:?}");
+    h.get_by_label("Words").click();
+    wait_until(&mut h, "the word-level run", |a| a.rt.run.as_ref().is_some_and(|r| r.tokens.len() < pieces.len()));
+    assert_eq!(tokens(&h), ["[CLS]", "embeddings", "are", "unbelievable", "[SEP]"]);
+    let run = h.state().rt.run.clone().unwrap();
+    assert!(run.attention.max_row_sum_error() < 1e-5);
+    for view in ["Model view", "Heatmap", "Head statistics", "Rollout / flow"] {
+        h.get_by_label(view).click();
+        h.run_steps(3);
+    }
+    assert_eq!(h.state().rt.caches.stats.stats.as_ref().unwrap().tokens, 5);
+    assert_eq!(h.state().rt.caches.rollout.layers[0].len(), 25);
+    h.get_by_label("Neuron view").click();
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("turn off “Words”").is_some());
+    h.get_by_label("Words").click();
+    h.run_steps(3);
+    assert_eq!(tokens(&h), pieces);
+}
+
+#[test]
+fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_one() {
+    let mut h = app("the cat sat");
+    h.get_by_label("Compare").click();
+    h.run_steps(2);
+    retype(&mut h, "Sentence to compare", "the dog sat down");
+    wait_until(&mut h, "run B", |a| a.rt.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
+    h.get_by_label("Difference B − A").click();
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("needs the same tokens").is_some(), "different tokens: side by side");
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("side-by-side.png");
+    h.state_mut().settings.compare.mode = attnviz::app::state::CompareMode::SideBySide;
+    h.run_steps(2);
+    export_through_dialog(&mut h, &png);
+    assert_png_matches_figure(&h, &png);
+    // The faithful model against the same model with head 0:1 ablated.
+    h.get_by_label("The faithful model").click();
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("set an intervention").is_some());
+    h.state_mut().settings.interventions.ablated.insert((0, 1));
+    wait_until(&mut h, "both runs", |a| {
+        a.rt.run.as_ref().is_some_and(|r| r.intervention.is_some())
+            && a.rt.run_b.as_ref().is_some_and(|b| b.intervention.is_none() && b.tokens.len() == 5)
+    });
+    h.get_by_label("Difference B − A").click();
+    h.get_by_label("L1").click();
+    h.run_steps(2);
+    let csv = dir.path().join("difference.csv");
+    export_through_dialog(&mut h, &csv);
+    let (a, b) = (h.state().rt.run.clone().unwrap(), h.state().rt.run_b.clone().unwrap());
+    let heads = [0, 1, 2, 3];
+    let (am, bm) = (a.attention.mean_of_heads(1, &heads), b.attention.mean_of_heads(1, &heads));
+    let rows = csv_rows(&csv);
+    let mut largest = 0.0f32;
+    for (q, row) in rows[1..].iter().enumerate() {
+        for (k, cell) in row[1..].iter().enumerate() {
+            let v: f32 = cell.parse().unwrap();
+            assert!((v - (bm[q * 5 + k] - am[q * 5 + k])).abs() < 1e-6);
+            largest = largest.max(v.abs());
+        }
+    }
+    assert!(largest > 1e-4, "ablating a layer-0 head changes layer 1");
+}
+
+#[test]
+fn a_gpt2_model_draws_its_masked_triangle_as_masked() {
+    let gpt2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-gpt2");
+    let mut h =
+        harness_with(Startup { model_dir: Some(gpt2), text: Some("The cat sat.".into()), text_pair: None }, None);
+    wait_until(&mut h, "the first run", |a| a.rt.run.is_some());
+    assert!(h.state().rt.run.as_ref().unwrap().causal);
+    h.get_by_label("Heatmap").click();
+    h.run_steps(3);
+    let cache = &h.state().rt.caches.heatmap;
+    let m = cache.keep.len();
+    assert!(m > 2);
+    for q in 0..m {
+        for k in 0..m {
+            assert_eq!(cache.value(q, k).is_nan(), k > q, "cell ({q}, {k}): masked exactly above the diagonal");
+        }
+    }
+    h.get_by_label("Words").click();
+    h.run_steps(3);
+    assert!(h.state().rt.run.as_ref().unwrap().tokens.tokens.iter().all(|t| !t.contains("Ġ") || t.starts_with('Ġ')));
 }

@@ -366,3 +366,116 @@ fn playground_runs_from_the_command_line() {
         assert!(!target.exists());
     }
 }
+
+#[test]
+fn stats_writes_one_csv_line_per_head_and_json_objects() {
+    let text = "The cat sat, and the dog ran.";
+    let out = attnviz(&["stats", "--model", tiny().to_str().unwrap(), "--text", text]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let csv = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "layer,head,entropy,cls,sep,punctuation,self,previous,next");
+    assert_eq!(lines.len(), 1 + 2 * 4, "tiny-bert: 2 layers × 4 heads");
+    let dir = tmp();
+    let path = dir.path().join("stats.json");
+    let out = attnviz(&[
+        "stats",
+        "--model",
+        tiny().to_str().unwrap(),
+        "--text",
+        text,
+        "--format",
+        "json",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 8);
+    // The JSON and the CSV carry the same numbers.
+    let first: Vec<f64> = lines[1].split(',').map(|x| x.parse().unwrap()).collect();
+    assert_eq!(rows[0]["entropy"].as_f64().unwrap() as f32, first[2] as f32);
+    assert_eq!(rows[0]["self"].as_f64().unwrap() as f32, first[6] as f32);
+    // A GPT-2 model: no [CLS]/[SEP], so those shares are zero.
+    let gpt2 = root().join("tests/fixtures/models/tiny-gpt2");
+    let out = attnviz(&["stats", "--model", gpt2.to_str().unwrap(), "--text", text]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let csv = String::from_utf8(out.stdout).unwrap();
+    for line in csv.lines().skip(1) {
+        let cols: Vec<f32> = line.split(',').map(|x| x.parse().unwrap()).collect();
+        assert_eq!((cols[3], cols[4]), (0.0, 0.0), "{line}");
+        assert_eq!(cols[8], 0.0, "causal: nothing goes to the next token");
+    }
+}
+
+#[test]
+fn export_draws_the_new_views_and_writes_their_numbers() {
+    let dir = tmp();
+    let model = tiny();
+    let text = "embeddings are unbelievable";
+    for (view, extra) in [
+        ("neuron", &["--query", "2", "--head", "1"][..]),
+        ("stats", &["--stat", "cls"][..]),
+        ("rollout", &["--layer", "1"][..]),
+        ("flow", &["--layer", "1"][..]),
+    ] {
+        for ext in ["png", "csv", "json", "npz"] {
+            let path = dir.path().join(format!("{view}.{ext}"));
+            let mut args = vec!["export", "--model", model.to_str().unwrap(), "--view", view, "--text", text];
+            args.extend_from_slice(extra);
+            args.extend(["-o", path.to_str().unwrap()]);
+            let out = attnviz(&args);
+            assert!(out.status.success(), "{view}.{ext}: {}", stderr(&out));
+            let bytes = std::fs::read(&path).unwrap();
+            match ext {
+                "png" => assert!(image::load_from_memory(&bytes).unwrap().width() > 100),
+                "json" => {
+                    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                    assert!(v.is_array() || v["values"].is_array(), "{view}: {v}");
+                }
+                "npz" => assert_eq!(&bytes[..2], b"PK", "{view}: a zip archive"),
+                _ => assert!(String::from_utf8(bytes).unwrap().lines().count() > 2),
+            }
+        }
+    }
+    // Rollout rows sum to 1; with --words the matrix is over words.
+    let path = dir.path().join("words.csv");
+    let args = [
+        "export",
+        "--model",
+        model.to_str().unwrap(),
+        "--view",
+        "rollout",
+        "--words",
+        "--layer",
+        "1",
+        "--text",
+        text,
+        "-o",
+        path.to_str().unwrap(),
+    ];
+    let out = attnviz(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    assert_eq!(header[1..], ["[CLS]", "embeddings", "are", "unbelievable", "[SEP]"]);
+    for line in csv.lines().skip(1) {
+        let sum: f32 = line.split(',').skip(1).map(|x| x.parse::<f32>().unwrap()).sum();
+        assert!((sum - 1.0).abs() < 1e-4, "{line}");
+    }
+    let bad = dir.path().join("x.txt");
+    let out = attnviz(&[
+        "export",
+        "--model",
+        model.to_str().unwrap(),
+        "--view",
+        "stats",
+        "--text",
+        text,
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert_error(&out, "unknown export format");
+    assert!(!bad.exists());
+}

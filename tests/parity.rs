@@ -33,10 +33,12 @@ fn model(which: &str) -> &'static LoadedModel {
     static MINILM: OnceLock<LoadedModel> = OnceLock::new();
     static TINY: OnceLock<LoadedModel> = OnceLock::new();
     static RELU: OnceLock<LoadedModel> = OnceLock::new();
+    static GPT2: OnceLock<LoadedModel> = OnceLock::new();
     let (cell, dir) = match which {
         "minilm" => (&MINILM, root().join("assets/models/all-MiniLM-L6-v2")),
         "tiny" => (&TINY, root().join("tests/fixtures/models/tiny-bert")),
         "relu" => (&RELU, root().join("tests/fixtures/models/tiny-bert-relu")),
+        "gpt2" => (&GPT2, root().join("tests/fixtures/models/tiny-gpt2")),
         other => panic!("unknown model {other}"),
     };
     cell.get_or_init(|| LoadedModel::load(&dir).unwrap_or_else(|e| panic!("loading {}: {e}", dir.display())))
@@ -186,4 +188,48 @@ fn loading_is_independent_of_the_folder_path_spelling() {
     let dir = root().join("tests/fixtures/models/tiny-bert/.");
     let m = LoadedModel::load(Path::new(&dir)).unwrap();
     assert_eq!(m.name, "tiny-bert");
+}
+
+/// A tiny random GPT-2 (pre-LN, causal, learned positions, byte-level BPE, `Conv1D` weights under
+/// `transformer.` names): same tokens, same attention to 1e-5, the masked triangle exactly zero
+/// and marked as masked in the run.
+fn check_gpt2(case: &str) -> Run {
+    let run = check("gpt2", case);
+    assert!(run.causal, "{case}: a GPT-2 run is causal");
+    let a = &run.attention;
+    for l in 0..a.layers() {
+        for h in 0..a.heads() {
+            for q in 0..a.seq_len() {
+                for k in q + 1..a.seq_len() {
+                    assert_eq!(a.get(l, h, q, k), 0.0);
+                    assert!(run.is_masked(q, k));
+                }
+            }
+        }
+    }
+    assert!(run.tokens.special.iter().all(|&s| !s), "GPT-2 adds no special tokens");
+    run
+}
+
+#[test]
+fn gpt2_single_sentence() {
+    let run = check_gpt2("gpt2_single");
+    assert!(run.tokens.tokens.iter().any(|t| t.starts_with('Ġ')), "byte-level BPE marks word starts with Ġ");
+}
+
+#[test]
+fn gpt2_non_ascii() {
+    check_gpt2("gpt2_non_ascii");
+}
+
+#[test]
+fn gpt2_truncated_to_its_positions() {
+    let run = check_gpt2("gpt2_truncated");
+    assert_eq!(run.tokens.len(), 32);
+}
+
+#[test]
+fn gpt2_sentence_pairs_are_refused_with_a_reason() {
+    let err = model("gpt2").run("The cat sat.", Some("It was happy.")).unwrap_err().to_string();
+    assert!(err.contains("sentence B") || err.contains("segment"), "{err}");
 }

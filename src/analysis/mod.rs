@@ -3,11 +3,15 @@
 pub mod attention;
 pub mod npz;
 pub mod pe;
+pub mod rollout;
 pub mod run;
 pub mod select;
+pub mod stats;
 pub mod tokens;
+pub mod words;
 
 pub use attention::{Attention, HeadVectors, ShapeError};
 pub use pe::{PeLayout, PeParams, PositionalEncoding};
 pub use run::Run;
+pub use stats::{HeadStats, Statistic};
 pub use tokens::Tokens;

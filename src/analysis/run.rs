@@ -13,6 +13,52 @@ pub struct NeuronData {
     pub keys: HeadVectors,
 }
 
+/// How one query's attention weights arise in one head, for the neuron view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NeuronBreakdown {
+    /// Size of the query and key vectors.
+    pub head_dim: usize,
+    /// The query vector q.
+    pub query: Vec<f32>,
+    /// Key vectors `k_j`, `n × head_dim`.
+    pub keys: Vec<f32>,
+    /// Elementwise products `q ∘ k_j`, `n × head_dim` (each row sums to `q · k_j`).
+    pub products: Vec<f32>,
+    /// Scaled scores `q · k_j · scale` as the model computed them (NaN where masked).
+    pub scores: Vec<f32>,
+    /// Softmax of the scores: the attention weights (NaN where masked).
+    pub weights: Vec<f32>,
+}
+
+impl NeuronData {
+    /// The breakdown of query `query_pos` in one head; `masked(j)` says whether key j was hidden.
+    pub fn breakdown(
+        &self,
+        attention: &Attention,
+        layer_idx: usize,
+        head_idx: usize,
+        query_pos: usize,
+        masked: impl Fn(usize) -> bool,
+    ) -> NeuronBreakdown {
+        let n = attention.seq_len();
+        let head_dim = self.queries.head_dim();
+        let query = self.queries.vector(layer_idx, head_idx, query_pos).to_vec();
+        let mut keys = Vec::with_capacity(n * head_dim);
+        let mut products = Vec::with_capacity(n * head_dim);
+        for j in 0..n {
+            let k = self.keys.vector(layer_idx, head_idx, j);
+            keys.extend_from_slice(k);
+            products.extend(query.iter().zip(k).map(|(a, b)| a * b));
+        }
+        let hide = |j: usize, v: f32| if masked(j) { f32::NAN } else { v };
+        let scores =
+            self.scores.row(layer_idx, head_idx, query_pos).iter().enumerate().map(|(j, &v)| hide(j, v)).collect();
+        let weights =
+            attention.row(layer_idx, head_idx, query_pos).iter().enumerate().map(|(j, &v)| hide(j, v)).collect();
+        NeuronBreakdown { head_dim, query, keys, products, scores, weights }
+    }
+}
+
 /// Everything one forward pass recorded, as plain data (no tensors).
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -33,6 +79,16 @@ pub struct Run {
     pub intervention: Option<String>,
     /// Whether the run comes from the playground encoder (random weights).
     pub playground: bool,
+    /// Whether keys after the query were masked (GPT-2-style models, the causal intervention):
+    /// views draw that triangle as masked, not as zero weight.
+    pub causal: bool,
+}
+
+impl Run {
+    /// Whether key `key_pos` was hidden from query `query_pos` by the causal mask.
+    pub fn is_masked(&self, query_pos: usize, key_pos: usize) -> bool {
+        self.causal && key_pos > query_pos
+    }
 }
 
 impl Run {

@@ -70,13 +70,27 @@ pub fn submatrix(matrix: &[f32], n: usize, keep: &[usize], renormalise: bool) ->
     out
 }
 
+/// Marks the cells of a square matrix over token positions `keep` that a causal mask hid (key
+/// after query) as NaN, which every view draws as masked rather than as a zero weight.
+pub fn mask_causal(values: &mut [f32], keep: &[usize]) {
+    let m = keep.len();
+    for (r, &q) in keep.iter().enumerate() {
+        for (c, &k) in keep.iter().enumerate() {
+            if k > q {
+                values[r * m + c] = f32::NAN;
+            }
+        }
+    }
+}
+
 /// Shrinks an `n × n` matrix to at most `size × size` cells, each the maximum of the block it
-/// covers (so a single strong weight stays visible). Returns the matrix and its side.
+/// covers (so a single strong weight stays visible; NaN, masked, only where the whole block is).
+/// Returns the matrix and its side.
 pub fn downsample_max(matrix: &[f32], n: usize, size: usize) -> (Vec<f32>, usize) {
     if n <= size || size == 0 {
         return (matrix.to_vec(), n);
     }
-    let mut out = vec![0.0f32; size * size];
+    let mut out = vec![f32::NAN; size * size];
     for q in 0..n {
         let oq = q * size / n;
         for k in 0..n {
@@ -130,5 +144,15 @@ mod tests {
         assert_eq!(side, 2);
         assert_eq!(small, vec![0.0, 0.0, 0.0, 0.9]);
         assert_eq!(downsample_max(&m, 4, 8).1, 4);
+    }
+
+    #[test]
+    fn causal_masking_marks_keys_after_the_query() {
+        let mut m = vec![1.0f32; 9];
+        mask_causal(&mut m, &[0, 2, 5]);
+        let masked: Vec<bool> = m.iter().map(|v| v.is_nan()).collect();
+        assert_eq!(masked, vec![false, true, true, false, false, true, false, false, false]);
+        let (small, _) = downsample_max(&m, 3, 2);
+        assert!(small[1].is_nan() && !small[0].is_nan() && !small[2].is_nan());
     }
 }

@@ -60,8 +60,32 @@ pub struct Status {
     pub is_error: bool,
 }
 
+/// What an attention-flow result was computed for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowKey {
+    /// The shown run.
+    pub view_id: u64,
+    /// Heads averaged per layer.
+    pub heads: Vec<usize>,
+    /// Last layer of the flow.
+    pub layer_idx: usize,
+}
+
+/// Attention flow computed in the background.
+#[derive(Debug, Clone)]
+pub struct FlowResult {
+    /// What it was computed for.
+    pub key: FlowKey,
+    /// `n × n` flow values.
+    pub values: Arc<Vec<f32>>,
+    /// How long it took.
+    pub ms: f64,
+}
+
 /// Results of background tasks other than inference.
 enum Background {
+    /// Attention flow finished.
+    Flow(FlowResult),
     /// A PNG export finished.
     Exported(PathBuf, Result<(u32, u32), String>),
     /// A native folder dialog returned (None: cancelled or unavailable).
@@ -71,6 +95,7 @@ enum Background {
 }
 
 /// Everything that is not persisted.
+#[allow(clippy::struct_excessive_bools)] // independent flags of different tasks, not a state machine
 pub struct Runtime {
     worker: Worker,
     next_id: u64,
@@ -83,8 +108,33 @@ pub struct Runtime {
     /// Whether the load in flight was asked for by the user (then its model is shown, even if the
     /// playground was); the load at launch keeps the remembered choice.
     switch_on_load: bool,
-    /// The run shown.
+    /// The run the views show: the model's run, merged into words when that toggle is on.
     pub run: Option<Arc<Run>>,
+    /// The model's run as it came (token level).
+    pub token_run: Option<Arc<Run>>,
+    /// Changes whenever `run` does (a new run, or the word toggle): what view caches key on.
+    pub view_id: u64,
+    /// Whether `run` is the word-level one.
+    view_words: bool,
+    /// The token-level run `run` was made from.
+    run_merged_from: Option<Arc<Run>>,
+    /// The comparison's run B as the views show it (merged into words with the toggle).
+    pub run_b: Option<Arc<Run>>,
+    /// Run B as it came.
+    token_run_b: Option<Arc<Run>>,
+    /// Id of run B shown, and of the newest asked for.
+    pub compare_id: u64,
+    /// Newest comparison requested.
+    pub requested_compare_id: u64,
+    requested_compare: Option<(String, Option<String>, RunSpec)>,
+    /// Why run B failed, or why there is none.
+    pub compare_error: Option<String>,
+    /// The comparison's model-folder box as typed.
+    pub compare_model_input: String,
+    /// Attention flow computed in the background.
+    pub flow: Option<FlowResult>,
+    /// A flow computation in progress.
+    pub flow_pending: Option<FlowKey>,
     /// Request id of the run shown.
     pub run_id: u64,
     /// Newest run requested.
@@ -169,6 +219,19 @@ impl AttnvizApp {
                 load_error: None,
                 switch_on_load: false,
                 run: None,
+                token_run: None,
+                view_id: 0,
+                view_words: false,
+                run_merged_from: None,
+                run_b: None,
+                token_run_b: None,
+                compare_id: 0,
+                requested_compare_id: 0,
+                requested_compare: None,
+                compare_error: None,
+                compare_model_input: String::new(),
+                flow: None,
+                flow_pending: None,
                 run_id: 0,
                 requested_run_id: 0,
                 requested_input: None,
@@ -235,9 +298,103 @@ impl AttnvizApp {
         self.rt.requested_input = Some(input);
     }
 
+    /// What run B of the comparison is (None: nothing to compare, with the reason).
+    fn compare_input(&self) -> Result<(String, Option<String>, RunSpec), String> {
+        use super::state::CompareSource;
+        let pair = self.settings.pair().map(str::to_string);
+        match self.settings.compare.source {
+            CompareSource::Sentence => {
+                if self.settings.compare.text_b.trim().is_empty() {
+                    return Err("Type sentence B above to compare.".into());
+                }
+                Ok((self.settings.compare.text_b.clone(), None, self.run_spec()))
+            }
+            CompareSource::Interventions => {
+                if self.settings.source == Source::Playground {
+                    return Err("The playground has no faithful counterpart: switch to the pretrained model.".into());
+                }
+                if self.settings.interventions.is_faithful() {
+                    return Err("The current run is the faithful model: set an intervention in the side panel \
+                                (ablate a head, temperature, …) to compare it with the faithful model."
+                        .into());
+                }
+                Ok((self.settings.text.clone(), pair, RunSpec::Pretrained(crate::model::Interventions::default())))
+            }
+            CompareSource::Model => match &self.settings.compare.model_b {
+                Some(dir) => Ok((self.settings.text.clone(), pair, RunSpec::Folder(dir.clone()))),
+                None => Err("Choose a second model folder above (it must use the same tokenizer).".into()),
+            },
+        }
+    }
+
+    /// Asks for run B when the comparison view is open and its input changed.
+    fn request_compare_if_changed(&mut self) {
+        if self.settings.view != View::Compare {
+            return;
+        }
+        match self.compare_input() {
+            Err(why) => {
+                self.rt.requested_compare = None;
+                self.rt.token_run_b = None;
+                self.rt.run_b = None;
+                self.rt.compare_error = Some(why);
+            }
+            Ok(input) => {
+                if self.rt.requested_compare.as_ref() == Some(&input) {
+                    return;
+                }
+                if self.rt.model.is_none() && !matches!(input.2, RunSpec::Playground(_)) {
+                    return;
+                }
+                let id = self.next_id();
+                self.rt.requested_compare_id = id;
+                self.rt.compare_error = None;
+                self.rt.worker.send(Job::Compare {
+                    id,
+                    text: input.0.clone(),
+                    pair: input.1.clone(),
+                    spec: input.2.clone(),
+                });
+                self.rt.requested_compare = Some(input);
+            }
+        }
+    }
+
+    /// Keeps the shown runs in step with the model's runs and the word toggle.
+    fn sync_view_runs(&mut self) {
+        let words = self.settings.words;
+        let shown = |token: &Option<Arc<Run>>| {
+            token.as_ref().map(|r| if words { Arc::new(crate::analysis::words::merge_run(r)) } else { Arc::clone(r) })
+        };
+        let same_source = match (&self.rt.run_merged_from, &self.rt.token_run) {
+            (None, None) => true,
+            (Some(from), Some(token)) => Arc::ptr_eq(from, token),
+            _ => false,
+        };
+        let stale = !same_source || self.rt.view_words != words;
+        if stale {
+            if self.rt.view_words != words {
+                // Positions change meaning between tokens and words.
+                self.rt.pinned = None;
+                self.rt.hovered = None;
+            }
+            self.rt.run = shown(&self.rt.token_run);
+            self.rt.run_merged_from = self.rt.token_run.clone();
+            self.rt.view_words = words;
+            self.rt.view_id += 1;
+            self.rt.run_b = None;
+        }
+        if self.rt.run_b.is_none() && self.rt.token_run_b.is_some() {
+            self.rt.run_b = shown(&self.rt.token_run_b);
+        }
+    }
+
     /// Whether a run or a load is still in flight.
     pub fn is_busy(&self) -> bool {
-        self.rt.loading.is_some() || self.rt.requested_run_id > self.rt.run_id
+        self.rt.loading.is_some()
+            || self.rt.requested_run_id > self.rt.run_id
+            || self.rt.requested_compare_id > self.rt.compare_id
+            || self.rt.flow_pending.is_some()
     }
 
     fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
@@ -266,7 +423,8 @@ impl AttnvizApp {
                             self.rt.load_error = None;
                             self.rt.pinned = None;
                             // The old run belongs to the old model (its heads and layers differ).
-                            self.rt.run = None;
+                            self.rt.token_run = None;
+                            self.rt.requested_compare = None;
                             self.rt.run_id = self.rt.requested_run_id;
                             self.rt.requested_input = None;
                         }
@@ -298,7 +456,7 @@ impl AttnvizApp {
                                     self.rt.pinned = None;
                                 }
                             }
-                            self.rt.run = Some(run);
+                            self.rt.token_run = Some(run);
                             self.rt.run_error = None;
                         }
                         Err(e) => {
@@ -307,15 +465,39 @@ impl AttnvizApp {
                         }
                     }
                 }
+                Done::Compared { id, result } => {
+                    if id <= self.rt.compare_id {
+                        continue;
+                    }
+                    self.rt.compare_id = id;
+                    match result {
+                        Ok(run) => {
+                            self.rt.token_run_b = Some(run);
+                            self.rt.compare_error = None;
+                        }
+                        Err(e) => {
+                            self.rt.token_run_b = None;
+                            self.rt.compare_error = Some(e);
+                        }
+                    }
+                    self.rt.run_b = None; // rebuilt by sync_view_runs
+                }
             }
         }
         while let Ok(msg) = self.rt.background_rx.try_recv() {
             match msg {
+                Background::Flow(result) => {
+                    if self.rt.flow_pending.as_ref() == Some(&result.key) {
+                        self.rt.flow_pending = None;
+                    }
+                    self.rt.flow = Some(result);
+                }
                 Background::Exported(path, result) => {
                     self.rt.exporting = None;
                     match result {
                         Ok((w, h)) => {
-                            self.set_status(format!("Exported {} ({w}×{h} px)", path.display()), false);
+                            let size = if w == 0 { "numbers".to_string() } else { format!("{w}×{h} px") };
+                            self.set_status(format!("Exported {} ({size})", path.display()), false);
                             self.settings.export_dir = path.parent().map(std::path::Path::to_path_buf);
                             self.rt.export_open = false;
                         }
@@ -349,6 +531,33 @@ impl AttnvizApp {
             },
             View::Model => Figure::ModelGrid,
             View::Heatmap => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
+            View::Neuron => Figure::Neuron {
+                layer_idx: self.settings.layer_idx,
+                head_idx: heads.first().copied().unwrap_or(0),
+                query_pos: self.settings.neuron_query,
+            },
+            View::Stats => Figure::Stats(self.settings.stat),
+            View::Rollout => {
+                let flow = match &self.rt.flow {
+                    Some(f)
+                        if self.settings.rollout_mode == super::state::RolloutMode::Flow
+                            && f.key == self.flow_key() =>
+                    {
+                        Some(Arc::clone(&f.values))
+                    }
+                    _ => None,
+                };
+                Figure::Rollout { layer_idx: self.settings.layer_idx, head_idxs: heads, flow }
+            }
+            View::Compare => match &self.rt.run_b {
+                Some(b) => Figure::Compare {
+                    layer_idx: self.settings.layer_idx,
+                    head_idxs: heads,
+                    other: crate::export::SharedRun(Arc::clone(b)),
+                    difference: self.settings.compare.mode == super::state::CompareMode::Difference,
+                },
+                None => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
+            },
             View::Positions => {
                 let learned = |cosine: bool| match &self.rt.model {
                     Some(ModelInfo { name, positions: Some(sim), .. }) => Figure::LearnedPositions {
@@ -368,6 +577,40 @@ impl AttnvizApp {
                 }
             }
         }
+    }
+
+    /// What attention flow would be computed for now.
+    pub fn flow_key(&self) -> FlowKey {
+        let (layers, heads) = self.rt.run.as_ref().map_or((1, 1), |r| (r.attention.layers(), r.attention.heads()));
+        let (layer_idx, heads) = self.settings.selection_for(layers, heads);
+        FlowKey { view_id: self.rt.view_id, heads, layer_idx }
+    }
+
+    /// Starts computing attention flow in the background if the rollout view wants it and it is
+    /// not computed or running already.
+    fn request_flow_if_needed(&mut self, ctx: &egui::Context) {
+        use super::state::RolloutMode;
+        if self.settings.view != View::Rollout || self.settings.rollout_mode != RolloutMode::Flow {
+            return;
+        }
+        let Some(run) = self.rt.run.clone() else { return };
+        let key = self.flow_key();
+        if key.heads.is_empty()
+            || self.rt.flow.as_ref().is_some_and(|f| f.key == key)
+            || self.rt.flow_pending.as_ref() == Some(&key)
+        {
+            return;
+        }
+        self.rt.flow_pending = Some(key.clone());
+        let tx = self.rt.background_tx.clone();
+        let ctx = ctx.clone();
+        spawn_named("attnviz-flow", move || {
+            let start = Instant::now();
+            let values = crate::analysis::rollout::flow(&run.attention, &key.heads, key.layer_idx);
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            let _ = tx.send(Background::Flow(FlowResult { key, values: Arc::new(values), ms }));
+            ctx.request_repaint();
+        });
     }
 
     /// The look exports get: the app's theme and colour map, the chosen scale.
@@ -403,8 +646,11 @@ impl AttnvizApp {
                         .file_name()
                         .map_or_else(|| "attnviz.png".to_string(), |n| n.to_string_lossy().into_owned());
                     spawn_named("attnviz-dialog", move || {
-                        let picked =
-                            rfd::FileDialog::new().set_file_name(name).add_filter("PNG image", &["png"]).save_file();
+                        let picked = rfd::FileDialog::new()
+                            .set_file_name(name)
+                            .add_filter("PNG image", &["png"])
+                            .add_filter("Numbers (CSV, JSON, NumPy)", &["csv", "json", "npz"])
+                            .save_file();
                         let _ = tx.send(Background::PickedExport(picked));
                         ctx.request_repaint();
                     });
@@ -421,7 +667,14 @@ impl AttnvizApp {
                     let ctx = ctx.clone();
                     self.rt.exporting = Some(path.clone());
                     spawn_named("attnviz-export", move || {
-                        let result = export_png(run.as_deref(), &figure, style, &path).map_err(|e| e.to_string());
+                        let is_png = path.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
+                        let result = if is_png {
+                            export_png(run.as_deref(), &figure, style, &path).map_err(|e| e.to_string())
+                        } else {
+                            crate::export::export_table(run.as_deref(), &figure, &path)
+                                .map(|()| (0, 0))
+                                .map_err(|e| e.to_string())
+                        };
                         let _ = tx.send(Background::Exported(path, result));
                         ctx.request_repaint();
                     });
@@ -472,7 +725,9 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) {
 impl eframe::App for AttnvizApp {
     fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
         self.poll();
+        self.sync_view_runs();
         self.request_run_if_changed();
+        self.request_compare_if_changed();
         // Drag & drop of a model folder.
         let dropped: Vec<PathBuf> = ctx.input(|i| {
             i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect()
@@ -505,7 +760,10 @@ impl eframe::App for AttnvizApp {
             self.rt.pinned = None;
         }
         self.handle_commands(&ctx);
+        self.sync_view_runs();
+        self.request_flow_if_needed(&ctx);
         self.request_run_if_changed();
+        self.request_compare_if_changed();
         if self.settings != before {
             // A widget changed a setting after it was drawn (e.g. a selectable label): draw the
             // new state now, not at the next input event.

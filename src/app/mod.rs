@@ -8,7 +8,7 @@ pub mod worker;
 
 use std::path::PathBuf;
 
-pub use app::{AttnvizApp, Command, Startup};
+pub use app::{AttnvizApp, Command, FlowKey, FlowResult, Startup};
 
 /// Opens the desktop app window.
 pub fn run_app(model: Option<PathBuf>, text: Option<String>, text_pair: Option<String>) -> anyhow::Result<()> {

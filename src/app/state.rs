@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::PeParams;
 use crate::analysis::select::PairFilter;
+use crate::analysis::{PeParams, Statistic};
 use crate::model::{Interventions, PlaygroundConfig};
 use crate::render::{Colormap, Side};
 
@@ -19,13 +19,30 @@ pub enum View {
     Model,
     /// One head (or the mean of the selected heads) as a labelled heatmap.
     Heatmap,
+    /// How one attention weight arises: q, k, q∘k, scores and softmax for one query.
+    Neuron,
+    /// Per-head statistics (entropy, share to [CLS]/[SEP]/punctuation/self/neighbours).
+    Stats,
+    /// Attention rollout and flow through the layers.
+    Rollout,
+    /// Two runs side by side, or their difference.
+    Compare,
     /// Positional encodings: sinusoidal and learned, and their dot products.
     Positions,
 }
 
 impl View {
     /// Every view, in tab order.
-    pub const ALL: [Self; 4] = [Self::Head, Self::Model, Self::Heatmap, Self::Positions];
+    pub const ALL: [Self; 8] = [
+        Self::Head,
+        Self::Model,
+        Self::Heatmap,
+        Self::Neuron,
+        Self::Stats,
+        Self::Rollout,
+        Self::Compare,
+        Self::Positions,
+    ];
 
     /// Tab label.
     pub fn label(self) -> &'static str {
@@ -33,6 +50,10 @@ impl View {
             Self::Head => "Head view",
             Self::Model => "Model view",
             Self::Heatmap => "Heatmap",
+            Self::Neuron => "Neuron view",
+            Self::Stats => "Head statistics",
+            Self::Rollout => "Rollout / flow",
+            Self::Compare => "Compare",
             Self::Positions => "Positional encoding",
         }
     }
@@ -67,6 +88,63 @@ pub enum PeFigure {
     LearnedCosine,
 }
 
+/// Rollout or flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum RolloutMode {
+    /// Attention rollout (matrix products).
+    #[default]
+    Rollout,
+    /// Attention flow (maximum flow through the layers).
+    Flow,
+}
+
+/// What the comparison puts beside the current run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum CompareSource {
+    /// Another sentence on the same model.
+    #[default]
+    Sentence,
+    /// The faithful model (when the current run is modified) or the modified one (when not).
+    Interventions,
+    /// Another model folder with the same tokenizer.
+    Model,
+}
+
+/// Side by side or the difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum CompareMode {
+    /// Two heatmaps next to each other.
+    #[default]
+    SideBySide,
+    /// B − A as a diverging heatmap (needs the same tokens).
+    Difference,
+}
+
+/// Settings of the comparison view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompareSettings {
+    /// What B is.
+    pub source: CompareSource,
+    /// Sentence B of a sentence comparison.
+    pub text_b: String,
+    /// Model folder of a model comparison.
+    pub model_b: Option<PathBuf>,
+    /// Side by side or difference.
+    pub mode: CompareMode,
+}
+
+impl Default for CompareSettings {
+    fn default() -> Self {
+        Self {
+            source: CompareSource::Sentence,
+            text_b: "The animal didn't cross the street because it was too wide.".into(),
+            model_b: None,
+            mode: CompareMode::SideBySide,
+        }
+    }
+}
+
 /// The theme the user chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum ThemeChoice {
@@ -80,6 +158,7 @@ pub enum ThemeChoice {
 }
 
 /// Persisted settings: the last input, model, view and selections.
+#[allow(clippy::struct_excessive_bools)] // independent toggles of different panels, not a state machine
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
@@ -127,6 +206,18 @@ pub struct Settings {
     pub pe_plot_row: usize,
     /// Figure the export dialog writes in the positional-encoding view.
     pub pe_figure: PeFigure,
+    /// Merge word pieces into words in every view.
+    pub words: bool,
+    /// Query token of the neuron view.
+    pub neuron_query: usize,
+    /// Statistic colouring the statistics grid.
+    pub stat: Statistic,
+    /// Rollout or flow in the rollout view.
+    pub rollout_mode: RolloutMode,
+    /// The head view shows the rollout up to the chosen layer as a pseudo-layer.
+    pub head_rollout: bool,
+    /// Comparison view settings.
+    pub compare: CompareSettings,
 }
 
 /// The example sentence filled in at first launch.
@@ -162,6 +253,12 @@ impl Default for Settings {
             pe_plot_dims: vec![0, 1, 32, 64],
             pe_plot_row: 16,
             pe_figure: PeFigure::Encoding,
+            words: false,
+            neuron_query: 0,
+            stat: Statistic::Entropy,
+            rollout_mode: RolloutMode::Rollout,
+            head_rollout: false,
+            compare: CompareSettings::default(),
         }
     }
 }

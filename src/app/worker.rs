@@ -77,6 +77,17 @@ pub enum Job {
         /// The folder.
         dir: PathBuf,
     },
+    /// Run the comparison's second input (B); its result comes back as [`Done::Compared`].
+    Compare {
+        /// Request id; larger is newer.
+        id: u64,
+        /// Sentence A of input B.
+        text: String,
+        /// Sentence B of input B.
+        pair: Option<String>,
+        /// Which model.
+        spec: RunSpec,
+    },
     /// Run a model on an input.
     Run {
         /// Request id; larger is newer.
@@ -97,6 +108,8 @@ pub enum RunSpec {
     Pretrained(Interventions),
     /// The playground encoder with these (valid) hyperparameters.
     Playground(PlaygroundConfig),
+    /// Another model folder, faithful (comparison runs only; the model is cached).
+    Folder(PathBuf),
 }
 
 /// A finished job.
@@ -120,6 +133,49 @@ pub enum Done {
         /// Time spent in tokenizer + model.
         elapsed_ms: f64,
     },
+    /// A comparison run finished.
+    Compared {
+        /// Request id.
+        id: u64,
+        /// The run, or why it failed.
+        result: Result<Arc<Run>, String>,
+    },
+}
+
+/// Runs `text` on the model `spec` names, building or loading (and caching) it if needed.
+fn run_spec(
+    spec: &RunSpec,
+    text: &str,
+    pair: Option<&str>,
+    model: Option<&LoadedModel>,
+    playground: &mut Option<(PlaygroundConfig, LoadedModel)>,
+    other: &mut Option<(PathBuf, LoadedModel)>,
+) -> Result<Arc<Run>, String> {
+    let run = match spec {
+        RunSpec::Pretrained(iv) => match model {
+            Some(m) => m.run_with(text, pair, iv),
+            None => return Err("no model is loaded".to_string()),
+        },
+        RunSpec::Playground(cfg) => {
+            if playground.as_ref().is_none_or(|(c, _)| c != cfg) {
+                *playground = None;
+                let built = cfg.build(&default_model_dir().join("tokenizer.json")).map_err(|e| e.to_string())?;
+                *playground = Some((cfg.clone(), built));
+            }
+            let (_, m) = playground.as_ref().expect("built above");
+            m.run(text, pair)
+        }
+        RunSpec::Folder(dir) => {
+            if other.as_ref().is_none_or(|(d, _)| d != dir) {
+                *other = None;
+                let loaded = LoadedModel::load(dir).map_err(|e| e.to_string())?;
+                *other = Some((dir.clone(), loaded));
+            }
+            let (_, m) = other.as_ref().expect("loaded above");
+            m.run(text, pair)
+        }
+    };
+    run.map(Arc::new).map_err(|e| e.to_string())
 }
 
 /// Handle to the named inference thread.
@@ -137,14 +193,17 @@ impl Worker {
             let mut model: Option<LoadedModel> = None;
             // The playground model last built, reused while its hyperparameters stay the same.
             let mut playground: Option<(PlaygroundConfig, LoadedModel)> = None;
+            // The comparison's other model folder, kept while it stays the same.
+            let mut other: Option<(PathBuf, LoadedModel)> = None;
             while let Ok(first) = job_rx.recv() {
-                // Coalesce: of everything queued, keep the newest load and the newest run.
-                let (mut load, mut run) = (None, None);
+                // Coalesce: of everything queued, keep the newest load, run and comparison.
+                let (mut load, mut run, mut compare) = (None, None, None);
                 let mut next = Some(first);
                 while let Some(job) = next {
                     match job {
                         j @ Job::Load { .. } => load = Some(j),
                         j @ Job::Run { .. } => run = Some(j),
+                        j @ Job::Compare { .. } => compare = Some(j),
                     }
                     next = match job_rx.try_recv() {
                         Ok(j) => Some(j),
@@ -168,30 +227,16 @@ impl Worker {
                 }
                 if let Some(Job::Run { id, text, pair, spec }) = run {
                     let start = Instant::now();
-                    let result = match spec {
-                        RunSpec::Pretrained(iv) => match &model {
-                            Some(m) => m.run_with(&text, pair.as_deref(), &iv).map(Arc::new).map_err(|e| e.to_string()),
-                            None => Err("no model is loaded".to_string()),
-                        },
-                        RunSpec::Playground(cfg) => {
-                            if playground.as_ref().is_none_or(|(c, _)| *c != cfg) {
-                                playground = None;
-                                match cfg.build(&default_model_dir().join("tokenizer.json")) {
-                                    Ok(m) => playground = Some((cfg, m)),
-                                    Err(e) => {
-                                        let _ =
-                                            done_tx.send(Done::Ran { id, result: Err(e.to_string()), elapsed_ms: 0.0 });
-                                        wake();
-                                        continue;
-                                    }
-                                }
-                            }
-                            let (_, m) = playground.as_ref().expect("built above");
-                            m.run(&text, pair.as_deref()).map(Arc::new).map_err(|e| e.to_string())
-                        }
-                    };
+                    let result = run_spec(&spec, &text, pair.as_deref(), model.as_ref(), &mut playground, &mut other);
                     let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
                     if done_tx.send(Done::Ran { id, result, elapsed_ms }).is_err() {
+                        return;
+                    }
+                    wake();
+                }
+                if let Some(Job::Compare { id, text, pair, spec }) = compare {
+                    let result = run_spec(&spec, &text, pair.as_deref(), model.as_ref(), &mut playground, &mut other);
+                    if done_tx.send(Done::Compared { id, result }).is_err() {
                         return;
                     }
                     wake();

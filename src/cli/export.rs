@@ -6,7 +6,8 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::pe::PeOptions;
-use crate::export::{Figure, Style, export_png};
+use crate::analysis::Statistic;
+use crate::export::{Figure, Style, export_png, export_table};
 use crate::render::{Colormap, Theme};
 
 /// Which view to draw.
@@ -22,6 +23,48 @@ pub enum ViewArg {
     Pe,
     /// Its dot products pe_i · pe_j (positions × positions).
     PeDot,
+    /// The neuron view: q, k_j, q∘k_j, scores and softmax of one query (--layer, --head, --query).
+    Neuron,
+    /// One per-head statistic as a layer × head grid (--stat).
+    Stats,
+    /// Attention rollout through layers 0..=--layer (all heads, or --head).
+    Rollout,
+    /// Attention flow through layers 0..=--layer (all heads, or --head).
+    Flow,
+}
+
+/// A statistic on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum StatArg {
+    /// Mean entropy of the attention rows (nats).
+    Entropy,
+    /// Share of attention to [CLS].
+    Cls,
+    /// Share to [SEP].
+    Sep,
+    /// Share to punctuation.
+    Punctuation,
+    /// Share to the token itself.
+    #[value(name = "self")]
+    SelfToken,
+    /// Share to the previous token.
+    Previous,
+    /// Share to the next token.
+    Next,
+}
+
+impl From<StatArg> for Statistic {
+    fn from(s: StatArg) -> Self {
+        match s {
+            StatArg::Entropy => Self::Entropy,
+            StatArg::Cls => Self::Cls,
+            StatArg::Sep => Self::Sep,
+            StatArg::Punctuation => Self::Punctuation,
+            StatArg::SelfToken => Self::SelfToken,
+            StatArg::Previous => Self::Previous,
+            StatArg::Next => Self::Next,
+        }
+    }
 }
 
 /// Theme on the command line.
@@ -63,10 +106,20 @@ pub struct ExportArgs {
     /// Hide head-view lines weaker than this.
     #[arg(long, default_value_t = 0.0)]
     pub threshold: f32,
+    /// Query token position (neuron).
+    #[arg(long, default_value_t = 0)]
+    pub query: usize,
+    /// Statistic to draw (stats).
+    #[arg(long, value_enum, default_value_t = StatArg::Entropy)]
+    pub stat: StatArg,
+    /// Merge word pieces into words first (attention to a word summed, from a word averaged).
+    #[arg(long)]
+    pub words: bool,
     /// Positional-encoding parameters (pe, pe-dot).
     #[command(flatten)]
     pub pe: PeOptions,
-    /// Output PNG file.
+    /// Output file: .png draws the figure; .csv, .json or .npz write its numbers (heatmap,
+    /// neuron, stats, rollout, flow).
     #[arg(short, long, value_name = "OUT.png")]
     pub output: PathBuf,
     /// Playground model and interventions.
@@ -93,10 +146,12 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
     let figure_needs_run = !matches!(args.view, ViewArg::Pe | ViewArg::PeDot);
     let run = if figure_needs_run {
         let text = args.text.as_deref().with_context(|| format!("--text is required for --view {:?}", args.view))?;
-        Some(args.model.run(model_dir, text, args.text_pair.as_deref())?)
+        let run = args.model.run(model_dir, text, args.text_pair.as_deref())?;
+        Some(if args.words { crate::analysis::words::merge_run(&run) } else { run })
     } else {
         None
     };
+    let all_heads = |heads: usize| args.head.map_or_else(|| (0..heads).collect(), |h| vec![h]);
     let heads = run.as_ref().map_or(0, |r| r.attention.heads());
     let figure = match args.view {
         ViewArg::Heatmap => Figure::Heatmap { layer_idx: args.layer, head_idxs: vec![args.head.unwrap_or(0)] },
@@ -109,8 +164,36 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
         ViewArg::Model => Figure::ModelGrid,
         ViewArg::Pe => Figure::PeEncoding(args.pe.params()),
         ViewArg::PeDot => Figure::PeDot(args.pe.params()),
+        ViewArg::Neuron => {
+            Figure::Neuron { layer_idx: args.layer, head_idx: args.head.unwrap_or(0), query_pos: args.query }
+        }
+        ViewArg::Stats => Figure::Stats(args.stat.into()),
+        ViewArg::Rollout => Figure::Rollout { layer_idx: args.layer, head_idxs: all_heads(heads), flow: None },
+        ViewArg::Flow => {
+            let run = run.as_ref().context("--text is required")?;
+            let layers = run.attention.layers();
+            if args.layer >= layers {
+                anyhow::bail!(
+                    "layer {} is out of range: the model has {layers} (layers 0 to {})",
+                    args.layer,
+                    layers - 1
+                );
+            }
+            let values = crate::analysis::rollout::flow(&run.attention, &all_heads(heads), args.layer);
+            Figure::Rollout {
+                layer_idx: args.layer,
+                head_idxs: all_heads(heads),
+                flow: Some(std::sync::Arc::new(values)),
+            }
+        }
     };
-    let (w, h) = export_png(run.as_ref(), &figure, style, &args.output).map_err(anyhow::Error::from)?;
-    eprintln!("wrote {} ({w}×{h})", args.output.display());
+    let is_png = args.output.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
+    if is_png {
+        let (w, h) = export_png(run.as_ref(), &figure, style, &args.output).map_err(anyhow::Error::from)?;
+        eprintln!("wrote {} ({w}×{h})", args.output.display());
+    } else {
+        export_table(run.as_ref(), &figure, &args.output).map_err(anyhow::Error::from)?;
+        eprintln!("wrote {}", args.output.display());
+    }
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod dump;
 pub mod export;
 pub mod pe;
+pub mod stats;
 
 use std::path::{Path, PathBuf};
 
@@ -44,10 +45,14 @@ pub struct Cli {
 pub enum Command {
     /// Write every layer's and head's attention for a sentence as JSON or NPZ.
     Dump(dump::DumpArgs),
-    /// Draw a view (heatmap, head view, model grid, positional encodings) to a PNG file.
+    /// Draw a view (heatmap, head view, model grid, neuron view, statistics, rollout, positional
+    /// encodings) to a PNG file, or write its numbers as CSV / JSON / NPZ.
     Export(export::ExportArgs),
     /// Write a sinusoidal positional encoding and its dot products pe_i · pe_j as JSON.
     Pe(pe::PeArgs),
+    /// Per-head statistics (entropy; share of attention to [CLS], [SEP], punctuation, itself, the
+    /// previous and the next token) as CSV or JSON.
+    Stats(stats::StatsArgs),
     /// Time the forward pass with attention capture on an input of exactly N tokens.
     Bench(bench::BenchArgs),
 }
@@ -60,6 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Dump(args)) => dump::run(model.as_deref(), &args),
         Some(Command::Export(args)) => export::run(model.as_deref(), &args),
         Some(Command::Pe(args)) => pe::run(&args),
+        Some(Command::Stats(args)) => stats::run(model.as_deref(), &args),
         Some(Command::Bench(args)) => bench::run(model.as_deref(), &args),
     }
 }

@@ -361,6 +361,11 @@ impl Bert {
         &self.config
     }
 
+    /// Whether every query sees only itself and earlier tokens.
+    pub fn is_causal(&self) -> bool {
+        self.arch.causal
+    }
+
     /// The position table (learned, or the fixed encoding it was built with),
     /// `max_position_embeddings × hidden_size`, row-major; None without one.
     pub fn position_table(&self) -> candle_core::Result<Option<Vec<f32>>> {

@@ -64,8 +64,20 @@ fn default_pos_type() -> String {
 }
 
 /// A validated BERT configuration.
+/// Which family of checkpoints a config describes: how tensors are named and blocks are wired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Family {
+    /// BERT-style encoders: post-LN, bidirectional, token types.
+    #[default]
+    Bert,
+    /// GPT-2-style decoders: pre-LN, causal, learned positions, a final norm, no token types.
+    Gpt2,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// Checkpoint family.
+    pub family: Family,
     /// Vocabulary size.
     pub vocab_size: usize,
     /// Model width.
@@ -94,6 +106,11 @@ impl Config {
 
     /// Parses and validates `config.json` text; errors name the field at fault.
     pub fn from_json(text: &str) -> Result<Self, ModelError> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| ModelError::Config(e.to_string()))?;
+        if value.get("model_type").and_then(serde_json::Value::as_str) == Some("gpt2") {
+            let raw: RawGpt2Config = serde_json::from_value(value).map_err(|e| ModelError::Config(e.to_string()))?;
+            return raw.validate();
+        }
         let raw: RawConfig = serde_json::from_str(text).map_err(|e| ModelError::Config(e.to_string()))?;
         raw.validate()
     }
@@ -114,7 +131,7 @@ impl RawConfig {
                 return Err(unsupported(
                     "model_type",
                     other.unwrap_or("(missing)").to_string(),
-                    "only BERT-family encoders (model_type \"bert\") are supported",
+                    "supported: BERT-family encoders (model_type \"bert\") and GPT-2 decoders (\"gpt2\")",
                 ));
             }
         }
@@ -155,6 +172,7 @@ impl RawConfig {
             return Err(unsupported("layer_norm_eps", self.layer_norm_eps.to_string(), "must be a positive number"));
         }
         Ok(Config {
+            family: Family::Bert,
             vocab_size: self.vocab_size,
             hidden_size: self.hidden_size,
             num_hidden_layers: self.num_hidden_layers,
@@ -165,6 +183,91 @@ impl RawConfig {
             type_vocab_size: self.type_vocab_size,
             layer_norm_eps: self.layer_norm_eps,
         })
+    }
+}
+
+/// The keys of a GPT-2 `config.json` this decoder reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RawGpt2Config {
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Model width.
+    pub n_embd: usize,
+    /// Number of blocks.
+    pub n_layer: usize,
+    /// Heads per block.
+    pub n_head: usize,
+    /// Longest input (size of the position table).
+    pub n_positions: usize,
+    /// Feed-forward width; null means 4 × `n_embd`.
+    #[serde(default)]
+    pub n_inner: Option<usize>,
+    /// Activation of the feed-forward block.
+    #[serde(default = "default_gpt2_act")]
+    pub activation_function: String,
+    /// Layer-norm epsilon.
+    #[serde(default = "default_gpt2_eps")]
+    pub layer_norm_epsilon: f64,
+    /// Scores divided by √`head_dim` (true in every released GPT-2).
+    #[serde(default = "default_true")]
+    pub scale_attn_weights: bool,
+    /// Scores further divided by the layer number (not supported).
+    #[serde(default)]
+    pub scale_attn_by_inverse_layer_idx: bool,
+}
+
+fn default_gpt2_act() -> String {
+    "gelu_new".into()
+}
+fn default_gpt2_eps() -> f64 {
+    1e-5
+}
+fn default_true() -> bool {
+    true
+}
+
+impl RawGpt2Config {
+    /// Checks what this decoder supports and gives the common [`Config`].
+    pub fn validate(self) -> Result<Config, ModelError> {
+        if !self.scale_attn_weights || self.scale_attn_by_inverse_layer_idx {
+            return Err(ModelError::Unsupported {
+                field: "scale_attn_weights / scale_attn_by_inverse_layer_idx".into(),
+                value: format!("{} / {}", self.scale_attn_weights, self.scale_attn_by_inverse_layer_idx),
+                why: "only GPT-2's standard 1/√head_dim score scaling is supported".into(),
+            });
+        }
+        let bert_like = RawConfig {
+            model_type: Some("bert".into()),
+            architectures: Vec::new(),
+            vocab_size: self.vocab_size,
+            hidden_size: self.n_embd,
+            num_hidden_layers: self.n_layer,
+            num_attention_heads: self.n_head,
+            intermediate_size: self.n_inner.unwrap_or(4 * self.n_embd),
+            hidden_act: self.activation_function,
+            max_position_embeddings: self.n_positions,
+            type_vocab_size: 1,
+            layer_norm_eps: self.layer_norm_epsilon,
+            position_embedding_type: "absolute".into(),
+        };
+        let rename = |e: ModelError| match e {
+            ModelError::Unsupported { field, value, why } => {
+                let field = match field.as_str() {
+                    "hidden_size" => "n_embd",
+                    "num_hidden_layers" => "n_layer",
+                    "num_attention_heads" => "n_head",
+                    "max_position_embeddings" => "n_positions",
+                    "hidden_act" => "activation_function",
+                    "layer_norm_eps" => "layer_norm_epsilon",
+                    "intermediate_size" => "n_inner",
+                    other => other,
+                }
+                .to_string();
+                ModelError::Unsupported { field, value, why: why.replace("hidden_size", "n_embd") }
+            }
+            other => other,
+        };
+        Ok(Config { family: Family::Gpt2, ..bert_like.validate().map_err(rename)? })
     }
 }
 
@@ -194,8 +297,18 @@ mod tests {
     fn unsupported_settings_name_the_field() {
         assert!(error_for(r#""hidden_act":"swish""#).contains("hidden_act"));
         assert!(error_for(r#""position_embedding_type":"relative_key""#).contains("position_embedding_type"));
-        let gpt = MINI.replace("\"bert\"", "\"gpt2\"");
-        assert!(Config::from_json(&gpt).unwrap_err().to_string().contains("model_type"));
+        let t5 = MINI.replace("\"bert\"", "\"t5\"");
+        assert!(Config::from_json(&t5).unwrap_err().to_string().contains("model_type"));
+        // A GPT-2 config names GPT-2's own keys in its errors.
+        let gpt = r#"{"model_type":"gpt2","vocab_size":10,"n_embd":8,"n_layer":1,"n_head":3,"n_positions":4}"#;
+        assert!(
+            Config::from_json(gpt).unwrap_err().to_string().contains("n_head"),
+            "{}",
+            Config::from_json(gpt).unwrap_err()
+        );
+        let gpt = r#"{"model_type":"gpt2","vocab_size":10,"n_embd":8,"n_layer":1,"n_head":2,"n_positions":4}"#;
+        let cfg = Config::from_json(gpt).unwrap();
+        assert_eq!((cfg.family, cfg.intermediate_size, cfg.type_vocab_size), (Family::Gpt2, 32, 1));
         let heads = MINI.replace("\"num_attention_heads\":2", "\"num_attention_heads\":3");
         assert!(Config::from_json(&heads).unwrap_err().to_string().contains("num_attention_heads"));
         assert!(Config::from_json("{").unwrap_err().to_string().contains("config"));

@@ -7,8 +7,8 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 
 use super::ModelError;
-use super::bert::{Bert, Capture};
-use super::config::Config;
+use super::bert::{Arch, Bert, Capture, NormPlacement};
+use super::config::{Config, Family};
 use super::intervene::Interventions;
 use super::tokenize::TextTokenizer;
 use crate::analysis::{Attention, HeadVectors, Run, Tokens};
@@ -113,16 +113,102 @@ fn canonical_name(name: &str) -> Option<String> {
     Some(name)
 }
 
-/// Every tensor the encoder needs, with its shape.
+/// A GPT-2 checkpoint name without its `transformer.` prefix, or `None` for tensors the decoder
+/// does not use (the language-model head, the old checkpoints' causal-mask buffers).
+fn gpt2_name(name: &str) -> Option<&str> {
+    let name = name.strip_prefix("transformer.").unwrap_or(name);
+    let used =
+        name.starts_with("wte.") || name.starts_with("wpe.") || name.starts_with("h.") || name.starts_with("ln_f.");
+    (used && !name.ends_with(".attn.bias") && !name.ends_with(".attn.masked_bias")).then_some(name)
+}
+
+/// GPT-2 tensors renamed to the BERT blocks they are wired into (pre-LN: `ln_1` is the attention
+/// block's norm, `ln_2` the feed-forward's, `ln_f` the final norm). `Conv1D` weights are stored
+/// `in × out`: they are transposed to `nn.Linear`'s `out × in`, and `c_attn` is split into query,
+/// key and value.
+fn gpt2_to_bert(tensors: HashMap<String, Tensor>, cfg: &Config) -> Result<HashMap<String, Tensor>, String> {
+    let h = cfg.hidden_size;
+    let mut out = HashMap::new();
+    for (name, t) in tensors {
+        let bad = |e: candle_core::Error| format!("tensor {name}: {e}");
+        let transposed = |t: &Tensor| t.t().and_then(|t| t.contiguous()).map_err(bad);
+        if let Some(rest) = name.strip_prefix("h.") {
+            let (layer, rest) = rest.split_once('.').ok_or_else(|| format!("unexpected tensor {name}"))?;
+            let p = format!("encoder.layer.{layer}");
+            match rest {
+                "ln_1.weight" | "ln_1.bias" => {
+                    out.insert(format!("{p}.attention.output.LayerNorm.{}", &rest[5..]), t);
+                }
+                "ln_2.weight" | "ln_2.bias" => {
+                    out.insert(format!("{p}.output.LayerNorm.{}", &rest[5..]), t);
+                }
+                "attn.c_attn.weight" | "attn.c_attn.bias" => {
+                    let weight = rest.ends_with("weight");
+                    let dim = usize::from(weight);
+                    if t.dims().get(dim) != Some(&(3 * h)) {
+                        return Err(format!(
+                            "tensor {name} has shape {:?}; expected 3 × n_embd = {} wide",
+                            t.dims(),
+                            3 * h
+                        ));
+                    }
+                    for (i, part) in ["query", "key", "value"].iter().enumerate() {
+                        let piece = t.narrow(dim, i * h, h).map_err(bad)?;
+                        let (piece, kind) = if weight { (transposed(&piece)?, "weight") } else { (piece, "bias") };
+                        out.insert(format!("{p}.attention.self.{part}.{kind}"), piece);
+                    }
+                }
+                "attn.c_proj.weight" => {
+                    out.insert(format!("{p}.attention.output.dense.weight"), transposed(&t)?);
+                }
+                "attn.c_proj.bias" => {
+                    out.insert(format!("{p}.attention.output.dense.bias"), t);
+                }
+                "mlp.c_fc.weight" => {
+                    out.insert(format!("{p}.intermediate.dense.weight"), transposed(&t)?);
+                }
+                "mlp.c_fc.bias" => {
+                    out.insert(format!("{p}.intermediate.dense.bias"), t);
+                }
+                "mlp.c_proj.weight" => {
+                    out.insert(format!("{p}.output.dense.weight"), transposed(&t)?);
+                }
+                "mlp.c_proj.bias" => {
+                    out.insert(format!("{p}.output.dense.bias"), t);
+                }
+                _ => {}
+            }
+        } else {
+            let canon = match name.as_str() {
+                "wte.weight" => "embeddings.word_embeddings.weight",
+                "wpe.weight" => "embeddings.position_embeddings.weight",
+                "ln_f.weight" => "final_norm.weight",
+                "ln_f.bias" => "final_norm.bias",
+                _ => continue,
+            };
+            out.insert(canon.to_string(), t);
+        }
+    }
+    Ok(out)
+}
+
+/// Every tensor the model needs (BERT names), with its shape.
 fn expected_tensors(cfg: &Config) -> Vec<(String, Vec<usize>)> {
     let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
     let mut out = vec![
         ("embeddings.word_embeddings.weight".to_string(), vec![cfg.vocab_size, h]),
         ("embeddings.position_embeddings.weight".to_string(), vec![cfg.max_position_embeddings, h]),
-        ("embeddings.token_type_embeddings.weight".to_string(), vec![cfg.type_vocab_size, h]),
-        ("embeddings.LayerNorm.weight".to_string(), vec![h]),
-        ("embeddings.LayerNorm.bias".to_string(), vec![h]),
     ];
+    match cfg.family {
+        Family::Bert => out.extend([
+            ("embeddings.token_type_embeddings.weight".to_string(), vec![cfg.type_vocab_size, h]),
+            ("embeddings.LayerNorm.weight".to_string(), vec![h]),
+            ("embeddings.LayerNorm.bias".to_string(), vec![h]),
+        ]),
+        Family::Gpt2 => {
+            out.extend([("final_norm.weight".to_string(), vec![h]), ("final_norm.bias".to_string(), vec![h])]);
+        }
+    }
     for l in 0..cfg.num_hidden_layers {
         let p = format!("encoder.layer.{l}");
         for name in ["query", "key", "value"] {
@@ -151,7 +237,11 @@ fn load_weights(files: &[PathBuf], cfg: &Config) -> Result<HashMap<String, Tenso
         let bad = |message: String| ModelError::Weights { path: file.clone(), message };
         let loaded = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| bad(e.to_string()))?;
         for (name, tensor) in loaded {
-            if let Some(canon) = canonical_name(&name) {
+            let canon = match cfg.family {
+                Family::Bert => canonical_name(&name),
+                Family::Gpt2 => gpt2_name(&name).map(str::to_string),
+            };
+            if let Some(canon) = canon {
                 if !matches!(tensor.dtype(), DType::F32 | DType::F16 | DType::BF16) {
                     return Err(bad(format!(
                         "tensor {name} has dtype {:?}; expected f32, f16 or bf16",
@@ -164,6 +254,9 @@ fn load_weights(files: &[PathBuf], cfg: &Config) -> Result<HashMap<String, Tenso
     }
     let where_ = files.first().cloned().unwrap_or_default();
     let bad = |message: String| ModelError::Weights { path: where_.clone(), message };
+    if cfg.family == Family::Gpt2 {
+        tensors = gpt2_to_bert(tensors, cfg).map_err(bad)?;
+    }
     for (name, shape) in expected_tensors(cfg) {
         match tensors.get(&name) {
             None => return Err(bad(format!("missing tensor {name} (shape {shape:?} from config.json)"))),
@@ -210,8 +303,11 @@ impl LoadedModel {
         let files = weight_files(dir)?;
         let tensors = load_weights(&files, &cfg)?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-        let bert = Bert::load(&vb, &cfg)
-            .map_err(|e| ModelError::Weights { path: files[0].clone(), message: e.to_string() })?;
+        let bert = match cfg.family {
+            Family::Bert => Bert::load(&vb, &cfg),
+            Family::Gpt2 => Bert::load_arch(&vb, &cfg, Arch { norm: NormPlacement::Pre, causal: true, ..Arch::bert() }),
+        }
+        .map_err(|e| ModelError::Weights { path: files[0].clone(), message: e.to_string() })?;
         let tokenizer = TextTokenizer::from_file(&tokenizer_path, cfg.max_position_embeddings)?;
         let name = dir
             .canonicalize()
@@ -294,6 +390,7 @@ impl LoadedModel {
             truncation,
             intervention: interventions.describe(),
             playground: self.playground,
+            causal: self.bert.is_causal() || interventions.causal,
         })
     }
 }

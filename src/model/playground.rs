@@ -318,6 +318,7 @@ impl PlaygroundConfig {
         let vocab = tokenizer.vocab_size();
         self.validate_for(vocab)?;
         let config = Config {
+            family: super::config::Family::Bert,
             vocab_size: vocab,
             hidden_size: self.d_model,
             num_hidden_layers: self.layers,

@@ -250,6 +250,32 @@ pub(crate) fn luminance(rgb: [u8; 3]) -> f32 {
     0.2126 * lin(rgb[0]) + 0.7152 * lin(rgb[1]) + 0.0722 * lin(rgb[2])
 }
 
+/// Images placed left to right (`horizontal`) or top to bottom, top/left aligned, `gap` apart, on
+/// `background`.
+pub fn stack(images: &[RgbaImage], horizontal: bool, gap: u32, background: [u8; 4]) -> RgbaImage {
+    let count = images.len() as u32;
+    let gaps = gap * count.saturating_sub(1);
+    let (w, h) = if horizontal {
+        (
+            images.iter().map(RgbaImage::width).sum::<u32>() + gaps,
+            images.iter().map(RgbaImage::height).max().unwrap_or(1),
+        )
+    } else {
+        (
+            images.iter().map(RgbaImage::width).max().unwrap_or(1),
+            images.iter().map(RgbaImage::height).sum::<u32>() + gaps,
+        )
+    };
+    let mut out = RgbaImage::from_pixel(w.clamp(1, MAX_SIDE), h.clamp(1, MAX_SIDE), image::Rgba(background));
+    let mut offset = 0i64;
+    for img in images {
+        let (x, y) = if horizontal { (offset, 0) } else { (0, offset) };
+        image::imageops::overlay(&mut out, img, x, y);
+        offset += i64::from(if horizontal { img.width() } else { img.height() } + gap);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

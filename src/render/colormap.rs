@@ -1,7 +1,7 @@
 //! Colormaps for values and distinct colours for heads.
 
 /// A continuous colormap from the `colorous` crate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Colormap {
     /// Perceptually uniform dark blue → yellow.
@@ -87,12 +87,21 @@ pub(crate) fn lut_index(value: f32, lo: f32, hi: f32) -> usize {
     (t * 255.0 + 0.5) as usize
 }
 
-/// Cell values to RGBA bytes, one pixel per value in order, mapping [`lo`, `hi`] through `cmap` (NaN as `lo`).
+/// Colour of masked cells (NaN values: keys a causal mask hid), a neutral grey no colour map uses.
+pub const MASKED_RGB: [u8; 3] = [128, 128, 128];
+
+/// Colour of one cell: `value` in [`lo`, `hi`] through `lut`, NaN (masked) as [`MASKED_RGB`].
+pub fn cell_rgb(lut: &[[u8; 3]; 256], value: f32, lo: f32, hi: f32) -> [u8; 3] {
+    if value.is_nan() { MASKED_RGB } else { lut[lut_index(value, lo, hi)] }
+}
+
+/// Cell values to RGBA bytes, one pixel per value in order, mapping [`lo`, `hi`] through `cmap`
+/// (NaN, a masked cell, as [`MASKED_RGB`]).
 pub fn cells_rgba(values: &[f32], lo: f32, hi: f32, cmap: Colormap) -> Vec<u8> {
     let lut = cmap.lut();
     let mut out = Vec::with_capacity(values.len() * 4);
     for &v in values {
-        let [r, g, b] = lut[lut_index(v, lo, hi)];
+        let [r, g, b] = cell_rgb(&lut, v, lo, hi);
         out.extend_from_slice(&[r, g, b, 255]);
     }
     out
@@ -215,7 +224,7 @@ mod tests {
             assert_eq!(px.len(), 20);
             assert_eq!(&px[0..3], &lut[0]);
             assert_eq!(&px[4..7], &lut[255]);
-            assert_eq!(&px[8..11], &lut[0]);
+            assert_eq!(&px[8..11], &MASKED_RGB, "NaN is a masked cell");
             assert_eq!(&px[12..15], &lut[0]);
             assert_eq!(&px[16..19], &lut[255]);
             assert!(px.chunks(4).all(|p| p[3] == 255));

@@ -339,7 +339,7 @@ pub fn heatmap(spec: &HeatmapSpec) -> RgbaImage {
         }
     }
     if let Some(px) = lay.value_px {
-        for (i, &v) in values.iter().enumerate() {
+        for (i, &v) in values.iter().enumerate().filter(|(_, v)| !v.is_nan()) {
             let (row, col) = (i / lay.cols, i % lay.cols);
             let k = i * 4;
             let text_color = if luminance([rgba[k], rgba[k + 1], rgba[k + 2]]) > 0.4 {

@@ -12,8 +12,8 @@ mod model_grid;
 mod pe;
 pub mod text;
 
-pub use canvas::MAX_SIDE;
-pub use colormap::{Colormap, cells_rgba, head_colors};
+pub use canvas::{MAX_SIDE, stack};
+pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use head_view::{HeadViewSpec, Side, head_view};
 pub use heatmap::{HeatmapSpec, heatmap};
 pub use model_grid::{ModelGridSpec, model_grid};

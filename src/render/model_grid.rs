@@ -4,7 +4,7 @@ use image::RgbaImage;
 
 use super::canvas::{MAX_SIDE, fill_rect, new_image, stroke_rect};
 use super::colorbar::{Colorbar, end_ticks};
-use super::colormap::{Colormap, lut_index};
+use super::colormap::{Colormap, cell_rgb};
 use super::heatmap::{pool, thinned};
 use super::text::{Align, draw_label, draw_text_up, line_height, text_width};
 use super::{AXIS_PX, LABEL_PX, NOTE_PX, TITLE_PX, Theme, clamp_scale};
@@ -23,6 +23,8 @@ pub struct ModelGridSpec<'a> {
     pub scale: f32,
     /// Title above the grid.
     pub title: &'a str,
+    /// Draw keys after the query as masked (a causal model).
+    pub causal: bool,
 }
 
 /// Where everything of the model grid goes, in image pixels.
@@ -175,12 +177,20 @@ pub fn model_grid(spec: &ModelGridSpec) -> RgbaImage {
         for head_idx in 0..heads {
             let (left, top) = lay.thumb_origin(layer_idx, head_idx);
             if seq_len > 0 {
-                let cells = pool(att.head(layer_idx, head_idx), seq_len, seq_len, lay.cells, lay.cells);
+                let head = att.head(layer_idx, head_idx);
+                let cells = if spec.causal {
+                    let mut masked = head.to_vec();
+                    let all: Vec<usize> = (0..seq_len).collect();
+                    crate::analysis::select::mask_causal(&mut masked, &all);
+                    pool(&masked, seq_len, seq_len, lay.cells, lay.cells)
+                } else {
+                    pool(head, seq_len, seq_len, lay.cells, lay.cells)
+                };
                 let max = cells.iter().copied().filter(|v| v.is_finite()).fold(0.0, f32::max);
                 let hi = if max > 0.0 { max } else { 1.0 };
                 let px = lay.cell_px as f32;
                 for (i, &v) in cells.iter().enumerate() {
-                    let [red, green, blue] = lut[lut_index(v, 0.0, hi)];
+                    let [red, green, blue] = cell_rgb(&lut, v, 0.0, hi);
                     let (row, col) = (i / lay.cells, i % lay.cells);
                     fill_rect(&mut img, left + col as f32 * px, top + row as f32 * px, px, px, [red, green, blue, 255]);
                 }
@@ -203,7 +213,14 @@ mod tests {
     }
 
     fn spec(att: &Attention) -> ModelGridSpec<'_> {
-        ModelGridSpec { attention: att, colormap: Colormap::Viridis, theme: Theme::Light, scale: 1.0, title: "Model" }
+        ModelGridSpec {
+            attention: att,
+            colormap: Colormap::Viridis,
+            theme: Theme::Light,
+            scale: 1.0,
+            title: "Model",
+            causal: false,
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The "Export PNG" window: path (typed, or through the native save dialog), scale, save.
+//! The "Export" window: path (typed, or through the native save dialog), scale, save — PNG, or the
+//! numbers as CSV / JSON / NPZ for views that have them.
 
 use std::path::PathBuf;
 
@@ -14,6 +15,10 @@ pub fn default_export_path(settings: &Settings) -> PathBuf {
         View::Head => format!("attnviz-head-view-layer{}.png", settings.layer_idx),
         View::Model => "attnviz-model-view.png".to_string(),
         View::Heatmap => format!("attnviz-heatmap-layer{}.png", settings.layer_idx),
+        View::Neuron => format!("attnviz-neuron-layer{}-query{}.png", settings.layer_idx, settings.neuron_query),
+        View::Stats => format!("attnviz-head-stats-{}.png", settings.stat.key()),
+        View::Rollout => format!("attnviz-rollout-layer{}.png", settings.layer_idx),
+        View::Compare => format!("attnviz-compare-layer{}.png", settings.layer_idx),
         View::Positions => match settings.pe_figure {
             PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
             PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
@@ -42,6 +47,10 @@ pub fn export_dialog_ui(ctx: &egui::Context, settings: &mut Settings, rt: &mut R
             View::Head => "the head view",
             View::Model => "the model view (all layers × heads)",
             View::Heatmap => "the heatmap",
+            View::Neuron => "the neuron view",
+            View::Stats => "the head statistics grid",
+            View::Rollout => "the rollout heatmap",
+            View::Compare => "the comparison",
             View::Positions => match settings.pe_figure {
                 PeFigure::Encoding => "the positional encoding",
                 PeFigure::Dot => "the dot products PE·PE",
@@ -50,6 +59,9 @@ pub fn export_dialog_ui(ctx: &egui::Context, settings: &mut Settings, rt: &mut R
             },
         };
         ui.label(format!("Saves {what} as a PNG image, drawn the same way as `attnviz export`."));
+        if matches!(settings.view, View::Heatmap | View::Neuron | View::Stats | View::Rollout | View::Compare) {
+            ui.label(RichText::new("End the path in .csv, .json or .npz to save the numbers instead.").small().weak());
+        }
         let label = ui.label("Export path");
         ui.horizontal(|ui| {
             ui.add(egui::TextEdit::singleline(&mut rt.export_path_input).desired_width(360.0)).labelled_by(label.id);

@@ -9,6 +9,7 @@ use egui::{Color32, FontId, Pos2, Rect, RichText, Sense, Stroke, Vec2, pos2, vec
 
 use super::head_color;
 use crate::analysis::Run;
+use crate::analysis::rollout::rollout;
 use crate::analysis::select::{PairFilter, submatrix, visible_tokens};
 use crate::app::app::Runtime;
 use crate::app::state::Settings;
@@ -34,6 +35,8 @@ struct MatricesKey {
     run_id: u64,
     layer_idx: usize,
     hide_special: bool,
+    /// Heads averaged by the rollout pseudo-layer (None: the layer's own heads).
+    rollout: Option<Vec<usize>>,
 }
 
 /// What the line mesh depends on.
@@ -72,9 +75,16 @@ impl HeadViewCache {
         }
         let a = &run.attention;
         self.keep = visible_tokens(&run.tokens, key.hide_special);
-        self.matrices = (0..a.heads())
-            .map(|h| submatrix(a.head(key.layer_idx, h), a.seq_len(), &self.keep, key.hide_special))
-            .collect();
+        self.matrices = match &key.rollout {
+            // One pseudo-head: the rollout through layers 0..=layer.
+            Some(heads) => {
+                let r = rollout(a, heads).swap_remove(key.layer_idx);
+                vec![submatrix(&r, a.seq_len(), &self.keep, key.hide_special)]
+            }
+            None => (0..a.heads())
+                .map(|h| submatrix(a.head(key.layer_idx, h), a.seq_len(), &self.keep, key.hide_special))
+                .collect(),
+        };
         self.matrices_key = Some(key);
         self.mesh_key = None;
     }
@@ -128,15 +138,17 @@ impl Layout {
 /// Draws the head view of the current layer.
 pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
     let Some(run) = rt.run.clone() else { return };
-    let n_heads = run.attention.heads();
-    let (layer_idx, heads) = settings.selection_for(run.attention.layers(), n_heads);
+    let (layer_idx, selected) = settings.selection_for(run.attention.layers(), run.attention.heads());
     toolbar_ui(ui, settings, rt, &run);
-    if heads.is_empty() {
+    if selected.is_empty() {
         ui.label("No head selected: pick heads in the side panel (click a chip; double-click shows only that head).");
         return;
     }
+    // The rollout pseudo-layer is one "head" drawn in one colour.
+    let rollout = settings.head_rollout.then(|| selected.clone());
+    let (heads, n_heads) = if rollout.is_some() { (vec![0], 1) } else { (selected, run.attention.heads()) };
     let cache = &mut rt.caches.head;
-    let matrices_key = MatricesKey { run_id: rt.run_id, layer_idx, hide_special: settings.hide_special };
+    let matrices_key = MatricesKey { run_id: rt.view_id, layer_idx, hide_special: settings.hide_special, rollout };
     cache.update_matrices(matrices_key.clone(), &run);
     let rows = cache.keep.len();
     let labels: Vec<String> = cache.keep.iter().map(|&p| run.tokens.label(p)).collect();
@@ -339,7 +351,15 @@ fn bars_ui(
 
 fn toolbar_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime, run: &Run) {
     ui.horizontal_wrapped(|ui| {
-        ui.label(RichText::new(format!("Layer {}", settings.layer_idx)).strong());
+        let title = if settings.head_rollout {
+            format!("Rollout through layers 0–{} (pseudo-layer)", settings.layer_idx)
+        } else {
+            format!("Layer {}", settings.layer_idx)
+        };
+        ui.label(RichText::new(title).strong());
+        ui.checkbox(&mut settings.head_rollout, "Rollout pseudo-layer").on_hover_text(
+            "Show attention rollout up to this layer (selected heads averaged, residual added) as one pseudo-layer",
+        );
         ui.separator();
         ui.add(egui::Slider::new(&mut settings.threshold, 0.0..=0.5).text("hide lines below"));
         ui.separator();
@@ -369,13 +389,25 @@ fn toolbar_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime, run:
     match rt.pinned {
         Some((side, pos)) if pos < run.tokens.len() => {
             let what = if side == Side::Query { "query" } else { "key" };
-            ui.label(
-                RichText::new(format!(
-                    "Pinned {what} “{}” — click it again or press Esc to unpin",
-                    run.tokens.label(pos)
-                ))
-                .small(),
-            );
+            ui.horizontal_wrapped(|ui| {
+                ui.label(
+                    RichText::new(format!(
+                        "Pinned {what} “{}” — click it again or press Esc to unpin",
+                        run.tokens.label(pos)
+                    ))
+                    .small(),
+                );
+                if side == Side::Query
+                    && run.neuron.is_some()
+                    && ui
+                        .button("Why? Open in the neuron view")
+                        .on_hover_text("See how q and the keys produce these weights")
+                        .clicked()
+                {
+                    settings.neuron_query = pos;
+                    settings.view = crate::app::state::View::Neuron;
+                }
+            });
         }
         _ => {
             ui.label(RichText::new("Hover a token to see its lines; click to pin it.").small().weak());

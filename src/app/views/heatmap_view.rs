@@ -6,7 +6,7 @@ use egui::{Color32, FontId, Pos2, Rect, RichText, Sense, Stroke, TextureHandle, 
 
 use super::side_panel::contrast_text;
 use crate::analysis::Run;
-use crate::analysis::select::{submatrix, visible_tokens};
+use crate::analysis::select::{mask_causal, submatrix, visible_tokens};
 use crate::app::app::Runtime;
 use crate::app::state::Settings;
 use crate::render::{Colormap, cells_rgba};
@@ -43,6 +43,9 @@ impl HeatmapCache {
         let mean = a.mean_of_heads(key.layer_idx, &key.heads);
         self.keep = visible_tokens(&run.tokens, key.hide_special);
         self.values = submatrix(&mean, a.seq_len(), &self.keep, key.hide_special);
+        if run.causal {
+            mask_causal(&mut self.values, &self.keep);
+        }
         let m = self.keep.len().max(1);
         let rgba = if self.keep.is_empty() { vec![0; 4] } else { cells_rgba(&self.values, 0.0, 1.0, key.colormap) };
         let image = egui::ColorImage::from_rgba_unmultiplied([m, m], &rgba);
@@ -83,7 +86,7 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
         return;
     }
     let key = HeatKey {
-        run_id: rt.run_id,
+        run_id: rt.view_id,
         layer_idx: settings.layer_idx,
         heads,
         hide_special: settings.hide_special,
@@ -158,6 +161,9 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
             for q in (0..m).filter(|&q| visible(q, true)) {
                 for k in (0..m).filter(|&k| visible(k, false)) {
                     let v = cache.value(q, k);
+                    if v.is_nan() {
+                        continue; // masked
+                    }
                     let [r, g, b] = lut[(v.clamp(0.0, 1.0) * 255.0).round() as usize];
                     let center = pos2(cells.left() + (k as f32 + 0.5) * cell, cells.top() + (q as f32 + 0.5) * cell);
                     painter.text(
@@ -175,6 +181,7 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
             settings.colormap,
             Rect::from_min_size(pos2(cells.right() + 16.0, cells.top()), vec2(14.0, (m as f32 * cell).max(80.0))),
             text,
+            (0.0, 1.0),
         );
         // Hover: exact value.
         if let Some(p) = response.hover_pos().filter(|p| cells.contains(*p)) {
@@ -192,8 +199,13 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
             );
             let v = cache.value(q, k);
             let (qt, kt) = (labels[q].clone(), labels[k].clone());
+            let weight = if v.is_nan() {
+                "masked: the causal mask hides keys after the query".to_string()
+            } else {
+                format!("weight {v:.6}")
+            };
             response.clone().on_hover_text_at_pointer(format!(
-                "query “{qt}” (#{})\nkey “{kt}” (#{})\nweight {v:.6}",
+                "query “{qt}” (#{})\nkey “{kt}” (#{})\n{weight}",
                 cache.keep[q], cache.keep[k]
             ));
         }
@@ -206,8 +218,8 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
     }
 }
 
-/// A vertical colour bar from 0 (bottom) to 1 (top) with ticks.
-fn colorbar(painter: &egui::Painter, cmap: Colormap, rect: Rect, text: Color32) {
+/// A vertical colour bar from `lo` (bottom) to `hi` (top) with ticks.
+pub fn colorbar(painter: &egui::Painter, cmap: Colormap, rect: Rect, text: Color32, (lo, hi): (f32, f32)) {
     let steps = 64;
     for i in 0..steps {
         let t = i as f32 / (steps - 1) as f32;
@@ -218,11 +230,12 @@ fn colorbar(painter: &egui::Painter, cmap: Colormap, rect: Rect, text: Color32) 
     }
     for tick in [0.0f32, 0.25, 0.5, 0.75, 1.0] {
         let y = rect.bottom() - rect.height() * tick;
+        let value = lo + (hi - lo) * tick;
         painter.line_segment([Pos2::new(rect.right(), y), Pos2::new(rect.right() + 4.0, y)], Stroke::new(1.0, text));
         painter.text(
             pos2(rect.right() + 6.0, y),
             egui::Align2::LEFT_CENTER,
-            format!("{tick:.2}"),
+            format!("{value:.2}"),
             FontId::proportional(11.0),
             text,
         );

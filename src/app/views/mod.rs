@@ -1,15 +1,20 @@
 //! The app's views, one per file. Each gets ready-made plain data and draws it; expensive derived
 //! things (textures, line meshes) live in [`Caches`], keyed by what they depend on.
 
+pub mod compare_view;
 pub mod export_dialog;
 pub mod head_view;
 pub mod heatmap_view;
 pub mod input_bar;
 pub mod interventions_panel;
+pub mod matrix;
 pub mod model_view;
+pub mod neuron_view;
 pub mod pe_view;
 pub mod playground_panel;
+pub mod rollout_view;
 pub mod side_panel;
+pub mod stats_view;
 
 use egui::{Color32, RichText};
 
@@ -27,6 +32,12 @@ pub struct Caches {
     pub heatmap: heatmap_view::HeatmapCache,
     /// Positional-encoding view: encodings and their textures.
     pub pe: pe_view::PeCache,
+    /// Statistics view: the statistics and the grid texture.
+    pub stats: stats_view::StatsCache,
+    /// Rollout view: rollout matrices and the texture.
+    pub rollout: rollout_view::RolloutCache,
+    /// Comparison view: textures.
+    pub compare: compare_view::CompareCache,
 }
 
 /// Colour of a head (distinct per head, colour-blind aware), as egui colour.
@@ -37,18 +48,25 @@ pub fn head_color(head_idx: usize, heads: usize) -> Color32 {
 
 /// The central area: view tabs, then the chosen view (or why there is nothing to show).
 pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
-    ui.horizontal(|ui| {
+    // Wrapped: the tabs, Export… and Words stay reachable in a narrow window.
+    ui.horizontal_wrapped(|ui| {
         for view in View::ALL {
             ui.selectable_value(&mut settings.view, view, RichText::new(view.label()).strong());
         }
         ui.separator();
         let enabled = (rt.run.is_some() || !settings.view.needs_run()) && rt.exporting.is_none();
         if ui
-            .add_enabled(enabled, egui::Button::new("Export PNG…"))
-            .on_hover_text("Save the current view as a PNG image")
+            .add_enabled(enabled, egui::Button::new("Export…"))
+            .on_hover_text("Save the current view as a PNG image (or its numbers as CSV / JSON / NPZ)")
             .clicked()
         {
             rt.export_open = true;
+        }
+        if settings.view.needs_run() {
+            ui.checkbox(&mut settings.words, "Words").on_hover_text(
+                "Merge word pieces (##, Ġ, ▁) into words: attention to a word is the sum over its pieces, \
+                 from a word the mean (Clark et al. 2019); rows still sum to 1",
+            );
         }
     });
     ui.separator();
@@ -73,6 +91,10 @@ pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
         View::Head => head_view::head_view_ui(ui, settings, rt),
         View::Model => model_view::model_view_ui(ui, settings, rt),
         View::Heatmap => heatmap_view::heatmap_view_ui(ui, settings, rt),
+        View::Neuron => neuron_view::neuron_view_ui(ui, settings, rt),
+        View::Stats => stats_view::stats_view_ui(ui, settings, rt),
+        View::Rollout => rollout_view::rollout_view_ui(ui, settings, rt),
+        View::Compare => compare_view::compare_view_ui(ui, settings, rt),
         View::Positions => {}
     }
 }

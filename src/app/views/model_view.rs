@@ -2,7 +2,7 @@
 
 use egui::{Color32, RichText, Sense, Stroke, TextureHandle, TextureOptions, pos2, vec2};
 
-use crate::analysis::select::downsample_max;
+use crate::analysis::select::{downsample_max, mask_causal};
 use crate::app::Command;
 use crate::app::app::Runtime;
 use crate::app::state::Settings;
@@ -30,7 +30,13 @@ impl ModelViewCache {
         self.textures = (0..a.layers())
             .flat_map(|l| (0..a.heads()).map(move |h| (l, h)))
             .map(|(l, h)| {
-                let (cells, side) = downsample_max(a.head(l, h), a.seq_len(), THUMB_TEXELS);
+                let (cells, side) = if run.causal {
+                    let mut masked = a.head(l, h).to_vec();
+                    mask_causal(&mut masked, &(0..a.seq_len()).collect::<Vec<_>>());
+                    downsample_max(&masked, a.seq_len(), THUMB_TEXELS)
+                } else {
+                    downsample_max(a.head(l, h), a.seq_len(), THUMB_TEXELS)
+                };
                 let rgba = cells_rgba(&cells, 0.0, 1.0, colormap);
                 let image = egui::ColorImage::from_rgba_unmultiplied([side.max(1), side.max(1)], &rgba);
                 ctx.load_texture(format!("model-view-{l}-{h}"), image, TextureOptions::NEAREST)
@@ -46,7 +52,7 @@ pub fn model_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtim
     let Some(run) = rt.run.clone() else { return };
     let a = &run.attention;
     let (layers, heads) = (a.layers(), a.heads());
-    rt.caches.model.update(ui.ctx(), rt.run_id, &run, settings.colormap);
+    rt.caches.model.update(ui.ctx(), rt.view_id, &run, settings.colormap);
     ui.label(
         RichText::new(
             "Every layer (rows) × head (columns). Hover to name a head, click to open it in the heatmap view.",

@@ -1,0 +1,208 @@
+//! The neuron view: for one layer, head and query token, the query vector q, every key vector `k_j`,
+//! their elementwise products `q∘k_j`, the scaled dot products and the softmax, as rows of coloured
+//! cells aligned with the tokens — how each attention weight arises. Click a token on the left to
+//! pick the query.
+
+use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
+
+use crate::analysis::run::NeuronBreakdown;
+use crate::app::app::Runtime;
+use crate::app::state::Settings;
+use crate::render::{Colormap, cell_rgb};
+
+/// Height of one key row.
+const ROW: f32 = 18.0;
+
+fn color(lut: &[[u8; 3]; 256], v: f32, (lo, hi): (f32, f32)) -> Color32 {
+    let [r, g, b] = cell_rgb(lut, v, lo, hi);
+    Color32::from_rgb(r, g, b)
+}
+
+fn symmetric(values: &[f32]) -> (f32, f32) {
+    super::matrix::symmetric_range(values)
+}
+
+/// Draws the neuron view.
+pub fn neuron_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
+    let Some(run) = rt.run.clone() else { return };
+    let a = &run.attention;
+    let (layer_idx, heads) = settings.selection_for(a.layers(), a.heads());
+    let head_idx = heads.first().copied().unwrap_or(0);
+    let n = a.seq_len();
+    settings.neuron_query = settings.neuron_query.min(n.saturating_sub(1));
+    let query = settings.neuron_query;
+    ui.horizontal_wrapped(|ui| {
+        ui.label(RichText::new(format!("Layer {layer_idx}")).strong());
+        ui.separator();
+        ui.label("Head");
+        for h in 0..a.heads() {
+            if ui.selectable_label(h == head_idx, format!("head {h}")).on_hover_text(format!("Show head {h}")).clicked()
+            {
+                for (i, on) in settings.heads.iter_mut().enumerate() {
+                    *on = i == h;
+                }
+            }
+        }
+    });
+    let Some(neuron) = run.neuron.as_ref() else {
+        ui.label(
+            "The neuron view shows the query and key vectors of single tokens: turn off “Words” (above) to see it.",
+        );
+        return;
+    };
+    ui.label(
+        RichText::new(
+            "Click a query token on the left. Each row is one key j: its vector k_j, the products q∘k_j \
+             (their sum is q·k_j), the scaled score q·k_j/√d and the softmax weight. Red > 0 > blue; hover for values.",
+        )
+        .small()
+        .weak(),
+    );
+    let b = neuron.breakdown(a, layer_idx, head_idx, query, |j| run.is_masked(query, j));
+    let labels: Vec<String> = (0..n).map(|i| run.tokens.label(i)).collect();
+    egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
+        ui.horizontal_top(|ui| {
+            // Query picker.
+            ui.vertical(|ui| {
+                ui.label(RichText::new("Query").strong());
+                ui.add_space(ROW + 4.0);
+                for (i, label) in labels.iter().enumerate() {
+                    let response = ui
+                        .add_sized([120.0, ROW - 2.0], egui::Button::selectable(i == query, label.as_str()))
+                        .on_hover_text(format!("Use “{label}” (#{i}) as the query"));
+                    if response.clicked() {
+                        settings.neuron_query = i;
+                    }
+                }
+            });
+            ui.separator();
+            cells_ui(ui, &b, &labels, query, settings.colormap);
+        });
+    });
+}
+
+/// The q row and one row of cells per key.
+fn cells_ui(ui: &mut egui::Ui, b: &NeuronBreakdown, labels: &[String], query: usize, weights_map: Colormap) {
+    let (n, d) = (labels.len(), b.head_dim);
+    let lut = Colormap::RdBu.lut();
+    let weight_lut = weights_map.lut();
+    let cell = (ui.available_width() - 380.0).div_euclid(2.0 * d as f32).clamp(4.0, 14.0);
+    let label_w = 110.0;
+    let gap = 14.0;
+    let x_keys = label_w;
+    let x_prod = x_keys + d as f32 * cell + gap;
+    let x_score = x_prod + d as f32 * cell + gap;
+    let x_weight = x_score + 56.0 + gap;
+    let width = x_weight + 150.0;
+    let vec_range = symmetric(&[b.query.as_slice(), b.keys.as_slice()].concat());
+    let prod_range = symmetric(&b.products);
+    let score_range = symmetric(&b.scores);
+    let header = ROW * 2.0;
+    let (rect, response) = ui.allocate_exact_size(vec2(width, header + (n as f32 + 1.0) * ROW), Sense::hover());
+    let painter = ui.painter_at(rect);
+    let text = ui.visuals().text_color();
+    let weak = ui.visuals().weak_text_color();
+    let font = FontId::proportional(12.0);
+    let o = rect.min;
+    for (x, title) in [(x_keys, "k_j  (q on top)"), (x_prod, "q ∘ k_j"), (x_score, "q·k_j/√d"), (x_weight, "softmax")]
+    {
+        painter.text(o + vec2(x, ROW * 0.5), egui::Align2::LEFT_CENTER, title, font.clone(), text);
+    }
+    // The query row.
+    let qy = o.y + ROW;
+    painter.text(
+        pos2(o.x + label_w - 6.0, qy + ROW / 2.0),
+        egui::Align2::RIGHT_CENTER,
+        format!("q: {}", labels[query]),
+        font.clone(),
+        text,
+    );
+    for (i, &v) in b.query.iter().enumerate() {
+        let r = Rect::from_min_size(pos2(o.x + x_keys + i as f32 * cell, qy + 1.0), vec2(cell - 0.5, ROW - 2.0));
+        painter.rect_filled(r, 0.0, color(&lut, v, vec_range));
+    }
+    let clip = ui.clip_rect();
+    let top = o.y + header;
+    for j in 0..n {
+        let y = top + j as f32 * ROW;
+        if y + ROW < clip.top() || y > clip.bottom() {
+            continue;
+        }
+        painter.text(
+            pos2(o.x + label_w - 6.0, y + ROW / 2.0),
+            egui::Align2::RIGHT_CENTER,
+            &labels[j],
+            font.clone(),
+            text,
+        );
+        for i in 0..d {
+            let k = b.keys[j * d + i];
+            let p = b.products[j * d + i];
+            let rk = Rect::from_min_size(pos2(o.x + x_keys + i as f32 * cell, y + 1.0), vec2(cell - 0.5, ROW - 2.0));
+            let rp = Rect::from_min_size(pos2(o.x + x_prod + i as f32 * cell, y + 1.0), vec2(cell - 0.5, ROW - 2.0));
+            painter.rect_filled(rk, 0.0, color(&lut, k, vec_range));
+            painter.rect_filled(rp, 0.0, color(&lut, p, prod_range));
+        }
+        let score = b.scores[j];
+        let rs = Rect::from_min_size(pos2(o.x + x_score, y + 1.0), vec2(56.0, ROW - 2.0));
+        painter.rect_filled(rs, 0.0, color(&lut, score, score_range));
+        let score_text = if score.is_nan() { "masked".to_string() } else { format!("{score:.2}") };
+        painter.text(rs.center(), egui::Align2::CENTER_CENTER, score_text, FontId::monospace(10.0), Color32::BLACK);
+        let w = b.weights[j];
+        if w.is_nan() {
+            painter.text(pos2(o.x + x_weight, y + ROW / 2.0), egui::Align2::LEFT_CENTER, "masked", font.clone(), weak);
+        } else {
+            let bar = Rect::from_min_size(pos2(o.x + x_weight, y + 2.0), vec2(90.0 * w.clamp(0.0, 1.0), ROW - 4.0));
+            painter.rect_filled(bar, 0.0, color(&weight_lut, w, (0.0, 1.0)));
+            painter.rect_stroke(
+                Rect::from_min_size(pos2(o.x + x_weight, y + 2.0), vec2(90.0, ROW - 4.0)),
+                0.0,
+                Stroke::new(0.5, weak),
+                egui::StrokeKind::Inside,
+            );
+            painter.text(
+                pos2(o.x + x_weight + 96.0, y + ROW / 2.0),
+                egui::Align2::LEFT_CENTER,
+                format!("{w:.3}"),
+                FontId::monospace(11.0),
+                text,
+            );
+        }
+    }
+    // Hover: the exact value under the pointer.
+    if let Some(p) = response.hover_pos() {
+        let rel = p - o;
+        let row = ((rel.y - header) / ROW).floor();
+        let dim = |x0: f32| ((rel.x - x0) / cell).floor();
+        let info = if rel.y >= ROW && rel.y < header && rel.x >= x_keys && dim(x_keys) < d as f32 {
+            let i = dim(x_keys) as usize;
+            Some(format!("q[{i}] = {:.6} (query “{}”)", b.query[i], labels[query]))
+        } else if row >= 0.0 && (row as usize) < n {
+            let j = row as usize;
+            if rel.x >= x_keys && dim(x_keys) < d as f32 {
+                let i = dim(x_keys) as usize;
+                Some(format!("k_{j}[{i}] = {:.6} (key “{}”)\nq[{i}] = {:.6}", b.keys[j * d + i], labels[j], b.query[i]))
+            } else if rel.x >= x_prod && dim(x_prod) < d as f32 {
+                let i = dim(x_prod) as usize;
+                let dot: f32 = b.products[j * d..(j + 1) * d].iter().sum();
+                Some(format!(
+                    "q[{i}] · k_{j}[{i}] = {:.6}\nsum over dimensions: q·k_{j} = {dot:.6}",
+                    b.products[j * d + i]
+                ))
+            } else if rel.x >= x_score {
+                let dot: f32 = b.products[j * d..(j + 1) * d].iter().sum();
+                Some(format!(
+                    "key “{}” (#{j})\nq·k = {dot:.6}\nscaled score = {:.6}\nsoftmax weight = {:.6}",
+                    labels[j], b.scores[j], b.weights[j]
+                ))
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        if let Some(info) = info {
+            response.on_hover_text_at_pointer(info);
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Attention rollout and attention flow (Abnar & Zuidema 2020) through the layers up to the chosen
+//! one, averaging the selected heads, as a heatmap with exact values on hover.
+
+use egui::RichText;
+
+use super::matrix::{MatrixSpec, MatrixTexture, data_range, matrix_ui};
+use crate::analysis::rollout::rollout;
+use crate::app::app::Runtime;
+use crate::app::state::{RolloutMode, Settings, View};
+
+/// Rollout matrices of the shown run and the texture.
+#[derive(Default)]
+pub struct RolloutCache {
+    key: Option<(u64, Vec<usize>)>,
+    /// Rollout after every layer.
+    pub layers: Vec<Vec<f32>>,
+    texture: MatrixTexture,
+}
+
+/// Draws the rollout view.
+pub fn rollout_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
+    let Some(run) = rt.run.clone() else { return };
+    let a = &run.attention;
+    let (layer_idx, heads) = settings.selection_for(a.layers(), a.heads());
+    ui.horizontal_wrapped(|ui| {
+        ui.selectable_value(&mut settings.rollout_mode, RolloutMode::Rollout, RichText::new("Rollout").strong())
+            .on_hover_text("Products of the residual-augmented attention (A + I)/2 through the layers");
+        ui.selectable_value(&mut settings.rollout_mode, RolloutMode::Flow, RichText::new("Flow").strong())
+            .on_hover_text("Maximum flow through the layers, with the augmented attention as capacities");
+        ui.separator();
+        ui.label(RichText::new(format!("layers 0–{layer_idx} · {} heads averaged per layer", heads.len())).strong());
+        ui.separator();
+        if ui
+            .button("Show in the head view")
+            .on_hover_text("Draw the rollout up to this layer as a pseudo-layer in the head view")
+            .clicked()
+        {
+            settings.head_rollout = true;
+            settings.view = View::Head;
+        }
+    });
+    ui.label(
+        RichText::new(
+            "Row i: how much each input token (column) contributes to token i after this layer, counting the \
+             residual connection as attention to oneself (Abnar & Zuidema 2020). Pick the layer and the heads in \
+             the side panel.",
+        )
+        .small()
+        .weak(),
+    );
+    if heads.is_empty() {
+        ui.label("No head selected: pick heads in the side panel.");
+        return;
+    }
+    let n = a.seq_len();
+    let cache = &mut rt.caches.rollout;
+    let values: Vec<f32> = match settings.rollout_mode {
+        RolloutMode::Rollout => {
+            let key = (rt.view_id, heads.clone());
+            if cache.key.as_ref() != Some(&key) {
+                cache.layers = rollout(a, &heads);
+                cache.key = Some(key);
+            }
+            cache.layers[layer_idx].clone()
+        }
+        RolloutMode::Flow => {
+            let wanted = crate::app::FlowKey { view_id: rt.view_id, heads: heads.clone(), layer_idx };
+            match &rt.flow {
+                Some(f) if f.key == wanted => {
+                    ui.label(
+                        RichText::new(format!(
+                            "Flow computed in {:.0} ms ({} max-flow problems). Each value is the most attention that \
+                             can flow from the input token to the token after this layer (at most 1; rows do not sum to 1).",
+                            f.ms,
+                            n * n
+                        ))
+                        .small(),
+                    );
+                    f.values.to_vec()
+                }
+                _ => {
+                    ui.horizontal(|ui| {
+                        ui.spinner();
+                        ui.label(format!(
+                            "Computing attention flow: {} max-flow problems over {} layers…",
+                            n * n,
+                            layer_idx + 1
+                        ));
+                    });
+                    return;
+                }
+            }
+        }
+    };
+    let labels: Vec<String> = (0..n).map(|i| run.tokens.label(i)).collect();
+    let range = (0.0, data_range(&values).1.max(1e-6));
+    let what = if settings.rollout_mode == RolloutMode::Flow { "flow" } else { "rollout" };
+    let hover = |r: usize, c: usize, v: f32| {
+        format!("“{}” (#{r}) after layer {layer_idx}\nfrom input “{}” (#{c})\n{what} {v:.6}", labels[r], labels[c])
+    };
+    let key = super::matrix::key_of(&(rt.view_id, &heads, layer_idx, settings.rollout_mode));
+    egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
+        matrix_ui(
+            ui,
+            &mut cache.texture,
+            key,
+            &MatrixSpec {
+                id: "rollout",
+                values: &values,
+                rows: n,
+                cols: n,
+                row_labels: &labels,
+                col_labels: &labels,
+                range,
+                colormap: settings.colormap,
+                cell: settings.cell_size,
+                hover: &hover,
+                clickable: None,
+            },
+        );
+    });
+}

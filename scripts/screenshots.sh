@@ -46,6 +46,11 @@ sleep 1.5
 click 173 356
 click 405 371
 shot head-view
+# Why? The pinned query in the neuron view, head 4.
+click 595 154
+click 660 131
+xdotool mousemove 1300 800
+shot neuron-view
 xdotool key Escape
 # Model view; a click on layer 3, head 4 opens it in the heatmap view.
 click 403 76
@@ -53,6 +58,16 @@ shot model-view
 click 693 451
 xdotool mousemove 1300 800
 shot heatmap
+# Head statistics (entropy), rollout through layer 3, the comparison with another sentence.
+click 676 76
+xdotool mousemove 1300 800
+shot head-stats
+click 781 76
+xdotool mousemove 1300 800
+shot rollout
+click 871 76
+xdotool mousemove 1300 800
+shot compare 2
 # A sentence pair in the head view.
 click 315 76
 click 15 40
@@ -60,11 +75,11 @@ click 700 40
 xdotool type --delay 30 "It was exhausted after a long day."
 shot head-view-pair 2
 # The export dialog.
-click 728 76
+click 1097 76
 shot export-dialog
 xdotool key Escape
 # Positional encodings: the sinusoidal encoding, PE·PE, line plots; then the learned table below.
-click 593 76
+click 978 76
 xdotool mousemove 1300 800
 shot positional-encoding
 xdotool mousemove 900 500
@@ -98,3 +113,16 @@ click 316 76
 click 147 498
 click 1300 800
 shot head-view-light
+# A GPT-2-style model (the tiny random test fixture): causal, its masked triangle drawn as masked;
+# then the same with its byte-level pieces merged into words.
+click 15 40
+click 90 261
+xdotool key ctrl+a
+xdotool type --delay 20 "$PWD/tests/fixtures/models/tiny-gpt2"
+click 208 261 3
+click 486 76
+xdotool mousemove 1300 800
+shot gpt2 2
+click 1148 76
+xdotool mousemove 1300 800
+shot words

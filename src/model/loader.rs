@@ -359,6 +359,11 @@ impl LoadedModel {
                 cfg.vocab_size
             )));
         }
+        if cfg.family == Family::Gpt2 && tokens.is_pair() {
+            return Err(ModelError::Tokenizer(
+                "a GPT-2-style model reads one text: untick Sentence B (or put both sentences in one)".into(),
+            ));
+        }
         if tokens.segments.iter().any(|&s| usize::from(s) >= cfg.type_vocab_size) {
             return Err(ModelError::Unsupported {
                 field: "type_vocab_size".into(),

@@ -61,33 +61,27 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runti
     let b = neuron.breakdown(a, layer_idx, head_idx, query, |j| run.is_masked(query, j));
     let labels: Vec<String> = (0..n).map(|i| run.tokens.label(i)).collect();
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
-        ui.horizontal_top(|ui| {
-            // Query picker.
-            ui.vertical(|ui| {
-                ui.label(RichText::new("Query").strong());
-                ui.add_space(ROW + 4.0);
-                for (i, label) in labels.iter().enumerate() {
-                    let response = ui
-                        .add_sized([120.0, ROW - 2.0], egui::Button::selectable(i == query, label.as_str()))
-                        .on_hover_text(format!("Use “{label}” (#{i}) as the query"));
-                    if response.clicked() {
-                        settings.neuron_query = i;
-                    }
-                }
-            });
-            ui.separator();
-            cells_ui(ui, &b, &labels, query, settings.colormap);
-        });
+        if let Some(picked) = cells_ui(ui, &b, &labels, query, settings.colormap) {
+            settings.neuron_query = picked;
+        }
     });
 }
 
-/// The q row and one row of cells per key.
-fn cells_ui(ui: &mut egui::Ui, b: &NeuronBreakdown, labels: &[String], query: usize, weights_map: Colormap) {
+/// The query picker (left, one clickable token per row) and, aligned with it, the q row and one row
+/// of cells per key. Returns the query token clicked.
+fn cells_ui(
+    ui: &mut egui::Ui,
+    b: &NeuronBreakdown,
+    labels: &[String],
+    query: usize,
+    weights_map: Colormap,
+) -> Option<usize> {
     let (n, d) = (labels.len(), b.head_dim);
     let lut = Colormap::RdBu.lut();
     let weight_lut = weights_map.lut();
-    let cell = (ui.available_width() - 380.0).div_euclid(2.0 * d as f32).clamp(4.0, 14.0);
-    let label_w = 110.0;
+    let cell = (ui.available_width() - 520.0).div_euclid(2.0 * d as f32).clamp(4.0, 14.0);
+    let picker_w = 120.0;
+    let label_w = picker_w + 110.0;
     let gap = 14.0;
     let x_keys = label_w;
     let x_prod = x_keys + d as f32 * cell + gap;
@@ -123,6 +117,29 @@ fn cells_ui(ui: &mut egui::Ui, b: &NeuronBreakdown, labels: &[String], query: us
     }
     let clip = ui.clip_rect();
     let top = o.y + header;
+    // The query picker: each token a button of its own, on the row of the same token.
+    let mut picked = None;
+    for (i, label) in labels.iter().enumerate() {
+        let y = top + i as f32 * ROW;
+        if y + ROW < clip.top() || y > clip.bottom() {
+            continue;
+        }
+        let hit = Rect::from_min_size(pos2(o.x, y), vec2(picker_w - 8.0, ROW));
+        let resp = ui.interact(hit, ui.scope_id().with(("neuron-query", i)), Sense::click());
+        resp.widget_info(|| egui::WidgetInfo::selected(egui::Role::Button, true, i == query, label));
+        let fill = if i == query {
+            ui.visuals().selection.bg_fill
+        } else if resp.hovered() {
+            ui.visuals().widgets.hovered.weak_bg_fill
+        } else {
+            Color32::TRANSPARENT
+        };
+        painter.rect_filled(hit.shrink(1.0), 3.0, fill);
+        painter.text(hit.center(), egui::Align2::CENTER_CENTER, label, font.clone(), text);
+        if resp.on_hover_text(format!("Use “{label}” (#{i}) as the query")).clicked() {
+            picked = Some(i);
+        }
+    }
     for j in 0..n {
         let y = top + j as f32 * ROW;
         if y + ROW < clip.top() || y > clip.bottom() {
@@ -205,4 +222,5 @@ fn cells_ui(ui: &mut egui::Ui, b: &NeuronBreakdown, labels: &[String], query: us
             response.on_hover_text_at_pointer(info);
         }
     }
+    picked
 }

@@ -479,3 +479,13 @@ fn export_draws_the_new_views_and_writes_their_numbers() {
     assert_error(&out, "unknown export format");
     assert!(!bad.exists());
 }
+
+#[test]
+fn flow_refuses_inputs_too_long_for_it_with_a_reason() {
+    let long = "the cat sat on the mat and looked around ".repeat(20);
+    let dir = tmp();
+    let path = dir.path().join("flow.png");
+    let out = attnviz(&["export", "--view", "flow", "--text", &long, "-o", path.to_str().unwrap()]);
+    assert_error(&out, "limited to 128 tokens");
+    assert!(!path.exists());
+}

@@ -594,6 +594,9 @@ impl AttnvizApp {
             return;
         }
         let Some(run) = self.rt.run.clone() else { return };
+        if crate::analysis::rollout::flow_refusal(run.attention.seq_len()).is_some() {
+            return; // the view says why
+        }
         let key = self.flow_key();
         if key.heads.is_empty()
             || self.rt.flow.as_ref().is_some_and(|f| f.key == key)

@@ -179,6 +179,9 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
                     layers - 1
                 );
             }
+            if let Some(why) = crate::analysis::rollout::flow_refusal(run.attention.seq_len()) {
+                anyhow::bail!(why);
+            }
             let values = crate::analysis::rollout::flow(&run.attention, &all_heads(heads), args.layer);
             Figure::Rollout {
                 layer_idx: args.layer,

@@ -756,3 +756,28 @@ fn a_gpt2_model_draws_its_masked_triangle_as_masked() {
     h.run_steps(3);
     assert!(h.state().rt.run.as_ref().unwrap().tokens.tokens.iter().all(|t| !t.contains("Ġ") || t.starts_with('Ġ')));
 }
+
+#[test]
+fn comparison_with_another_model_folder_loads_it_in_the_background() {
+    let mut h = app("the cat sat");
+    h.get_by_label("Compare").click();
+    h.run_steps(2);
+    h.get_by_label("Another model").click();
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("Choose a second model folder").is_some());
+    // The same weights as B: the difference must be exactly zero everywhere.
+    retype(&mut h, "Model B folder", tiny().to_str().unwrap());
+    h.get_by_label("Use as B").click();
+    wait_until(&mut h, "run B", |a| a.rt.run_b.is_some());
+    let (a, b) = (h.state().rt.run.clone().unwrap(), h.state().rt.run_b.clone().unwrap());
+    assert_eq!(b.model_name, "tiny-bert");
+    assert_eq!(a.attention, b.attention);
+    // A model of another shape: the view says what B has instead of failing.
+    let relu = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-bert-relu");
+    retype(&mut h, "Model B folder", relu.to_str().unwrap());
+    h.get_by_label("Use as B").click();
+    wait_until(&mut h, "run B of the other model", |a| {
+        a.rt.run_b.as_ref().is_some_and(|b| b.model_name == "tiny-bert-relu")
+    });
+    assert!(h.query_by_label_contains("has 3 layers × 2 heads").is_some());
+}

@@ -554,7 +554,9 @@ impl AttnvizApp {
                     layer_idx: self.settings.layer_idx,
                     head_idxs: heads,
                     other: crate::export::SharedRun(Arc::clone(b)),
-                    difference: self.settings.compare.mode == super::state::CompareMode::Difference,
+                    // As in the view: different tokens fall back to side by side.
+                    difference: self.settings.compare.mode == super::state::CompareMode::Difference
+                        && self.rt.run.as_ref().is_some_and(|a| a.tokens.tokens == b.tokens.tokens),
                 },
                 None => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
             },

@@ -7,6 +7,7 @@ use image::RgbaImage;
 use thiserror::Error;
 
 use crate::analysis::rollout;
+use crate::analysis::run::NeuronBreakdown;
 use crate::analysis::select::{mask_causal, submatrix};
 use crate::analysis::{HeadStats, PeParams, Run, Statistic, pe};
 use crate::render::{self, Colormap, HeadViewSpec, HeatmapSpec, ModelGridSpec, Side, Theme};
@@ -95,7 +96,7 @@ impl PartialEq for SharedRun {
 }
 
 /// A figure's numbers as a labelled table, for CSV / JSON / NPZ.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Table {
     /// What the numbers are.
     pub title: String,
@@ -104,13 +105,7 @@ pub struct Table {
     /// Column labels.
     pub col_labels: Vec<String>,
     /// `rows × cols`, row-major (NaN: masked, written as an empty CSV field / JSON null).
-    #[serde(serialize_with = "nested_rows")]
     pub values: Vec<f32>,
-}
-
-fn nested_rows<S: serde::Serializer>(values: &[f32], serializer: S) -> Result<S::Ok, S::Error> {
-    // Rows are not known here; the JSON writer below nests them itself.
-    serializer.collect_seq(values.iter().map(|v| v.is_finite().then_some(*v)))
 }
 
 /// Look of an exported figure.
@@ -223,36 +218,14 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
     let attention = &run.attention;
     let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.tokens.label(i)).collect();
     match figure {
-        Figure::Heatmap { layer_idx, head_idxs } => {
-            check("layer", *layer_idx, attention.layers())?;
-            if head_idxs.is_empty() {
-                return Err(ExportError::NoHeads);
-            }
-            for &h in head_idxs {
-                check("head", h, attention.heads())?;
-            }
-            let mut values = attention.mean_of_heads(*layer_idx, head_idxs);
-            let n = attention.seq_len();
-            let mut title = format!("{} · layer {layer_idx} · {}", run.display_name(), heads_text(head_idxs));
+        Figure::Heatmap { .. } => {
+            let table = figure_table(Some(run), figure)?;
+            let mut title = table.title.clone();
             if run.causal {
-                mask_causal(&mut values, &(0..n).collect::<Vec<_>>());
                 title.push_str(" · grey: masked (causal)");
             }
-            Ok(render::heatmap(&HeatmapSpec {
-                values: &values,
-                rows: n,
-                cols: n,
-                row_labels: &labels,
-                col_labels: &labels,
-                row_axis: "query (attending)",
-                col_axis: "key (attended to)",
-                title: &title,
-                range: Some((0.0, 1.0)),
-                colormap,
-                theme,
-                scale,
-                show_values: true,
-            }))
+            let (rows, cols) = ("query (attending)", "key (attended to)");
+            Ok(table_heatmap(&table, &title, Some((0.0, 1.0)), colormap, theme, scale, rows, cols))
         }
         Figure::HeadView { layer_idx, head_idxs, selected_token, threshold } => {
             check("layer", *layer_idx, attention.layers())?;
@@ -341,6 +314,25 @@ fn table_heatmap(
     })
 }
 
+/// The neuron view's numbers for one query, after checking the indices.
+fn neuron_breakdown(
+    run: &Run,
+    layer_idx: usize,
+    head_idx: usize,
+    query_pos: usize,
+) -> Result<NeuronBreakdown, ExportError> {
+    let a = &run.attention;
+    check("layer", layer_idx, a.layers())?;
+    check("head", head_idx, a.heads())?;
+    check("token", query_pos, a.seq_len())?;
+    let neuron = run.neuron.as_ref().ok_or_else(|| {
+        ExportError::Unavailable(
+            "the neuron view needs query and key vectors, which word-level runs do not have".into(),
+        )
+    })?;
+    Ok(neuron.breakdown(a, layer_idx, head_idx, query_pos, |j| run.is_masked(query_pos, j)))
+}
+
 /// The neuron view as a figure: q on top; keys, q∘k, scores and weights side by side.
 fn render_neuron(
     run: &Run,
@@ -351,17 +343,8 @@ fn render_neuron(
     theme: Theme,
     scale: f32,
 ) -> Result<RgbaImage, ExportError> {
-    let a = &run.attention;
-    check("layer", layer_idx, a.layers())?;
-    check("head", head_idx, a.heads())?;
-    check("token", query_pos, a.seq_len())?;
-    let neuron = run.neuron.as_ref().ok_or_else(|| {
-        ExportError::Unavailable(
-            "the neuron view needs query and key vectors, which word-level runs do not have".into(),
-        )
-    })?;
-    let b = neuron.breakdown(a, layer_idx, head_idx, query_pos, |j| run.is_masked(query_pos, j));
-    let (n, d) = (a.seq_len(), b.head_dim);
+    let b = neuron_breakdown(run, layer_idx, head_idx, query_pos)?;
+    let (n, d) = (run.attention.seq_len(), b.head_dim);
     let dims: Vec<String> = Vec::new();
     let part =
         |values: &[f32], rows: usize, cols: usize, row_labels: &[String], title: &str, range, cmap, col_axis: &str| {
@@ -428,10 +411,7 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
     match figure {
         Figure::Heatmap { layer_idx, head_idxs } => {
             check_heads(*layer_idx, head_idxs)?;
-            let mut values = a.mean_of_heads(*layer_idx, head_idxs);
-            if run.causal {
-                mask_causal(&mut values, &all);
-            }
+            let values = run.shown_mean(*layer_idx, head_idxs);
             let title = format!("{} · layer {layer_idx} · {}", run.display_name(), heads_text(head_idxs));
             Ok(Table { title, row_labels: labels.clone(), col_labels: labels, values })
         }
@@ -490,14 +470,7 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
             Ok(Table { title, row_labels: labels.clone(), col_labels: labels, values })
         }
         Figure::Neuron { layer_idx, head_idx, query_pos } => {
-            check("layer", *layer_idx, a.layers())?;
-            check("head", *head_idx, a.heads())?;
-            check("token", *query_pos, n)?;
-            let neuron = run
-                .neuron
-                .as_ref()
-                .ok_or_else(|| ExportError::Unavailable("word-level runs have no query and key vectors".into()))?;
-            let b = neuron.breakdown(a, *layer_idx, *head_idx, *query_pos, |j| run.is_masked(*query_pos, j));
+            let b = neuron_breakdown(run, *layer_idx, *head_idx, *query_pos)?;
             let d = b.head_dim;
             let mut col_labels: Vec<String> = (0..d).map(|i| format!("k[{i}]")).collect();
             col_labels.extend((0..d).map(|i| format!("q∘k[{i}]")));

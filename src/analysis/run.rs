@@ -89,6 +89,12 @@ impl Run {
     pub fn is_masked(&self, query_pos: usize, key_pos: usize) -> bool {
         self.causal && key_pos > query_pos
     }
+
+    /// The mean of `heads` of one layer as views show it: cells the causal mask hid are NaN.
+    pub fn shown_mean(&self, layer_idx: usize, heads: &[usize]) -> Vec<f32> {
+        let m = self.attention.mean_of_heads(layer_idx, heads);
+        if self.causal { super::select::causal_masked(&m, self.attention.seq_len()) } else { m }
+    }
 }
 
 impl Run {

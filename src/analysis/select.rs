@@ -83,6 +83,13 @@ pub fn mask_causal(values: &mut [f32], keep: &[usize]) {
     }
 }
 
+/// A copy of an `n × n` matrix over all positions with the causally hidden cells as NaN.
+pub fn causal_masked(matrix: &[f32], n: usize) -> Vec<f32> {
+    let mut out = matrix.to_vec();
+    mask_causal(&mut out, &(0..n).collect::<Vec<_>>());
+    out
+}
+
 /// Shrinks an `n × n` matrix to at most `size × size` cells, each the maximum of the block it
 /// covers (so a single strong weight stays visible; NaN, masked, only where the whole block is).
 /// Returns the matrix and its side.

@@ -179,9 +179,7 @@ pub fn model_grid(spec: &ModelGridSpec) -> RgbaImage {
             if seq_len > 0 {
                 let head = att.head(layer_idx, head_idx);
                 let cells = if spec.causal {
-                    let mut masked = head.to_vec();
-                    let all: Vec<usize> = (0..seq_len).collect();
-                    crate::analysis::select::mask_causal(&mut masked, &all);
+                    let masked = crate::analysis::select::causal_masked(head, seq_len);
                     pool(&masked, seq_len, seq_len, lay.cells, lay.cells)
                 } else {
                     pool(head, seq_len, seq_len, lay.cells, lay.cells)

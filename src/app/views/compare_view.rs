@@ -4,8 +4,6 @@
 use egui::RichText;
 
 use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
-use crate::analysis::Run;
-use crate::analysis::select::mask_causal;
 use crate::app::app::Runtime;
 use crate::app::state::{CompareMode, CompareSource, Settings};
 use crate::render::Colormap;
@@ -16,15 +14,6 @@ pub struct CompareCache {
     a: MatrixTexture,
     b: MatrixTexture,
     diff: MatrixTexture,
-}
-
-/// The mean of `heads` of one layer, masked where the run was causal.
-fn matrix_of(run: &Run, layer_idx: usize, heads: &[usize]) -> Vec<f32> {
-    let mut m = run.attention.mean_of_heads(layer_idx, heads);
-    if run.causal {
-        mask_causal(&mut m, &(0..run.attention.seq_len()).collect::<Vec<_>>());
-    }
-    m
 }
 
 /// Draws the comparison view.
@@ -121,7 +110,7 @@ pub fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
     let cell = settings.cell_size.min(36.0);
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| match mode {
         CompareMode::Difference => {
-            let (am, bm) = (matrix_of(&run, layer_idx, &heads), matrix_of(&b, layer_idx, &heads));
+            let (am, bm) = (run.shown_mean(layer_idx, &heads), b.shown_mean(layer_idx, &heads));
             let diff: Vec<f32> = bm.iter().zip(&am).map(|(bv, av)| bv - av).collect();
             let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.tokens.label(i)).collect();
             let max_abs = diff.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
@@ -163,7 +152,7 @@ pub fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
                     ui.vertical(|ui| {
                         ui.label(RichText::new(format!("{which}: {}", r.display_name())).strong());
                         let labels: Vec<String> = (0..r.tokens.len()).map(|i| r.tokens.label(i)).collect();
-                        let values = matrix_of(r, layer_idx, &heads);
+                        let values = r.shown_mean(layer_idx, &heads);
                         let hover = |q: usize, k: usize, v: f32| {
                             let w = if v.is_nan() { "masked (causal)".to_string() } else { format!("weight {v:.6}") };
                             format!("{which}: query “{}” → key “{}”\n{w}", labels[q], labels[k])

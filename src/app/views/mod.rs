@@ -40,6 +40,12 @@ pub struct Caches {
     pub compare: compare_view::CompareCache,
 }
 
+/// `s` with its first letter upper-case (library messages start lower-case, view text does not).
+pub fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}
+
 /// Colour of a head (distinct per head, colour-blind aware), as egui colour.
 pub fn head_color(head_idx: usize, heads: usize) -> Color32 {
     let [r, g, b] = crate::render::head_colors(heads).get(head_idx).copied().unwrap_or([128, 128, 128]);

@@ -2,7 +2,7 @@
 
 use egui::{Color32, RichText, Sense, Stroke, TextureHandle, TextureOptions, pos2, vec2};
 
-use crate::analysis::select::{downsample_max, mask_causal};
+use crate::analysis::select::{causal_masked, downsample_max};
 use crate::app::Command;
 use crate::app::app::Runtime;
 use crate::app::state::Settings;
@@ -31,9 +31,7 @@ impl ModelViewCache {
             .flat_map(|l| (0..a.heads()).map(move |h| (l, h)))
             .map(|(l, h)| {
                 let (cells, side) = if run.causal {
-                    let mut masked = a.head(l, h).to_vec();
-                    mask_causal(&mut masked, &(0..a.seq_len()).collect::<Vec<_>>());
-                    downsample_max(&masked, a.seq_len(), THUMB_TEXELS)
+                    downsample_max(&causal_masked(a.head(l, h), a.seq_len()), a.seq_len(), THUMB_TEXELS)
                 } else {
                     downsample_max(a.head(l, h), a.seq_len(), THUMB_TEXELS)
                 };

@@ -5,6 +5,7 @@
 
 use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
 
+use super::matrix::symmetric_range;
 use crate::analysis::run::NeuronBreakdown;
 use crate::app::app::Runtime;
 use crate::app::state::Settings;
@@ -16,10 +17,6 @@ const ROW: f32 = 18.0;
 fn color(lut: &[[u8; 3]; 256], v: f32, (lo, hi): (f32, f32)) -> Color32 {
     let [r, g, b] = cell_rgb(lut, v, lo, hi);
     Color32::from_rgb(r, g, b)
-}
-
-fn symmetric(values: &[f32]) -> (f32, f32) {
-    super::matrix::symmetric_range(values)
 }
 
 /// Draws the neuron view.
@@ -88,9 +85,9 @@ fn cells_ui(
     let x_score = x_prod + d as f32 * cell + gap;
     let x_weight = x_score + 56.0 + gap;
     let width = x_weight + 150.0;
-    let vec_range = symmetric(&[b.query.as_slice(), b.keys.as_slice()].concat());
-    let prod_range = symmetric(&b.products);
-    let score_range = symmetric(&b.scores);
+    let vec_range = symmetric_range(&[b.query.as_slice(), b.keys.as_slice()].concat());
+    let prod_range = symmetric_range(&b.products);
+    let score_range = symmetric_range(&b.scores);
     let header = ROW * 2.0;
     let (rect, response) = ui.allocate_exact_size(vec2(width, header + (n as f32 + 1.0) * ROW), Sense::hover());
     let painter = ui.painter_at(rect);

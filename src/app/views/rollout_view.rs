@@ -65,7 +65,7 @@ pub fn rollout_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
         }
         RolloutMode::Flow => {
             if let Some(why) = crate::analysis::rollout::flow_refusal(n) {
-                ui.colored_label(ui.visuals().warn_fg_color, capitalised(&why));
+                ui.colored_label(ui.visuals().warn_fg_color, super::capitalised(&why));
                 return;
             }
             let wanted = crate::app::FlowKey { view_id: rt.view_id, heads: heads.clone(), layer_idx };
@@ -123,9 +123,4 @@ pub fn rollout_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
             },
         );
     });
-}
-
-fn capitalised(s: &str) -> String {
-    let mut c = s.chars();
-    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
 }

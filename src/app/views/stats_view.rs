@@ -37,7 +37,7 @@ pub fn stats_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtim
         RichText::new(format!(
             "{}, averaged over the {} query tokens. After Clark et al. 2019, “What does BERT look at?”. \
              Click a cell to open that head; export writes PNG, or all statistics as CSV / JSON.",
-            capitalise(settings.stat.description()),
+            super::capitalised(settings.stat.description()),
             stats.tokens
         ))
         .small()
@@ -83,9 +83,4 @@ pub fn stats_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtim
     if let Some((layer_idx, head_idx)) = clicked {
         rt.commands.push(Command::OpenHead { layer_idx, head_idx });
     }
-}
-
-fn capitalise(s: &str) -> String {
-    let mut c = s.chars();
-    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
 }

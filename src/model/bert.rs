@@ -4,9 +4,11 @@
 //! <https://github.com/huggingface/transformers/blob/main/src/transformers/models/bert/modeling_bert.py>
 
 use candle_core::{DType, Device, Module, Storage, Tensor};
-use candle_nn::{Embedding, LayerNorm, VarBuilder, embedding, layer_norm};
+use candle_nn::{Embedding, VarBuilder, embedding, layer_norm};
+use rayon::prelude::*;
 
 use super::config::{Config, HiddenAct};
+use super::gemm::{MatMut, MatRef, Threads, matmul};
 use super::intervene::Interventions;
 use super::kernels;
 
@@ -65,11 +67,6 @@ pub struct ForwardOutput {
     pub keys: Vec<f32>,
 }
 
-/// Appends a tensor's values (row-major) to `out`.
-fn append_values(t: &Tensor, out: &mut Vec<f32>) -> candle_core::Result<()> {
-    with_values(t, |v| out.extend_from_slice(v))
-}
-
 /// Runs `f` on the values of a contiguous f32 CPU tensor without copying them.
 fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Result<R> {
     let t = t.contiguous()?;
@@ -80,40 +77,68 @@ fn with_values<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> candle_core::Resul
     }
 }
 
-/// `nn.Linear`: `x · Wᵀ + b`, with `Wᵀ` stored transposed and contiguous once at load time (the
-/// matmul then packs less per call, which matters for short inputs).
+/// A tensor's values as a flat row-major vector.
+fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+    with_values(&t.to_dtype(DType::F32)?, <[f32]>::to_vec)
+}
+
+/// `nn.Linear`: `x · Wᵀ + b`, with `Wᵀ` stored as a row-major `in × out` matrix.
 #[derive(Debug, Clone)]
 struct Linear {
-    weight_t: Tensor,
-    bias: Tensor,
+    weight_t: Vec<f32>,
+    bias: Vec<f32>,
+    in_dim: usize,
 }
 
 impl Linear {
     /// From a checkpoint's `weight` (out × in) and `bias` (out).
-    fn new(weight: &Tensor, bias: Tensor) -> candle_core::Result<Self> {
-        Ok(Self { weight_t: weight.t()?.contiguous()?, bias })
+    fn new(weight: &Tensor, bias: &Tensor) -> candle_core::Result<Self> {
+        let (_, in_dim) = weight.dims2()?;
+        Ok(Self { weight_t: values(&weight.t()?)?, bias: values(bias)?, in_dim })
     }
 
     fn load(in_dim: usize, out_dim: usize, vb: &VarBuilder) -> candle_core::Result<Self> {
-        Self::new(&vb.get((out_dim, in_dim), "weight")?, vb.get(out_dim, "bias")?)
+        Self::new(&vb.get((out_dim, in_dim), "weight")?, &vb.get(out_dim, "bias")?)
     }
 
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        self.forward_plus(x, None)
+    fn out_dim(&self) -> usize {
+        self.bias.len()
     }
 
-    /// `x · Wᵀ + b (+ residual)`, the additions in one pass of our own (Candle's element-wise ops
-    /// on large tensors run on a second, spinning thread pool that competes with the matmuls).
-    fn forward_plus(&self, x: &Tensor, residual: Option<&Tensor>) -> candle_core::Result<Tensor> {
-        let y = x.matmul(&self.weight_t)?;
-        let shape = y.shape().clone();
-        let summed = with_values(&y, |y| {
-            with_values(&self.bias, |b| match residual {
-                Some(r) => with_values(r, |r| kernels::add_bias_residual(y, b, Some(r))),
-                None => Ok(kernels::add_bias_residual(y, b, None)),
-            })
-        })???;
-        Tensor::from_vec(summed, shape, x.device())
+    /// `out = x · Wᵀ + b (+ residual)` for the rows of `x`: `out` starts as bias (+ residual) and
+    /// the product is added to it in the same pass as it is computed.
+    fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, out: &mut [f32]) {
+        let (in_dim, out_dim) = (self.in_dim, self.out_dim());
+        let rows = x.len() / in_dim.max(1);
+        kernels::fill_rows(out, &self.bias, residual);
+        matmul(
+            MatMut::rows(out, rows, out_dim, out_dim),
+            MatRef::rows(x, rows, in_dim, in_dim),
+            MatRef::rows(&self.weight_t, in_dim, out_dim, out_dim),
+            1.0,
+            true,
+            Threads::Pool,
+        );
+    }
+}
+
+/// `nn.LayerNorm` over the last dimension.
+#[derive(Debug, Clone)]
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn load(size: usize, eps: f64, vb: &VarBuilder) -> candle_core::Result<Self> {
+        let norm = layer_norm(size, eps, vb.clone())?;
+        let bias = norm.bias().map_or_else(|| Ok(vec![0.0; size]), values)?;
+        Ok(Self { weight: values(norm.weight())?, bias, eps: eps as f32 })
+    }
+
+    fn forward_in_place(&self, x: &mut [f32]) {
+        kernels::layer_norm_rows(x, &self.weight, &self.bias, self.eps);
     }
 }
 
@@ -124,7 +149,7 @@ struct Embeddings {
     word: Embedding,
     position: Option<Embedding>,
     token_type: Option<Embedding>,
-    norm: Option<LayerNorm>,
+    norm: Option<Norm>,
     scale: f32,
 }
 
@@ -140,14 +165,14 @@ impl Embeddings {
             token_type: has("token_type_embeddings")
                 .then(|| embedding(cfg.type_vocab_size, h, vb.pp("token_type_embeddings")))
                 .transpose()?,
-            norm: has("LayerNorm").then(|| layer_norm(h, cfg.layer_norm_eps, vb.pp("LayerNorm"))).transpose()?,
+            norm: has("LayerNorm").then(|| Norm::load(h, cfg.layer_norm_eps, &vb.pp("LayerNorm"))).transpose()?,
             scale: arch.embed_scale,
         })
     }
 
     /// `inputs_embeds + token_type_embeddings`, then `+= position_embeddings`, then `LayerNorm`
-    /// (dropout is the identity at inference).
-    fn forward(&self, ids: &Tensor, type_ids: &Tensor, positions_on: bool) -> candle_core::Result<Tensor> {
+    /// (dropout is the identity at inference). Returns `seq_len × hidden_size` values.
+    fn forward(&self, ids: &Tensor, type_ids: &Tensor, positions_on: bool) -> candle_core::Result<Vec<f32>> {
         let seq_len = ids.dim(0)?;
         let mut x = self.word.forward(ids)?;
         if self.scale.to_bits() != 1.0f32.to_bits() {
@@ -160,10 +185,11 @@ impl Embeddings {
             let positions = Tensor::arange(0u32, seq_len as u32, ids.device())?;
             x = (x + position.forward(&positions)?)?;
         }
-        match &self.norm {
-            Some(norm) => norm.forward(&x),
-            None => Ok(x),
+        let mut x = values(&x)?;
+        if let Some(norm) = &self.norm {
+            norm.forward_in_place(&mut x);
         }
+        Ok(x)
     }
 }
 
@@ -172,7 +198,7 @@ impl Embeddings {
 struct Attention {
     qkv: Linear,
     output: Linear,
-    norm: LayerNorm,
+    norm: Norm,
     heads: usize,
     head_dim: usize,
 }
@@ -187,75 +213,130 @@ impl Attention {
             weights.push(self_vb.pp(name).get((hidden, hidden), "weight")?);
             biases.push(self_vb.pp(name).get(hidden, "bias")?);
         }
-        let qkv = Linear::new(&Tensor::cat(&weights, 0)?, Tensor::cat(&biases, 0)?)?;
+        let qkv = Linear::new(&Tensor::cat(&weights, 0)?, &Tensor::cat(&biases, 0)?)?;
         Ok(Self {
             qkv,
             output: Linear::load(hidden, hidden, &vb.pp("output").pp("dense"))?,
-            norm: layer_norm(hidden, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
+            norm: Norm::load(hidden, cfg.layer_norm_eps, &vb.pp("output").pp("LayerNorm"))?,
             heads: cfg.num_attention_heads,
             head_dim: cfg.head_dim(),
         })
     }
 
     /// `eager_attention_forward`: softmax(q·kᵀ · scale) · v, then the output dense plus `residual`
-    /// (the caller places the `LayerNorm`). Records probabilities (and scores, q, k when asked)
-    /// into `out`. Heads in `ablated` have their output zeroed.
+    /// into `out` (the caller places the `LayerNorm`). Each head's scores are computed straight
+    /// into its slice of the recorded probabilities and normalised there; heads run in parallel.
+    /// Heads in `how.ablated` have their output zeroed.
     fn forward(
         &self,
-        x: &Tensor,
-        residual: &Tensor,
+        x: &[f32],
+        residual: &[f32],
         how: &LayerRun<'_>,
-        out: &mut ForwardOutput,
-    ) -> candle_core::Result<Tensor> {
-        let capture = how.capture;
-        let seq_len = x.dim(0)?;
-        let hidden = self.heads * self.head_dim;
-        // (n, 3·hidden) → (3, heads, n, head_dim)
-        let qkv = self
-            .qkv
-            .forward(x)?
-            .reshape((seq_len, 3, self.heads, self.head_dim))?
-            .permute((1, 2, 0, 3))?
-            .contiguous()?;
-        let (q, k, v) = (qkv.get(0)?, qkv.get(1)?, qkv.get(2)?);
-        let scaling = how.scale.unwrap_or((self.head_dim as f64).powf(-0.5) as f32) / how.temperature;
-        // q·kᵀ, then scale + softmax in one pass written straight into the recorded output.
-        let raw = q.matmul(&k.t()?)?;
-        let len = self.heads * seq_len * seq_len;
-        let start = out.probs.len();
-        out.probs.resize(start + len, 0.0);
-        let probs_out = &mut out.probs[start..];
-        if capture == Capture::Full {
-            let s_start = out.scores.len();
-            out.scores.resize(s_start + len, 0.0);
-            let scores_out = &mut out.scores[s_start..];
-            with_values(&raw, |r| {
-                kernels::scaled_softmax_rows(r, seq_len, scaling, how.causal, probs_out, Some(scores_out));
-            })?;
-            append_values(&q, &mut out.queries)?;
-            append_values(&k, &mut out.keys)?;
-        } else {
-            with_values(&raw, |r| kernels::scaled_softmax_rows(r, seq_len, scaling, how.causal, probs_out, None))?;
-        }
-        drop(raw);
-        let probs = Tensor::from_slice(&out.probs[start..], (self.heads, seq_len, seq_len), x.device())?;
-        let mut context = probs.matmul(&v)?;
-        if !how.ablated.is_empty() {
-            let mut values = with_values(&context, <[f32]>::to_vec)?;
-            let per_head = seq_len * self.head_dim;
-            for &h in how.ablated {
-                values[h * per_head..(h + 1) * per_head].fill(0.0);
+        rec: Recorded<'_>,
+        bufs: &mut Buffers,
+        out: &mut [f32],
+    ) {
+        let (heads, d) = (self.heads, self.head_dim);
+        let hidden = heads * d;
+        let n = x.len() / hidden.max(1);
+        // (n, 3·hidden): every query, then every key, then every value, head after head.
+        self.qkv.forward_into(x, None, &mut bufs.qkv);
+        let qkv = &bufs.qkv[..];
+        let scaling = how.scale.unwrap_or((d as f64).powf(-0.5) as f32) / how.temperature;
+        let mut scores = rec.scores.map(|s| s.chunks_mut(n * n));
+        let mut queries = rec.queries.map(|q| q.chunks_mut(n * d));
+        let mut keys = rec.keys.map(|k| k.chunks_mut(n * d));
+        let tasks: Vec<HeadOut<'_>> = rec
+            .probs
+            .chunks_mut(n * n)
+            .zip(bufs.context_by_head.chunks_mut(n * d))
+            .map(|(probs, context)| HeadOut {
+                probs,
+                context,
+                scores: scores.as_mut().and_then(Iterator::next),
+                queries: queries.as_mut().and_then(Iterator::next),
+                keys: keys.as_mut().and_then(Iterator::next),
+            })
+            .collect();
+        let row = 3 * hidden;
+        tasks.into_par_iter().enumerate().for_each(|(h, t)| {
+            let q = MatRef::rows(&qkv[h * d..], n, d, row);
+            let k = MatRef::rows(&qkv[hidden + h * d..], n, d, row);
+            let v = MatRef::rows(&qkv[2 * hidden + h * d..], n, d, row);
+            matmul(MatMut::rows(t.probs, n, n, n), q, k.t(), scaling, false, Threads::One);
+            kernels::softmax_rows(t.probs, n, how.causal, t.scores);
+            for (recorded, offset) in [(t.queries, h * d), (t.keys, hidden + h * d)] {
+                if let Some(recorded) = recorded {
+                    for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
+                        dst.copy_from_slice(&src[offset..offset + d]);
+                    }
+                }
             }
-            context = Tensor::from_vec(values, context.shape(), x.device())?;
+            if how.ablated.contains(&h) {
+                t.context.fill(0.0);
+            } else {
+                matmul(MatMut::rows(t.context, n, d, d), MatRef::rows(t.probs, n, n, n), v, 1.0, false, Threads::One);
+            }
+        });
+        // (heads, n, d) → (n, heads·d), then the output dense.
+        for (h, context) in bufs.context_by_head.chunks(n * d).enumerate() {
+            for (dst, src) in bufs.context.chunks_mut(hidden).zip(context.chunks(d)) {
+                dst[h * d..(h + 1) * d].copy_from_slice(src);
+            }
         }
-        let context = context.transpose(0, 1)?.reshape((seq_len, hidden))?;
-        self.output.forward_plus(&context, Some(residual))
+        self.output.forward_into(&bufs.context, Some(residual), out);
+    }
+}
+
+/// One head's share of a layer's outputs.
+struct HeadOut<'a> {
+    probs: &'a mut [f32],
+    context: &'a mut [f32],
+    scores: Option<&'a mut [f32]>,
+    queries: Option<&'a mut [f32]>,
+    keys: Option<&'a mut [f32]>,
+}
+
+/// One layer's slices of the recorded outputs (`heads` matrices or vector sets each).
+struct Recorded<'a> {
+    probs: &'a mut [f32],
+    scores: Option<&'a mut [f32]>,
+    queries: Option<&'a mut [f32]>,
+    keys: Option<&'a mut [f32]>,
+}
+
+/// Working memory of a forward pass, allocated once and reused by every layer.
+struct Buffers {
+    /// Input of a sub-block after its norm (pre-LN), `n × hidden`.
+    normed: Vec<f32>,
+    /// Fused q/k/v, `n × 3·hidden`.
+    qkv: Vec<f32>,
+    /// Attention output per head, `heads × n × head_dim`.
+    context_by_head: Vec<f32>,
+    /// The same as rows, `n × hidden`.
+    context: Vec<f32>,
+    /// Residual stream after attention, `n × hidden`.
+    attended: Vec<f32>,
+    /// Feed-forward inner activations, `n × intermediate`.
+    inner: Vec<f32>,
+}
+
+impl Buffers {
+    fn new(n: usize, cfg: &Config) -> Self {
+        let hidden = cfg.hidden_size;
+        Self {
+            normed: vec![0.0; n * hidden],
+            qkv: vec![0.0; n * 3 * hidden],
+            context_by_head: vec![0.0; n * hidden],
+            context: vec![0.0; n * hidden],
+            attended: vec![0.0; n * hidden],
+            inner: vec![0.0; n * cfg.intermediate_size],
+        }
     }
 }
 
 /// How one layer runs: what to record and what to change.
 struct LayerRun<'a> {
-    capture: Capture,
     norm: NormPlacement,
     /// Score factor (None: `head_dim^-0.5`).
     scale: Option<f32>,
@@ -273,7 +354,7 @@ struct Layer {
     intermediate: Linear,
     act: HiddenAct,
     output: Linear,
-    norm: LayerNorm,
+    norm: Norm,
 }
 
 impl Layer {
@@ -283,38 +364,45 @@ impl Layer {
             intermediate: Linear::load(cfg.hidden_size, cfg.intermediate_size, &vb.pp("intermediate").pp("dense"))?,
             act: cfg.hidden_act,
             output: Linear::load(cfg.intermediate_size, cfg.hidden_size, &vb.pp("output").pp("dense"))?,
-            norm: layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("output").pp("LayerNorm"))?,
+            norm: Norm::load(cfg.hidden_size, cfg.layer_norm_eps, &vb.pp("output").pp("LayerNorm"))?,
         })
     }
 
-    fn forward(&self, x: &Tensor, how: &LayerRun<'_>, out: &mut ForwardOutput) -> candle_core::Result<Tensor> {
+    /// The block on the residual stream `x` (`n × hidden`), in place.
+    fn forward(&self, x: &mut [f32], how: &LayerRun<'_>, rec: Recorded<'_>, bufs: &mut Buffers) {
+        let mut attended = std::mem::take(&mut bufs.attended);
         match how.norm {
             NormPlacement::Post => {
-                let attended = self.attention.norm.forward(&self.attention.forward(x, x, how, out)?)?;
-                self.norm.forward(&self.feed_forward(&attended, &attended)?)
+                self.attention.forward(x, x, how, rec, bufs, &mut attended);
+                self.attention.norm.forward_in_place(&mut attended);
+                self.feed_forward(&attended, &attended, bufs, x);
+                self.norm.forward_in_place(x);
             }
             NormPlacement::Pre => {
-                let attended = self.attention.forward(&self.attention.norm.forward(x)?, x, how, out)?;
-                self.feed_forward(&self.norm.forward(&attended)?, &attended)
+                let mut normed = std::mem::take(&mut bufs.normed);
+                normed.copy_from_slice(x);
+                self.attention.norm.forward_in_place(&mut normed);
+                self.attention.forward(&normed, x, how, rec, bufs, &mut attended);
+                normed.copy_from_slice(&attended);
+                self.norm.forward_in_place(&mut normed);
+                self.feed_forward(&normed, &attended, bufs, x);
+                bufs.normed = normed;
             }
         }
+        bufs.attended = attended;
     }
 
-    /// The feed-forward block on `x`, plus `residual` (no norm).
-    fn feed_forward(&self, x: &Tensor, residual: &Tensor) -> candle_core::Result<Tensor> {
-        let inner = self.intermediate.forward(x)?;
-        let inner = match self.act {
+    /// The feed-forward block on `x`, plus `residual` (no norm), into `out`.
+    fn feed_forward(&self, x: &[f32], residual: &[f32], bufs: &mut Buffers, out: &mut [f32]) {
+        self.intermediate.forward_into(x, None, &mut bufs.inner);
+        match self.act {
             // GELUActivation: nn.functional.gelu, the exact erf form.
-            HiddenAct::Gelu => {
-                let mut values = with_values(&inner, <[f32]>::to_vec)?;
-                kernels::gelu_erf_in_place(&mut values);
-                Tensor::from_vec(values, inner.shape(), inner.device())?
-            }
+            HiddenAct::Gelu => kernels::gelu_erf_in_place(&mut bufs.inner),
             // NewGELUActivation: the tanh approximation.
-            HiddenAct::GeluNew => inner.gelu()?,
-            HiddenAct::Relu => inner.relu()?,
-        };
-        self.output.forward_plus(&inner, Some(residual))
+            HiddenAct::GeluNew => kernels::gelu_tanh_in_place(&mut bufs.inner),
+            HiddenAct::Relu => kernels::relu_in_place(&mut bufs.inner),
+        }
+        self.output.forward_into(&bufs.inner, Some(residual), out);
     }
 }
 
@@ -323,7 +411,7 @@ impl Layer {
 pub struct Bert {
     embeddings: Embeddings,
     layers: Vec<Layer>,
-    final_norm: Option<LayerNorm>,
+    final_norm: Option<Norm>,
     config: Config,
     arch: Arch,
     device: Device,
@@ -351,7 +439,7 @@ impl Bert {
             .collect::<candle_core::Result<Vec<_>>>()?;
         let final_norm = vb
             .contains_tensor("final_norm.weight")
-            .then(|| layer_norm(cfg.hidden_size, cfg.layer_norm_eps, vb.pp("final_norm")))
+            .then(|| Norm::load(cfg.hidden_size, cfg.layer_norm_eps, &vb.pp("final_norm")))
             .transpose()?;
         Ok(Self { embeddings, layers, final_norm, config: cfg.clone(), arch, device: vb.device().clone() })
     }
@@ -395,31 +483,47 @@ impl Bert {
         let seq_len = ids.len();
         let ids = Tensor::from_slice(ids, seq_len, &self.device)?;
         let type_ids = Tensor::from_slice(type_ids, seq_len, &self.device)?;
-        let per_layer = self.config.num_attention_heads * seq_len * seq_len;
         iv.validate(self.layers.len(), self.config.num_attention_heads).map_err(candle_core::Error::Msg)?;
-        let mut out =
-            ForwardOutput { probs: Vec::with_capacity(per_layer * self.layers.len()), ..ForwardOutput::default() };
-        if capture == Capture::Full {
-            out.scores.reserve(per_layer * self.layers.len());
-        }
-        let mut x = self.embeddings.forward(&ids, &type_ids, !iv.zero_positions)?;
         let run_layers = iv.first_layers.unwrap_or(self.layers.len()); // validated above
-        for (l, layer) in self.layers[..run_layers].iter().enumerate() {
+        let heads = self.config.num_attention_heads;
+        let per_layer = heads * seq_len * seq_len;
+        let vectors_per_layer = heads * seq_len * self.config.head_dim();
+        // Zeroed allocations come straight from the OS: no pass over memory the layers overwrite.
+        let full = capture == Capture::Full;
+        let recorded = |per: usize, on: bool| if on { vec![0.0f32; per * run_layers] } else { Vec::new() };
+        let mut out = ForwardOutput {
+            last_hidden: Vec::new(),
+            probs: recorded(per_layer, true),
+            scores: recorded(per_layer, full),
+            queries: recorded(vectors_per_layer, full),
+            keys: recorded(vectors_per_layer, full),
+        };
+        let mut x = self.embeddings.forward(&ids, &type_ids, !iv.zero_positions)?;
+        let mut bufs = Buffers::new(seq_len, &self.config);
+        let mut scores = full.then(|| out.scores.chunks_mut(per_layer));
+        let mut queries = full.then(|| out.queries.chunks_mut(vectors_per_layer));
+        let mut keys = full.then(|| out.keys.chunks_mut(vectors_per_layer));
+        for ((l, layer), probs) in self.layers[..run_layers].iter().enumerate().zip(out.probs.chunks_mut(per_layer)) {
             let ablated: Vec<usize> = iv.ablated.iter().filter(|&&(al, _)| al == l).map(|&(_, h)| h).collect();
             let how = LayerRun {
-                capture,
                 norm: self.arch.norm,
                 scale: self.arch.attention_scale,
                 temperature: iv.temperature,
                 causal: self.arch.causal || iv.causal,
                 ablated: &ablated,
             };
-            x = layer.forward(&x, &how, &mut out)?;
+            let rec = Recorded {
+                probs,
+                scores: scores.as_mut().and_then(Iterator::next),
+                queries: queries.as_mut().and_then(Iterator::next),
+                keys: keys.as_mut().and_then(Iterator::next),
+            };
+            layer.forward(&mut x, &how, rec, &mut bufs);
         }
         if let Some(norm) = &self.final_norm {
-            x = norm.forward(&x)?;
+            norm.forward_in_place(&mut x);
         }
-        out.last_hidden = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        out.last_hidden = x;
         Ok(out)
     }
 }

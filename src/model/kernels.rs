@@ -1,5 +1,6 @@
-//! Numeric kernels the encoder fuses by hand: scale + softmax (+ capture) of attention scores in
-//! one pass, and exact-erf GELU. Plain loops written so the compiler vectorises them, compiled for
+//! The element-wise kernels of the encoder: softmax of a head's scores in place (recording them on
+//! the way), `LayerNorm`, the activations, and bias + residual rows for a product to add to. Plain
+//! loops written so the compiler vectorises them, compiled for
 //! the best instruction set of the running CPU (AVX2, AVX-512) through `pulp`'s runtime dispatch,
 //! and split over threads with rayon. Accuracy is within a few ulp of libm, far inside the 1e-5
 //! parity budget.
@@ -59,51 +60,126 @@ pub fn erf_f32(x: f32) -> f32 {
 
 /// Exact (erf) GELU in place: `0.5·x·(1 + erf(x/√2))`, Hugging Face's `GELUActivation`.
 pub fn gelu_erf_in_place(values: &mut [f32]) {
-    let arch = pulp::Arch::new();
-    values.par_chunks_mut(MIN_CHUNK).for_each(|chunk| {
-        arch.dispatch(
-            #[inline(always)]
-            || {
-                for v in chunk.iter_mut() {
-                    let x = *v;
-                    *v = 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2));
-                }
-            },
-        );
+    map_in_place(values, |x| 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)));
+}
+
+/// Tanh-approximated GELU in place: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, Hugging Face's
+/// `NewGELUActivation` (`gelu_new`).
+pub fn gelu_tanh_in_place(values: &mut [f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    map_in_place(values, |x| {
+        let y = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+        // tanh(y) = 1 − 2 / (e^{2y} + 1): exact at both ends (e^{2y} saturates or reaches 0).
+        let tanh = 1.0 - 2.0 / (exp_f32(2.0 * y) + 1.0);
+        0.5 * x * (1.0 + tanh)
     });
 }
 
-/// `out = y + bias (+ residual)` for a row-major `rows × bias.len()` matrix `y`: the bias of a
-/// linear layer, and the residual connection when given, added in one pass.
-pub fn add_bias_residual(y: &[f32], bias: &[f32], residual: Option<&[f32]>) -> Vec<f32> {
+/// `max(x, 0)` in place (`relu`).
+pub fn relu_in_place(values: &mut [f32]) {
+    map_in_place(values, |x| if x > 0.0 { x } else { 0.0 });
+}
+
+/// Applies `f` to every value, in parallel chunks compiled for the running CPU.
+fn map_in_place(values: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
+    struct Map<'a, F> {
+        values: &'a mut [f32],
+        f: &'a F,
+    }
+    impl<F: Fn(f32) -> f32> pulp::WithSimd for Map<'_, F> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _simd: S) {
+            for v in self.values.iter_mut() {
+                *v = (self.f)(*v);
+            }
+        }
+    }
+    let arch = pulp::Arch::new();
+    values.par_chunks_mut(MIN_CHUNK).for_each(|values| arch.dispatch(Map { values, f: &f }));
+}
+
+/// Fills each row of `dst` (rows of `bias.len()` values) with `bias`, plus the same row of
+/// `residual` when given: the starting value a linear layer's product is then added to.
+pub fn fill_rows(dst: &mut [f32], bias: &[f32], residual: Option<&[f32]>) {
     let width = bias.len();
-    let mut out = vec![0.0f32; y.len()];
     if width == 0 {
-        return out;
+        return;
+    }
+    if let Some(r) = residual {
+        assert_eq!(r.len(), dst.len(), "residual and output differ in size");
     }
     let rows_per_task = (MIN_CHUNK / width).max(1) * width;
-    out.par_chunks_mut(rows_per_task).enumerate().for_each(|(task, out)| {
-        let start = task * rows_per_task;
-        let y = &y[start..start + out.len()];
+    dst.par_chunks_mut(rows_per_task).enumerate().for_each(|(task, out)| {
+        let (start, len) = (task * rows_per_task, out.len());
         match residual {
             Some(r) => {
-                let r = &r[start..start + out.len()];
-                for ((o, y), r) in out.chunks_mut(width).zip(y.chunks(width)).zip(r.chunks(width)) {
+                for (o, r) in out.chunks_mut(width).zip(r[start..start + len].chunks(width)) {
                     for j in 0..width {
-                        o[j] = (y[j] + bias[j]) + r[j];
+                        o[j] = bias[j] + r[j];
                     }
                 }
             }
             None => {
-                for (o, y) in out.chunks_mut(width).zip(y.chunks(width)) {
-                    for j in 0..width {
-                        o[j] = y[j] + bias[j];
-                    }
+                for o in out.chunks_mut(width) {
+                    o.copy_from_slice(bias);
                 }
             }
         }
     });
-    out
+}
+
+/// `LayerNorm` of each row of `x` in place (rows of `weight.len()` values): subtract the mean,
+/// divide by `√(variance + eps)` (variance of the centred values, the biased estimate, as
+/// `torch.nn.LayerNorm`), then scale and shift.
+pub fn layer_norm_rows(x: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    let width = weight.len();
+    assert_eq!(bias.len(), width);
+    if width == 0 {
+        return;
+    }
+    let arch = pulp::Arch::new();
+    let rows_per_task = (MIN_CHUNK / width).max(1) * width;
+    x.par_chunks_mut(rows_per_task).for_each(|rows| arch.dispatch(LayerNormRows { rows, weight, bias, eps }));
+}
+
+/// Rows of [`layer_norm_rows`] for one task, as a `pulp` operation.
+struct LayerNormRows<'a> {
+    rows: &'a mut [f32],
+    weight: &'a [f32],
+    bias: &'a [f32],
+    eps: f32,
+}
+
+impl pulp::WithSimd for LayerNormRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        let Self { rows, weight, bias, eps } = self;
+        let width = weight.len();
+        for row in rows.chunks_mut(width) {
+            let mean = lane_sum(row, |v| v) / width as f32;
+            let var = lane_sum(row, |v| (v - mean) * (v - mean)) / width as f32;
+            let inv = 1.0 / (var + eps).sqrt();
+            for j in 0..width {
+                row[j] = (row[j] - mean) * inv * weight[j] + bias[j];
+            }
+        }
+    }
+}
+
+/// `Σ f(v)` over `values` with [`LANES`] independent partial sums (so the loop vectorises).
+#[inline(always)]
+fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut sums = [0.0f32; LANES];
+    let mut chunks = values.chunks_exact(LANES);
+    for c in &mut chunks {
+        for j in 0..LANES {
+            sums[j] += f(c[j]);
+        }
+    }
+    sums.iter().sum::<f32>() + chunks.remainder().iter().map(|&v| f(v)).sum::<f32>()
 }
 
 /// Softmax of one row of scaled scores already in `p`, in place: max, exp, sum, normalise, each a
@@ -121,63 +197,35 @@ fn softmax_in_place(p: &mut [f32]) {
     for v in p.iter_mut() {
         *v = exp_f32(*v - max);
     }
-    let mut sums = [0.0f32; LANES];
-    let mut chunks = p.chunks_exact(LANES);
-    for c in &mut chunks {
-        for j in 0..LANES {
-            sums[j] += c[j];
-        }
-    }
-    let sum: f32 = sums.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
-    let inv = 1.0 / sum;
+    let inv = 1.0 / lane_sum(p, |v| v);
     for v in p.iter_mut() {
         *v *= inv;
     }
 }
 
-/// For each row of `raw` (length `n`): scores = raw·`scale`, written to `scores` if given, and
-/// softmax(scores) written to `probs` — each row scaled, recorded and normalised while it is in
-/// cache, instead of separate passes over the whole `n × n` buffers. With `causal`, keys after the
-/// query get a score of -inf and a weight of exactly 0 (`raw` holds whole `n × n` matrices).
-pub fn scaled_softmax_rows(
-    raw: &[f32],
-    n: usize,
-    scale: f32,
-    causal: bool,
-    probs: &mut [f32],
-    scores: Option<&mut [f32]>,
-) {
-    assert_eq!(raw.len(), probs.len());
+/// For one head's `n × n` matrix of scaled scores in `probs` (rows are queries): with `causal`,
+/// keys after the query get a score of -inf; the scores are copied to `scores` if given; then each
+/// row becomes its softmax, in place (masked keys get exactly 0). Single-threaded: the caller runs
+/// heads in parallel.
+pub fn softmax_rows(probs: &mut [f32], n: usize, causal: bool, scores: Option<&mut [f32]>) {
+    assert_eq!(probs.len(), n * n);
     if let Some(s) = scores.as_deref() {
-        assert_eq!(s.len(), raw.len());
+        assert_eq!(s.len(), probs.len());
     }
     if n == 0 {
         return;
     }
-    let arch = pulp::Arch::new();
-    let rows_per_task = (MIN_CHUNK / n).max(1) * n;
-    let tasks = raw.par_chunks(rows_per_task).zip(probs.par_chunks_mut(rows_per_task)).enumerate();
-    let rows = |c: usize, src, probs, scores| {
-        arch.dispatch(SoftmaxRows { src, probs, scores, n, scale, causal, first_row: c * rows_per_task / n });
-    };
-    match scores {
-        Some(s) => tasks.zip(s.par_chunks_mut(rows_per_task)).for_each(|((c, (src, p)), s)| rows(c, src, p, Some(s))),
-        None => tasks.for_each(|(c, (src, p))| rows(c, src, p, None)),
-    }
+    pulp::Arch::new().dispatch(SoftmaxRows { probs, scores, n, causal });
 }
 
-/// Rows of [`scaled_softmax_rows`] for one task, as a `pulp` operation: `with_simd` is compiled
-/// for the instruction set pulp picks at run time (a closure passed to `dispatch` was not inlined
-/// into it and ran as SSE code).
+/// The rows of [`softmax_rows`], as a `pulp` operation: `with_simd` is compiled for the
+/// instruction set pulp picks at run time (a closure passed to `dispatch` was not inlined into it
+/// and ran as SSE code).
 struct SoftmaxRows<'a> {
-    src: &'a [f32],
     probs: &'a mut [f32],
     scores: Option<&'a mut [f32]>,
     n: usize,
-    scale: f32,
     causal: bool,
-    /// Index of the first row among all rows (for the causal mask).
-    first_row: usize,
 }
 
 impl pulp::WithSimd for SoftmaxRows<'_> {
@@ -185,17 +233,13 @@ impl pulp::WithSimd for SoftmaxRows<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _simd: S) {
-        let Self { src, probs, mut scores, n, scale, causal, first_row } = self;
-        for (i, (src, p)) in src.chunks(n).zip(probs.chunks_mut(n)).enumerate() {
-            for (pv, &r) in p.iter_mut().zip(src) {
-                *pv = r * scale;
-            }
+        let Self { probs, mut scores, n, causal } = self;
+        for (query, p) in probs.chunks_mut(n).enumerate() {
             if causal {
-                let query = (first_row + i) % n;
                 p[query + 1..].fill(f32::NEG_INFINITY);
             }
             if let Some(s) = scores.as_deref_mut() {
-                s[i * n..(i + 1) * n].copy_from_slice(p);
+                s[query * n..(query + 1) * n].copy_from_slice(p);
             }
             softmax_in_place(p);
         }
@@ -249,45 +293,82 @@ mod tests {
     }
 
     #[test]
-    fn bias_and_residual_are_added_per_column() {
-        let y = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-        assert_eq!(add_bias_residual(&y, &[10.0, 20.0, 30.0], None), [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
-        let r = [0.5; 6];
-        assert_eq!(add_bias_residual(&y, &[10.0, 20.0, 30.0], Some(&r)), [11.5, 22.5, 33.5, 14.5, 25.5, 36.5]);
+    fn rows_start_from_the_bias_plus_the_residual() {
+        let mut out = [0.0f32; 6];
+        fill_rows(&mut out, &[10.0, 20.0, 30.0], None);
+        assert_eq!(out, [10.0, 20.0, 30.0, 10.0, 20.0, 30.0]);
+        fill_rows(&mut out, &[10.0, 20.0, 30.0], Some(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        assert_eq!(out, [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+    }
+
+    #[test]
+    fn layer_norm_matches_the_formula_in_f64() {
+        let width = 37; // not a multiple of the lanes
+        let mut x: Vec<f32> = (0..3 * width).map(|i| ((i * 7) % 13) as f32 * 0.7 - 3.0).collect();
+        let original = x.clone();
+        let weight: Vec<f32> = (0..width).map(|j| 0.5 + j as f32 * 0.01).collect();
+        let bias: Vec<f32> = (0..width).map(|j| j as f32 * -0.02).collect();
+        layer_norm_rows(&mut x, &weight, &bias, 1e-12);
+        for (row, normed) in original.chunks(width).zip(x.chunks(width)) {
+            let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / width as f64;
+            let var = row.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / width as f64;
+            for j in 0..width {
+                let want =
+                    (f64::from(row[j]) - mean) / (var + 1e-12).sqrt() * f64::from(weight[j]) + f64::from(bias[j]);
+                assert!((f64::from(normed[j]) - want).abs() < 2e-6, "{} vs {want}", normed[j]);
+            }
+        }
+    }
+
+    #[test]
+    fn activations_match_their_formulas() {
+        let xs: Vec<f32> = (0..400).map(|i| i as f32 * 0.05 - 10.0).collect();
+        let (mut erf, mut tanh, mut relu) = (xs.clone(), xs.clone(), xs.clone());
+        gelu_erf_in_place(&mut erf);
+        gelu_tanh_in_place(&mut tanh);
+        relu_in_place(&mut relu);
+        for (i, &x) in xs.iter().enumerate() {
+            let x64 = f64::from(x);
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (x64 + 0.044_715 * x64.powi(3));
+            let want_tanh = 0.5 * x64 * (1.0 + inner.tanh());
+            assert!((f64::from(tanh[i]) - want_tanh).abs() < 1e-6 * x64.abs().max(1.0), "gelu_new({x})");
+            assert!((f64::from(erf[i]) - want_tanh).abs() < 2e-3 * x64.abs().max(1.0), "gelu({x}) near gelu_new");
+            assert_eq!(relu[i], x.max(0.0));
+        }
     }
 
     #[test]
     fn softmax_rows_sum_to_one_and_match_the_naive_formula() {
         let n = 5;
-        let raw: Vec<f32> = (0..3 * n).map(|i| ((i * 7) % 11) as f32 - 4.0).collect();
-        let mut probs = vec![0.0; raw.len()];
+        let raw: Vec<f32> = (0..n * n).map(|i| ((i * 7) % 11) as f32 * 0.5 - 2.0).collect();
+        let mut probs = raw.clone();
         let mut scores = vec![0.0; raw.len()];
-        scaled_softmax_rows(&raw, n, 0.5, false, &mut probs, Some(&mut scores));
+        softmax_rows(&mut probs, n, false, Some(&mut scores));
+        assert_eq!(scores, raw, "the scores are recorded as given");
         for (r, row) in raw.chunks(n).enumerate() {
-            let s: Vec<f64> = row.iter().map(|&v| f64::from(v) * 0.5).collect();
+            let s: Vec<f64> = row.iter().map(|&v| f64::from(v)).collect();
             let max = s.iter().copied().fold(f64::MIN, f64::max);
             let z: f64 = s.iter().map(|v| (v - max).exp()).sum();
             for k in 0..n {
-                assert!((f64::from(probs[r * n + k]) - (s[k] - max).exp() / z).abs() < 1e-7);
-                assert_eq!(f64::from(scores[r * n + k]), s[k]);
+                assert!((f64::from(probs[r * n + k]) - (s[k] - max).exp() / z).abs() < 5e-7); // exp_f32: 4e-7 relative
             }
         }
-        let masked = [0.0f32, f32::NEG_INFINITY];
-        let mut p = [0.0f32; 2];
-        scaled_softmax_rows(&masked, 2, 1.0, false, &mut p, None);
-        assert_eq!(p, [1.0, 0.0]);
+        let mut p = [0.0f32, f32::NEG_INFINITY, 0.0, 0.0];
+        softmax_rows(&mut p, 2, false, None);
+        assert_eq!(p, [1.0, 0.0, 0.5, 0.5]);
     }
 
     #[test]
-    fn causal_rows_have_exact_zeros_after_the_query_across_task_boundaries() {
-        // 3 heads of 37 tokens: chunks of MIN_CHUNK / 37 rows do not start at whole matrices.
+    fn causal_rows_have_exact_zeros_after_the_query_and_record_minus_infinity() {
         let n = 37;
-        let raw: Vec<f32> = (0..3 * n * n).map(|i| ((i * 13) % 17) as f32 * 0.3).collect();
-        let mut probs = vec![0.0; raw.len()];
-        scaled_softmax_rows(&raw, n, 1.0, true, &mut probs, None);
-        for (r, row) in probs.chunks(n).enumerate() {
-            let q = r % n;
-            assert!(row[q + 1..].iter().all(|&v| v == 0.0), "row {r}");
+        let raw: Vec<f32> = (0..n * n).map(|i| ((i * 13) % 17) as f32 * 0.3).collect();
+        let mut probs = raw.clone();
+        let mut scores = vec![0.0; raw.len()];
+        softmax_rows(&mut probs, n, true, Some(&mut scores));
+        for (q, (row, s)) in probs.chunks(n).zip(scores.chunks(n)).enumerate() {
+            assert!(row[q + 1..].iter().all(|&v| v == 0.0), "row {q}");
+            assert!(s[q + 1..].iter().all(|&v| v == f32::NEG_INFINITY), "scores of row {q}");
+            assert_eq!(s[..=q], raw[q * n..=q * n + q]);
             assert!((row[..=q].iter().sum::<f32>() - 1.0).abs() < 1e-5);
         }
     }

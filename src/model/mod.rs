@@ -3,6 +3,7 @@
 
 pub mod bert;
 pub mod config;
+mod gemm;
 pub mod intervene;
 pub mod kernels;
 pub mod loader;

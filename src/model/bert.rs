@@ -8,7 +8,7 @@ use candle_nn::{Embedding, VarBuilder, embedding, layer_norm};
 use rayon::prelude::*;
 
 use super::config::{Config, HiddenAct};
-use super::gemm::{MatMut, MatRef, Threads, matmul};
+use super::gemm::{MatMut, MatRef, matmul};
 use super::intervene::Interventions;
 use super::kernels;
 
@@ -82,10 +82,16 @@ fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
     with_values(&t.to_dtype(DType::F32)?, <[f32]>::to_vec)
 }
 
-/// `nn.Linear`: `x · Wᵀ + b`, with `Wᵀ` stored as a row-major `in × out` matrix.
+/// Output features per weight panel of a [`Linear`].
+const PANEL: usize = 64;
+
+/// `nn.Linear`: `x · Wᵀ + b`. `Wᵀ` (`in × out`) is stored as panels of [`PANEL`] output columns,
+/// each a contiguous row-major `in × PANEL` block: each panel's product streams its weights from
+/// one block of memory in order (a whole `Wᵀ` is read with a stride of `out` floats per step,
+/// which is much slower for short inputs), and the panels run in parallel.
 #[derive(Debug, Clone)]
 struct Linear {
-    weight_t: Vec<f32>,
+    panels: Vec<f32>,
     bias: Vec<f32>,
     in_dim: usize,
 }
@@ -93,8 +99,16 @@ struct Linear {
 impl Linear {
     /// From a checkpoint's `weight` (out × in) and `bias` (out).
     fn new(weight: &Tensor, bias: &Tensor) -> candle_core::Result<Self> {
-        let (_, in_dim) = weight.dims2()?;
-        Ok(Self { weight_t: values(&weight.t()?)?, bias: values(bias)?, in_dim })
+        let (out_dim, in_dim) = weight.dims2()?;
+        let weight_t = values(&weight.t()?)?;
+        let mut panels = Vec::with_capacity(weight_t.len());
+        for start in (0..out_dim).step_by(PANEL) {
+            let end = (start + PANEL).min(out_dim);
+            for row in weight_t.chunks(out_dim) {
+                panels.extend_from_slice(&row[start..end]);
+            }
+        }
+        Ok(Self { panels, bias: values(bias)?, in_dim })
     }
 
     fn load(in_dim: usize, out_dim: usize, vb: &VarBuilder) -> candle_core::Result<Self> {
@@ -105,20 +119,27 @@ impl Linear {
         self.bias.len()
     }
 
-    /// `out = x · Wᵀ + b (+ residual)` for the rows of `x`: `out` starts as bias (+ residual) and
-    /// the product is added to it in the same pass as it is computed.
-    fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, out: &mut [f32]) {
+    /// `out = x · Wᵀ + b (+ residual)` for the rows of `x`. Each panel's product goes to its own
+    /// block of `scratch`; one pass then adds the bias (and residual) while assembling the rows.
+    fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, scratch: &mut [f32], out: &mut [f32]) {
         let (in_dim, out_dim) = (self.in_dim, self.out_dim());
         let rows = x.len() / in_dim.max(1);
-        kernels::fill_rows(out, &self.bias, residual);
-        matmul(
-            MatMut::rows(out, rows, out_dim, out_dim),
-            MatRef::rows(x, rows, in_dim, in_dim),
-            MatRef::rows(&self.weight_t, in_dim, out_dim, out_dim),
-            1.0,
-            true,
-            Threads::Pool,
-        );
+        if rows == 0 || in_dim == 0 {
+            kernels::add_panels(&[], PANEL, &self.bias, residual, out);
+            return;
+        }
+        let scratch = &mut scratch[..rows * out_dim];
+        scratch.par_chunks_mut(rows * PANEL).zip(self.panels.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| {
+            let width = w.len() / in_dim;
+            matmul(
+                MatMut::rows(dst, rows, width, width),
+                MatRef::rows(x, rows, in_dim, in_dim),
+                MatRef::rows(w, in_dim, width, width),
+                1.0,
+                false,
+            );
+        });
+        kernels::add_panels(scratch, PANEL, &self.bias, residual, out);
     }
 }
 
@@ -240,7 +261,7 @@ impl Attention {
         let hidden = heads * d;
         let n = x.len() / hidden.max(1);
         // (n, 3·hidden): every query, then every key, then every value, head after head.
-        self.qkv.forward_into(x, None, &mut bufs.qkv);
+        self.qkv.forward_into(x, None, &mut bufs.panels, &mut bufs.qkv);
         let qkv = &bufs.qkv[..];
         let scaling = how.scale.unwrap_or((d as f64).powf(-0.5) as f32) / how.temperature;
         let mut scores = rec.scores.map(|s| s.chunks_mut(n * n));
@@ -263,7 +284,7 @@ impl Attention {
             let q = MatRef::rows(&qkv[h * d..], n, d, row);
             let k = MatRef::rows(&qkv[hidden + h * d..], n, d, row);
             let v = MatRef::rows(&qkv[2 * hidden + h * d..], n, d, row);
-            matmul(MatMut::rows(t.probs, n, n, n), q, k.t(), scaling, false, Threads::One);
+            matmul(MatMut::rows(t.probs, n, n, n), q, k.t(), scaling, false);
             kernels::softmax_rows(t.probs, n, how.causal, t.scores);
             for (recorded, offset) in [(t.queries, h * d), (t.keys, hidden + h * d)] {
                 if let Some(recorded) = recorded {
@@ -275,7 +296,7 @@ impl Attention {
             if how.ablated.contains(&h) {
                 t.context.fill(0.0);
             } else {
-                matmul(MatMut::rows(t.context, n, d, d), MatRef::rows(t.probs, n, n, n), v, 1.0, false, Threads::One);
+                matmul(MatMut::rows(t.context, n, d, d), MatRef::rows(t.probs, n, n, n), v, 1.0, false);
             }
         });
         // (heads, n, d) → (n, heads·d), then the output dense.
@@ -284,7 +305,7 @@ impl Attention {
                 dst[h * d..(h + 1) * d].copy_from_slice(src);
             }
         }
-        self.output.forward_into(&bufs.context, Some(residual), out);
+        self.output.forward_into(&bufs.context, Some(residual), &mut bufs.panels, out);
     }
 }
 
@@ -319,6 +340,8 @@ struct Buffers {
     attended: Vec<f32>,
     /// Feed-forward inner activations, `n × intermediate`.
     inner: Vec<f32>,
+    /// A linear layer's product, panel by panel, before its bias: `n × out` for the widest layer.
+    panels: Vec<f32>,
 }
 
 impl Buffers {
@@ -331,6 +354,7 @@ impl Buffers {
             context: vec![0.0; n * hidden],
             attended: vec![0.0; n * hidden],
             inner: vec![0.0; n * cfg.intermediate_size],
+            panels: vec![0.0; n * (3 * hidden).max(cfg.intermediate_size)],
         }
     }
 }
@@ -394,7 +418,7 @@ impl Layer {
 
     /// The feed-forward block on `x`, plus `residual` (no norm), into `out`.
     fn feed_forward(&self, x: &[f32], residual: &[f32], bufs: &mut Buffers, out: &mut [f32]) {
-        self.intermediate.forward_into(x, None, &mut bufs.inner);
+        self.intermediate.forward_into(x, None, &mut bufs.panels, &mut bufs.inner);
         match self.act {
             // GELUActivation: nn.functional.gelu, the exact erf form.
             HiddenAct::Gelu => kernels::gelu_erf_in_place(&mut bufs.inner),
@@ -402,7 +426,7 @@ impl Layer {
             HiddenAct::GeluNew => kernels::gelu_tanh_in_place(&mut bufs.inner),
             HiddenAct::Relu => kernels::relu_in_place(&mut bufs.inner),
         }
-        self.output.forward_into(&bufs.inner, Some(residual), out);
+        self.output.forward_into(&bufs.inner, Some(residual), &mut bufs.panels, out);
     }
 }
 

@@ -72,20 +72,12 @@ fn assert_in_bounds(len: usize, rows: usize, cols: usize, row_stride: usize, col
     );
 }
 
-/// How many threads a product may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Threads {
-    /// The calling thread only (the caller already runs products in parallel).
-    One,
-    /// Every thread of the current rayon pool.
-    Pool,
-}
-
-/// `dst = (dst if accumulate, else 0) + scale · lhs · rhs`.
+/// `dst = (dst if accumulate, else 0) + scale · lhs · rhs`, on the calling thread (the encoder runs
+/// independent products in parallel: weight panels, heads).
 ///
 /// # Panics
 /// If the shapes do not chain (`lhs` is `m × k`, `rhs` is `k × n`, `dst` is `m × n`).
-pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, accumulate: bool, threads: Threads) {
+pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, accumulate: bool) {
     let MatMut { data: dst, rows: dst_rows, cols: dst_cols, row_stride: dst_row_stride } = dst;
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     assert!(
@@ -104,10 +96,6 @@ pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, acc
         }
         return;
     }
-    let parallelism = match threads {
-        Threads::One => gemm::Parallelism::None,
-        Threads::Pool => gemm::Parallelism::Rayon(rayon::current_num_threads()),
-    };
     // Strides fit in isize: checked by the constructors.
     let stride = |s: usize| s as isize;
     // SAFETY: the constructors checked that every element of the three views lies inside its slice
@@ -135,7 +123,7 @@ pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, acc
             false,
             false,
             false,
-            parallelism,
+            gemm::Parallelism::None,
         );
     }
 }
@@ -155,18 +143,9 @@ mod tests {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 5) as f32 - 2.0).collect();
         let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 - 3.0).collect();
         let want = naive(&a, &b, m, k, n);
-        for threads in [Threads::One, Threads::Pool] {
-            let mut out = vec![0.0; m * n];
-            matmul(
-                MatMut::rows(&mut out, m, n, n),
-                MatRef::rows(&a, m, k, k),
-                MatRef::rows(&b, k, n, n),
-                1.0,
-                false,
-                threads,
-            );
-            assert_eq!(out, want);
-        }
+        let mut out = vec![0.0; m * n];
+        matmul(MatMut::rows(&mut out, m, n, n), MatRef::rows(&a, m, k, k), MatRef::rows(&b, k, n, n), 1.0, false);
+        assert_eq!(out, want);
         // Bᵀ stored row-major, read through a transposed view; the result lands in every other
         // column of a wider buffer, scaled, on top of what was there.
         let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
@@ -177,7 +156,6 @@ mod tests {
             MatRef::rows(&bt, n, k, k).t(),
             0.5,
             true,
-            Threads::One,
         );
         for i in 0..m {
             for j in 0..n {

@@ -99,30 +99,50 @@ fn map_in_place(values: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
     values.par_chunks_mut(MIN_CHUNK).for_each(|values| arch.dispatch(Map { values, f: &f }));
 }
 
-/// Fills each row of `dst` (rows of `bias.len()` values) with `bias`, plus the same row of
-/// `residual` when given: the starting value a linear layer's product is then added to.
-pub fn fill_rows(dst: &mut [f32], bias: &[f32], residual: Option<&[f32]>) {
-    let width = bias.len();
-    if width == 0 {
+/// Assembles a linear layer's output: `panels` holds the product as consecutive blocks of
+/// `width` columns (each block row-major over all rows; the last block may be narrower), and row
+/// `t` of `out` (rows of `bias.len()` values) becomes `product + bias (+ residual)`, added in the
+/// order `nn.Linear` and the residual connection add them. With no panels (no input features) the
+/// product is zero.
+pub fn add_panels(panels: &[f32], width: usize, bias: &[f32], residual: Option<&[f32]>, out: &mut [f32]) {
+    let out_dim = bias.len();
+    if out_dim == 0 || width == 0 {
         return;
     }
+    let rows = out.len() / out_dim;
+    assert!(panels.is_empty() || panels.len() == out.len(), "panels and output differ in size");
     if let Some(r) = residual {
-        assert_eq!(r.len(), dst.len(), "residual and output differ in size");
+        assert_eq!(r.len(), out.len(), "residual and output differ in size");
     }
-    let rows_per_task = (MIN_CHUNK / width).max(1) * width;
-    dst.par_chunks_mut(rows_per_task).enumerate().for_each(|(task, out)| {
-        let (start, len) = (task * rows_per_task, out.len());
-        match residual {
-            Some(r) => {
-                for (o, r) in out.chunks_mut(width).zip(r[start..start + len].chunks(width)) {
-                    for j in 0..width {
-                        o[j] = bias[j] + r[j];
+    let rows_per_task = (MIN_CHUNK / out_dim).max(1);
+    out.par_chunks_mut(rows_per_task * out_dim).enumerate().for_each(|(task, out)| {
+        for (i, o) in out.chunks_mut(out_dim).enumerate() {
+            let t = task * rows_per_task + i;
+            for (p, start) in (0..out_dim).step_by(width).enumerate() {
+                let w = width.min(out_dim - start);
+                let o = &mut o[start..start + w];
+                let b = &bias[start..start + w];
+                match (panels.is_empty(), residual) {
+                    (false, Some(r)) => {
+                        let y = &panels[p * rows * width + t * w..][..w];
+                        let r = &r[t * out_dim + start..][..w];
+                        for j in 0..w {
+                            o[j] = (y[j] + b[j]) + r[j];
+                        }
                     }
-                }
-            }
-            None => {
-                for o in out.chunks_mut(width) {
-                    o.copy_from_slice(bias);
+                    (false, None) => {
+                        let y = &panels[p * rows * width + t * w..][..w];
+                        for j in 0..w {
+                            o[j] = y[j] + b[j];
+                        }
+                    }
+                    (true, Some(r)) => {
+                        let r = &r[t * out_dim + start..][..w];
+                        for j in 0..w {
+                            o[j] = b[j] + r[j];
+                        }
+                    }
+                    (true, None) => o.copy_from_slice(b),
                 }
             }
         }
@@ -293,12 +313,24 @@ mod tests {
     }
 
     #[test]
-    fn rows_start_from_the_bias_plus_the_residual() {
-        let mut out = [0.0f32; 6];
-        fill_rows(&mut out, &[10.0, 20.0, 30.0], None);
-        assert_eq!(out, [10.0, 20.0, 30.0, 10.0, 20.0, 30.0]);
-        fill_rows(&mut out, &[10.0, 20.0, 30.0], Some(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
-        assert_eq!(out, [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+    fn panels_are_assembled_into_rows_with_bias_and_residual() {
+        // 2 rows × 5 columns in panels of 2: [c0 c1] [c2 c3] [c4].
+        let product = [[1.0f32, 2.0, 3.0, 4.0, 5.0], [6.0, 7.0, 8.0, 9.0, 10.0]];
+        let mut panels = Vec::new();
+        for (start, end) in [(0, 2), (2, 4), (4, 5)] {
+            for row in &product {
+                panels.extend_from_slice(&row[start..end]);
+            }
+        }
+        let bias = [10.0, 20.0, 30.0, 40.0, 50.0];
+        let mut out = [0.0f32; 10];
+        add_panels(&panels, 2, &bias, None, &mut out);
+        assert_eq!(out, [11.0, 22.0, 33.0, 44.0, 55.0, 16.0, 27.0, 38.0, 49.0, 60.0]);
+        let residual = [0.5; 10];
+        add_panels(&panels, 2, &bias, Some(&residual), &mut out);
+        assert_eq!(out, [11.5, 22.5, 33.5, 44.5, 55.5, 16.5, 27.5, 38.5, 49.5, 60.5]);
+        add_panels(&[], 2, &bias, Some(&residual), &mut out);
+        assert_eq!(out[..5], [10.5, 20.5, 30.5, 40.5, 50.5]);
     }
 
     #[test]

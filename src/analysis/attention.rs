@@ -127,6 +127,13 @@ impl Attention {
     }
 }
 
+impl Drop for Attention {
+    /// Hands the values to the next forward pass (see [`super::spare`]).
+    fn drop(&mut self) {
+        super::spare::give(std::mem::take(&mut self.data));
+    }
+}
+
 /// Serializes an [`Attention`] as nested arrays `[layer][head][query][key]`.
 pub struct Nested<'a>(&'a Attention);
 

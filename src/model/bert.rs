@@ -8,6 +8,7 @@ use candle_nn::{Embedding, VarBuilder, embedding, layer_norm};
 use rayon::prelude::*;
 
 use super::config::{Config, HiddenAct};
+use crate::analysis::spare;
 use super::gemm::{MatMut, MatRef, matmul};
 use super::intervene::Interventions;
 use super::kernels;
@@ -512,15 +513,15 @@ impl Bert {
         let heads = self.config.num_attention_heads;
         let per_layer = heads * seq_len * seq_len;
         let vectors_per_layer = heads * seq_len * self.config.head_dim();
-        // Zeroed allocations come straight from the OS: no pass over memory the layers overwrite.
+        // The layers write every recorded value: probabilities and scores reuse the buffers of
+        // dropped runs (whatever they hold), other buffers are zeroed straight from the OS.
         let full = capture == Capture::Full;
-        let recorded = |per: usize, on: bool| if on { vec![0.0f32; per * run_layers] } else { Vec::new() };
         let mut out = ForwardOutput {
             last_hidden: Vec::new(),
-            probs: recorded(per_layer, true),
-            scores: recorded(per_layer, full),
-            queries: recorded(vectors_per_layer, full),
-            keys: recorded(vectors_per_layer, full),
+            probs: spare::take(per_layer * run_layers),
+            scores: if full { spare::take(per_layer * run_layers) } else { Vec::new() },
+            queries: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
+            keys: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
         };
         let mut x = self.embeddings.forward(&ids, &type_ids, !iv.zero_positions)?;
         let mut bufs = Buffers::new(seq_len, &self.config);

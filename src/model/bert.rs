@@ -8,10 +8,10 @@ use candle_nn::{Embedding, VarBuilder, embedding, layer_norm};
 use rayon::prelude::*;
 
 use super::config::{Config, HiddenAct};
-use crate::analysis::spare;
 use super::gemm::{MatMut, MatRef, matmul};
 use super::intervene::Interventions;
 use super::kernels;
+use crate::analysis::spare;
 
 /// What to record besides the attention probabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

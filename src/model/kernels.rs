@@ -16,9 +16,10 @@ const LANES: usize = 16;
 /// Rows handled per rayon task (keeps task overhead low for short inputs).
 const MIN_CHUNK: usize = 4096;
 
-/// `exp(x)` for `f32`, Cephes-style (plain multiply-adds: `mul_add` without a compile-time FMA
-/// target would call a slow software `fmaf`): `x = n·ln2 + r`, a degree-6 polynomial for `exp(r)`, then a
-/// `2^n` scale built from bits. Branch-free so loops over it vectorise. Exactly 0 below -87.3
+/// `exp(x)` for `f32`, Cephes-style: `x = n·ln2 + r`, a degree-6 polynomial for `exp(r)`, then a
+/// `2^n` scale built from bits. Fused multiply-adds: inlined into pulp's AVX2 / AVX-512 dispatch
+/// each is one instruction (a third fewer than multiply then add); only the scalar fallback (a CPU
+/// without FMA) calls libm's slower software `fmaf`. Branch-free so loops over it vectorise. Exactly 0 below -87.3
 /// (so masked scores of -inf give exactly zero weight); saturates above 88.7.
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
@@ -27,16 +28,16 @@ pub fn exp_f32(x: f32) -> f32 {
     const C2: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
     let xc = x.clamp(-87.3, 88.7);
-    let t = xc * LOG2E + ROUND;
+    let t = xc.mul_add(LOG2E, ROUND);
     let n = t - ROUND;
-    let r = (xc - n * C1) - n * C2;
+    let r = n.mul_add(-C2, n.mul_add(-C1, xc));
     let mut p = 1.987_569_2e-4_f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 1.666_666_5e-1;
-    p = p * r + 5e-1;
-    let y = p * r * r + r + 1.0;
+    p = p.mul_add(r, 1.398_199_9e-3);
+    p = p.mul_add(r, 8.333_452e-3);
+    p = p.mul_add(r, 4.166_579_6e-2);
+    p = p.mul_add(r, 1.666_666_5e-1);
+    p = p.mul_add(r, 5e-1);
+    let y = (p * r).mul_add(r, r) + 1.0;
     let ni = (t.to_bits() as i32).wrapping_sub(0x4B40_0000);
     let scale = f32::from_bits((ni.wrapping_add(127) << 23) as u32);
     if x < -87.3 { 0.0 } else { y * scale }
@@ -51,33 +52,45 @@ pub fn erf_f32(x: f32) -> f32 {
     for c in
         [-0.822_152_23, 1.488_515_9, -1.135_204, 0.278_868_07, -0.186_288_06, 0.096_784_18, 0.374_091_96, 1.000_023_7]
     {
-        p = p * t + c;
+        p = p.mul_add(t, c);
     }
-    let erfc = t * exp_f32(p * t - z * z - 1.265_512_2);
+    let erfc = t * exp_f32(p.mul_add(t, (-z).mul_add(z, -1.265_512_2)));
     let e = 1.0 - erfc;
     if x < 0.0 { -e } else { e }
 }
 
 /// Exact (erf) GELU in place: `0.5·x·(1 + erf(x/√2))`, Hugging Face's `GELUActivation`.
 pub fn gelu_erf_in_place(values: &mut [f32]) {
-    map_in_place(values, |x| 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)));
+    map_in_place(
+        values,
+        #[inline(always)]
+        |x| 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)),
+    );
 }
 
 /// Tanh-approximated GELU in place: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, Hugging Face's
 /// `NewGELUActivation` (`gelu_new`).
 pub fn gelu_tanh_in_place(values: &mut [f32]) {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    map_in_place(values, |x| {
-        let y = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
-        // tanh(y) = 1 − 2 / (e^{2y} + 1): exact at both ends (e^{2y} saturates or reaches 0).
-        let tanh = 1.0 - 2.0 / (exp_f32(2.0 * y) + 1.0);
-        0.5 * x * (1.0 + tanh)
-    });
+    map_in_place(
+        values,
+        #[inline(always)]
+        |x| {
+            let y = SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x);
+            // tanh(y) = 1 − 2 / (e^{2y} + 1): exact at both ends (e^{2y} saturates or reaches 0).
+            let tanh = 1.0 - 2.0 / (exp_f32(2.0 * y) + 1.0);
+            0.5 * x * (1.0 + tanh)
+        },
+    );
 }
 
 /// `max(x, 0)` in place (`relu`).
 pub fn relu_in_place(values: &mut [f32]) {
-    map_in_place(values, |x| if x > 0.0 { x } else { 0.0 });
+    map_in_place(
+        values,
+        #[inline(always)]
+        |x| if x > 0.0 { x } else { 0.0 },
+    );
 }
 
 /// Applies `f` to every value, in parallel chunks compiled for the running CPU.
@@ -90,7 +103,15 @@ fn map_in_place(values: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
         type Output = ();
         #[inline(always)]
         fn with_simd<S: pulp::Simd>(self, _simd: S) {
-            for v in self.values.iter_mut() {
+            // Blocks of several vectors: independent dependency chains the CPU overlaps (one
+            // vector at a time waits on the latency of each step of the formula).
+            let mut blocks = self.values.chunks_exact_mut(4 * LANES);
+            for block in &mut blocks {
+                for v in block.iter_mut() {
+                    *v = (self.f)(*v);
+                }
+            }
+            for v in blocks.into_remainder() {
                 *v = (self.f)(*v);
             }
         }

@@ -506,6 +506,12 @@ impl Bert {
         iv: &Interventions,
     ) -> candle_core::Result<ForwardOutput> {
         let seq_len = ids.len();
+        if seq_len == 0 || type_ids.len() != seq_len {
+            return Err(candle_core::Error::Msg(format!(
+                "cannot run {seq_len} tokens with {} segment ids: the encoder needs at least one token and one segment id per token",
+                type_ids.len()
+            )));
+        }
         let ids = Tensor::from_slice(ids, seq_len, &self.device)?;
         let type_ids = Tensor::from_slice(type_ids, seq_len, &self.device)?;
         iv.validate(self.layers.len(), self.config.num_attention_heads).map_err(candle_core::Error::Msg)?;

@@ -479,4 +479,24 @@ mod tests {
         let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64;
         assert!(mean.abs() < 0.03 && (var - 1.0).abs() < 0.05, "mean {mean} var {var}");
     }
+
+    #[test]
+    fn odd_widths_run_and_an_empty_input_is_an_error_not_a_panic() {
+        use crate::model::{Interventions, bert::Capture};
+        // d_model 63 and head_dim 21: linear layers end in a narrow weight panel (63 and 189
+        // outputs are not multiples of 64), heads start at odd offsets of the fused q/k/v rows.
+        let cfg = PlaygroundConfig::parse("layers=2,heads=3,d_model=63,pe=none,seed=5").unwrap();
+        let model = cfg.build(&crate::model::default_model_dir().join("tokenizer.json")).unwrap();
+        let faithful = Interventions::default();
+        let out = model.bert.forward(&[101, 7592, 2088, 102], &[0; 4], Capture::Full, &faithful).unwrap();
+        assert_eq!(out.probs.len(), 2 * 3 * 4 * 4);
+        assert_eq!(out.queries.len(), 2 * 3 * 4 * 21);
+        assert_eq!(out.last_hidden.len(), 4 * 63);
+        for row in out.probs.chunks(4) {
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+        assert!(out.last_hidden.iter().all(|v| v.is_finite()));
+        let err = model.bert.forward(&[], &[], Capture::Attention, &faithful).unwrap_err().to_string();
+        assert!(err.contains("at least one token"), "{err}");
+    }
 }

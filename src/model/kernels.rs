@@ -103,15 +103,7 @@ fn map_in_place(values: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
         type Output = ();
         #[inline(always)]
         fn with_simd<S: pulp::Simd>(self, _simd: S) {
-            // Blocks of several vectors: independent dependency chains the CPU overlaps (one
-            // vector at a time waits on the latency of each step of the formula).
-            let mut blocks = self.values.chunks_exact_mut(4 * LANES);
-            for block in &mut blocks {
-                for v in block.iter_mut() {
-                    *v = (self.f)(*v);
-                }
-            }
-            for v in blocks.into_remainder() {
+            for v in self.values.iter_mut() {
                 *v = (self.f)(*v);
             }
         }

@@ -9,7 +9,7 @@ use crate::analysis::Run;
 use crate::analysis::select::{mask_causal, submatrix, visible_tokens};
 use crate::app::app::Runtime;
 use crate::app::state::Settings;
-use crate::render::{Colormap, cells_rgba};
+use crate::render::{Colormap, cell_rgb, cells_rgba};
 
 /// What the texture depends on.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,12 +144,13 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
                     );
                 }
                 if visible(i, false) {
-                    let x = cells.left() + (i as f32 + 0.5) * cell;
-                    let galley = painter.layout_no_wrap(labels[i].clone(), font.clone(), text);
-                    let h = galley.size().y;
-                    painter.add(
-                        TextShape::new(pos2(x - h / 2.0, cells.top() - 4.0), galley, text)
-                            .with_angle(-std::f32::consts::FRAC_PI_2),
+                    column_label(
+                        &painter,
+                        cells.left() + (i as f32 + 0.5) * cell,
+                        cells.top(),
+                        &labels[i],
+                        &font,
+                        text,
                     );
                 }
             }
@@ -164,15 +165,8 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
                     if v.is_nan() {
                         continue; // masked
                     }
-                    let [r, g, b] = lut[(v.clamp(0.0, 1.0) * 255.0).round() as usize];
                     let center = pos2(cells.left() + (k as f32 + 0.5) * cell, cells.top() + (q as f32 + 0.5) * cell);
-                    painter.text(
-                        center,
-                        egui::Align2::CENTER_CENTER,
-                        format!("{v:.2}"),
-                        num_font.clone(),
-                        contrast_text(Color32::from_rgb(r, g, b)),
-                    );
+                    cell_number(&painter, center, v, cell_rgb(&lut, v, 0.0, 1.0), &num_font);
                 }
             }
         }
@@ -216,6 +210,24 @@ pub fn heatmap_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
     if (zoom - 1.0).abs() > 1e-3 {
         settings.cell_size = (settings.cell_size * zoom).clamp(2.0, 80.0);
     }
+}
+
+/// A column's label written upwards, centred on `x`, ending just above `top` (the cells' top edge).
+pub fn column_label(painter: &egui::Painter, x: f32, top: f32, label: &str, font: &FontId, color: Color32) {
+    let galley = painter.layout_no_wrap(label.to_owned(), font.clone(), color);
+    let h = galley.size().y;
+    painter.add(TextShape::new(pos2(x - h / 2.0, top - 4.0), galley, color).with_angle(-std::f32::consts::FRAC_PI_2));
+}
+
+/// A cell's value (two decimals) centred on `center`, in a colour that reads on the cell's `rgb`.
+pub fn cell_number(painter: &egui::Painter, center: Pos2, value: f32, [r, g, b]: [u8; 3], font: &FontId) {
+    painter.text(
+        center,
+        egui::Align2::CENTER_CENTER,
+        format!("{value:.2}"),
+        font.clone(),
+        contrast_text(Color32::from_rgb(r, g, b)),
+    );
 }
 
 /// A vertical colour bar from `lo` (bottom) to `hi` (top) with ticks.

@@ -3,11 +3,9 @@
 
 use std::hash::{Hash, Hasher};
 
-use egui::epaint::TextShape;
 use egui::{Color32, FontId, Rect, Sense, Stroke, TextureHandle, TextureOptions, pos2, vec2};
 
-use super::heatmap_view::colorbar;
-use super::side_panel::contrast_text;
+use super::heatmap_view::{cell_number, colorbar, column_label};
 use crate::render::{Colormap, cell_rgb, cells_rgba};
 
 /// A matrix texture and what it was built from.
@@ -118,13 +116,7 @@ pub fn matrix_ui(
             painter.text(pos2(cells.left() - 4.0, y), egui::Align2::RIGHT_CENTER, label, font.clone(), text);
         }
         for (i, label) in spec.col_labels.iter().enumerate().take(cols) {
-            let x = cells.left() + (i as f32 + 0.5) * cell;
-            let galley = painter.layout_no_wrap(label.clone(), font.clone(), text);
-            let h = galley.size().y;
-            painter.add(
-                TextShape::new(pos2(x - h / 2.0, cells.top() - 4.0), galley, text)
-                    .with_angle(-std::f32::consts::FRAC_PI_2),
-            );
+            column_label(&painter, cells.left() + (i as f32 + 0.5) * cell, cells.top(), label, &font, text);
         }
     }
     if cell >= 30.0 {
@@ -136,10 +128,8 @@ pub fn matrix_ui(
                 if v.is_nan() {
                     continue;
                 }
-                let [red, green, blue] = cell_rgb(&lut, v, spec.range.0, spec.range.1);
                 let center = pos2(cells.left() + (c as f32 + 0.5) * cell, cells.top() + (r as f32 + 0.5) * cell);
-                let color = contrast_text(Color32::from_rgb(red, green, blue));
-                painter.text(center, egui::Align2::CENTER_CENTER, format!("{v:.2}"), num_font.clone(), color);
+                cell_number(&painter, center, v, cell_rgb(&lut, v, spec.range.0, spec.range.1), &num_font);
             }
         }
     }

@@ -474,11 +474,14 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
             let d = b.head_dim;
             let mut col_labels: Vec<String> = (0..d).map(|i| format!("k[{i}]")).collect();
             col_labels.extend((0..d).map(|i| format!("q∘k[{i}]")));
+            // Where the score sums several terms, each term is a column before the score.
+            col_labels.extend(b.terms.iter().map(|(name, _)| name.clone()));
             col_labels.extend(["score".to_string(), "weight".to_string()]);
-            let mut values = Vec::with_capacity(n * (2 * d + 2));
+            let mut values = Vec::with_capacity(n * (2 * d + 2 + b.terms.len()));
             for j in 0..n {
                 values.extend_from_slice(&b.keys[j * d..(j + 1) * d]);
                 values.extend_from_slice(&b.products[j * d..(j + 1) * d]);
+                values.extend(b.terms.iter().map(|(_, t)| t[j]));
                 values.extend([b.scores[j], b.weights[j]]);
             }
             let title = format!(

@@ -199,10 +199,10 @@ fn a_failed_model_load_keeps_the_previous_model() {
     let mut h = app("keep me");
     let broken = tempfile::tempdir().unwrap();
     std::fs::write(broken.path().join("config.json"), "{ broken").unwrap();
-    h.get_by_label("Model folder path").focus();
+    h.get_by_label("Model folder or hub id").focus();
     h.step();
     h.key_press_modifiers(Modifiers::COMMAND, Key::A);
-    h.get_by_label("Model folder path").type_text(broken.path().to_str().unwrap());
+    h.get_by_label("Model folder or hub id").type_text(broken.path().to_str().unwrap());
     h.get_by_label("Load").click();
     h.step();
     wait_until(&mut h, "the load to fail", |a| a.rt.loading.is_none() && a.rt.load_error.is_some());
@@ -296,7 +296,7 @@ fn mask_varying(h: &mut Harness<'static, AttnvizApp>) {
     h.mask(egui::Rect::from_min_max(egui::pos2(0.0, size.y - 28.0), egui::pos2(size.x, size.y)));
     // The model folder is an absolute path: it depends on where the repository is checked out.
     let folder = tiny().display().to_string();
-    let rects = [h.get_by_label("Model folder path").rect(), h.get_by_label(&folder).rect()];
+    let rects = [h.get_by_label("Model folder or hub id").rect(), h.get_by_label(&folder).rect()];
     for r in rects {
         // The full width of the side panel: the path's own width differs between checkouts.
         h.mask(egui::Rect::from_min_max(egui::pos2(0.0, r.top() - 2.0), egui::pos2(280.0, r.bottom() + 2.0)));
@@ -332,10 +332,10 @@ fn snapshot_heatmap_with_values() {
 fn loading_a_differently_shaped_model_switches_views_to_it() {
     let mut h = app("switch models");
     let relu = tiny().with_file_name("tiny-bert-relu");
-    h.get_by_label("Model folder path").focus();
+    h.get_by_label("Model folder or hub id").focus();
     h.step();
     h.key_press_modifiers(Modifiers::COMMAND, Key::A);
-    h.get_by_label("Model folder path").type_text(relu.to_str().unwrap());
+    h.get_by_label("Model folder or hub id").type_text(relu.to_str().unwrap());
     h.get_by_label("Load").click();
     h.step();
     wait_until(&mut h, "the new model's run", |a| a.rt.run.as_ref().is_some_and(|r| r.attention.heads() == 2));

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use attnviz::analysis::{Run, Tokens};
-use attnviz::model::bert::Capture;
+use attnviz::model::Capture;
 use attnviz::model::playground::PeKind;
 use attnviz::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
 
@@ -150,6 +150,7 @@ fn run_permuted(model: &LoadedModel, tokens: &Tokens, order: &[usize]) -> Run {
         tokens: order.iter().map(pick).map(|i| tokens.tokens[i].clone()).collect(),
         ids: order.iter().map(pick).map(|i| tokens.ids[i]).collect(),
         segments: order.iter().map(pick).map(|i| tokens.segments[i]).collect(),
+        type_ids: order.iter().map(pick).map(|i| tokens.type_ids[i]).collect(),
         special: order.iter().map(pick).map(|i| tokens.special[i]).collect(),
     };
     model.run_tokens(permuted, None, Capture::Attention, &Interventions::default()).unwrap()

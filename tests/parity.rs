@@ -2,8 +2,9 @@
 //! layer and head. References come from `tests/fixtures/make_reference.py`.
 #![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use attnviz::analysis::Run;
 use attnviz::model::LoadedModel;
@@ -18,7 +19,10 @@ struct Reference {
     text_pair: Option<String>,
     ids: Vec<u32>,
     tokens: Vec<String>,
-    type_ids: Vec<u8>,
+    /// The token type ids the model received (zeros when it reads none).
+    type_ids: Vec<u32>,
+    /// Which sentence each token belongs to (BERT's references: the type ids).
+    segments: Option<Vec<u8>>,
     truncated: bool,
     attentions: Option<Vec<Vec<Vec<Vec<f32>>>>>,
     attention_last_rows: Option<Vec<Vec<Vec<f32>>>>,
@@ -29,19 +33,22 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The model of a short name: the embedded MiniLM, or a folder under `tests/fixtures/models/`
+/// (`tiny` → tiny-bert, `relu` → tiny-bert-relu, `gpt2` → tiny-gpt2, `roberta` → tiny-roberta, …).
+/// Each is loaded once and shared by the tests.
 fn model(which: &str) -> &'static LoadedModel {
-    static MINILM: OnceLock<LoadedModel> = OnceLock::new();
-    static TINY: OnceLock<LoadedModel> = OnceLock::new();
-    static RELU: OnceLock<LoadedModel> = OnceLock::new();
-    static GPT2: OnceLock<LoadedModel> = OnceLock::new();
-    let (cell, dir) = match which {
-        "minilm" => (&MINILM, root().join("assets/models/all-MiniLM-L6-v2")),
-        "tiny" => (&TINY, root().join("tests/fixtures/models/tiny-bert")),
-        "relu" => (&RELU, root().join("tests/fixtures/models/tiny-bert-relu")),
-        "gpt2" => (&GPT2, root().join("tests/fixtures/models/tiny-gpt2")),
-        other => panic!("unknown model {other}"),
+    static MODELS: OnceLock<Mutex<HashMap<String, &'static LoadedModel>>> = OnceLock::new();
+    let dir = match which {
+        "minilm" => root().join("assets/models/all-MiniLM-L6-v2"),
+        "tiny" => root().join("tests/fixtures/models/tiny-bert"),
+        "relu" => root().join("tests/fixtures/models/tiny-bert-relu"),
+        other => root().join("tests/fixtures/models").join(format!("tiny-{other}")),
     };
-    cell.get_or_init(|| LoadedModel::load(&dir).unwrap_or_else(|e| panic!("loading {}: {e}", dir.display())))
+    let mut models = MODELS.get_or_init(Mutex::default).lock().unwrap();
+    models.entry(which.to_string()).or_insert_with(|| {
+        let m = LoadedModel::load(&dir).unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()));
+        Box::leak(Box::new(m))
+    })
 }
 
 fn reference(case: &str) -> Reference {
@@ -55,7 +62,15 @@ fn check(which: &str, case: &str) -> Run {
     let run = model(which).run(&r.text, r.text_pair.as_deref()).unwrap();
     assert_eq!(run.tokens.ids, r.ids, "{case}: token ids");
     assert_eq!(run.tokens.tokens, r.tokens, "{case}: tokens");
-    assert_eq!(run.tokens.segments, r.type_ids, "{case}: segments");
+    let desc = model(which).description();
+    let fed: Vec<u32> = if desc.reads_token_types && desc.embedding.token_types > 0 {
+        run.tokens.type_ids.clone()
+    } else {
+        vec![0; run.tokens.len()]
+    };
+    assert_eq!(fed, r.type_ids, "{case}: token type ids the model reads");
+    let segments = r.segments.clone().unwrap_or_else(|| r.type_ids.iter().map(|&t| t as u8).collect());
+    assert_eq!(run.tokens.segments, segments, "{case}: segments");
     assert_eq!(run.truncation.is_some(), r.truncated, "{case}: truncation notice");
     if let Some(notice) = &run.truncation {
         assert!(notice.contains("truncated"), "{notice}");

@@ -5,8 +5,11 @@ use super::{Attention, HeadVectors, Tokens};
 /// Per-head internals for the neuron view: how each attention weight arose.
 #[derive(Debug, Clone)]
 pub struct NeuronData {
-    /// Pre-softmax scaled scores q·k/√d, same layout as the attention.
+    /// Pre-softmax scores (the sum the softmax is applied to), same layout as the attention.
     pub scores: Attention,
+    /// When a score sums more than `q·k · scale` (a relative-position bias, DeBERTa's disentangled
+    /// terms): each term by name, same layout; they add up to `scores`. Empty otherwise.
+    pub terms: Vec<(String, Attention)>,
     /// Query vectors per layer and head.
     pub queries: HeadVectors,
     /// Key vectors per layer and head.
@@ -24,8 +27,11 @@ pub struct NeuronBreakdown {
     pub keys: Vec<f32>,
     /// Elementwise products `q ∘ k_j`, `n × head_dim` (each row sums to `q · k_j`).
     pub products: Vec<f32>,
-    /// Scaled scores `q · k_j · scale` as the model computed them (NaN where masked).
+    /// Scores as the model computed them, the sum the softmax is applied to (NaN where masked).
     pub scores: Vec<f32>,
+    /// When the score sums several terms (content, relative-position terms): each by name, one
+    /// value per key (NaN where masked); they add up to `scores`. Empty for plain `q·k · scale`.
+    pub terms: Vec<(String, Vec<f32>)>,
     /// Softmax of the scores: the attention weights (NaN where masked).
     pub weights: Vec<f32>,
 }
@@ -55,7 +61,15 @@ impl NeuronData {
             self.scores.row(layer_idx, head_idx, query_pos).iter().enumerate().map(|(j, &v)| hide(j, v)).collect();
         let weights =
             attention.row(layer_idx, head_idx, query_pos).iter().enumerate().map(|(j, &v)| hide(j, v)).collect();
-        NeuronBreakdown { head_dim, query, keys, products, scores, weights }
+        let terms = self
+            .terms
+            .iter()
+            .map(|(name, values)| {
+                let row = values.row(layer_idx, head_idx, query_pos).iter().enumerate().map(|(j, &v)| hide(j, v));
+                (name.clone(), row.collect())
+            })
+            .collect();
+        NeuronBreakdown { head_dim, query, keys, products, scores, terms, weights }
     }
 }
 

@@ -121,6 +121,7 @@ mod tests {
             tokens: vec!["[CLS]".into(), "a".into(), "[SEP]".into()],
             ids: vec![101, 1, 102],
             segments: vec![0; 3],
+            type_ids: vec![0; 3],
             special: vec![true, false, true],
         };
         let keep = visible_tokens(&tokens, true);

@@ -217,6 +217,7 @@ mod tests {
             tokens: ["[CLS]", "hi", ",", "[SEP]"].iter().map(ToString::to_string).collect(),
             ids: vec![0, 1, 2, 3],
             segments: vec![0; 4],
+            type_ids: vec![0; 4],
             special: vec![true, false, false, true],
         }
     }

@@ -9,8 +9,11 @@ pub struct Tokens {
     pub tokens: Vec<String>,
     /// Vocabulary ids.
     pub ids: Vec<u32>,
-    /// Segment of each token: 0 for sentence A, 1 for sentence B.
+    /// Segment of each token: 0 for sentence A, 1 for sentence B (a special token belongs to the
+    /// sentence before it).
     pub segments: Vec<u8>,
+    /// Token type ids as the tokenizer's post-processor assigns them (fed to models that read them).
+    pub type_ids: Vec<u32>,
     /// Whether each token is a special token added by the tokenizer ([CLS], [SEP], …).
     pub special: Vec<bool>,
 }

@@ -108,6 +108,7 @@ pub fn merge_tokens(tokens: &Tokens, spans: &[Range<usize>]) -> Tokens {
         tokens: spans.iter().map(|s| word_text(&tokens.tokens[s.clone()])).collect(),
         ids: spans.iter().map(|s| tokens.ids[s.start]).collect(),
         segments: spans.iter().map(|s| tokens.segments[s.start]).collect(),
+        type_ids: spans.iter().map(|s| tokens.type_ids.get(s.start).copied().unwrap_or(0)).collect(),
         special: spans.iter().map(|s| tokens.special[s.start]).collect(),
     }
 }
@@ -159,6 +160,7 @@ mod tests {
             tokens: list.iter().map(ToString::to_string).collect(),
             ids: (0..list.len() as u32).collect(),
             segments: vec![0; list.len()],
+            type_ids: vec![0; list.len()],
             special: special.to_vec(),
         }
     }

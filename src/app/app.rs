@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::analysis::Run;
 use crate::export::{Figure, Style, export_png};
 use crate::model::default_model_dir;
+use crate::model::hub::CachedModel;
 use crate::render::Theme;
 
 use super::state::{PeFigure, Settings, Source, ThemeChoice, TokenSelection, View};
@@ -92,6 +93,8 @@ enum Background {
     PickedModel(Option<PathBuf>),
     /// A native save dialog returned.
     PickedExport(Option<PathBuf>),
+    /// The scan of the local Hugging Face cache finished.
+    CachedModels(Vec<CachedModel>),
 }
 
 /// Everything that is not persisted.
@@ -169,6 +172,8 @@ pub struct Runtime {
     pub commands: Vec<Command>,
     background_tx: Sender<Background>,
     background_rx: Receiver<Background>,
+    /// Models found in the local Hugging Face cache (None while the scan runs).
+    pub cached_models: Option<Vec<CachedModel>>,
     /// Smoothed CPU time of `ui` per frame.
     pub frame_ms: f32,
     /// Caches of the views (textures, line meshes).
@@ -248,8 +253,9 @@ impl AttnvizApp {
                 exporting: None,
                 status: None,
                 commands: Vec::new(),
-                background_tx,
+                background_tx: background_tx.clone(),
                 background_rx,
+                cached_models: None,
                 frame_ms: 0.0,
                 caches: views::Caches::default(),
                 focus_text_once: true,
@@ -259,6 +265,14 @@ impl AttnvizApp {
         };
         views::playground_panel::apply(&mut app.settings, &mut app.rt);
         app.load_model(model_dir);
+        // Listing the cache reads every model's config.json: off the UI thread.
+        let scan = std::thread::Builder::new().name("hf-cache-scan".into()).spawn(move || {
+            let _ = background_tx.send(Background::CachedModels(crate::model::hub::list()));
+        });
+        if let Err(e) = scan {
+            app.rt.cached_models = Some(Vec::new());
+            app.set_status(format!("cannot list the Hugging Face cache: {e}"), true);
+        }
         app
     }
 
@@ -417,6 +431,7 @@ impl AttnvizApp {
                             }
                             let embedded = dir == default_model_dir();
                             self.settings.model_dir = (!embedded).then(|| dir.clone());
+                            self.settings.remember_model(&dir);
                             self.rt.model_path_input = dir.display().to_string();
                             self.set_status(format!("Loaded {} from {}", info.name, dir.display()), false);
                             self.rt.model = Some(info);
@@ -509,6 +524,7 @@ impl AttnvizApp {
                     self.rt.commands.push(Command::LoadModel(dir));
                 }
                 Background::PickedExport(Some(path)) => self.rt.export_path_input = path.display().to_string(),
+                Background::CachedModels(models) => self.rt.cached_models = Some(models),
                 Background::PickedModel(None) | Background::PickedExport(None) => {
                     self.set_status(
                         "Nothing chosen (if no file dialog appeared, this desktop has none: type the path in the box)",

@@ -170,6 +170,8 @@ pub struct Settings {
     pub pair_enabled: bool,
     /// The model folder last loaded (None: the embedded model).
     pub model_dir: Option<PathBuf>,
+    /// Models opened recently (folders or hub ids), newest first.
+    pub recent_models: Vec<PathBuf>,
     /// The view shown.
     pub view: View,
     /// The layer shown.
@@ -220,6 +222,9 @@ pub struct Settings {
     pub compare: CompareSettings,
 }
 
+/// How many recently opened models the side panel remembers.
+pub const RECENT_MODELS: usize = 6;
+
 /// The example sentence filled in at first launch.
 pub const EXAMPLE_SENTENCE: &str = "The animal didn't cross the street because it was too tired.";
 
@@ -230,6 +235,7 @@ impl Default for Settings {
             text_pair: String::new(),
             pair_enabled: false,
             model_dir: None,
+            recent_models: Vec::new(),
             view: View::Head,
             layer_idx: 0,
             heads: Vec::new(),
@@ -280,6 +286,13 @@ impl Settings {
         let mut selected = self.selected_heads();
         selected.retain(|&h| h < heads);
         (self.layer_idx.min(layers.saturating_sub(1)), selected)
+    }
+
+    /// Puts a model that loaded at the top of the recent models (at most [`RECENT_MODELS`]).
+    pub fn remember_model(&mut self, spec: &std::path::Path) {
+        self.recent_models.retain(|m| m != spec);
+        self.recent_models.insert(0, spec.to_path_buf());
+        self.recent_models.truncate(RECENT_MODELS);
     }
 
     /// Makes layer and head selections fit a model of `layers` × `heads` (all heads on when the

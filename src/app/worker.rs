@@ -33,6 +33,8 @@ pub struct ModelInfo {
     pub name: String,
     /// Folder it came from.
     pub dir: PathBuf,
+    /// The family (`model_type`).
+    pub family: String,
     /// Number of layers.
     pub layers: usize,
     /// Heads per layer.
@@ -47,22 +49,25 @@ pub struct ModelInfo {
 
 impl ModelInfo {
     fn of(model: &LoadedModel) -> Self {
-        let cfg = model.config();
-        let positions = model.bert.position_table().ok().flatten().map(|table| {
+        let desc = model.description();
+        let positions = model.net.position_table().map(|table| {
+            let width = desc.embedding.width;
+            let rows = table.len() / width.max(1);
             // The panel shows at most this many positions; a long table would cost n² memory.
-            let n = cfg.max_position_embeddings.min(MAX_SIMILARITY_POSITIONS);
-            let (dot, cosine) = table_similarity(&table, n, cfg.hidden_size);
+            let n = rows.min(MAX_SIMILARITY_POSITIONS);
+            let (dot, cosine) = table_similarity(&table, n, width);
             let (dot, cosine) = (Arc::new(dot), Arc::new(cosine));
-            Arc::new(PositionSimilarity { positions: n, table_positions: cfg.max_position_embeddings, dot, cosine })
+            Arc::new(PositionSimilarity { positions: n, table_positions: rows, dot, cosine })
         });
         Self {
             positions,
             name: model.name.clone(),
+            family: desc.family.clone(),
             dir: model.dir.clone(),
-            layers: cfg.num_hidden_layers,
-            heads: cfg.num_attention_heads,
-            hidden: cfg.hidden_size,
-            max_positions: cfg.max_position_embeddings,
+            layers: desc.layers,
+            heads: desc.heads,
+            hidden: desc.hidden,
+            max_positions: desc.max_len,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use crate::model::bert::Capture;
+use crate::model::Capture;
 
 /// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
 pub const BENCH_TEXT: &str = "The animal didn't cross the street because it was too tired. ";
@@ -29,10 +29,7 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
     let model = super::load_model(model_dir)?;
     let max = model.tokenizer.max_len();
     if args.tokens < 2 || args.tokens > max {
-        anyhow::bail!(
-            "--tokens must be between 2 and {max} (the model's max_position_embeddings), got {}",
-            args.tokens
-        );
+        anyhow::bail!("--tokens must be between 2 and {max} (the model's longest input), got {}", args.tokens);
     }
     let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, args.tokens)?;
     anyhow::ensure!(tokens.len() == args.tokens, "could only make {} tokens", tokens.len());

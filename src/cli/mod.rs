@@ -25,9 +25,11 @@ use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_d
 #[derive(Debug, Parser)]
 #[command(name = "attnviz", version, about, long_about)]
 pub struct Cli {
-    /// Hugging Face model folder (config.json, tokenizer.json, model.safetensors); default: the
-    /// embedded all-MiniLM-L6-v2, or $ATTNVIZ_MODEL.
-    #[arg(long, global = true, value_name = "DIR")]
+    /// Hugging Face model folder (config.json, tokenizer.json, model.safetensors), or a hub id
+    /// (e.g. sentence-transformers/all-MiniLM-L6-v2) found offline in the local Hugging Face cache;
+    /// default: the embedded all-MiniLM-L6-v2, or $ATTNVIZ_MODEL. Families: BERT, RoBERTa,
+    /// XLM-RoBERTa, CamemBERT, DistilBERT, ALBERT, ELECTRA, MPNet, DeBERTa-v2/v3, GPT-2.
+    #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
     /// Sentence to start the app with.
     #[arg(long)]

@@ -1,20 +1,25 @@
-//! The transformer, on Candle: loading a model folder, tokenizing, and a forward pass that records
-//! every head's attention. No egui here; no tensors leave this folder.
+//! The transformer, on Candle: a network described as data ([`describe`]), one mapping per family
+//! ([`families`]), one engine that runs them all and records every head's attention ([`engine`]),
+//! loading a model folder, tokenizing. No egui here; no tensors leave this folder.
 
-pub mod bert;
-pub mod config;
+pub mod describe;
+pub mod engine;
+pub mod families;
 mod gemm;
+pub mod hub;
 pub mod intervene;
 pub mod kernels;
 pub mod loader;
 pub mod playground;
+pub mod relpos;
 pub mod tokenize;
 
 use std::path::PathBuf;
 
 use thiserror::Error;
 
-pub use config::{Config, HiddenAct};
+pub use describe::{Activation, Description, NormPlacement};
+pub use engine::{Capture, Network};
 pub use intervene::Interventions;
 pub use loader::{LoadedModel, default_model_dir};
 pub use playground::PlaygroundConfig;
@@ -26,6 +31,17 @@ pub enum ModelError {
     /// The model folder does not exist or is not a folder.
     #[error("model folder {} does not exist or is not a folder", .0.display())]
     NoFolder(PathBuf),
+    /// A hub id that is not in the local Hugging Face cache.
+    #[error(
+        "{id} is neither a folder nor in the Hugging Face cache at {}: download it once with Python (huggingface_hub / transformers) or give a folder",
+        cache.display()
+    )]
+    NotCached {
+        /// The id.
+        id: String,
+        /// The cache searched.
+        cache: PathBuf,
+    },
     /// A file the folder needs is missing.
     #[error("model folder {} has no {file}: {hint}", dir.display())]
     MissingFile {

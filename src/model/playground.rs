@@ -7,12 +7,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
+use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::bert::{Arch, Bert, NormPlacement};
-use super::config::{Config, HiddenAct};
+use super::describe::{Activation, Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
+use super::engine::{Network, Weights};
 use super::tokenize::TextTokenizer;
 use super::{LoadedModel, ModelError};
 use crate::analysis::pe::{self, PeLayout, PeParams};
@@ -317,33 +316,48 @@ impl PlaygroundConfig {
         }
         let vocab = tokenizer.vocab_size();
         self.validate_for(vocab)?;
-        let config = Config {
-            family: super::config::Family::Bert,
+        let has_positions = self.pe != PeKind::None;
+        let desc = Description {
+            family: "playground".into(),
             vocab_size: vocab,
-            hidden_size: self.d_model,
-            num_hidden_layers: self.layers,
-            num_attention_heads: self.heads,
-            intermediate_size: self.d_ff,
-            hidden_act: HiddenAct::Gelu,
-            max_position_embeddings: MAX_POSITIONS,
-            type_vocab_size: 2, // sentence B allowed; there is no segment table, so it changes nothing
-            layer_norm_eps: 1e-5,
+            hidden: self.d_model,
+            layers: self.layers,
+            heads: self.heads,
+            head_dim: self.d_model / self.heads,
+            intermediate: self.d_ff,
+            activation: Activation::Gelu,
+            embedding: EmbeddingDesc {
+                width: self.d_model,
+                positions: if has_positions {
+                    Positions::Table { rows: MAX_POSITIONS, offset: 0 }
+                } else {
+                    Positions::None
+                },
+                token_types: 0, // sentence B allowed; there is no segment table, so it changes nothing
+                scale: (self.d_model as f32).sqrt(),
+                norm: false,
+                positions_first: true,
+                projection: None,
+            },
+            reads_token_types: false,
+            causal: self.causal,
+            score_scale: match self.scaling {
+                Scaling::InvSqrtDk => super::families::inverse_sqrt(self.d_model / self.heads),
+                Scaling::None => 1.0,
+                Scaling::Custom => self.custom_scale,
+            },
+            position_bias: PositionBias::None,
+            norm: self.norm,
+            norm_eps: 1e-5,
+            final_norm: self.norm == NormPlacement::Pre,
+            layer_weights: (0..self.layers).collect(),
+            max_len: MAX_POSITIONS,
+            pad_token_id: None,
         };
         let tensors = self.weights(vocab).map_err(ModelError::Inference)?;
-        let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-        let arch = Arch {
-            norm: self.norm,
-            embed_scale: (self.d_model as f32).sqrt(),
-            attention_scale: match self.scaling {
-                Scaling::InvSqrtDk => None,
-                Scaling::None => Some(1.0),
-                Scaling::Custom => Some(self.custom_scale),
-            },
-            causal: self.causal,
-        };
-        let bert = Bert::load_arch(&vb, &config, arch)?;
+        let net = Network::load(&desc, Weights(tensors))?;
         let dir = tokenizer_path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Ok(LoadedModel { name: self.describe(), dir, bert, tokenizer, playground: true })
+        Ok(LoadedModel { name: self.describe(), dir, net, tokenizer, playground: true })
     }
 
     /// Random weights under BERT's names: normal(0, std) matrices and embeddings, zero biases,
@@ -361,32 +375,33 @@ impl PlaygroundConfig {
         let mut add = |name: String, t: Tensor| {
             map.insert(name, t);
         };
-        add("embeddings.word_embeddings.weight".into(), normal("word", vocab, d)?);
+        add("embed.tokens.weight".into(), normal("word", vocab, d)?);
         match self.pe.layout() {
             Some(layout) => {
                 let params = PeParams { d_model: d, positions: MAX_POSITIONS, base: self.pe_base, layout };
                 let table = pe::encoding(params).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-                add("embeddings.position_embeddings.weight".into(), Tensor::from_vec(table, (MAX_POSITIONS, d), &dev)?);
+                add("embed.positions.weight".into(), Tensor::from_vec(table, (MAX_POSITIONS, d), &dev)?);
             }
             None if self.pe == PeKind::Learned => {
-                add("embeddings.position_embeddings.weight".into(), normal("position", MAX_POSITIONS, d)?);
+                add("embed.positions.weight".into(), normal("position", MAX_POSITIONS, d)?);
             }
             None => {}
         }
         for l in 0..self.layers {
-            let p = format!("encoder.layer.{l}");
-            for (name, rows, cols) in [
-                ("attention.self.query", d, d),
-                ("attention.self.key", d, d),
-                ("attention.self.value", d, d),
-                ("attention.output.dense", d, d),
-                ("intermediate.dense", f, d),
-                ("output.dense", d, f),
+            let p = format!("layer.{l}");
+            // Streams are named after BERT's modules, so the weights stay what they were.
+            for (name, stream, rows, cols) in [
+                ("q", "attention.self.query", d, d),
+                ("k", "attention.self.key", d, d),
+                ("v", "attention.self.value", d, d),
+                ("o", "attention.output.dense", d, d),
+                ("up", "intermediate.dense", f, d),
+                ("down", "output.dense", d, f),
             ] {
-                add(format!("{p}.{name}.weight"), normal(&format!("{p}.{name}"), rows, cols)?);
+                add(format!("{p}.{name}.weight"), normal(&format!("encoder.layer.{l}.{stream}"), rows, cols)?);
                 add(format!("{p}.{name}.bias"), constant(0.0, rows)?);
             }
-            for norm in ["attention.output.LayerNorm", "output.LayerNorm"] {
+            for norm in ["attn_norm", "ffn_norm"] {
                 add(format!("{p}.{norm}.weight"), constant(1.0, d)?);
                 add(format!("{p}.{norm}.bias"), constant(0.0, d)?);
             }
@@ -482,13 +497,13 @@ mod tests {
 
     #[test]
     fn odd_widths_run_and_an_empty_input_is_an_error_not_a_panic() {
-        use crate::model::{Interventions, bert::Capture};
+        use crate::model::{Capture, Interventions};
         // d_model 63 and head_dim 21: linear layers end in a narrow weight panel (63 and 189
         // outputs are not multiples of 64), heads start at odd offsets of the fused q/k/v rows.
         let cfg = PlaygroundConfig::parse("layers=2,heads=3,d_model=63,pe=none,seed=5").unwrap();
         let model = cfg.build(&crate::model::default_model_dir().join("tokenizer.json")).unwrap();
         let faithful = Interventions::default();
-        let out = model.bert.forward(&[101, 7592, 2088, 102], &[0; 4], Capture::Full, &faithful).unwrap();
+        let out = model.net.forward(&[101, 7592, 2088, 102], &[0; 4], Capture::Full, &faithful).unwrap();
         assert_eq!(out.probs.len(), 2 * 3 * 4 * 4);
         assert_eq!(out.queries.len(), 2 * 3 * 4 * 21);
         assert_eq!(out.last_hidden.len(), 4 * 63);
@@ -496,7 +511,7 @@ mod tests {
             assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5);
         }
         assert!(out.last_hidden.iter().all(|v| v.is_finite()));
-        let err = model.bert.forward(&[], &[], Capture::Attention, &faithful).unwrap_err().to_string();
+        let err = model.net.forward(&[], &[], Capture::Attention, &faithful).unwrap_err().to_string();
         assert!(err.contains("at least one token"), "{err}");
     }
 }

@@ -103,12 +103,23 @@ impl TextTokenizer {
     }
 }
 
-/// The plain-data view of an encoding.
+/// The plain-data view of an encoding. Segments come from the sequence each token belongs to
+/// (whatever type ids the post-processor assigns: RoBERTa's are all 0); a special token takes the
+/// segment of the token before it, so `[CLS] A [SEP]` is sentence A and the final `[SEP]` sentence B.
 fn tokens_of(encoding: &Encoding) -> Tokens {
+    let mut segments = Vec::with_capacity(encoding.len());
+    let mut current = 0u8;
+    for sequence in encoding.get_sequence_ids() {
+        if let Some(s) = sequence {
+            current = u8::from(s > 0);
+        }
+        segments.push(current);
+    }
     Tokens {
         tokens: encoding.get_tokens().to_vec(),
         ids: encoding.get_ids().to_vec(),
-        segments: encoding.get_type_ids().iter().map(|&t| u8::from(t > 0)).collect(),
+        segments,
+        type_ids: encoding.get_type_ids().to_vec(),
         special: encoding.get_special_tokens_mask().iter().map(|&m| m != 0).collect(),
     }
 }

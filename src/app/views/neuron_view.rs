@@ -19,6 +19,17 @@ fn color(lut: &[[u8; 3]; 256], v: f32, (lo, hi): (f32, f32)) -> Color32 {
     Color32::from_rgb(r, g, b)
 }
 
+/// A column title for a score term: "content q·k" → "content", "content→position" → "c→p".
+fn short_term_name(name: &str) -> &str {
+    match name {
+        "content q·k" => "content",
+        "content→position" => "c→p",
+        "position→content" => "p→c",
+        "relative-position bias" => "rel. bias",
+        other => other,
+    }
+}
+
 /// Draws the neuron view.
 pub fn neuron_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
     let Some(run) = rt.run.clone() else { return };
@@ -47,15 +58,26 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runti
         );
         return;
     };
+    let b = neuron.breakdown(a, layer_idx, head_idx, query, |j| run.is_masked(query, j));
     ui.label(
         RichText::new(
             "Click a query token on the left. Each row is one key j: its vector k_j, the products q∘k_j \
-             (their sum is q·k_j), the scaled score q·k_j/√d and the softmax weight. Red > 0 > blue; hover for values.",
+             (their sum is q·k_j), the score and the softmax weight. Red > 0 > blue; hover for values.",
         )
         .small()
         .weak(),
     );
-    let b = neuron.breakdown(a, layer_idx, head_idx, query, |j| run.is_masked(query, j));
+    if !b.terms.is_empty() {
+        let names: Vec<&str> = b.terms.iter().map(|(name, _)| name.as_str()).collect();
+        ui.label(
+            RichText::new(format!(
+                "This model's score is not just q·k: it is the sum of {} (each scaled as the model scales it), \
+                 shown in the columns after the score; the softmax is applied to that sum.",
+                names.join(" + ")
+            ))
+            .small(),
+        );
+    }
     let labels: Vec<String> = (0..n).map(|i| run.tokens.label(i)).collect();
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
         if let Some(picked) = cells_ui(ui, &b, &labels, query, settings.colormap) {
@@ -83,7 +105,8 @@ fn cells_ui(
     let x_keys = label_w;
     let x_prod = x_keys + d as f32 * cell + gap;
     let x_score = x_prod + d as f32 * cell + gap;
-    let x_weight = x_score + 56.0 + gap;
+    let x_terms: Vec<f32> = (0..b.terms.len()).map(|t| x_score + (t + 1) as f32 * (56.0 + gap / 2.0)).collect();
+    let x_weight = x_terms.last().copied().unwrap_or(x_score) + 56.0 + gap;
     let width = x_weight + 150.0;
     let vec_range = symmetric_range(&[b.query.as_slice(), b.keys.as_slice()].concat());
     let prod_range = symmetric_range(&b.products);
@@ -95,9 +118,14 @@ fn cells_ui(
     let weak = ui.visuals().weak_text_color();
     let font = FontId::proportional(12.0);
     let o = rect.min;
-    for (x, title) in [(x_keys, "k_j  (q on top)"), (x_prod, "q ∘ k_j"), (x_score, "q·k_j/√d"), (x_weight, "softmax")]
+    let score_title = if b.terms.is_empty() { "q·k_j/√d" } else { "score = sum" };
+    for (x, title) in [(x_keys, "k_j  (q on top)"), (x_prod, "q ∘ k_j"), (x_score, score_title), (x_weight, "softmax")]
     {
         painter.text(o + vec2(x, ROW * 0.5), egui::Align2::LEFT_CENTER, title, font.clone(), text);
+    }
+    for ((name, _), &x) in b.terms.iter().zip(&x_terms) {
+        let short = short_term_name(name);
+        painter.text(o + vec2(x, ROW * 0.5), egui::Align2::LEFT_CENTER, short, FontId::proportional(10.0), text);
     }
     // The query row.
     let qy = o.y + ROW;
@@ -162,6 +190,13 @@ fn cells_ui(
         painter.rect_filled(rs, 0.0, color(&lut, score, score_range));
         let score_text = if score.is_nan() { "masked".to_string() } else { format!("{score:.2}") };
         painter.text(rs.center(), egui::Align2::CENTER_CENTER, score_text, FontId::monospace(10.0), Color32::BLACK);
+        for ((_, values), &x) in b.terms.iter().zip(&x_terms) {
+            let v = values[j];
+            let r = Rect::from_min_size(pos2(o.x + x, y + 1.0), vec2(56.0, ROW - 2.0));
+            painter.rect_filled(r, 0.0, color(&lut, v, score_range));
+            let t = if v.is_nan() { "masked".to_string() } else { format!("{v:.2}") };
+            painter.text(r.center(), egui::Align2::CENTER_CENTER, t, FontId::monospace(10.0), Color32::BLACK);
+        }
         let w = b.weights[j];
         if w.is_nan() {
             painter.text(pos2(o.x + x_weight, y + ROW / 2.0), egui::Align2::LEFT_CENTER, "masked", font.clone(), weak);
@@ -205,10 +240,13 @@ fn cells_ui(
                 ))
             } else if rel.x >= x_score {
                 let dot: f32 = b.products[j * d..(j + 1) * d].iter().sum();
-                Some(format!(
-                    "key “{}” (#{j})\nq·k = {dot:.6}\nscaled score = {:.6}\nsoftmax weight = {:.6}",
-                    labels[j], b.scores[j], b.weights[j]
-                ))
+                let mut info = format!("key “{}” (#{j})\nq·k = {dot:.6}\n", labels[j]);
+                for (name, values) in &b.terms {
+                    info.push_str(&format!("  {name} = {:.6}\n", values[j]));
+                }
+                let sum = if b.terms.is_empty() { "scaled score" } else { "score (the sum)" };
+                info.push_str(&format!("{sum} = {:.6}\nsoftmax weight = {:.6}", b.scores[j], b.weights[j]));
+                Some(info)
             } else {
                 None
             }

@@ -6,7 +6,7 @@ use egui::{RichText, TextEdit};
 
 use crate::app::app::Runtime;
 use crate::app::state::Settings;
-use crate::model::bert::NormPlacement;
+use crate::model::NormPlacement;
 use crate::model::playground::{PeKind, Scaling};
 use crate::model::{ModelError, PlaygroundConfig};
 

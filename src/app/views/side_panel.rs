@@ -1,5 +1,7 @@
 //! The side panel: model, layer and head pickers, theme and colours.
 
+use std::path::PathBuf;
+
 use egui::{Color32, RichText, Sense, Stroke, TextEdit};
 
 use super::head_color;
@@ -17,7 +19,7 @@ pub fn side_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtim
             ui.separator();
             match settings.source {
                 Source::Pretrained => {
-                    model_ui(ui, rt);
+                    model_ui(ui, &settings.recent_models, rt);
                     ui.add_space(4.0);
                     super::interventions_panel::interventions_panel_ui(ui, settings, rt);
                 }
@@ -53,10 +55,10 @@ fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) {
     });
 }
 
-fn model_ui(ui: &mut egui::Ui, rt: &mut Runtime) {
+fn model_ui(ui: &mut egui::Ui, recent: &[PathBuf], rt: &mut Runtime) {
     if let Some(m) = &rt.model {
         ui.label(RichText::new(&m.name).strong());
-        ui.label(format!("{} layers × {} heads × {} wide", m.layers, m.heads, m.hidden));
+        ui.label(format!("{} · {} layers × {} heads × {} wide", m.family, m.layers, m.heads, m.hidden));
         ui.label(format!("up to {} tokens", m.max_positions));
         ui.label(RichText::new(m.dir.display().to_string()).small().weak()).on_hover_text("Loaded from this folder");
     }
@@ -77,10 +79,10 @@ fn model_ui(ui: &mut egui::Ui, rt: &mut Runtime) {
     }
     ui.add_space(4.0);
     let busy = rt.loading.is_some();
-    if ui.add_enabled(!busy, egui::Button::new("Open model folder…")).on_hover_text("A Hugging Face BERT folder: config.json, tokenizer.json, model.safetensors. You can also drop a folder on the window.").clicked() {
+    if ui.add_enabled(!busy, egui::Button::new("Open model folder…")).on_hover_text("A Hugging Face model folder: config.json, tokenizer.json, model.safetensors. You can also drop a folder on the window, or type a hub id from the local cache.").clicked() {
         rt.commands.push(Command::BrowseModel);
     }
-    let label = ui.label("Model folder path");
+    let label = ui.label("Model folder or hub id");
     ui.horizontal(|ui| {
         let response =
             ui.add(TextEdit::singleline(&mut rt.model_path_input).desired_width(170.0)).labelled_by(label.id);
@@ -91,6 +93,63 @@ fn model_ui(ui: &mut egui::Ui, rt: &mut Runtime) {
     });
     if ui.add_enabled(!busy, egui::Button::new("Use embedded model").small()).clicked() {
         rt.commands.push(Command::LoadModel(default_model_dir()));
+    }
+    known_models_ui(ui, recent, rt, busy);
+}
+
+/// Recently opened models and the models in the local Hugging Face cache, each opened in a click.
+fn known_models_ui(ui: &mut egui::Ui, recent: &[PathBuf], rt: &mut Runtime, busy: bool) {
+    let current = rt.model.as_ref().map(|m| m.dir.clone());
+    let mut open = None;
+    egui::CollapsingHeader::new("Models on this computer").default_open(true).show(ui, |ui| {
+        let others: Vec<&PathBuf> = recent.iter().filter(|m| Some(*m) != current.as_ref()).collect();
+        if !others.is_empty() {
+            ui.label(RichText::new("Recent").small().strong());
+            for spec in others {
+                let name =
+                    spec.file_name().map_or_else(|| spec.display().to_string(), |n| n.to_string_lossy().into_owned());
+                let shown = crate::model::hub::id_of(spec).unwrap_or(name);
+                if ui
+                    .add_enabled(!busy, egui::Button::new(shown).small())
+                    .on_hover_text(spec.display().to_string())
+                    .clicked()
+                {
+                    open = Some(spec.clone());
+                }
+            }
+        }
+        ui.label(RichText::new("Hugging Face cache").small().strong())
+            .on_hover_text(crate::model::hub::cache_dir().display().to_string());
+        match &rt.cached_models {
+            None => {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label(RichText::new("looking…").small());
+                });
+            }
+            Some(models) if models.is_empty() => {
+                ui.label(RichText::new("none found (models downloaded with Python appear here)").small().weak());
+            }
+            Some(models) => {
+                for m in models {
+                    let size = format!("{:.0} MB", m.bytes as f64 / 1e6);
+                    let (detail, ok) = match &m.summary {
+                        Ok(s) => (format!("{s} · {size}"), true),
+                        Err(e) => (format!("cannot open: {e}"), false),
+                    };
+                    let button = egui::Button::new(&m.id).small();
+                    let response = ui.add_enabled(!busy && ok, button).on_hover_text(&detail);
+                    ui.label(RichText::new(detail).small().weak());
+                    if response.clicked() {
+                        open = Some(m.dir.clone());
+                    }
+                }
+            }
+        }
+    });
+    if let Some(spec) = open {
+        rt.model_path_input = spec.display().to_string();
+        rt.commands.push(Command::LoadModel(spec));
     }
 }
 

@@ -1,0 +1,807 @@
+//! The one network: a forward pass that runs any [`Description`] and records every head's attention
+//! (and, on request, its scores, the terms they sum, queries and keys).
+//!
+//! The blocks mirror Hugging Face transformers' eager code (`modeling_bert.py` is the template; the
+//! family files in [`super::families`] name where each family departs from it). The heavy steps run on
+//! plain `f32` buffers: weights stored as panels (each panel's product streams its weights in order),
+//! each head's scores written straight into the recorded attention and normalised there, heads in
+//! parallel, working buffers allocated once per pass and reused by every layer.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Storage, Tensor};
+use rayon::prelude::*;
+
+use super::describe::{Activation, Description, Disentangled, NormPlacement, PositionBias, Positions, Projection};
+use super::gemm::{MatMut, MatRef, matmul};
+use super::intervene::Interventions;
+use super::kernels;
+use super::relpos;
+use crate::analysis::spare;
+
+/// What to record besides the attention probabilities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// Attention probabilities only (what `output_attentions=True` returns).
+    Attention,
+    /// Also pre-softmax scores, the terms they sum, queries and keys (for the neuron view).
+    Full,
+}
+
+/// What one forward pass produced, as flat `f32` vectors.
+#[derive(Debug, Clone, Default)]
+pub struct ForwardOutput {
+    /// Last hidden state, `seq_len × hidden`.
+    pub last_hidden: Vec<f32>,
+    /// Attention probabilities, `[layer][head][query][key]`.
+    pub probs: Vec<f32>,
+    /// Pre-softmax scores (the sum the softmax is applied to), same layout (empty unless `Capture::Full`).
+    pub scores: Vec<f32>,
+    /// The terms the scores sum, `[term][layer][head][query][key]`, named by
+    /// [`Network::score_terms`] (empty unless `Capture::Full` and the scores have several terms).
+    pub terms: Vec<f32>,
+    /// Query vectors, `[layer][head][token][head_dim]` (empty unless `Capture::Full`).
+    pub queries: Vec<f32>,
+    /// Key vectors, same layout as `queries` (empty unless `Capture::Full`).
+    pub keys: Vec<f32>,
+}
+
+/// A tensor's values as a flat row-major `f32` vector.
+fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+    let t = t.to_dtype(DType::F32)?.contiguous()?;
+    let (storage, layout) = t.storage_and_layout();
+    match (&*storage, layout.contiguous_offsets()) {
+        (Storage::Cpu(cpu), Some((start, end))) => Ok(cpu.as_slice::<f32>()?[start..end].to_vec()),
+        _ => Err(candle_core::Error::Msg("expected a contiguous CPU tensor".into())),
+    }
+}
+
+/// Canonical tensors by name, taken out as they are loaded.
+pub struct Weights(pub HashMap<String, Tensor>);
+
+impl Weights {
+    /// The values of `name`, which must have `shape`.
+    fn take(&mut self, name: &str, shape: &[usize]) -> candle_core::Result<Vec<f32>> {
+        let t = self.0.get(name).ok_or_else(|| candle_core::Error::Msg(format!("cannot find tensor {name}")))?;
+        if t.dims() != shape {
+            return Err(candle_core::Error::Msg(format!(
+                "tensor {name} has shape {:?}, but the config implies {shape:?}",
+                t.dims()
+            )));
+        }
+        values(t)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+}
+
+/// Output features per weight panel of a [`Linear`].
+const PANEL: usize = 64;
+
+/// `nn.Linear`: `x · Wᵀ + b`. `Wᵀ` (`in × out`) is stored as panels of [`PANEL`] output columns,
+/// each a contiguous row-major `in × PANEL` block: each panel's product streams its weights from
+/// one block of memory in order (a whole `Wᵀ` is read with a stride of `out` floats per step,
+/// which is much slower for short inputs), and the panels run in parallel.
+#[derive(Debug, Clone)]
+struct Linear {
+    panels: Vec<f32>,
+    bias: Vec<f32>,
+    in_dim: usize,
+}
+
+impl Linear {
+    /// From a row-major `out × in` weight and an `out` bias.
+    fn new(weight: &[f32], bias: Vec<f32>, in_dim: usize) -> Self {
+        let out_dim = bias.len();
+        let mut panels = Vec::with_capacity(weight.len());
+        for start in (0..out_dim).step_by(PANEL) {
+            let end = (start + PANEL).min(out_dim);
+            for i in 0..in_dim {
+                panels.extend((start..end).map(|o| weight[o * in_dim + i]));
+            }
+        }
+        Self { panels, bias, in_dim }
+    }
+
+    /// `{name}.weight` (`out × in`) and `{name}.bias` (zeros when `bias` is false).
+    fn load(w: &mut Weights, name: &str, in_dim: usize, out_dim: usize, bias: bool) -> candle_core::Result<Self> {
+        let weight = w.take(&format!("{name}.weight"), &[out_dim, in_dim])?;
+        let bias = if bias { w.take(&format!("{name}.bias"), &[out_dim])? } else { vec![0.0; out_dim] };
+        Ok(Self::new(&weight, bias, in_dim))
+    }
+
+    /// Several linear layers on the same input as one (their outputs side by side).
+    fn fused(w: &mut Weights, names: &[String], in_dim: usize, out_dim: usize) -> candle_core::Result<Self> {
+        let mut weight = Vec::with_capacity(names.len() * out_dim * in_dim);
+        let mut bias = Vec::with_capacity(names.len() * out_dim);
+        for name in names {
+            weight.extend(w.take(&format!("{name}.weight"), &[out_dim, in_dim])?);
+            bias.extend(w.take(&format!("{name}.bias"), &[out_dim])?);
+        }
+        Ok(Self::new(&weight, bias, in_dim))
+    }
+
+    fn out_dim(&self) -> usize {
+        self.bias.len()
+    }
+
+    /// `out = x · Wᵀ + b (+ residual)` for the rows of `x`. Each panel's product goes to its own
+    /// block of `scratch`; one pass then adds the bias (and residual) while assembling the rows.
+    fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, scratch: &mut [f32], out: &mut [f32]) {
+        let (in_dim, out_dim) = (self.in_dim, self.out_dim());
+        let rows = x.len() / in_dim.max(1);
+        if rows == 0 || in_dim == 0 {
+            kernels::add_panels(&[], PANEL, &self.bias, residual, out);
+            return;
+        }
+        let scratch = &mut scratch[..rows * out_dim];
+        scratch.par_chunks_mut(rows * PANEL).zip(self.panels.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| {
+            let width = w.len() / in_dim;
+            matmul(
+                MatMut::rows(dst, rows, width, width),
+                MatRef::rows(x, rows, in_dim, in_dim),
+                MatRef::rows(w, in_dim, width, width),
+                1.0,
+                false,
+            );
+        });
+        kernels::add_panels(scratch, PANEL, &self.bias, residual, out);
+    }
+
+    /// `x · Wᵀ + b` into a new vector.
+    fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let rows = x.len() / self.in_dim.max(1);
+        let mut scratch = vec![0.0; rows * self.out_dim()];
+        let mut out = vec![0.0; rows * self.out_dim()];
+        self.forward_into(x, None, &mut scratch, &mut out);
+        out
+    }
+}
+
+/// `nn.LayerNorm` over the last dimension.
+#[derive(Debug, Clone)]
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    eps: f32,
+}
+
+impl Norm {
+    fn load(w: &mut Weights, name: &str, size: usize, eps: f32) -> candle_core::Result<Self> {
+        Ok(Self {
+            weight: w.take(&format!("{name}.weight"), &[size])?,
+            bias: w.take(&format!("{name}.bias"), &[size])?,
+            eps,
+        })
+    }
+
+    fn forward_in_place(&self, x: &mut [f32]) {
+        kernels::layer_norm_rows(x, &self.weight, &self.bias, self.eps);
+    }
+}
+
+/// The embeddings (`BertEmbeddings` and its variants): token rows (× scale), plus token-type and
+/// position rows in the family's order, then the norm and projection in the family's order.
+#[derive(Debug, Clone)]
+struct Embeddings {
+    width: usize,
+    tokens: Vec<f32>,
+    positions: Option<(Vec<f32>, usize)>,
+    types: Option<Vec<f32>>,
+    norm: Option<Norm>,
+    projection: Option<(Linear, Projection)>,
+    scale: f32,
+    positions_first: bool,
+}
+
+impl Embeddings {
+    fn load(w: &mut Weights, d: &Description) -> candle_core::Result<Self> {
+        let e = &d.embedding;
+        let positions = match e.positions {
+            Positions::Table { rows, offset } => Some((w.take("embed.positions.weight", &[rows, e.width])?, offset)),
+            Positions::None => None,
+        };
+        let norm_width = if e.projection == Some(Projection::BeforeNorm) { d.hidden } else { e.width };
+        Ok(Self {
+            width: e.width,
+            tokens: w.take("embed.tokens.weight", &[d.vocab_size, e.width])?,
+            positions,
+            types: (e.token_types > 0).then(|| w.take("embed.types.weight", &[e.token_types, e.width])).transpose()?,
+            norm: e.norm.then(|| Norm::load(w, "embed.norm", norm_width, d.norm_eps)).transpose()?,
+            projection: e
+                .projection
+                .map(|p| Linear::load(w, "embed.project", e.width, d.hidden, true).map(|l| (l, p)))
+                .transpose()?,
+            scale: e.scale,
+            positions_first: e.positions_first,
+        })
+    }
+
+    /// `seq_len × hidden` values. Sums are formed in the family's order (BERT: `(word + type) +
+    /// position`; DeBERTa, GPT-2: `(word + position) + type`), as the tensors are added in Python.
+    fn forward(&self, ids: &[u32], type_ids: &[u32], positions_on: bool) -> Vec<f32> {
+        let e = self.width;
+        let mut x = Vec::with_capacity(ids.len() * e);
+        for &id in ids {
+            let row = &self.tokens[id as usize * e..][..e];
+            if self.scale.to_bits() == 1.0f32.to_bits() {
+                x.extend_from_slice(row);
+            } else {
+                x.extend(row.iter().map(|v| v * self.scale));
+            }
+        }
+        let add_types = |x: &mut [f32]| {
+            if let Some(types) = &self.types {
+                for (row, &t) in x.chunks_mut(e).zip(type_ids) {
+                    row.iter_mut().zip(&types[t as usize * e..][..e]).for_each(|(a, b)| *a += b);
+                }
+            }
+        };
+        let add_positions = |x: &mut [f32]| {
+            if let (Some((table, offset)), true) = (&self.positions, positions_on) {
+                for (i, row) in x.chunks_mut(e).enumerate() {
+                    row.iter_mut().zip(&table[(offset + i) * e..][..e]).for_each(|(a, b)| *a += b);
+                }
+            }
+        };
+        if self.positions_first {
+            add_positions(&mut x);
+            add_types(&mut x);
+        } else {
+            add_types(&mut x);
+            add_positions(&mut x);
+        }
+        if let Some((project, Projection::BeforeNorm)) = &self.projection {
+            x = project.forward(&x);
+        }
+        if let Some(norm) = &self.norm {
+            norm.forward_in_place(&mut x);
+        }
+        if let Some((project, Projection::AfterNorm)) = &self.projection {
+            x = project.forward(&x);
+        }
+        x
+    }
+}
+
+/// One weight set's relative-position projections (DeBERTa): the relative-position embeddings
+/// through the key projection (`pos_key_layer`, for c2p) and the query projection
+/// (`pos_query_layer`, for p2c), `2·span × heads·head_dim` each. They depend on weights only, so
+/// they are computed once at load.
+#[derive(Debug, Clone, Default)]
+struct RelativeProjections {
+    keys: Vec<f32>,
+    queries: Vec<f32>,
+}
+
+/// One weight set of the blocks: attention (`BertSelfAttention` eager + `BertSelfOutput`, q/k/v
+/// fused into one product), then the feed-forward (`BertIntermediate` + `BertOutput`).
+#[derive(Debug, Clone)]
+struct Layer {
+    qkv: Linear,
+    output: Linear,
+    attn_norm: Norm,
+    up: Linear,
+    down: Linear,
+    ffn_norm: Norm,
+    relative: RelativeProjections,
+}
+
+impl Layer {
+    fn load(w: &mut Weights, d: &Description, index: usize, rel: Option<&[f32]>) -> candle_core::Result<Self> {
+        let p = format!("layer.{index}");
+        let (h, attn) = (d.hidden, d.heads * d.head_dim);
+        let qkv = Linear::fused(w, &[format!("{p}.q"), format!("{p}.k"), format!("{p}.v")], h, attn)?;
+        let mut relative = RelativeProjections::default();
+        if let (PositionBias::Disentangled(dis), Some(rel)) = (&d.position_bias, rel) {
+            // DisentangledSelfAttention.disentangled_attention_bias: with share_att_key the content
+            // projections (with their biases), else pos_key_proj (with bias) / pos_query_proj.
+            let (key_proj, query_proj) = if dis.shared_projections {
+                (Linear::load(w, &format!("{p}.k"), h, attn, true)?, Linear::load(w, &format!("{p}.q"), h, attn, true)?)
+            } else {
+                let key = if dis.c2p { Some(Linear::load(w, &format!("{p}.pos_k"), h, attn, true)?) } else { None };
+                let query = if dis.p2c && w.has(&format!("{p}.pos_q.weight")) {
+                    let bias = w.has(&format!("{p}.pos_q.bias"));
+                    Some(Linear::load(w, &format!("{p}.pos_q"), h, attn, bias)?)
+                } else {
+                    None
+                };
+                let empty = Linear::new(&[], vec![], h);
+                (key.unwrap_or_else(|| empty.clone()), query.unwrap_or(empty))
+            };
+            if dis.c2p {
+                relative.keys = key_proj.forward(rel);
+            }
+            if dis.p2c {
+                relative.queries = query_proj.forward(rel);
+            }
+        }
+        Ok(Self {
+            qkv,
+            output: Linear::load(w, &format!("{p}.o"), attn, h, true)?,
+            attn_norm: Norm::load(w, &format!("{p}.attn_norm"), h, d.norm_eps)?,
+            up: Linear::load(w, &format!("{p}.up"), h, d.intermediate, true)?,
+            down: Linear::load(w, &format!("{p}.down"), d.intermediate, h, true)?,
+            ffn_norm: Norm::load(w, &format!("{p}.ffn_norm"), h, d.norm_eps)?,
+            relative,
+        })
+    }
+}
+
+/// The relative-position terms of one forward pass: what depends on the input length only,
+/// computed once and shared by every layer.
+enum Relative {
+    None,
+    /// MPNet: `bias[bucket[query][key] · heads + head]`.
+    Buckets {
+        bias: Vec<f32>,
+        bucket: Vec<u32>,
+    },
+    /// DeBERTa: the gather indices of c2p (`[query][key]`) and p2c (`[key][query]`, before the
+    /// transpose), into `2·span` relative positions.
+    Disentangled {
+        c2p: Vec<u32>,
+        p2c: Vec<u32>,
+        span2: usize,
+    },
+}
+
+/// How one layer runs: what to change.
+struct LayerRun<'a> {
+    temperature: f32,
+    causal: bool,
+    /// Heads of this layer whose output is zeroed.
+    ablated: &'a [usize],
+}
+
+/// One head's share of a layer's outputs.
+struct HeadOut<'a> {
+    probs: &'a mut [f32],
+    context: &'a mut [f32],
+    scores: Option<&'a mut [f32]>,
+    terms: Vec<&'a mut [f32]>,
+    queries: Option<&'a mut [f32]>,
+    keys: Option<&'a mut [f32]>,
+}
+
+/// One layer's slices of the recorded outputs (`heads` matrices or vector sets each).
+struct Recorded<'a> {
+    probs: &'a mut [f32],
+    scores: Option<&'a mut [f32]>,
+    /// One slice per score term.
+    terms: Vec<&'a mut [f32]>,
+    queries: Option<&'a mut [f32]>,
+    keys: Option<&'a mut [f32]>,
+}
+
+/// Working memory of a forward pass, allocated once and reused by every layer.
+struct Buffers {
+    /// Input of a sub-block after its norm (pre-LN), `n × hidden`.
+    normed: Vec<f32>,
+    /// Fused q/k/v, `n × 3·attn`.
+    qkv: Vec<f32>,
+    /// Attention output per head, `heads × n × head_dim`.
+    context_by_head: Vec<f32>,
+    /// The same as rows, `n × attn`.
+    context: Vec<f32>,
+    /// Residual stream after attention, `n × hidden`.
+    attended: Vec<f32>,
+    /// Feed-forward inner activations, `n × intermediate`.
+    inner: Vec<f32>,
+    /// A linear layer's product, panel by panel, before its bias: `n × out` for the widest layer.
+    panels: Vec<f32>,
+}
+
+impl Buffers {
+    fn new(n: usize, d: &Description) -> Self {
+        let (hidden, attn) = (d.hidden, d.heads * d.head_dim);
+        Self {
+            normed: vec![0.0; n * hidden],
+            qkv: vec![0.0; n * 3 * attn],
+            context_by_head: vec![0.0; n * attn],
+            context: vec![0.0; n * attn],
+            attended: vec![0.0; n * hidden],
+            inner: vec![0.0; n * d.intermediate],
+            panels: vec![0.0; n * (3 * attn).max(d.intermediate).max(hidden)],
+        }
+    }
+}
+
+/// A transformer that records attention: any [`Description`] with its weights.
+#[derive(Debug, Clone)]
+pub struct Network {
+    desc: Description,
+    embeddings: Embeddings,
+    /// Weight sets; layer `l` runs `layers[desc.layer_weights[l]]`.
+    layers: Vec<Layer>,
+    /// MPNet's bias table, `buckets × heads`.
+    bucket_bias: Vec<f32>,
+    final_norm: Option<Norm>,
+}
+
+impl Network {
+    /// Builds the network from canonical weights (see [`super::families`]); every tensor the
+    /// description implies must be there with its shape.
+    pub fn load(desc: &Description, mut w: Weights) -> candle_core::Result<Self> {
+        let embeddings = Embeddings::load(&mut w, desc)?;
+        let mut bucket_bias = Vec::new();
+        let mut rel = None;
+        match &desc.position_bias {
+            PositionBias::None => {}
+            PositionBias::Buckets { rows, .. } => {
+                bucket_bias = w.take("rel.bias.weight", &[*rows, desc.heads])?;
+            }
+            PositionBias::Disentangled(dis) => {
+                let mut table = w.take("rel.embeddings.weight", &[2 * dis.span, desc.hidden])?;
+                if dis.norm {
+                    Norm::load(&mut w, "rel.norm", desc.hidden, desc.norm_eps)?.forward_in_place(&mut table);
+                }
+                rel = Some(table);
+            }
+        }
+        let layers = (0..desc.weight_sets())
+            .map(|i| Layer::load(&mut w, desc, i, rel.as_deref()))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let final_norm =
+            desc.final_norm.then(|| Norm::load(&mut w, "final_norm", desc.hidden, desc.norm_eps)).transpose()?;
+        Ok(Self { desc: desc.clone(), embeddings, layers, bucket_bias, final_norm })
+    }
+
+    /// The description it runs.
+    pub fn description(&self) -> &Description {
+        &self.desc
+    }
+
+    /// Whether every query sees only itself and earlier tokens.
+    pub fn is_causal(&self) -> bool {
+        self.desc.causal
+    }
+
+    /// Names of the terms each score sums, when it is more than `q·k · scale` (the neuron view
+    /// shows them; [`ForwardOutput::terms`] holds them in this order). Empty for plain scores.
+    pub fn score_terms(&self) -> Vec<&'static str> {
+        match &self.desc.position_bias {
+            PositionBias::None => Vec::new(),
+            PositionBias::Buckets { .. } => vec!["content q·k", "relative-position bias"],
+            PositionBias::Disentangled(d) => {
+                let mut t = vec!["content q·k"];
+                if d.c2p {
+                    t.push("content→position");
+                }
+                if d.p2c {
+                    t.push("position→content");
+                }
+                t
+            }
+        }
+    }
+
+    /// The absolute position table as the model reads it (from its first used row),
+    /// `max_len × embedding width`, row-major; None without one.
+    pub fn position_table(&self) -> Option<Vec<f32>> {
+        let (table, offset) = self.embeddings.positions.as_ref()?;
+        let e = self.embeddings.width;
+        let rows = (table.len() / e.max(1)).saturating_sub(*offset).min(self.desc.max_len);
+        Some(table[offset * e..(offset + rows) * e].to_vec())
+    }
+
+    /// Runs the network on one sequence (no padding, so no attention mask), recording attention,
+    /// with `interventions` applied (the default changes nothing). `type_ids` are the tokenizer's;
+    /// models that do not read them get zeros.
+    pub fn forward(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        capture: Capture,
+        interventions: &Interventions,
+    ) -> candle_core::Result<ForwardOutput> {
+        // Run our own parallel kernels on candle's worker pool too: one pool, not two, on few cores.
+        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture, interventions))
+    }
+
+    fn relative(&self, n: usize) -> Relative {
+        match &self.desc.position_bias {
+            PositionBias::None => Relative::None,
+            PositionBias::Buckets { buckets, max_distance, .. } => {
+                // MPNetEncoder.compute_position_bias: relative_position = memory_position − context_position.
+                let mut bucket = Vec::with_capacity(n * n);
+                for q in 0..n {
+                    for k in 0..n {
+                        bucket.push(relpos::bidirectional_bucket(k as i64 - q as i64, *buckets, *max_distance) as u32);
+                    }
+                }
+                Relative::Buckets { bias: self.bucket_bias.clone(), bucket }
+            }
+            PositionBias::Disentangled(Disentangled { span, log_buckets, .. }) => {
+                // build_relative_position: rel[q][k] = bucket(q − k); c2p index clamp(rel + span),
+                // p2c index clamp(−rel + span), both into [0, 2·span).
+                let span = *span as i64;
+                let rel = |a: usize, b: usize| {
+                    let r = a as i64 - b as i64;
+                    match log_buckets {
+                        Some((size, max)) => relpos::log_bucket(r, *size, *max),
+                        None => r,
+                    }
+                };
+                let clamp = |v: i64| v.clamp(0, 2 * span - 1) as u32;
+                let mut c2p = Vec::with_capacity(n * n);
+                let mut p2c = Vec::with_capacity(n * n);
+                for a in 0..n {
+                    for b in 0..n {
+                        let r = rel(a, b);
+                        c2p.push(clamp(r + span));
+                        p2c.push(clamp(-r + span));
+                    }
+                }
+                Relative::Disentangled { c2p, p2c, span2: 2 * span as usize }
+            }
+        }
+    }
+
+    fn forward_in_pool(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        capture: Capture,
+        iv: &Interventions,
+    ) -> candle_core::Result<ForwardOutput> {
+        let d = &self.desc;
+        let seq_len = ids.len();
+        if seq_len == 0 || type_ids.len() != seq_len {
+            return Err(candle_core::Error::Msg(format!(
+                "cannot run {seq_len} tokens with {} segment ids: the network needs at least one token and one segment id per token",
+                type_ids.len()
+            )));
+        }
+        if seq_len > d.max_len {
+            return Err(candle_core::Error::Msg(format!(
+                "{seq_len} tokens exceed the model's {} positions",
+                d.max_len
+            )));
+        }
+        if let Some(&id) = ids.iter().find(|&&id| id as usize >= d.vocab_size) {
+            return Err(candle_core::Error::Msg(format!("token id {id} is outside the vocabulary ({})", d.vocab_size)));
+        }
+        let zeros;
+        let type_ids = if d.reads_token_types && d.embedding.token_types > 0 {
+            if let Some(&t) = type_ids.iter().find(|&&t| t as usize >= d.embedding.token_types) {
+                return Err(candle_core::Error::Msg(format!(
+                    "token type {t} is outside the model's {} token types",
+                    d.embedding.token_types
+                )));
+            }
+            type_ids
+        } else {
+            zeros = vec![0; seq_len];
+            &zeros
+        };
+        iv.validate(d.layers, d.heads).map_err(candle_core::Error::Msg)?;
+        let run_layers = iv.first_layers.unwrap_or(d.layers); // validated above
+        let heads = d.heads;
+        let per_layer = heads * seq_len * seq_len;
+        let vectors_per_layer = heads * seq_len * d.head_dim;
+        let term_count = self.score_terms().len();
+        // The layers write every recorded value: probabilities and scores reuse the buffers of
+        // dropped runs (whatever they hold), other buffers are zeroed straight from the OS.
+        let full = capture == Capture::Full;
+        let mut out = ForwardOutput {
+            last_hidden: Vec::new(),
+            probs: spare::take(per_layer * run_layers),
+            scores: if full { spare::take(per_layer * run_layers) } else { Vec::new() },
+            terms: if full { vec![0.0; term_count * per_layer * run_layers] } else { Vec::new() },
+            queries: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
+            keys: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
+        };
+        let mut x = self.embeddings.forward(ids, type_ids, !iv.zero_positions);
+        let relative = self.relative(seq_len);
+        let mut bufs = Buffers::new(seq_len, d);
+        let mut scores = full.then(|| out.scores.chunks_mut(per_layer));
+        let mut queries = full.then(|| out.queries.chunks_mut(vectors_per_layer));
+        let mut keys = full.then(|| out.keys.chunks_mut(vectors_per_layer));
+        // Terms are [term][layer][…]: one iterator over layers per term.
+        let term_block = per_layer * run_layers;
+        let mut terms: Vec<_> = out.terms.chunks_mut(term_block.max(1)).map(|t| t.chunks_mut(per_layer)).collect();
+        for (l, probs) in out.probs.chunks_mut(per_layer).enumerate().take(run_layers) {
+            let ablated: Vec<usize> = iv.ablated.iter().filter(|&&(al, _)| al == l).map(|&(_, h)| h).collect();
+            let how = LayerRun { temperature: iv.temperature, causal: d.causal || iv.causal, ablated: &ablated };
+            let rec = Recorded {
+                probs,
+                scores: scores.as_mut().and_then(Iterator::next),
+                terms: terms.iter_mut().filter_map(Iterator::next).collect(),
+                queries: queries.as_mut().and_then(Iterator::next),
+                keys: keys.as_mut().and_then(Iterator::next),
+            };
+            self.layer_forward(&self.layers[d.layer_weights[l]], &mut x, &how, rec, &relative, &mut bufs);
+        }
+        if let Some(norm) = &self.final_norm {
+            norm.forward_in_place(&mut x);
+        }
+        out.last_hidden = x;
+        Ok(out)
+    }
+
+    /// One block on the residual stream `x` (`n × hidden`), in place: post-LN
+    /// (`norm(x + attn(x))`, then `norm(y + ffn(y))`) or pre-LN (`x + attn(norm(x))`, then
+    /// `y + ffn(norm(y))`).
+    fn layer_forward(
+        &self,
+        layer: &Layer,
+        x: &mut [f32],
+        how: &LayerRun<'_>,
+        rec: Recorded<'_>,
+        relative: &Relative,
+        bufs: &mut Buffers,
+    ) {
+        let mut attended = std::mem::take(&mut bufs.attended);
+        match self.desc.norm {
+            NormPlacement::Post => {
+                self.attention(layer, x, x, how, rec, relative, bufs, &mut attended);
+                layer.attn_norm.forward_in_place(&mut attended);
+                self.feed_forward(layer, &attended, &attended, bufs, x);
+                layer.ffn_norm.forward_in_place(x);
+            }
+            NormPlacement::Pre => {
+                let mut normed = std::mem::take(&mut bufs.normed);
+                normed.copy_from_slice(x);
+                layer.attn_norm.forward_in_place(&mut normed);
+                self.attention(layer, &normed, x, how, rec, relative, bufs, &mut attended);
+                normed.copy_from_slice(&attended);
+                layer.ffn_norm.forward_in_place(&mut normed);
+                self.feed_forward(layer, &normed, &attended, bufs, x);
+                bufs.normed = normed;
+            }
+        }
+        bufs.attended = attended;
+    }
+
+    /// `eager_attention_forward`: softmax(q·kᵀ · scale + position terms) · v, then the output
+    /// dense plus `residual` into `out` (the caller places the norm). Each head's scores are
+    /// computed straight into its slice of the recorded probabilities and normalised there; heads
+    /// run in parallel. Heads in `how.ablated` have their output zeroed.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        layer: &Layer,
+        x: &[f32],
+        residual: &[f32],
+        how: &LayerRun<'_>,
+        rec: Recorded<'_>,
+        relative: &Relative,
+        bufs: &mut Buffers,
+        out: &mut [f32],
+    ) {
+        let (heads, d) = (self.desc.heads, self.desc.head_dim);
+        let attn = heads * d;
+        let n = x.len() / self.desc.hidden.max(1);
+        // (n, 3·attn): every query, then every key, then every value, head after head.
+        layer.qkv.forward_into(x, None, &mut bufs.panels, &mut bufs.qkv);
+        let qkv = &bufs.qkv[..];
+        let scale = self.desc.score_scale;
+        let Recorded { probs, scores, terms, queries, keys } = rec;
+        let mut scores = scores.map(|s| s.chunks_mut(n * n));
+        let mut queries = queries.map(|q| q.chunks_mut(n * d));
+        let mut keys = keys.map(|k| k.chunks_mut(n * d));
+        let mut terms: Vec<_> = terms.into_iter().map(|t| t.chunks_mut(n * n)).collect();
+        let tasks: Vec<HeadOut<'_>> = probs
+            .chunks_mut(n * n)
+            .zip(bufs.context_by_head.chunks_mut(n * d))
+            .map(|(probs, context)| HeadOut {
+                probs,
+                context,
+                scores: scores.as_mut().and_then(Iterator::next),
+                terms: terms.iter_mut().filter_map(Iterator::next).collect(),
+                queries: queries.as_mut().and_then(Iterator::next),
+                keys: keys.as_mut().and_then(Iterator::next),
+            })
+            .collect();
+        let row = 3 * attn;
+        tasks.into_par_iter().enumerate().for_each(|(h, mut t)| {
+            let q = MatRef::rows(&qkv[h * d..], n, d, row);
+            let k = MatRef::rows(&qkv[attn + h * d..], n, d, row);
+            let v = MatRef::rows(&qkv[2 * attn + h * d..], n, d, row);
+            matmul(MatMut::rows(t.probs, n, n, n), q, k.t(), scale, false);
+            self.add_position_terms(layer, h, n, (q, k), relative, &mut t);
+            if how.temperature.to_bits() != 1.0f32.to_bits() {
+                let inv = 1.0 / how.temperature;
+                t.probs.iter_mut().for_each(|s| *s *= inv);
+            }
+            kernels::softmax_rows(t.probs, n, how.causal, t.scores);
+            for (recorded, offset) in [(t.queries, h * d), (t.keys, attn + h * d)] {
+                if let Some(recorded) = recorded {
+                    for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
+                        dst.copy_from_slice(&src[offset..offset + d]);
+                    }
+                }
+            }
+            if how.ablated.contains(&h) {
+                t.context.fill(0.0);
+            } else {
+                matmul(MatMut::rows(t.context, n, d, d), MatRef::rows(t.probs, n, n, n), v, 1.0, false);
+            }
+        });
+        // (heads, n, d) → (n, heads·d), then the output dense.
+        for (h, context) in bufs.context_by_head.chunks(n * d).enumerate() {
+            for (dst, src) in bufs.context.chunks_mut(attn).zip(context.chunks(d)) {
+                dst[h * d..(h + 1) * d].copy_from_slice(src);
+            }
+        }
+        layer.output.forward_into(&bufs.context, Some(residual), &mut bufs.panels, out);
+    }
+
+    /// Adds head `h`'s relative-position terms to its content scores in `t.probs` (recording the
+    /// content and each term in `t.terms` when asked).
+    ///
+    /// MPNet (`MPNetSelfAttention`): `+ position_bias[h][q][k]`. DeBERTa
+    /// (`DisentangledSelfAttention.disentangled_attention_bias`): c2p `q_q · pos_key[c2p[q][k]]`,
+    /// p2c `k_k · pos_query[p2c[k][q]]` (gathered per key, then transposed), each scaled like the
+    /// content score.
+    fn add_position_terms(
+        &self,
+        layer: &Layer,
+        h: usize,
+        n: usize,
+        (q, k): (MatRef<'_>, MatRef<'_>),
+        relative: &Relative,
+        t: &mut HeadOut<'_>,
+    ) {
+        let mut terms = t.terms.iter_mut();
+        if let Some(content) = terms.next() {
+            content.copy_from_slice(t.probs);
+        }
+        match relative {
+            Relative::None => {}
+            Relative::Buckets { bias, bucket } => {
+                let heads = self.desc.heads;
+                let mut record = terms.next();
+                for (i, (s, &b)) in t.probs.iter_mut().zip(bucket).enumerate() {
+                    let v = bias[b as usize * heads + h];
+                    *s += v;
+                    if let Some(r) = record.as_deref_mut() {
+                        r[i] = v;
+                    }
+                }
+            }
+            Relative::Disentangled { c2p, p2c, span2 } => {
+                let (d, attn, scale) =
+                    (self.desc.head_dim, self.desc.heads * self.desc.head_dim, self.desc.score_scale);
+                let mut product = vec![0.0; n * span2];
+                for (table, index, transposed, vectors) in
+                    [(&layer.relative.keys, c2p, false, q), (&layer.relative.queries, p2c, true, k)]
+                {
+                    if table.is_empty() {
+                        continue;
+                    }
+                    // (n × d) · (d × 2·span): every token against every relative position.
+                    let positions = MatRef::rows(&table[h * d..], *span2, d, attn);
+                    matmul(MatMut::rows(&mut product, n, *span2, *span2), vectors, positions.t(), scale, false);
+                    let mut record = terms.next();
+                    for a in 0..n {
+                        for b in 0..n {
+                            let (i, j) = if transposed { (b, a) } else { (a, b) };
+                            let v = product[a * span2 + index[a * n + b] as usize];
+                            t.probs[i * n + j] += v;
+                            if let Some(r) = record.as_deref_mut() {
+                                r[i * n + j] = v;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The feed-forward block on `x`, plus `residual` (no norm), into `out`.
+    fn feed_forward(&self, layer: &Layer, x: &[f32], residual: &[f32], bufs: &mut Buffers, out: &mut [f32]) {
+        layer.up.forward_into(x, None, &mut bufs.panels, &mut bufs.inner);
+        match self.desc.activation {
+            // GELUActivation: nn.functional.gelu, the exact erf form.
+            Activation::Gelu => kernels::gelu_erf_in_place(&mut bufs.inner),
+            // NewGELUActivation / gelu_pytorch_tanh: the tanh approximation.
+            Activation::GeluTanh => kernels::gelu_tanh_in_place(&mut bufs.inner),
+            Activation::Relu => kernels::relu_in_place(&mut bufs.inner),
+        }
+        layer.down.forward_into(&bufs.inner, Some(residual), &mut bufs.panels, out);
+    }
+}

@@ -1,0 +1,133 @@
+//! GPT-2: pre-LN, causal, learned positions, a final norm (`ln_f`), no token types. Its `Conv1D`
+//! weights are stored `in × out` (transposed here to `nn.Linear`'s `out × in`) and `c_attn` holds
+//! query, key and value side by side (split here).
+//!
+//! Mirrors modeling_gpt2.py: `GPT2Block` (`ln_1` → attention → residual, `ln_2` → MLP → residual),
+//! `GPT2Attention` eager (`q·kᵀ / √head_dim`, causal mask), `GPT2MLP` (`c_fc` → activation → `c_proj`).
+
+use std::collections::HashMap;
+
+use candle_core::Tensor;
+
+use super::{Family, Keys, Sizes, inverse_sqrt, positions, unsupported};
+use crate::model::ModelError;
+use crate::model::describe::{Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
+
+/// GPT-2 (`model_type` "gpt2").
+pub static GPT2: Family = Family { model_types: &["gpt2"], describe, canonical };
+
+fn describe(keys: &Keys) -> Result<Description, ModelError> {
+    keys.refuse_unless(
+        "scale_attn_weights",
+        |v| v == &serde_json::Value::Bool(true),
+        "only GPT-2's 1/√head_dim score scaling is supported",
+    )?;
+    keys.refuse_unless(
+        "scale_attn_by_inverse_layer_idx",
+        |v| v == &serde_json::Value::Bool(false),
+        "scores divided by the layer number are not supported",
+    )?;
+    keys.refuse_unless(
+        "add_cross_attention",
+        |v| v == &serde_json::Value::Bool(false),
+        "cross-attention is not supported",
+    )?;
+    let hidden = keys.usize("n_embd")?;
+    let s =
+        Sizes::read(keys, ["vocab_size", "n_embd", "n_layer", "n_head", "n_inner"], Some(hidden.saturating_mul(4)))?;
+    let rows = positions(keys, "n_positions")?;
+    if s.intermediate == 0 {
+        return Err(unsupported("n_inner", "0".into(), "must be at least 1"));
+    }
+    Ok(Description {
+        family: String::new(),
+        vocab_size: s.vocab,
+        hidden: s.hidden,
+        layers: s.layers,
+        heads: s.heads,
+        head_dim: s.hidden / s.heads,
+        intermediate: s.intermediate,
+        activation: keys.activation("activation_function", "gelu_new")?,
+        embedding: EmbeddingDesc {
+            width: s.hidden,
+            positions: Positions::Table { rows, offset: 0 },
+            token_types: 0,
+            scale: 1.0,
+            norm: false,
+            positions_first: true,
+            projection: None,
+        },
+        reads_token_types: false,
+        causal: true,
+        score_scale: inverse_sqrt(s.hidden / s.heads),
+        position_bias: PositionBias::None,
+        norm: NormPlacement::Pre,
+        norm_eps: keys.eps("layer_norm_epsilon", 1e-5)?,
+        final_norm: true,
+        layer_weights: (0..s.layers).collect(),
+        max_len: rows,
+        pad_token_id: None,
+    })
+}
+
+/// GPT-2 tensors (with or without the `transformer.` prefix) → canonical names; `Conv1D` weights
+/// transposed, `c_attn` split into q, k and v; the language-model head and the old checkpoints'
+/// mask buffers (`attn.bias`, `attn.masked_bias`) dropped.
+fn canonical(tensors: HashMap<String, Tensor>, desc: &Description) -> Result<HashMap<String, Tensor>, String> {
+    let h = desc.hidden;
+    let mut out = HashMap::new();
+    for (name, t) in tensors {
+        let bad = |e: candle_core::Error| format!("tensor {name}: {e}");
+        let transposed = |t: &Tensor| t.t().and_then(|t| t.contiguous()).map_err(bad);
+        let short = name.strip_prefix("transformer.").unwrap_or(&name);
+        let Some(rest) = short.strip_prefix("h.") else {
+            let canon = match short {
+                "wte.weight" => "embed.tokens.weight",
+                "wpe.weight" => "embed.positions.weight",
+                "ln_f.weight" => "final_norm.weight",
+                "ln_f.bias" => "final_norm.bias",
+                _ => continue,
+            };
+            out.insert(canon.to_string(), t);
+            continue;
+        };
+        let Some((layer, rest)) = rest.split_once('.') else { continue };
+        if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let p = format!("layer.{layer}");
+        let (module, leaf) = match rest.rsplit_once('.') {
+            Some(x) => x,
+            None => continue,
+        };
+        let target = match module {
+            "ln_1" => "attn_norm",
+            "ln_2" => "ffn_norm",
+            "attn.c_proj" => "o",
+            "mlp.c_fc" => "up",
+            "mlp.c_proj" => "down",
+            "attn.c_attn" => {
+                let weight = leaf == "weight";
+                let dim = usize::from(weight);
+                if t.dims().get(dim) != Some(&(3 * h)) {
+                    return Err(format!(
+                        "tensor {name} has shape {:?}; expected 3 × n_embd = {} wide",
+                        t.dims(),
+                        3 * h
+                    ));
+                }
+                for (i, part) in ["q", "k", "v"].iter().enumerate() {
+                    let piece = t.narrow(dim, i * h, h).map_err(bad)?;
+                    let piece = if weight { transposed(&piece)? } else { piece };
+                    out.insert(format!("{p}.{part}.{leaf}"), piece);
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        let is_conv_weight = leaf == "weight" && !module.starts_with("ln_");
+        let t = if is_conv_weight { transposed(&t)? } else { t };
+        out.insert(format!("{p}.{target}.{leaf}"), t);
+    }
+    Ok(out)
+}

@@ -1,0 +1,344 @@
+//! One small mapping per model family: `config.json` keys → [`Description`], checkpoint tensor names
+//! → the engine's canonical names. Everything a family needs is read here, in one place, and every
+//! error names the key or tensor at fault.
+//!
+//! Canonical names (what [`super::engine::Network`] loads): `embed.{tokens,positions,types}.weight`,
+//! `embed.norm.*`, `embed.project.*`, `layer.{w}.{q,k,v,o,up,down}.*`, `layer.{w}.{attn_norm,ffn_norm}.*`,
+//! `layer.{w}.{pos_q,pos_k}.*`, `rel.bias.weight`, `rel.embeddings.weight`, `rel.norm.*`, `final_norm.*`.
+
+mod albert;
+mod bert;
+mod deberta;
+mod distilbert;
+mod gpt2;
+mod mpnet;
+
+use std::collections::HashMap;
+
+use candle_core::Tensor;
+use serde_json::{Map, Value};
+
+use super::ModelError;
+use super::describe::Description;
+
+/// Largest counts a config may claim before anything is allocated for them (far above any released
+/// model; a larger value is a broken or hostile file).
+const MAX_LAYERS: usize = 1024;
+const MAX_WIDTH: usize = 1 << 17;
+const MAX_HEADS: usize = 4096;
+const MAX_VOCAB: usize = 1 << 24;
+const MAX_POSITIONS: usize = 1 << 20;
+
+/// A family: how to read its config and rename its tensors.
+pub struct Family {
+    /// `model_type` values it covers.
+    pub model_types: &'static [&'static str],
+    /// `config.json` → description.
+    pub describe: fn(&Keys) -> Result<Description, ModelError>,
+    /// Checkpoint tensors → canonical tensors (renamed, and split or transposed where the family
+    /// stores them otherwise); tensors the engine does not use are dropped.
+    pub canonical: fn(HashMap<String, Tensor>, &Description) -> Result<HashMap<String, Tensor>, String>,
+}
+
+/// Every supported family.
+const FAMILIES: &[&Family] = &[
+    &bert::BERT,
+    &bert::ROBERTA,
+    &bert::ELECTRA,
+    &distilbert::DISTILBERT,
+    &albert::ALBERT,
+    &mpnet::MPNET,
+    &deberta::DEBERTA_V2,
+    &gpt2::GPT2,
+];
+
+/// The `model_type`s attnviz opens, for messages.
+pub fn supported_model_types() -> String {
+    FAMILIES.iter().flat_map(|f| f.model_types.iter().copied()).collect::<Vec<_>>().join(", ")
+}
+
+/// Reads `config.json` text: the family it names and the network it describes.
+pub fn describe(text: &str) -> Result<(&'static Family, Description), ModelError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| ModelError::Config(e.to_string()))?;
+    let Value::Object(map) = value else {
+        return Err(ModelError::Config("config.json is not a JSON object".into()));
+    };
+    let keys = Keys(map);
+    let model_type = match keys.0.get("model_type") {
+        Some(Value::String(s)) => s.clone(),
+        // Old BERT checkpoints have no model_type; their architectures say what they are.
+        None if keys.architectures().iter().any(|a| a.starts_with("Bert")) => "bert".into(),
+        Some(other) => return Err(ModelError::Config(format!("\"model_type\" must be a string, got {other}"))),
+        None => {
+            return Err(ModelError::Unsupported {
+                field: "model_type".into(),
+                value: "(missing)".into(),
+                why: format!("config.json must name its family; supported: {}", supported_model_types()),
+            });
+        }
+    };
+    let family = FAMILIES.iter().find(|f| f.model_types.contains(&model_type.as_str())).ok_or_else(|| {
+        ModelError::Unsupported {
+            field: "model_type".into(),
+            value: model_type.clone(),
+            why: format!("supported: {}", supported_model_types()),
+        }
+    })?;
+    let mut desc = (family.describe)(&keys)?;
+    desc.family = model_type;
+    Ok((family, desc))
+}
+
+/// The keys of one `config.json`, read with errors that name the key.
+pub struct Keys(pub Map<String, Value>);
+
+impl Keys {
+    fn bad(key: &str, value: &Value, want: &str) -> ModelError {
+        ModelError::Config(format!("\"{key}\" must be {want}, got {value}"))
+    }
+
+    /// A required count.
+    pub fn usize(&self, key: &str) -> Result<usize, ModelError> {
+        self.opt_usize(key)?.ok_or_else(|| ModelError::Config(format!("missing field `{key}`")))
+    }
+
+    /// An optional count (absent or null: None).
+    pub fn opt_usize(&self, key: &str) -> Result<Option<usize>, ModelError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| Self::bad(key, v, "a whole number ≥ 0")),
+        }
+    }
+
+    /// An optional signed number (DeBERTa's `-1` for "unset").
+    pub fn opt_i64(&self, key: &str) -> Result<Option<i64>, ModelError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| Self::bad(key, v, "a whole number")),
+        }
+    }
+
+    /// An optional number.
+    pub fn opt_f64(&self, key: &str) -> Result<Option<f64>, ModelError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| Self::bad(key, v, "a number")),
+        }
+    }
+
+    /// An optional string.
+    pub fn opt_str(&self, key: &str) -> Result<Option<&str>, ModelError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(Self::bad(key, v, "a string")),
+        }
+    }
+
+    /// An optional boolean.
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>, ModelError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(Self::bad(key, v, "true or false")),
+        }
+    }
+
+    /// `architectures`, or empty.
+    pub fn architectures(&self) -> Vec<String> {
+        self.0
+            .get("architectures")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The norm epsilon under `key`, or `default`; must be a positive number.
+    pub fn eps(&self, key: &str, default: f64) -> Result<f32, ModelError> {
+        let eps = self.opt_f64(key)?.unwrap_or(default);
+        if eps.is_finite() && eps > 0.0 {
+            Ok(eps as f32)
+        } else {
+            Err(unsupported(key, eps.to_string(), "must be a positive number"))
+        }
+    }
+
+    /// The activation under `key`, or `default`.
+    pub fn activation(&self, key: &str, default: &str) -> Result<super::describe::Activation, ModelError> {
+        let name = self.opt_str(key)?.unwrap_or(default);
+        super::describe::Activation::from_name(name).ok_or_else(|| {
+            unsupported(key, name.to_string(), &format!("supported: {}", super::describe::Activation::NAMES))
+        })
+    }
+
+    /// Refuses a key whose value changes the maths in a way this engine does not run: `ok` says
+    /// which values are fine (an absent key is fine).
+    pub fn refuse_unless(&self, key: &str, ok: impl Fn(&Value) -> bool, why: &str) -> Result<(), ModelError> {
+        match self.0.get(key) {
+            Some(v) if !v.is_null() && !ok(v) => Err(unsupported(key, v.to_string(), why)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Encoder families refuse configs that turn them into decoders.
+    pub fn refuse_decoder_settings(&self) -> Result<(), ModelError> {
+        let is_false = |v: &Value| v == &Value::Bool(false);
+        self.refuse_unless("is_decoder", is_false, "attnviz runs this family as an encoder only")?;
+        self.refuse_unless("add_cross_attention", is_false, "cross-attention is not supported for this family")
+    }
+}
+
+/// An unsupported-setting error naming the key.
+pub fn unsupported(field: &str, value: String, why: &str) -> ModelError {
+    ModelError::Unsupported { field: field.to_string(), value, why: why.to_string() }
+}
+
+/// The sizes every family shares, checked against sane bounds before anything is allocated.
+pub struct Sizes {
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Hidden width.
+    pub hidden: usize,
+    /// Layers run.
+    pub layers: usize,
+    /// Heads per layer.
+    pub heads: usize,
+    /// Feed-forward width.
+    pub intermediate: usize,
+}
+
+impl Sizes {
+    /// Reads the sizes under the family's key names (`[vocab, hidden, layers, heads, intermediate]`),
+    /// `intermediate` defaulting to `default_intermediate(hidden)` when absent.
+    pub fn read(keys: &Keys, names: [&str; 5], default_intermediate: Option<usize>) -> Result<Self, ModelError> {
+        let [vocab, hidden, layers, heads, intermediate] = names;
+        let sizes = Self {
+            vocab: keys.usize(vocab)?,
+            hidden: keys.usize(hidden)?,
+            layers: keys.usize(layers)?,
+            heads: keys.usize(heads)?,
+            intermediate: match (keys.opt_usize(intermediate)?, default_intermediate) {
+                (Some(i), _) => i,
+                (None, Some(i)) => i,
+                (None, None) => keys.usize(intermediate)?,
+            },
+        };
+        for (key, value, max) in [
+            (vocab, sizes.vocab, MAX_VOCAB),
+            (hidden, sizes.hidden, MAX_WIDTH),
+            (layers, sizes.layers, MAX_LAYERS),
+            (heads, sizes.heads, MAX_HEADS),
+            (intermediate, sizes.intermediate, 4 * MAX_WIDTH),
+        ] {
+            bounded(key, value, 1, max)?;
+        }
+        if sizes.hidden % sizes.heads != 0 {
+            return Err(unsupported(
+                heads,
+                sizes.heads.to_string(),
+                &format!("{hidden} {} is not divisible by it", sizes.hidden),
+            ));
+        }
+        Ok(sizes)
+    }
+}
+
+/// Checks `min ≤ value ≤ max` for a count read from a file.
+pub fn bounded(key: &str, value: usize, min: usize, max: usize) -> Result<usize, ModelError> {
+    if value < min || value > max {
+        let why = if value < min {
+            format!("must be at least {min}")
+        } else {
+            format!("is implausibly large (the limit is {max})")
+        };
+        return Err(unsupported(key, value.to_string(), &why));
+    }
+    Ok(value)
+}
+
+/// `d^-0.5` as Python computes it (in double), applied as f32: the usual score factor.
+pub fn inverse_sqrt(d: usize) -> f32 {
+    (d as f64).powf(-0.5) as f32
+}
+
+/// The length of a position table, bounded.
+pub fn positions(keys: &Keys, key: &str) -> Result<usize, ModelError> {
+    bounded(key, keys.usize(key)?, 1, MAX_POSITIONS)
+}
+
+/// Renames a checkpoint's tensors through a table of module paths: the first of `prefixes` found is
+/// stripped (`bert.`, `roberta.`, …), then a name whose module path matches a `from` pattern (`{}`
+/// stands for a layer number) is renamed to the matching `to`, with `.gamma`/`.beta` read as
+/// `.weight`/`.bias`. Tensors matching no row are dropped (heads, poolers, buffers).
+pub fn rename_by_table(
+    tensors: HashMap<String, Tensor>,
+    prefixes: &[&str],
+    table: &[(&str, &str)],
+) -> HashMap<String, Tensor> {
+    tensors.into_iter().filter_map(|(name, t)| rename_one(&name, prefixes, table).map(|n| (n, t))).collect()
+}
+
+/// [`rename_by_table`] for one name.
+pub fn rename_one(name: &str, prefixes: &[&str], table: &[(&str, &str)]) -> Option<String> {
+    let name = prefixes.iter().find_map(|p| name.strip_prefix(p)).unwrap_or(name);
+    let (module, leaf) = name.rsplit_once('.')?;
+    let leaf = match leaf {
+        "gamma" => "weight",
+        "beta" => "bias",
+        "weight" | "bias" => leaf,
+        _ => return None,
+    };
+    table.iter().find_map(|(from, to)| {
+        let number = match_pattern(module, from)?;
+        Some(format!("{}.{leaf}", to.replace("{}", &number)))
+    })
+}
+
+/// Whether `module` matches `pattern` (with at most one `{}` standing for digits); returns the digits.
+fn match_pattern(module: &str, pattern: &str) -> Option<String> {
+    match pattern.split_once("{}") {
+        None => (module == pattern).then(String::new),
+        Some((head, tail)) => {
+            let digits = module.strip_prefix(head)?.strip_suffix(tail)?;
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_renames_layers_and_drops_the_rest() {
+        let table = [("encoder.layer.{}.attention.self.query", "layer.{}.q"), ("embeddings.LayerNorm", "embed.norm")];
+        let r = |n: &str| rename_one(n, &["bert."], &table);
+        assert_eq!(r("bert.encoder.layer.11.attention.self.query.weight").as_deref(), Some("layer.11.q.weight"));
+        assert_eq!(r("embeddings.LayerNorm.gamma").as_deref(), Some("embed.norm.weight"));
+        assert_eq!(r("embeddings.LayerNorm.beta").as_deref(), Some("embed.norm.bias"));
+        assert_eq!(r("encoder.layer.x.attention.self.query.weight"), None);
+        assert_eq!(r("encoder.layer..attention.self.query.weight"), None);
+        assert_eq!(r("pooler.dense.weight"), None);
+        assert_eq!(r("embeddings.position_ids"), None);
+    }
+
+    #[test]
+    fn unknown_families_and_bad_keys_are_named() {
+        let err = describe(r#"{"model_type":"t5"}"#).unwrap_err().to_string();
+        assert!(err.contains("model_type") && err.contains("t5") && err.contains("roberta"), "{err}");
+        let err = describe(r#"{"model_type":7}"#).unwrap_err().to_string();
+        assert!(err.contains("model_type"), "{err}");
+        assert!(describe("[1]").unwrap_err().to_string().contains("object"));
+        assert!(describe("{").unwrap_err().to_string().contains("config"));
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused_before_anything_is_allocated() {
+        let cfg = r#"{"model_type":"bert","vocab_size":10,"hidden_size":8,"num_hidden_layers":1000000000,
+            "num_attention_heads":2,"intermediate_size":16,"max_position_embeddings":4}"#;
+        let err = describe(cfg).unwrap_err().to_string();
+        assert!(err.contains("num_hidden_layers") && err.contains("1000000000"), "{err}");
+        let cfg = cfg.replace("1000000000", "-3");
+        assert!(describe(&cfg).unwrap_err().to_string().contains("num_hidden_layers"));
+    }
+}

@@ -44,7 +44,7 @@ fn model(which: &str) -> &'static LoadedModel {
         "relu" => root().join("tests/fixtures/models/tiny-bert-relu"),
         other => root().join("tests/fixtures/models").join(format!("tiny-{other}")),
     };
-    let mut models = MODELS.get_or_init(Mutex::default).lock().unwrap();
+    let mut models = MODELS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     models.entry(which.to_string()).or_insert_with(|| {
         let m = LoadedModel::load(&dir).unwrap_or_else(|e| panic!("loading {}: {e}", dir.display()));
         Box::leak(Box::new(m))
@@ -63,11 +63,7 @@ fn check(which: &str, case: &str) -> Run {
     assert_eq!(run.tokens.ids, r.ids, "{case}: token ids");
     assert_eq!(run.tokens.tokens, r.tokens, "{case}: tokens");
     let desc = model(which).description();
-    let fed: Vec<u32> = if desc.reads_token_types && desc.embedding.token_types > 0 {
-        run.tokens.type_ids.clone()
-    } else {
-        vec![0; run.tokens.len()]
-    };
+    let fed: Vec<u32> = if desc.reads_token_types { run.tokens.type_ids.clone() } else { vec![0; run.tokens.len()] };
     assert_eq!(fed, r.type_ids, "{case}: token type ids the model reads");
     let segments = r.segments.clone().unwrap_or_else(|| r.type_ids.iter().map(|&t| t as u8).collect());
     assert_eq!(run.tokens.segments, segments, "{case}: segments");
@@ -247,4 +243,117 @@ fn gpt2_truncated_to_its_positions() {
 fn gpt2_sentence_pairs_are_refused_with_a_reason() {
     let err = model("gpt2").run("The cat sat.", Some("It was happy.")).unwrap_err().to_string();
     assert!(err.contains("Sentence B") && err.contains("one text"), "{err}");
+}
+
+/// One family's parity cases: a single sentence, a sentence pair, non-ASCII text and truncation,
+/// each against transformers 5's eager attention on every layer and head.
+macro_rules! family_parity {
+    ($($test:ident: $model:literal, $case:literal;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check($model, $case);
+            }
+        )*
+    };
+}
+
+family_parity! {
+    roberta_single: "roberta", "roberta_single";
+    roberta_pair: "roberta", "roberta_pair";
+    roberta_non_ascii: "roberta", "roberta_non_ascii";
+    xlm_roberta_single: "xlm-roberta", "xlm_roberta_single";
+    xlm_roberta_pair: "xlm-roberta", "xlm_roberta_pair";
+    xlm_roberta_non_ascii: "xlm-roberta", "xlm_roberta_non_ascii";
+    xlm_roberta_truncated: "xlm-roberta", "xlm_roberta_truncated";
+    distilbert_single: "distilbert", "distilbert_single";
+    distilbert_pair: "distilbert", "distilbert_pair";
+    distilbert_non_ascii: "distilbert", "distilbert_non_ascii";
+    distilbert_truncated: "distilbert", "distilbert_truncated";
+    albert_single: "albert", "albert_single";
+    albert_pair: "albert", "albert_pair";
+    albert_non_ascii: "albert", "albert_non_ascii";
+    albert_truncated: "albert", "albert_truncated";
+    electra_single: "electra", "electra_single";
+    electra_pair: "electra", "electra_pair";
+    electra_non_ascii: "electra", "electra_non_ascii";
+    electra_truncated: "electra", "electra_truncated";
+    mpnet_single: "mpnet", "mpnet_single";
+    mpnet_pair: "mpnet", "mpnet_pair";
+    mpnet_non_ascii: "mpnet", "mpnet_non_ascii";
+    mpnet_truncated: "mpnet", "mpnet_truncated";
+    deberta_v2_single: "deberta-v2", "deberta_v2_single";
+    deberta_v2_pair: "deberta-v2", "deberta_v2_pair";
+    deberta_v2_non_ascii: "deberta-v2", "deberta_v2_non_ascii";
+    deberta_v2_truncated: "deberta-v2", "deberta_v2_truncated";
+    deberta_v3_single: "deberta-v3", "deberta_v3_single";
+    deberta_v3_pair: "deberta-v3", "deberta_v3_pair";
+    deberta_v3_non_ascii: "deberta-v3", "deberta_v3_non_ascii";
+}
+
+#[test]
+fn roberta_truncated_to_the_usable_positions() {
+    // 34 rows, positions from pad_token_id + 1 = 2: 32 usable, the final </s> kept.
+    let run = check("roberta", "roberta_truncated");
+    assert_eq!(run.tokens.len(), 32);
+    assert_eq!(run.tokens.tokens.last().map(String::as_str), Some("</s>"));
+    assert!(run.tokens.tokens.iter().any(|t| t.starts_with('Ġ')), "byte-level BPE marks word starts with Ġ");
+}
+
+#[test]
+fn deberta_v3_without_a_position_table_reads_512_tokens() {
+    // Relative positions only (position_biased_input = false): not cut short of 512; the log
+    // buckets (16 buckets, 64 positions) are exercised at every distance up to 511.
+    let run = check("deberta-v3", "deberta_v3_truncated");
+    assert_eq!(run.tokens.len(), 512);
+}
+
+/// Where the score is a sum of terms, the recorded terms add up to the recorded score, and the
+/// softmax of the score is the recorded attention.
+fn check_score_terms(which: &str, names: &[&str]) {
+    let run = model(which).run("The cat sat on the mat.", Some("It was happy to be home.")).unwrap();
+    let neuron = run.neuron.as_ref().unwrap();
+    let got: Vec<&str> = neuron.terms.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(got, names);
+    let a = &run.attention;
+    let n = a.seq_len();
+    for l in 0..a.layers() {
+        for h in 0..a.heads() {
+            for q in 0..n {
+                let row = neuron.scores.row(l, h, q);
+                let max = row.iter().copied().fold(f32::MIN, f32::max);
+                let z: f32 = row.iter().map(|s| (s - max).exp()).sum();
+                for k in 0..n {
+                    let sum: f32 = neuron.terms.iter().map(|(_, t)| t.get(l, h, q, k)).sum();
+                    assert!((sum - row[k]).abs() <= 1e-5 * row[k].abs().max(1.0), "{which} {l}/{h}/{q}/{k}");
+                    assert!(((row[k] - max).exp() / z - a.get(l, h, q, k)).abs() < 1e-5);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn mpnet_scores_are_content_plus_the_relative_bias() {
+    check_score_terms("mpnet", &["content q·k", "relative-position bias"]);
+}
+
+#[test]
+fn deberta_scores_are_the_sum_of_the_disentangled_terms() {
+    check_score_terms("deberta-v3", &["content q·k", "content→position", "position→content"]);
+    check_score_terms("deberta-v2", &["content q·k", "content→position", "position→content"]);
+}
+
+#[test]
+fn the_family_and_shape_come_from_config_json() {
+    for (which, family, layers) in [
+        ("roberta", "roberta", 2),
+        ("xlm-roberta", "xlm-roberta", 3),
+        ("albert", "albert", 4),
+        ("deberta-v3", "deberta-v2", 2),
+    ] {
+        let d = model(which).description();
+        assert_eq!(d.family, family);
+        assert_eq!(d.layers, layers, "{which}");
+    }
 }

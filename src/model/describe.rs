@@ -78,6 +78,8 @@ pub struct EmbeddingDesc {
     /// norm (DeBERTa's `embed_proj`) or after it (ALBERT's `embedding_hidden_mapping_in`, ELECTRA's
     /// `embeddings_project`). None when the widths agree.
     pub projection: Option<Projection>,
+    /// The projection has a bias (DeBERTa's `embed_proj` has none).
+    pub projection_bias: bool,
 }
 
 /// Where an embedding projection sits.
@@ -197,7 +199,9 @@ impl Description {
         }
         if self.embedding.projection.is_some() {
             out.push(("embed.project.weight".into(), vec![h, e]));
-            out.push(("embed.project.bias".into(), vec![h]));
+            if self.embedding.projection_bias {
+                out.push(("embed.project.bias".into(), vec![h]));
+            }
         }
         match &self.position_bias {
             PositionBias::None => {}

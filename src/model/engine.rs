@@ -212,7 +212,7 @@ impl Embeddings {
             norm: e.norm.then(|| Norm::load(w, "embed.norm", norm_width, d.norm_eps)).transpose()?,
             projection: e
                 .projection
-                .map(|p| Linear::load(w, "embed.project", e.width, d.hidden, true).map(|l| (l, p)))
+                .map(|p| Linear::load(w, "embed.project", e.width, d.hidden, e.projection_bias).map(|l| (l, p)))
                 .transpose()?,
             scale: e.scale,
             positions_first: e.positions_first,

@@ -338,6 +338,7 @@ impl PlaygroundConfig {
                 norm: false,
                 positions_first: true,
                 projection: None,
+                projection_bias: true,
             },
             reads_token_types: false,
             causal: self.causal,

@@ -83,7 +83,7 @@ impl TextTokenizer {
         } else {
             (full, None)
         };
-        Ok(Encoded { tokens: tokens_of(&encoding), truncation })
+        Ok(Encoded { tokens: tokens_of(&self.plain, &encoding), truncation })
     }
 
     /// Tokenizes `text` and keeps exactly `n` tokens (special tokens included), repeating the text
@@ -96,7 +96,7 @@ impl TextTokenizer {
         loop {
             let e = t.encode(long.as_str(), true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
             if e.len() >= n || long.len() > 64 * 1024 * 1024 {
-                return Ok(tokens_of(&e));
+                return Ok(tokens_of(&self.plain, &e));
             }
             long = format!("{long} {text}");
         }
@@ -106,7 +106,9 @@ impl TextTokenizer {
 /// The plain-data view of an encoding. Segments come from the sequence each token belongs to
 /// (whatever type ids the post-processor assigns: RoBERTa's are all 0); a special token takes the
 /// segment of the token before it, so `[CLS] A [SEP]` is sentence A and the final `[SEP]` sentence B.
-fn tokens_of(encoding: &Encoding) -> Tokens {
+/// Token strings are the vocabulary's (as transformers' `convert_ids_to_tokens`): a piece a Unigram
+/// model does not know reads `[UNK]` / `<unk>`, which is what the model sees.
+fn tokens_of(tokenizer: &Tokenizer, encoding: &Encoding) -> Tokens {
     let mut segments = Vec::with_capacity(encoding.len());
     let mut current = 0u8;
     for sequence in encoding.get_sequence_ids() {
@@ -116,7 +118,12 @@ fn tokens_of(encoding: &Encoding) -> Tokens {
         segments.push(current);
     }
     Tokens {
-        tokens: encoding.get_tokens().to_vec(),
+        tokens: encoding
+            .get_ids()
+            .iter()
+            .zip(encoding.get_tokens())
+            .map(|(&id, token)| tokenizer.id_to_token(id).unwrap_or_else(|| token.clone()))
+            .collect(),
         ids: encoding.get_ids().to_vec(),
         segments,
         type_ids: encoding.get_type_ids().to_vec(),

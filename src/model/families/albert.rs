@@ -67,6 +67,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
             norm: true,
             positions_first: false,
             projection: Some(Projection::AfterNorm),
+            projection_bias: true,
         },
         // transformers 5's AlbertTokenizer returns no token_type_ids (model_input_names =
         // [input_ids, attention_mask]): pairs reach the model with type 0 throughout.

@@ -102,6 +102,7 @@ fn bert_like(keys: &Keys, variant: Variant) -> Result<Description, ModelError> {
             norm: true,
             positions_first: false,
             projection: (width != s.hidden).then_some(Projection::AfterNorm),
+            projection_bias: true,
         },
         reads_token_types: variant != Variant::Roberta,
         causal: false,

@@ -121,6 +121,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
             norm: true,
             positions_first: true,
             projection: (width != s.hidden).then_some(Projection::BeforeNorm),
+            projection_bias: false,
         },
         reads_token_types: true,
         causal: false,

@@ -52,6 +52,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
             norm: true,
             positions_first: true,
             projection: None,
+            projection_bias: true,
         },
         reads_token_types: false,
         causal: false,

@@ -56,6 +56,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
             norm: false,
             positions_first: true,
             projection: None,
+            projection_bias: true,
         },
         reads_token_types: false,
         causal: true,

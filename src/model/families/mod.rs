@@ -30,6 +30,7 @@ const MAX_VOCAB: usize = 1 << 24;
 const MAX_POSITIONS: usize = 1 << 20;
 
 /// A family: how to read its config and rename its tensors.
+#[derive(Debug)]
 pub struct Family {
     /// `model_type` values it covers.
     pub model_types: &'static [&'static str],

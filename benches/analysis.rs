@@ -5,7 +5,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 
 use attnviz::analysis::{HeadStats, rollout, words};
 use attnviz::cli::bench::BENCH_TEXT;
-use attnviz::model::bert::Capture;
+use attnviz::model::Capture;
 use attnviz::model::{Interventions, LoadedModel, default_model_dir};
 
 fn analysis(c: &mut Criterion) {

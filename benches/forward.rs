@@ -4,7 +4,7 @@
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 use attnviz::cli::bench::BENCH_TEXT;
-use attnviz::model::bert::Capture;
+use attnviz::model::Capture;
 use attnviz::model::{LoadedModel, default_model_dir};
 
 fn forward(c: &mut Criterion) {

@@ -333,7 +333,8 @@ fn neuron_breakdown(
     Ok(neuron.breakdown(a, layer_idx, head_idx, query_pos, |j| run.is_masked(query_pos, j)))
 }
 
-/// The neuron view as a figure: q on top; keys, q∘k, scores and weights side by side.
+/// The neuron view as a figure: q on top; keys, q∘k, the score's terms (if several), the score and
+/// the weights side by side.
 fn render_neuron(
     run: &Run,
     layer_idx: usize,
@@ -387,10 +388,21 @@ fn render_neuron(
     let keys = part(&b.keys, n, d, labels, "key vectors k_j", None, Colormap::RdBu, "dimension");
     let products = part(&b.products, n, d, labels, "q ∘ k_j (row sum = q·k_j)", None, Colormap::RdBu, "dimension");
     let no_labels: Vec<String> = vec![String::new(); n];
-    let scores = part(&b.scores, n, 1, &no_labels, "q·k_j / √d", None, Colormap::RdBu, "score");
-    let weights = part(&b.weights, n, 1, &no_labels, "softmax", Some((0.0, 1.0)), Colormap::Viridis, "weight");
+    // Where the score sums several terms (relative-position bias, disentangled attention), each term
+    // is a column of its own before the score, on the score's colour scale.
+    let score_title = if b.terms.is_empty() { "q·k_j / √d" } else { "score = sum of terms" };
+    let score_range = b.terms.iter().fold(render::symmetric_range(&b.scores), |(lo, hi), (_, t)| {
+        let (tl, th) = render::symmetric_range(t);
+        (lo.min(tl), hi.max(th))
+    });
+    let mut columns = vec![keys, products];
+    for (name, values) in &b.terms {
+        columns.push(part(values, n, 1, &no_labels, name, Some(score_range), Colormap::RdBu, "term"));
+    }
+    columns.push(part(&b.scores, n, 1, &no_labels, score_title, Some(score_range), Colormap::RdBu, "score"));
+    columns.push(part(&b.weights, n, 1, &no_labels, "softmax", Some((0.0, 1.0)), Colormap::Viridis, "weight"));
     let gap = (16.0 * scale) as u32;
-    let row = render::stack(&[keys, products, scores, weights], true, gap, theme.background());
+    let row = render::stack(&columns, true, gap, theme.background());
     Ok(render::stack(&[q, row], false, gap, theme.background()))
 }
 

@@ -14,18 +14,30 @@ use egui::{Key, Modifiers};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
+mod common;
+
+/// A Hugging Face cache that does not exist: the app lists no cached models, whatever this
+/// machine has downloaded (so the side panel, and its snapshots, are the same everywhere).
+fn no_cache() -> PathBuf {
+    tiny().join("no-hf-cache-here")
+}
+
 fn tiny() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-bert")
 }
 
 fn harness_with(startup: Startup, storage: Option<MemoryStorage>) -> Harness<'static, AttnvizApp> {
+    let startup = Startup { hf_cache: startup.hf_cache.or_else(|| Some(no_cache())), ..startup };
     Harness::builder().with_size(egui::vec2(1280.0, 860.0)).with_step_dt(1.0 / 60.0).build_eframe(move |cc| {
         AttnvizApp::with_storage(&cc.egui_ctx, storage.as_ref().map(|s| s as &dyn eframe::Storage), startup)
     })
 }
 
 fn app(text: &str) -> Harness<'static, AttnvizApp> {
-    let mut h = harness_with(Startup { model_dir: Some(tiny()), text: Some(text.into()), text_pair: None }, None);
+    let mut h = harness_with(
+        Startup { model_dir: Some(tiny()), text: Some(text.into()), text_pair: None, hf_cache: None },
+        None,
+    );
     wait_until(&mut h, "the first run", |a| a.rt.run.is_some());
     h
 }
@@ -279,7 +291,7 @@ fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
             let app = AttnvizApp::with_storage(
                 &cc.egui_ctx,
                 None,
-                Startup { model_dir: Some(tiny()), text: Some(text), text_pair: None },
+                Startup { model_dir: Some(tiny()), text: Some(text), text_pair: None, hf_cache: Some(no_cache()) },
             );
             cc.egui_ctx.set_theme(egui::ThemePreference::Light);
             app
@@ -738,8 +750,10 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
 #[test]
 fn a_gpt2_model_draws_its_masked_triangle_as_masked() {
     let gpt2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-gpt2");
-    let mut h =
-        harness_with(Startup { model_dir: Some(gpt2), text: Some("The cat sat.".into()), text_pair: None }, None);
+    let mut h = harness_with(
+        Startup { model_dir: Some(gpt2), text: Some("The cat sat.".into()), text_pair: None, hf_cache: None },
+        None,
+    );
     wait_until(&mut h, "the first run", |a| a.rt.run.is_some());
     assert!(h.state().rt.run.as_ref().unwrap().causal);
     h.get_by_label("Heatmap").click();
@@ -780,4 +794,33 @@ fn comparison_with_another_model_folder_loads_it_in_the_background() {
         a.rt.run_b.as_ref().is_some_and(|b| b.model_name == "tiny-bert-relu")
     });
     assert!(h.query_by_label_contains("has 3 layers × 2 heads").is_some());
+}
+
+#[test]
+fn models_in_the_hugging_face_cache_open_in_one_click_and_are_remembered() {
+    let cache = common::fake_hf_cache(&common::root().join("tests/fixtures/models/tiny-roberta"), "org/tiny-roberta");
+    let startup = Startup {
+        model_dir: Some(tiny()),
+        text: Some("The cat sat.".into()),
+        text_pair: None,
+        hf_cache: Some(cache.path().to_path_buf()),
+    };
+    let mut h = harness_with(startup, None);
+    wait_until(&mut h, "the first run and the cache scan", |a| a.rt.run.is_some() && a.rt.cached_models.is_some());
+    let listed = h.state().rt.cached_models.clone().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].summary.as_deref(), Ok("roberta · 2 layers × 4 heads × 32 wide"));
+    h.get_by_label("org/tiny-roberta").click();
+    wait_until(&mut h, "the cached model", |a| a.rt.model.as_ref().is_some_and(|m| m.name == "org/tiny-roberta"));
+    wait_until(&mut h, "its run", |a| a.rt.run.as_ref().is_some_and(|r| r.model_name == "org/tiny-roberta"));
+    let run = h.state().rt.run.clone().unwrap();
+    assert_eq!(run.tokens.tokens.first().map(String::as_str), Some("<s>"));
+    let recent = &h.state().settings.recent_models;
+    assert_eq!(recent.len(), 2, "{recent:?}");
+    assert_eq!(recent[0], listed[0].dir);
+    assert!(recent[1].ends_with("tiny-bert"), "{recent:?}");
+    // The previous model is offered again in one click.
+    h.run_steps(2);
+    h.get_by_label("tiny-bert").click();
+    wait_until(&mut h, "tiny-bert again", |a| a.rt.model.as_ref().is_some_and(|m| m.name == "tiny-bert"));
 }

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -488,4 +490,70 @@ fn flow_refuses_inputs_too_long_for_it_with_a_reason() {
     let out = attnviz(&["export", "--view", "flow", "--text", &long, "-o", path.to_str().unwrap()]);
     assert_error(&out, "limited to 128 tokens");
     assert!(!path.exists());
+}
+
+/// The text of the `*_single` references.
+const SENTENCE: &str = "The animal didn't cross the street because it was too tired.";
+
+#[test]
+fn hub_ids_resolve_offline_from_the_hugging_face_cache() {
+    let cache = common::fake_hf_cache(&root().join("tests/fixtures/models/tiny-roberta"), "org/tiny-roberta");
+    let dir = tmp();
+    let out_path = dir.path().join("hub.json");
+    let run = |id: &str| {
+        Command::new(env!("CARGO_BIN_EXE_attnviz"))
+            .args(["dump", "--model", id, "--text", SENTENCE, "-o", out_path.to_str().unwrap()])
+            .env_remove("ATTNVIZ_MODEL")
+            .env("HF_HUB_CACHE", cache.path())
+            .env("HF_HUB_OFFLINE", "1")
+            .output()
+            .unwrap()
+    };
+    let out = run("org/tiny-roberta");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_path).unwrap()).unwrap();
+    assert_eq!(v["model"], "org/tiny-roberta");
+    let reference: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/reference/roberta_single.json")).unwrap())
+            .unwrap();
+    assert_eq!(v["tokens"], reference["tokens"]);
+    let got = v["attentions"][1][2][3][4].as_f64().unwrap();
+    let want = reference["attentions"][1][2][3][4].as_f64().unwrap();
+    assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+    // An id that is not in the cache says where it looked.
+    let out = run("org/not-downloaded");
+    assert_error(&out, "org/not-downloaded");
+    assert!(stderr(&out).contains(&cache.path().display().to_string()), "{}", stderr(&out));
+}
+
+#[test]
+fn unsupported_families_and_keys_are_named() {
+    let out_dir = tmp();
+    let out_path = out_dir.path().join("never.json");
+    let dump_with = |model: &Path| {
+        attnviz(&["dump", "--model", model.to_str().unwrap(), "--text", "hi", "-o", out_path.to_str().unwrap()])
+    };
+    let d = broken_model(|p| {
+        let text = std::fs::read_to_string(p.join("config.json")).unwrap().replace("\"bert\"", "\"t5\"");
+        std::fs::write(p.join("config.json"), text).unwrap();
+    });
+    let out = dump_with(d.path());
+    assert_error(&out, "model_type");
+    assert!(stderr(&out).contains("t5") && stderr(&out).contains("deberta-v2"), "{}", stderr(&out));
+    let d = broken_model(|p| {
+        let text = std::fs::read_to_string(p.join("config.json"))
+            .unwrap()
+            .replace("\"model_type\"", "\"position_embedding_type\": \"relative_key\", \"model_type\"");
+        std::fs::write(p.join("config.json"), text).unwrap();
+    });
+    let out = dump_with(d.path());
+    assert_error(&out, "position_embedding_type");
+    // A SentencePiece-only folder says how to write tokenizer.json.
+    let d = broken_model(|p| {
+        std::fs::remove_file(p.join("tokenizer.json")).unwrap();
+        std::fs::write(p.join("spm.model"), b"sentencepiece").unwrap();
+    });
+    let out = dump_with(d.path());
+    assert_error(&out, "SentencePiece");
+    assert!(!out_path.exists(), "nothing is written on failure");
 }

@@ -28,6 +28,8 @@ pub struct Startup {
     pub model_dir: Option<PathBuf>,
     /// Sentence A to start with.
     pub text: Option<String>,
+    /// The Hugging Face cache to list models from (None: where Python keeps it).
+    pub hf_cache: Option<PathBuf>,
     /// Sentence B to start with.
     pub text_pair: Option<String>,
 }
@@ -266,8 +268,9 @@ impl AttnvizApp {
         views::playground_panel::apply(&mut app.settings, &mut app.rt);
         app.load_model(model_dir);
         // Listing the cache reads every model's config.json: off the UI thread.
+        let cache = startup.hf_cache.unwrap_or_else(crate::model::hub::cache_dir);
         let scan = std::thread::Builder::new().name("hf-cache-scan".into()).spawn(move || {
-            let _ = background_tx.send(Background::CachedModels(crate::model::hub::list()));
+            let _ = background_tx.send(Background::CachedModels(crate::model::hub::list_in(&cache)));
         });
         if let Err(e) = scan {
             app.rt.cached_models = Some(Vec::new());

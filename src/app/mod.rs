@@ -12,7 +12,7 @@ pub use app::{AttnvizApp, Command, FlowKey, FlowResult, Startup};
 
 /// Opens the desktop app window.
 pub fn run_app(model: Option<PathBuf>, text: Option<String>, text_pair: Option<String>) -> anyhow::Result<()> {
-    let startup = Startup { model_dir: model, text, text_pair };
+    let startup = Startup { model_dir: model, text, text_pair, hf_cache: None };
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("attnviz")

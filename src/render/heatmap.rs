@@ -115,6 +115,12 @@ pub(crate) fn resolve_range(values: &[f32], range: Option<(f32, f32)>, diverging
     widen(min, max)
 }
 
+/// The symmetric range around 0 covering every finite value (at least ±1e-6).
+pub fn symmetric_range(values: &[f32]) -> (f32, f32) {
+    let m = values.iter().filter(|v| v.is_finite()).fold(1e-6f32, |m, v| m.max(v.abs()));
+    (-m, m)
+}
+
 /// A non-empty range: a single value is widened to include 0 (and 1 if the value is 0).
 fn widen(lo: f32, hi: f32) -> (f32, f32) {
     if hi > lo {

@@ -6,6 +6,7 @@ use std::hash::{Hash, Hasher};
 use egui::{Color32, FontId, Rect, Sense, Stroke, TextureHandle, TextureOptions, pos2, vec2};
 
 use super::heatmap_view::{cell_number, colorbar, column_label};
+pub use crate::render::symmetric_range;
 use crate::render::{Colormap, cell_rgb, cells_rgba};
 
 /// A matrix texture and what it was built from.
@@ -48,12 +49,6 @@ pub fn key_of(value: &impl Hash) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     value.hash(&mut h);
     h.finish()
-}
-
-/// The symmetric range around 0 covering every finite value (at least ±1e-6).
-pub fn symmetric_range(values: &[f32]) -> (f32, f32) {
-    let m = values.iter().filter(|v| v.is_finite()).fold(1e-6f32, |m, v| m.max(v.abs()));
-    (-m, m)
 }
 
 /// The range of the finite values (0..1 when there are none).

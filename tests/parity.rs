@@ -33,7 +33,7 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The model of a short name: the embedded MiniLM, or a folder under `tests/fixtures/models/`
+/// The model of a short name: the embedded `MiniLM`, or a folder under `tests/fixtures/models/`
 /// (`tiny` → tiny-bert, `relu` → tiny-bert-relu, `gpt2` → tiny-gpt2, `roberta` → tiny-roberta, …).
 /// Each is loaded once and shared by the tests.
 fn model(which: &str) -> &'static LoadedModel {

@@ -2,7 +2,7 @@
 //! engine ([`super::engine::Network`]) runs any description; each family's file in
 //! [`super::families`] maps its `config.json` keys and tensor names onto one.
 //!
-//! Learned from TransformerLens' `HookedTransformerConfig` and llama.cpp's architecture tables: a
+//! Learned from `TransformerLens`' `HookedTransformerConfig` and llama.cpp's architecture tables: a
 //! quirk that changes the maths (a positions offset, a relative bias, disentangled terms) is a
 //! field here with a test, never an `if family == …` inside the forward pass.
 
@@ -112,6 +112,7 @@ pub enum PositionBias {
 }
 
 /// The settings of DeBERTa-v2/v3 disentangled attention.
+#[allow(clippy::struct_excessive_bools)] // independent switches of the config, not a state machine
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Disentangled {
     /// `att_span`: relative positions are clamped to `[-span, span)` after bucketing.

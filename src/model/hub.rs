@@ -104,11 +104,9 @@ pub fn list() -> Vec<CachedModel> {
 
 /// Sizes of a folder's files, following the cache's links to its blobs.
 fn folder_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries.filter_map(Result::ok).filter_map(|e| std::fs::metadata(e.path()).ok()).map(|m| m.len()).sum()
-        })
-        .unwrap_or(0)
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries.filter_map(Result::ok).filter_map(|e| std::fs::metadata(e.path()).ok()).map(|m| m.len()).sum()
+    })
 }
 
 #[cfg(test)]

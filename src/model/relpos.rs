@@ -5,7 +5,7 @@
 /// half the buckets per direction; distances below `buckets/4` get their own bucket, longer ones
 /// share log-spaced buckets up to `max_distance`.
 ///
-/// Mirrors `MPNetModel.relative_position_bucket` (modeling_mpnet.py) and T5's
+/// Mirrors `MPNetModel.relative_position_bucket` (`modeling_mpnet.py`) and T5's
 /// `_relative_position_bucket(bidirectional=True)`:
 /// ```python
 /// n = -relative_position; num_buckets //= 2
@@ -36,7 +36,7 @@ pub fn bidirectional_bucket(relative: i64, buckets: usize, max_distance: usize) 
 /// DeBERTa-v2's log bucket of `relative = query_pos − key_pos`: exact within `bucket_size/2`,
 /// then log-spaced up to `max_position`, keeping the sign.
 ///
-/// Mirrors `make_log_bucket_position` (modeling_deberta_v2.py):
+/// Mirrors `make_log_bucket_position` (`modeling_deberta_v2.py)`:
 /// ```python
 /// sign = torch.sign(relative_pos); mid = bucket_size // 2
 /// abs_pos = torch.where((relative_pos < mid) & (relative_pos > -mid), torch.tensor(mid - 1).type_as(relative_pos), torch.abs(relative_pos))

@@ -3,6 +3,8 @@
 //! cells aligned with the tokens — how each attention weight arises. Click a token on the left to
 //! pick the query.
 
+use std::fmt::Write as _;
+
 use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
 
 use super::matrix::symmetric_range;
@@ -242,10 +244,10 @@ fn cells_ui(
                 let dot: f32 = b.products[j * d..(j + 1) * d].iter().sum();
                 let mut info = format!("key “{}” (#{j})\nq·k = {dot:.6}\n", labels[j]);
                 for (name, values) in &b.terms {
-                    info.push_str(&format!("  {name} = {:.6}\n", values[j]));
+                    let _ = writeln!(info, "  {name} = {:.6}", values[j]);
                 }
                 let sum = if b.terms.is_empty() { "scaled score" } else { "score (the sum)" };
-                info.push_str(&format!("{sum} = {:.6}\nsoftmax weight = {:.6}", b.scores[j], b.weights[j]));
+                let _ = write!(info, "{sum} = {:.6}\nsoftmax weight = {:.6}", b.scores[j], b.weights[j]);
                 Some(info)
             } else {
                 None

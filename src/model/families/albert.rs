@@ -2,16 +2,14 @@
 //! `embedding_hidden_mapping_in`), and layers that share weights: `num_hidden_layers` layers run
 //! `num_hidden_groups` groups of `inner_group_num` weight sets each.
 //!
-//! Mirrors modeling_albert.py: `AlbertTransformer.forward` runs, for layer `i`, group
+//! Mirrors `modeling_albert.py`: `AlbertTransformer.forward` runs, for layer `i`, group
 //! `int(i / (num_hidden_layers / num_hidden_groups))`, whose `AlbertLayer`s each return one
 //! attention; `AlbertLayer` is BERT's post-LN block (`attention.LayerNorm` after the attention,
 //! `ffn` → activation → `ffn_output`, `full_layer_layer_norm`).
 
 use std::collections::HashMap;
 
-use candle_core::Tensor;
-
-use super::{Family, Keys, Sizes, bounded, inverse_sqrt, positions, rename_one, unsupported};
+use super::{Family, Keys, Sizes, Tensors, bounded, inverse_sqrt, positions, rename_one, unsupported};
 use crate::model::ModelError;
 use crate::model::describe::{Description, EmbeddingDesc, NormPlacement, PositionBias, Positions, Projection};
 
@@ -32,7 +30,7 @@ const LAYERS: &[(&str, &str)] = &[
 ];
 
 /// ALBERT (`model_type` "albert").
-pub static ALBERT: Family = Family { model_types: &["albert"], describe, canonical };
+pub static ALBERT: Family = Family { model_types: &["albert"], describe, canonical: |t, _| Ok(canonical(t)) };
 
 fn describe(keys: &Keys) -> Result<Description, ModelError> {
     keys.refuse_unless("position_embedding_type", |v| v == "absolute", "only absolute positions are supported")?;
@@ -99,7 +97,7 @@ fn layer_weights(layers: usize, groups: usize, inner: usize) -> Vec<usize> {
 /// Renames `albert_layer_groups.{g}.albert_layers.{j}` to weight set `g · inner_group_num + j`, with
 /// `inner_group_num` read off the checkpoint (one more than its largest `j`); a checkpoint that does
 /// not match the config then misses tensors the config implies, and says which.
-fn canonical(tensors: HashMap<String, Tensor>, _: &Description) -> Result<HashMap<String, Tensor>, String> {
+fn canonical(tensors: Tensors) -> Tensors {
     let place = |name: &str| -> Option<(usize, usize, String)> {
         let rest = name.strip_prefix("albert.").unwrap_or(name).strip_prefix("encoder.albert_layer_groups.")?;
         let (g, rest) = rest.split_once('.')?;
@@ -117,7 +115,7 @@ fn canonical(tensors: HashMap<String, Tensor>, _: &Description) -> Result<HashMa
             out.insert(canon, t);
         }
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! BERT and the families that share its blocks: RoBERTa (XLM-RoBERTa, CamemBERT) and ELECTRA.
 //!
-//! Mirrors modeling_bert.py, modeling_roberta.py, modeling_xlm_roberta.py, modeling_camembert.py and
-//! modeling_electra.py: post-LN layers; embeddings `(word + token_type) + position`, then `LayerNorm`
+//! Mirrors `modeling_bert.py`, `modeling_roberta.py`, `modeling_xlm_roberta.py`, `modeling_camembert.py` and
+//! `modeling_electra.py`: post-LN layers; embeddings `(word + token_type) + position`, then `LayerNorm`
 //! (eps `layer_norm_eps`); scores `q·kᵀ / √head_dim`.
 
 use super::{Family, Keys, Sizes, inverse_sqrt, positions, rename_by_table, unsupported};
@@ -68,7 +68,7 @@ fn bert_like(keys: &Keys, variant: Variant) -> Result<Description, ModelError> {
         None,
     )?;
     let rows = positions(keys, "max_position_embeddings")?;
-    let pad = keys.opt_usize("pad_token_id")?.unwrap_or(if variant == Variant::Roberta { 1 } else { 0 });
+    let pad = keys.opt_usize("pad_token_id")?.unwrap_or(usize::from(variant == Variant::Roberta));
     // RobertaEmbeddings.create_position_ids_from_input_ids: padding_idx + 1 + i for unpadded input.
     let offset = if variant == Variant::Roberta { pad + 1 } else { 0 };
     if offset >= rows {

@@ -4,9 +4,9 @@
 //! positions log-bucketed when `position_buckets > 0`; absolute positions only when
 //! `position_biased_input`.
 //!
-//! Mirrors modeling_deberta_v2.py: `DebertaV2Embeddings` (word, + position, + token type, `embed_proj`,
+//! Mirrors `modeling_deberta_v2.py`: `DebertaV2Embeddings` (word, + position, + token type, `embed_proj`,
 //! `LayerNorm`), `DebertaV2Encoder.get_rel_embedding` (`LayerNorm` of `rel_embeddings` when
-//! `norm_rel_ebd` has "layer_norm"), `DisentangledSelfAttention.disentangled_attention_bias`.
+//! `norm_rel_ebd` has "`layer_norm`"), `DisentangledSelfAttention.disentangled_attention_bias`.
 
 use serde_json::Value;
 

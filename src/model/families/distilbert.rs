@@ -3,7 +3,7 @@
 //! `sinusoidal_pos_embds` the position table holds fixed sinusoids, stored in the checkpoint like a
 //! learned one.
 //!
-//! Mirrors modeling_distilbert.py: `Embeddings` (word + position, `LayerNorm`), `TransformerBlock`
+//! Mirrors `modeling_distilbert.py`: `Embeddings` (word + position, `LayerNorm`), `TransformerBlock`
 //! (attention, `sa_layer_norm`, FFN `lin1` → activation → `lin2`, `output_layer_norm`), scores
 //! `(q / √head_dim)·kᵀ`.
 

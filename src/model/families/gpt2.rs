@@ -2,14 +2,14 @@
 //! weights are stored `in × out` (transposed here to `nn.Linear`'s `out × in`) and `c_attn` holds
 //! query, key and value side by side (split here).
 //!
-//! Mirrors modeling_gpt2.py: `GPT2Block` (`ln_1` → attention → residual, `ln_2` → MLP → residual),
+//! Mirrors `modeling_gpt2.py`: `GPT2Block` (`ln_1` → attention → residual, `ln_2` → MLP → residual),
 //! `GPT2Attention` eager (`q·kᵀ / √head_dim`, causal mask), `GPT2MLP` (`c_fc` → activation → `c_proj`).
 
 use std::collections::HashMap;
 
 use candle_core::Tensor;
 
-use super::{Family, Keys, Sizes, inverse_sqrt, positions, unsupported};
+use super::{Family, Keys, Sizes, Tensors, inverse_sqrt, positions, unsupported};
 use crate::model::ModelError;
 use crate::model::describe::{Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
 
@@ -74,7 +74,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
 /// GPT-2 tensors (with or without the `transformer.` prefix) → canonical names; `Conv1D` weights
 /// transposed, `c_attn` split into q, k and v; the language-model head and the old checkpoints'
 /// mask buffers (`attn.bias`, `attn.masked_bias`) dropped.
-fn canonical(tensors: HashMap<String, Tensor>, desc: &Description) -> Result<HashMap<String, Tensor>, String> {
+fn canonical(tensors: Tensors, desc: &Description) -> Result<Tensors, String> {
     let h = desc.hidden;
     let mut out = HashMap::new();
     for (name, t) in tensors {
@@ -97,10 +97,7 @@ fn canonical(tensors: HashMap<String, Tensor>, desc: &Description) -> Result<Has
             continue;
         }
         let p = format!("layer.{layer}");
-        let (module, leaf) = match rest.rsplit_once('.') {
-            Some(x) => x,
-            None => continue,
-        };
+        let Some((module, leaf)) = rest.rsplit_once('.') else { continue };
         let target = match module {
             "ln_1" => "attn_norm",
             "ln_2" => "ffn_norm",

@@ -29,6 +29,9 @@ const MAX_HEADS: usize = 4096;
 const MAX_VOCAB: usize = 1 << 24;
 const MAX_POSITIONS: usize = 1 << 20;
 
+/// Tensors by name.
+pub type Tensors = HashMap<String, Tensor>;
+
 /// A family: how to read its config and rename its tensors.
 #[derive(Debug)]
 pub struct Family {
@@ -38,7 +41,7 @@ pub struct Family {
     pub describe: fn(&Keys) -> Result<Description, ModelError>,
     /// Checkpoint tensors → canonical tensors (renamed, and split or transposed where the family
     /// stores them otherwise); tensors the engine does not use are dropped.
-    pub canonical: fn(HashMap<String, Tensor>, &Description) -> Result<HashMap<String, Tensor>, String>,
+    pub canonical: fn(Tensors, &Description) -> Result<Tensors, String>,
 }
 
 /// Every supported family.
@@ -218,10 +221,9 @@ impl Sizes {
             hidden: keys.usize(hidden)?,
             layers: keys.usize(layers)?,
             heads: keys.usize(heads)?,
-            intermediate: match (keys.opt_usize(intermediate)?, default_intermediate) {
-                (Some(i), _) => i,
-                (None, Some(i)) => i,
-                (None, None) => keys.usize(intermediate)?,
+            intermediate: match keys.opt_usize(intermediate)?.or(default_intermediate) {
+                Some(i) => i,
+                None => keys.usize(intermediate)?,
             },
         };
         for (key, value, max) in [
@@ -271,11 +273,7 @@ pub fn positions(keys: &Keys, key: &str) -> Result<usize, ModelError> {
 /// stripped (`bert.`, `roberta.`, …), then a name whose module path matches a `from` pattern (`{}`
 /// stands for a layer number) is renamed to the matching `to`, with `.gamma`/`.beta` read as
 /// `.weight`/`.bias`. Tensors matching no row are dropped (heads, poolers, buffers).
-pub fn rename_by_table(
-    tensors: HashMap<String, Tensor>,
-    prefixes: &[&str],
-    table: &[(&str, &str)],
-) -> HashMap<String, Tensor> {
+pub fn rename_by_table(tensors: Tensors, prefixes: &[&str], table: &[(&str, &str)]) -> Tensors {
     tensors.into_iter().filter_map(|(name, t)| rename_one(&name, prefixes, table).map(|n| (n, t))).collect()
 }
 

@@ -2,7 +2,7 @@
 //! bucketed as T5 does (`relative_attention_num_buckets`, distances up to 128), computed once and
 //! shared by every layer; positions start after the padding index (as RoBERTa's); no token types.
 //!
-//! Mirrors modeling_mpnet.py: `MPNetEmbeddings` (word + position, `LayerNorm`),
+//! Mirrors `modeling_mpnet.py`: `MPNetEmbeddings` (word + position, `LayerNorm`),
 //! `MPNetEncoder.compute_position_bias`, `MPNetSelfAttention` (`q·kᵀ / √head_dim + position_bias`).
 
 use super::{Family, Keys, Sizes, bounded, inverse_sqrt, positions, rename_by_table, unsupported};

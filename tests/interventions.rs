@@ -211,3 +211,15 @@ fn playground_is_reproducible_from_its_seed_and_every_pe_kind_runs() {
     assert_eq!(a.tokens.tokens, faithful().tokens.tokens);
     assert!(default_model_dir().join("tokenizer.json").is_file());
 }
+
+#[test]
+fn a_causal_playground_still_reads_sentence_pairs() {
+    // The causal mask is a playground setting, not a language model: pairs stay allowed.
+    let model = playground("layers=1,heads=2,d_model=16,causal=true");
+    let run = model.run("The cat sat.", Some("It purred.")).unwrap();
+    assert!(run.tokens.is_pair() && run.causal);
+    // So is a causal mask put on a pretrained encoder.
+    let causal = Interventions { causal: true, ..Interventions::default() };
+    let run = minilm().run_with("The cat sat.", Some("It purred."), &causal).unwrap();
+    assert!(run.tokens.is_pair() && run.causal);
+}

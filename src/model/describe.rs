@@ -154,6 +154,8 @@ pub struct Description {
     /// The model reads the token types its tokenizer assigns (BERT, ALBERT, ELECTRA, DeBERTa);
     /// else it gets zeros (RoBERTa's tokenizer passes none).
     pub reads_token_types: bool,
+    /// The family reads sentence pairs (encoders); a language model reads one text.
+    pub reads_pairs: bool,
     /// Keys after the query are masked (decoders).
     pub causal: bool,
     /// Factor on `q·k` (usually `head_dim^-0.5`; DeBERTa divides by `√(head_dim · terms)`).

@@ -235,9 +235,9 @@ impl LoadedModel {
                 desc.vocab_size
             )));
         }
-        if desc.causal && tokens.is_pair() {
+        if !desc.reads_pairs && tokens.is_pair() {
             return Err(ModelError::Tokenizer(
-                "a causal language model reads one text: untick Sentence B (or put both sentences in one)".into(),
+                "a language model reads one text: untick Sentence B (or put both sentences in one)".into(),
             ));
         }
         let types = desc.embedding.token_types;

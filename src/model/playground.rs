@@ -341,6 +341,7 @@ impl PlaygroundConfig {
                 projection_bias: true,
             },
             reads_token_types: false,
+            reads_pairs: true,
             causal: self.causal,
             score_scale: match self.scaling {
                 Scaling::InvSqrtDk => super::families::inverse_sqrt(self.d_model / self.heads),

@@ -70,6 +70,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
         // transformers 5's AlbertTokenizer returns no token_type_ids (model_input_names =
         // [input_ids, attention_mask]): pairs reach the model with type 0 throughout.
         reads_token_types: false,
+        reads_pairs: true,
         causal: false,
         score_scale: inverse_sqrt(s.hidden / s.heads),
         position_bias: PositionBias::None,

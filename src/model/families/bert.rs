@@ -105,6 +105,7 @@ fn bert_like(keys: &Keys, variant: Variant) -> Result<Description, ModelError> {
             projection_bias: true,
         },
         reads_token_types: variant != Variant::Roberta,
+        reads_pairs: true,
         causal: false,
         score_scale: inverse_sqrt(s.hidden / s.heads),
         position_bias: PositionBias::None,

@@ -124,6 +124,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
             projection_bias: false,
         },
         reads_token_types: true,
+        reads_pairs: true,
         causal: false,
         score_scale: inverse_sqrt(head_dim * factor),
         position_bias,

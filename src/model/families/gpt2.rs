@@ -59,6 +59,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
             projection_bias: true,
         },
         reads_token_types: false,
+        reads_pairs: false,
         causal: true,
         score_scale: inverse_sqrt(s.hidden / s.heads),
         position_bias: PositionBias::None,

@@ -67,6 +67,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
             projection_bias: true,
         },
         reads_token_types: false,
+        reads_pairs: true,
         causal: false,
         score_scale: inverse_sqrt(s.hidden / s.heads),
         position_bias: PositionBias::Buckets { buckets: BUCKETS, max_distance: MAX_DISTANCE, rows: rows_of_bias },

@@ -43,7 +43,7 @@ xdotool key --delay 40 End BackSpace
 xdotool type --delay 40 " and hungry."
 sleep 1.5
 # Head view, layer 4: pin the query token "it" (row 10 of the head view).
-click 173 356
+click 173 415
 click 405 371
 shot head-view
 # Why? The pinned query in the neuron view, head 4.
@@ -89,14 +89,14 @@ shot positional-encoding-learned
 # An intervention on the pretrained model: ablate layer 2, head 4 (all heads shown); the banner
 # says so and layer 3 changes.
 click 316 76
-click 67 385
-click 22 306 1.5
-click 119 562
+click 67 444
+click 22 365 1.5
+click 119 621
 xdotool mousemove 1300 800
 shot intervention 2
 # Back to the faithful model (the side panel's button), interventions folded.
-click 94 652 1.5
-click 22 306 1.5
+click 94 711 1.5
+click 22 365 1.5
 # The playground: sharper random weights (init std 0.5), a causal mask, in the model view.
 click 48 117 2
 click 15 453 1
@@ -110,7 +110,7 @@ shot playground 2
 # Light theme (back on the pretrained model).
 click 97 94 1.5
 click 316 76
-click 147 498
+click 147 557
 click 1300 800
 shot head-view-light
 # A GPT-2-style model (the tiny random test fixture): causal, its masked triangle drawn as masked;
@@ -126,3 +126,14 @@ shot gpt2 2
 click 1148 76
 xdotool mousemove 1300 800
 shot words
+# A DeBERTa-v3 (the tiny random test fixture, pieces again): its neuron view shows the
+# content→position and position→content terms each score sums, beside the score. (With the short
+# name "tiny-gpt2" the side panel's source buttons fit on one line: the path box is 24 px higher.)
+click 1148 76
+click 90 237
+xdotool key ctrl+a
+xdotool type --delay 20 "$PWD/tests/fixtures/models/tiny-deberta-v3"
+click 208 237 3
+click 573 76
+xdotool mousemove 1300 800
+shot neuron-deberta 2

@@ -824,3 +824,29 @@ fn models_in_the_hugging_face_cache_open_in_one_click_and_are_remembered() {
     h.get_by_label("tiny-bert").click();
     wait_until(&mut h, "tiny-bert again", |a| a.rt.model.as_ref().is_some_and(|m| m.name == "tiny-bert"));
 }
+
+#[test]
+fn after_typing_an_idle_app_asks_for_no_frames() {
+    let mut h = app("The cat sat.");
+    // A window with keyboard focus, as on a desktop (egui blinks a cursor only then).
+    h.input_mut().focused = true;
+    h.get_by_label("Sentence A").type_text(" It purred.");
+    // [CLS] the cat sat . [SEP] had 6 tokens.
+    wait_until(&mut h, "the run of the new text", |a| a.rt.run.as_ref().is_some_and(|r| r.tokens.len() > 6));
+    h.run();
+    // Two simulated seconds without input, the sentence box still focused: no frame is asked for
+    // (a blinking cursor would ask twice a second, and every frame of the head view costs a software
+    // renderer dearly).
+    let root = egui::ViewportId::ROOT;
+    let asked: usize = (0..120)
+        .map(|_| {
+            h.step();
+            usize::from(h.output().viewport_output[&root].repaint_delay != Duration::MAX)
+        })
+        .sum();
+    assert_eq!(asked, 0, "frames asked for while idle");
+    // A desktop window would also be asked to repaint twice a second by a blinking cursor.
+    for theme in [egui::Theme::Dark, egui::Theme::Light] {
+        assert!(!h.ctx.style_of(theme).visuals.text_cursor.blink, "the text cursor must not blink");
+    }
+}

@@ -11,6 +11,16 @@ use std::path::PathBuf;
 pub use app::{AttnvizApp, Command, FlowKey, FlowResult, Startup};
 
 /// Opens the desktop app window.
+/// OpenGL (glow) unless `ATTNVIZ_RENDERER=wgpu`: without a GPU (VMs, remote desktops, laptops
+/// without drivers) Mesa's software OpenGL draws a frame of this app several times faster than its
+/// software Vulkan, and with a GPU either is fast.
+fn renderer() -> eframe::Renderer {
+    match std::env::var("ATTNVIZ_RENDERER").as_deref() {
+        Ok("wgpu") => eframe::Renderer::Wgpu,
+        _ => eframe::Renderer::Glow,
+    }
+}
+
 pub fn run_app(model: Option<PathBuf>, text: Option<String>, text_pair: Option<String>) -> anyhow::Result<()> {
     let startup = Startup { model_dir: model, text, text_pair, hf_cache: None };
     let options = eframe::NativeOptions {
@@ -20,6 +30,7 @@ pub fn run_app(model: Option<PathBuf>, text: Option<String>, text_pair: Option<S
             .with_inner_size([1360.0, 860.0])
             .with_min_inner_size([640.0, 420.0])
             .with_drag_and_drop(true),
+        renderer: renderer(),
         ..Default::default()
     };
     eframe::run_native("attnviz", options, Box::new(move |cc| Ok(Box::new(AttnvizApp::new(cc, startup)))))

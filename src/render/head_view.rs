@@ -202,6 +202,33 @@ pub(crate) fn head_view_frame(spec: &HeadViewSpec) -> HeadViewFrame {
     }
 }
 
+/// One head's lines for [`draw_lines`]: its colour and `(from, to, weight)` per line, in pixels.
+pub struct HeadLines {
+    /// The head's colour.
+    pub color: [u8; 3],
+    /// Start (query side), end (key side) and weight of every line.
+    pub lines: Vec<((f32, f32), (f32, f32), f32)>,
+}
+
+/// Draws the lines of a head view, head after head (each head's lines in one colour, opacity =
+/// weight), onto `img`: the same rasterizer for the exported figure and the app's head view, which
+/// draws them into a transparent texture (the result is then premultiplied RGBA).
+pub fn draw_lines(img: &mut RgbaImage, heads: &[HeadLines], width: f32) {
+    let mut segments = Vec::new();
+    for head in heads {
+        segments.clear();
+        segments.extend(head.lines.iter().map(|&(from, to, w)| Segment { from, to, alpha: w.min(1.0) }));
+        let [red, green, blue] = head.color;
+        draw_segments(img, &segments, width, [red, green, blue, 255]);
+    }
+}
+
+/// A transparent image of `width × height` pixels (each side clamped to 1..=[`MAX_SIDE`]) for
+/// [`draw_lines`].
+pub fn transparent_image(width: f32, height: f32) -> RgbaImage {
+    new_image(width, height, [0, 0, 0, 0])
+}
+
 /// Draws the head view of one layer: title, head legend, tokens on both sides and coloured lines between them.
 pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
     let s = clamp_scale(spec.scale);
@@ -275,23 +302,25 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
         Some((Side::Query, i)) => i..i + 1,
         _ => 0..seq_len,
     };
-    let mut segments = Vec::new();
-    for &head_idx in &frame.heads {
-        let [red, green, blue] = colors[head_idx];
-        segments.clear();
-        for query_pos in queries.clone() {
-            let y0 = by + lay.row_y(query_pos);
-            for (key_pos, &weight) in att.row(spec.layer_idx, head_idx, query_pos).iter().enumerate() {
-                let unselected_key = selected.is_some_and(|(side, i)| side == Side::Key && i != key_pos);
-                if weight.is_nan() || weight < min_weight || unselected_key {
-                    continue;
+    let heads: Vec<HeadLines> = frame
+        .heads
+        .iter()
+        .map(|&head_idx| {
+            let mut lines = Vec::new();
+            for query_pos in queries.clone() {
+                let y0 = by + lay.row_y(query_pos);
+                for (key_pos, &weight) in att.row(spec.layer_idx, head_idx, query_pos).iter().enumerate() {
+                    let unselected_key = selected.is_some_and(|(side, i)| side == Side::Key && i != key_pos);
+                    if weight.is_nan() || weight < min_weight || unselected_key {
+                        continue;
+                    }
+                    lines.push(((x0, y0), (x1, by + lay.row_y(key_pos)), weight));
                 }
-                let to = (x1, by + lay.row_y(key_pos));
-                segments.push(Segment { from: (x0, y0), to, alpha: weight.min(1.0) });
             }
-        }
-        draw_segments(&mut img, &segments, width, [red, green, blue, 255]);
-    }
+            HeadLines { color: colors[head_idx], lines }
+        })
+        .collect();
+    draw_lines(&mut img, &heads, width);
     img
 }
 

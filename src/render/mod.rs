@@ -14,7 +14,7 @@ pub mod text;
 
 pub use canvas::{MAX_SIDE, stack};
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
-pub use head_view::{HeadViewSpec, Side, head_view};
+pub use head_view::{HeadLines, HeadViewSpec, Side, draw_lines, head_view, transparent_image};
 pub use heatmap::{HeatmapSpec, heatmap, symmetric_range};
 pub use model_grid::{ModelGridSpec, model_grid};
 pub use pe::{pe_dot, pe_encoding};

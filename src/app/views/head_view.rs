@@ -2,10 +2,8 @@
 //! query to each key, opacity from the weight. Hover a token to see only its lines with per-head
 //! bars on the other column; click to pin; Esc or a second click unpins.
 
-use std::sync::Arc;
-
 use egui::epaint::Mesh;
-use egui::{Color32, FontId, Pos2, Rect, RichText, Sense, Stroke, Vec2, pos2, vec2};
+use egui::{Color32, FontId, Pos2, Rect, RichText, Sense, Stroke, TextureHandle, TextureOptions, Vec2, pos2, vec2};
 
 use super::head_color;
 use crate::analysis::Run;
@@ -28,6 +26,8 @@ const LINE_WIDTH: f32 = 1.5;
 pub const LINE_BUDGET: usize = 30_000;
 /// Room for per-head bars beside a column.
 const BARS_WIDTH: f32 = 90.0;
+/// Margin of the line picture beyond the lines' ends (their anti-aliased caps).
+const BAND_PAD: f32 = 2.0;
 
 /// What the matrices depend on.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,18 +39,18 @@ struct MatricesKey {
     rollout: Option<Vec<usize>>,
 }
 
-/// What the line mesh depends on.
+/// What the picture of all lines depends on (not the scroll position: it covers every row).
 #[derive(Debug, Clone, PartialEq)]
-struct MeshKey {
+struct LinesKey {
     matrices: MatricesKey,
     heads: Vec<usize>,
     threshold: u32,
     pair_filter: PairFilter,
-    origin: (i32, i32),
-    clip: (i32, i32),
+    /// Pixels per point, across and along (bits): the picture is drawn at screen resolution.
+    pixels: (u32, u32),
 }
 
-/// Cached per-head matrices of the shown layer and the mesh of all lines.
+/// Cached per-head matrices of the shown layer and the picture of all their lines.
 #[derive(Default)]
 pub struct HeadViewCache {
     matrices_key: Option<MatricesKey>,
@@ -58,9 +58,11 @@ pub struct HeadViewCache {
     keep: Vec<usize>,
     /// One `m × m` matrix per head of the layer (m = shown tokens).
     matrices: Vec<Vec<f32>>,
-    mesh_key: Option<MeshKey>,
-    mesh: Arc<Mesh>,
-    /// Lines in the cached mesh (for tests and the frame-time report).
+    lines_key: Option<LinesKey>,
+    /// Every line, rasterized once per selection by `render::draw_lines` (the exported figure's
+    /// rasterizer): a frame draws one textured rectangle, however many lines there are.
+    lines: Option<TextureHandle>,
+    /// Lines in the cached picture (for tests and the frame-time report).
     pub line_count: usize,
     /// Lines that passed the threshold in view, before the budget was applied.
     pub candidate_count: usize,
@@ -86,7 +88,7 @@ impl HeadViewCache {
                 .collect(),
         };
         self.matrices_key = Some(key);
-        self.mesh_key = None;
+        self.lines_key = None;
     }
 }
 
@@ -225,31 +227,33 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
             painter.add(egui::Shape::mesh(mesh));
             bars_ui(&painter, &layout, cache, &heads, n_heads, side, row, label_width, &visible_rows);
         } else {
-            let key = MeshKey {
+            // The band the lines cross, over every row (scrolling moves it, it is not redrawn).
+            let band = Rect::from_min_max(
+                pos2(layout.line_x0 - BAND_PAD, rect.top()),
+                pos2(layout.line_x1 + BAND_PAD, rect.bottom()),
+            );
+            let ppp = ui.ctx().pixels_per_point();
+            let max_side = ui.ctx().input(|i| i.max_texture_side).min(crate::render::MAX_SIDE as usize) as f32;
+            // Along a very long view the picture is drawn at a lower resolution to fit a texture.
+            let (sx, sy) = (ppp, ppp.min(max_side / band.height().max(1.0)));
+            let key = LinesKey {
                 matrices: matrices_key,
                 heads: heads.clone(),
                 threshold: min_weight.to_bits(),
                 pair_filter: settings.pair_filter,
-                origin: (rect.left().round() as i32, rect.top().round() as i32),
-                clip: (clip.top().round() as i32, clip.bottom().round() as i32),
+                pixels: (sx.to_bits(), sy.to_bits()),
             };
-            if cache.mesh_key.as_ref() != Some(&key) {
-                // Every line that passes the threshold and crosses the visible area...
+            if cache.lines_key.as_ref() != Some(&key) {
+                // Every line that passes the threshold...
                 let mut lines: Vec<(f32, u32, u32, u32)> = Vec::new();
                 for &h in &heads {
                     let m = &cache.matrices[h];
                     for q in 0..rows {
-                        let yq = layout.row_y(q);
                         for k in 0..rows {
                             let w = m[q * rows + k];
-                            if w < min_weight || !admits(q, k) {
-                                continue;
+                            if w >= min_weight && admits(q, k) {
+                                lines.push((w, h as u32, q as u32, k as u32));
                             }
-                            let yk = layout.row_y(k);
-                            if (yq < clip.top() && yk < clip.top()) || (yq > clip.bottom() && yk > clip.bottom()) {
-                                continue;
-                            }
-                            lines.push((w, h as u32, q as u32, k as u32));
                         }
                     }
                 }
@@ -261,20 +265,28 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
                     lines.truncate(LINE_BUDGET);
                     cache.budget_threshold = lines.iter().map(|l| l.0).reduce(f32::min);
                 }
-                let mut mesh = Mesh::default();
-                mesh.reserve_vertices(lines.len() * 8);
-                mesh.reserve_triangles(lines.len() * 6);
+                let colors = crate::render::head_colors(n_heads);
+                let to_px = |x: f32, y: f32| ((x - band.left()) * sx, (y - band.top()) * sy);
+                let mut per_head: Vec<crate::render::HeadLines> =
+                    heads.iter().map(|&h| crate::render::HeadLines { color: colors[h], lines: Vec::new() }).collect();
                 for &(w, h, q, k) in &lines {
-                    let color = line_color(head_color(h as usize, n_heads), w);
-                    let a = pos2(layout.line_x0, layout.row_y(q as usize));
-                    let b = pos2(layout.line_x1, layout.row_y(k as usize));
-                    add_line(&mut mesh, a, b, LINE_WIDTH, color);
+                    let slot = heads.iter().position(|&x| x == h as usize).unwrap_or(0);
+                    let from = to_px(layout.line_x0, layout.row_y(q as usize));
+                    let to = to_px(layout.line_x1, layout.row_y(k as usize));
+                    per_head[slot].lines.push((from, to, w));
                 }
-                cache.mesh = Arc::new(mesh);
+                let mut img = crate::render::transparent_image(band.width() * sx, band.height() * sy);
+                crate::render::draw_lines(&mut img, &per_head, LINE_WIDTH * sx);
+                let size = [img.width() as usize, img.height() as usize];
+                let image = egui::ColorImage::from_rgba_premultiplied(size, img.as_raw());
+                cache.lines = Some(ui.ctx().load_texture("head-view-lines", image, TextureOptions::LINEAR));
                 cache.line_count = lines.len();
-                cache.mesh_key = Some(key);
+                cache.lines_key = Some(key);
             }
-            painter.add(egui::Shape::Mesh(cache.mesh.clone()));
+            if let Some(texture) = &cache.lines {
+                let uv = Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0));
+                painter.image(texture.id(), band, uv, Color32::WHITE);
+            }
         }
         // Token labels.
         let text_color = ui.visuals().text_color();

@@ -74,7 +74,7 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runti
         ui.label(
             RichText::new(format!(
                 "This model's score is not just q·k: it is the sum of {} (each scaled as the model scales it), \
-                 shown in the columns after the score; the softmax is applied to that sum.",
+                 shown in the columns before the score; the softmax is applied to that sum.",
                 names.join(" + ")
             ))
             .small(),
@@ -106,9 +106,11 @@ fn cells_ui(
     let gap = 14.0;
     let x_keys = label_w;
     let x_prod = x_keys + d as f32 * cell + gap;
-    let x_score = x_prod + d as f32 * cell + gap;
-    let x_terms: Vec<f32> = (0..b.terms.len()).map(|t| x_score + (t + 1) as f32 * (56.0 + gap / 2.0)).collect();
-    let x_weight = x_terms.last().copied().unwrap_or(x_score) + 56.0 + gap;
+    // Where the score sums several terms, they come first and the score after them: a + b + c = score.
+    let x_terms0 = x_prod + d as f32 * cell + gap;
+    let x_terms: Vec<f32> = (0..b.terms.len()).map(|t| x_terms0 + t as f32 * (56.0 + gap / 2.0)).collect();
+    let x_score = x_terms.last().map_or(x_terms0, |x| x + 56.0 + gap);
+    let x_weight = x_score + 56.0 + gap;
     let width = x_weight + 150.0;
     let vec_range = symmetric_range(&[b.query.as_slice(), b.keys.as_slice()].concat());
     let prod_range = symmetric_range(&b.products);
@@ -120,7 +122,7 @@ fn cells_ui(
     let weak = ui.visuals().weak_text_color();
     let font = FontId::proportional(12.0);
     let o = rect.min;
-    let score_title = if b.terms.is_empty() { "q·k_j/√d" } else { "score = sum" };
+    let score_title = if b.terms.is_empty() { "q·k_j/√d" } else { "= score" };
     for (x, title) in [(x_keys, "k_j  (q on top)"), (x_prod, "q ∘ k_j"), (x_score, score_title), (x_weight, "softmax")]
     {
         painter.text(o + vec2(x, ROW * 0.5), egui::Align2::LEFT_CENTER, title, font.clone(), text);
@@ -240,7 +242,7 @@ fn cells_ui(
                     "q[{i}] · k_{j}[{i}] = {:.6}\nsum over dimensions: q·k_{j} = {dot:.6}",
                     b.products[j * d + i]
                 ))
-            } else if rel.x >= x_score {
+            } else if rel.x >= x_terms0 {
                 let dot: f32 = b.products[j * d..(j + 1) * d].iter().sum();
                 let mut info = format!("key “{}” (#{j})\nq·k = {dot:.6}\n", labels[j]);
                 for (name, values) in &b.terms {

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Measures the app's CPU use the way a user without a GPU meets it: a real window under Xvfb
+# (egui then draws through Mesa's software renderer), fresh settings, a sentence typed, then
+#   idle: CPU seconds per second over 10 s with no input at all,
+#   moves: CPU milliseconds per mouse move over the head view, two moves a second.
+# Needs: apt-get install xvfb xdotool. Usage:
+#   scripts/measure-cpu.sh [path/to/attnviz] [TEXT]   (default: target/release/attnviz, the example sentence)
+# VIEW=model|heatmap|pe|stats measures another tab (its tab is clicked after typing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${1:-target/release/attnviz}
+TEXT=${2:-}
+export DISPLAY=:96
+Xvfb "$DISPLAY" -screen 0 1360x860x24 -nolisten tcp >/dev/null 2>&1 &
+XVFB=$!
+APP=""
+cleanup() { if [ -n "$APP" ]; then kill "$APP" 2>/dev/null || true; fi; kill "$XVFB" 2>/dev/null || true; }
+trap cleanup EXIT
+sleep 1
+export HOME XDG_DATA_HOME
+HOME=$(mktemp -d)
+XDG_DATA_HOME="$HOME/.local/share"
+"$BIN" >/tmp/attnviz-measure.log 2>&1 &
+APP=$!
+WID=$(xdotool search --sync --onlyvisible --name '^attnviz$' | head -1)
+xdotool windowmove --sync "$WID" 0 0
+xdotool windowsize --sync "$WID" 1360 860
+xdotool windowfocus --sync "$WID"
+sleep 4
+ticks() { awk '{print $14 + $15}' "/proc/$APP/stat"; }
+hz=$(getconf CLK_TCK)
+if [ -n "$TEXT" ]; then
+  xdotool key ctrl+a
+  xdotool type --delay 5 "$TEXT"
+else
+  xdotool type --delay 40 " Typed."
+fi
+sleep 3
+case "${VIEW:-head}" in
+  model) xdotool mousemove 403 76 click 1 ;;
+  heatmap) xdotool mousemove 486 76 click 1 ;;
+  stats) xdotool mousemove 676 76 click 1 ;;
+  pe) xdotool mousemove 978 76 click 1 ;;
+esac
+sleep 3
+xdotool mousemove 1300 840
+sleep 2
+t0=$(ticks)
+sleep 10
+t1=$(ticks)
+idle=$(awk -v a="$t0" -v b="$t1" -v hz="$hz" 'BEGIN { printf "%.3f", (b - a) / hz / 10 }')
+# Mouse moves over the token labels of the head view (query column), two a second.
+t0=$(ticks)
+moves=20
+for i in $(seq $moves); do
+  xdotool mousemove $((390 + (i % 2) * 3)) $((190 + (i % 8) * 20))
+  sleep 0.5
+done
+t1=$(ticks)
+per_move=$(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v m="$moves" 'BEGIN { printf "%.1f", (b - a) / hz / m * 1000 }')
+sleep 2
+t0=$(ticks)
+sleep 5
+t1=$(ticks)
+after=$(awk -v a="$t0" -v b="$t1" -v hz="$hz" 'BEGIN { printf "%.3f", (b - a) / hz / 5 }')
+echo "view=${VIEW:-head} idle_cpu_s_per_s=$idle cpu_ms_per_move=$per_move idle_after_moves_cpu_s_per_s=$after"

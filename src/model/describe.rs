@@ -131,6 +131,7 @@ pub struct Disentangled {
 }
 
 /// One network, as data.
+#[allow(clippy::struct_excessive_bools)] // independent properties of a network, not a state machine
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Description {
     /// The family, as `config.json`'s `model_type` names it ("bert", "roberta", "deberta-v2", …).

@@ -84,11 +84,14 @@ pub(crate) fn draw_line(img: &mut RgbaImage, from: (f32, f32), to: (f32, f32), w
     draw_line_in(&mut band, &Segment { from, to, alpha }, width, color);
 }
 
-/// A straight line from `from` to `to` drawn with opacity `alpha`.
+/// A straight line from `from` to `to` (pixels) drawn with opacity `alpha`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Segment {
+pub struct Segment {
+    /// Start point.
     pub from: (f32, f32),
+    /// End point.
     pub to: (f32, f32),
+    /// Opacity, 0..=1.
     pub alpha: f32,
 }
 

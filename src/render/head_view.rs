@@ -202,24 +202,22 @@ pub(crate) fn head_view_frame(spec: &HeadViewSpec) -> HeadViewFrame {
     }
 }
 
-/// One head's lines for [`draw_lines`]: its colour and `(from, to, weight)` per line, in pixels.
+/// One head's lines for [`draw_lines`]: its colour and its lines (query side to key side, in
+/// pixels, opacity = weight).
 pub struct HeadLines {
     /// The head's colour.
     pub color: [u8; 3],
-    /// Start (query side), end (key side) and weight of every line.
-    pub lines: Vec<((f32, f32), (f32, f32), f32)>,
+    /// Every line.
+    pub lines: Vec<Segment>,
 }
 
 /// Draws the lines of a head view, head after head (each head's lines in one colour, opacity =
 /// weight), onto `img`: the same rasterizer for the exported figure and the app's head view, which
 /// draws them into a transparent texture (the result is then premultiplied RGBA).
 pub fn draw_lines(img: &mut RgbaImage, heads: &[HeadLines], width: f32) {
-    let mut segments = Vec::new();
     for head in heads {
-        segments.clear();
-        segments.extend(head.lines.iter().map(|&(from, to, w)| Segment { from, to, alpha: w.min(1.0) }));
         let [red, green, blue] = head.color;
-        draw_segments(img, &segments, width, [red, green, blue, 255]);
+        draw_segments(img, &head.lines, width, [red, green, blue, 255]);
     }
 }
 
@@ -314,7 +312,7 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
                     if weight.is_nan() || weight < min_weight || unselected_key {
                         continue;
                     }
-                    lines.push(((x0, y0), (x1, by + lay.row_y(key_pos)), weight));
+                    lines.push(Segment { from: (x0, y0), to: (x1, by + lay.row_y(key_pos)), alpha: weight.min(1.0) });
                 }
             }
             HeadLines { color: colors[head_idx], lines }

@@ -12,7 +12,7 @@ mod model_grid;
 mod pe;
 pub mod text;
 
-pub use canvas::{MAX_SIDE, stack};
+pub use canvas::{MAX_SIDE, Segment, stack};
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use head_view::{HeadLines, HeadViewSpec, Side, draw_lines, head_view, transparent_image};
 pub use heatmap::{HeatmapSpec, heatmap, symmetric_range};

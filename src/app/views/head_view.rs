@@ -273,7 +273,7 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
                     let slot = heads.iter().position(|&x| x == h as usize).unwrap_or(0);
                     let from = to_px(layout.line_x0, layout.row_y(q as usize));
                     let to = to_px(layout.line_x1, layout.row_y(k as usize));
-                    per_head[slot].lines.push((from, to, w));
+                    per_head[slot].lines.push(crate::render::Segment { from, to, alpha: w.min(1.0) });
                 }
                 let mut img = crate::render::transparent_image(band.width() * sx, band.height() * sy);
                 crate::render::draw_lines(&mut img, &per_head, LINE_WIDTH * sx);

@@ -459,11 +459,9 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
                     bt.heads()
                 )));
             }
-            if b.tokens.tokens != run.tokens.tokens {
+            if let Some(why) = crate::analysis::tokens::token_difference(&run.tokens, &b.tokens) {
                 return Err(ExportError::Unavailable(format!(
-                    "the difference needs the same tokens in A and B (A has {}, B has {}): show them side by side",
-                    run.tokens.len(),
-                    b.tokens.len()
+                    "the difference needs the same tokens in A and B ({why}): show them side by side"
                 )));
             }
             let mut values = bt.mean_of_heads(*layer_idx, head_idxs);

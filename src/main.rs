@@ -9,10 +9,23 @@ fn main() -> ExitCode {
     match attnviz::cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            // One line, naming what is wrong and with which file or argument.
-            let message = format!("{err:#}").replace('\n', " ");
-            eprintln!("error: {message}");
+            eprintln!("error: {}", one_line(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, naming what is wrong and with which file or argument; a
+/// cause whose text the message already quotes (library errors often include their source) is not
+/// repeated.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut message = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+    }
+    message.replace('\n', " ")
 }

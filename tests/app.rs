@@ -712,6 +712,18 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
     h.get_by_label("Difference B − A").click();
     h.run_steps(2);
     assert!(h.query_by_label_contains("needs the same tokens").is_some(), "different tokens: side by side");
+    assert!(h.query_by_label_contains("A has 5 tokens, B has 6").is_some(), "the reason, in numbers");
+    // Same count, other words: the message says where they part (not "A has 6, B has 6").
+    retype(&mut h, "Sentence to compare", "the dog sat");
+    wait_until(&mut h, "run B", |a| a.rt.run_b.as_ref().is_some_and(|b| b.tokens.len() == 5));
+    h.run_steps(2);
+    assert!(
+        h.query_by_label_contains("token 2 is “cat” in A and “dog” in B").is_some(),
+        "the first token that differs is named"
+    );
+    retype(&mut h, "Sentence to compare", "the dog sat down");
+    wait_until(&mut h, "run B", |a| a.rt.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
+    h.run_steps(2);
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("side-by-side.png");
     h.state_mut().settings.compare.mode = attnviz::app::state::CompareMode::SideBySide;
@@ -849,4 +861,47 @@ fn after_typing_an_idle_app_asks_for_no_frames() {
     for theme in [egui::Theme::Dark, egui::Theme::Light] {
         assert!(!h.ctx.style_of(theme).visuals.text_cursor.blink, "the text cursor must not blink");
     }
+}
+
+#[test]
+fn the_neuron_tab_opens_on_the_query_pinned_in_the_head_view() {
+    let mut h = app("pin this token");
+    h.get_by_label("query 2: this").click();
+    h.run_steps(2);
+    h.get_by_label("Neuron view").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.view, View::Neuron);
+    assert_eq!(h.state().settings.neuron_query, 2);
+}
+
+#[test]
+fn rollout_says_when_it_averages_only_some_heads() {
+    let mut h = app("the cat sat on the mat");
+    h.get_by_label("None").click();
+    h.run_steps(2);
+    h.get_by_label("H1").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.heads, [false, true, false, false]);
+    h.get_by_label("Rollout / flow").click();
+    h.run_steps(3);
+    let run = h.state().rt.run.clone().unwrap();
+    assert_eq!(h.state().rt.caches.rollout.layers, attnviz::analysis::rollout::rollout(&run.attention, &[1]));
+    assert!(h.query_by_label_contains("only the heads selected in the side panel (1 of 4): H1").is_some());
+    h.get_by_label("Use all heads").click();
+    h.run_steps(3);
+    assert_eq!(h.state().rt.caches.rollout.layers, attnviz::analysis::rollout::rollout(&run.attention, &[0, 1, 2, 3]));
+    assert!(h.query_by_label_contains("only the heads selected").is_none());
+}
+
+#[test]
+fn per_head_bars_tell_their_numbers_on_hover() {
+    let mut h = app("pin this token");
+    h.get_by_label("query 2: this").click();
+    h.run_steps(2);
+    h.get_by_label("weights of key 1: pin").hover();
+    h.run_steps(120);
+    let run = h.state().rt.run.clone().unwrap();
+    let w = run.attention.get(0, 3, 2, 1);
+    assert!(h.query_by_label_contains("“this” → “pin”").is_some(), "the tooltip names the pair");
+    assert!(h.query_by_label(&format!("H3: {w:.4}")).is_some(), "head 3's weight, exactly as recorded");
 }

@@ -557,3 +557,13 @@ fn unsupported_families_and_keys_are_named() {
     assert_error(&out, "SentencePiece");
     assert!(!out_path.exists(), "nothing is written on failure");
 }
+
+#[test]
+fn an_error_names_its_reason_once() {
+    let dir = tmp();
+    let out_path = dir.path().join("pe.png");
+    let out = attnviz(&["export", "--view", "pe", "--d-model", "65", "-o", out_path.to_str().unwrap()]);
+    assert_error(&out, "d_model must be a positive even number");
+    assert_eq!(stderr(&out).matches("d_model must be").count(), 1, "{}", stderr(&out));
+    assert!(!out_path.exists());
+}

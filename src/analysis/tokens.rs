@@ -41,6 +41,19 @@ impl Tokens {
     }
 }
 
+/// Why two inputs' tokens are not the same, in words: their counts when they differ, else the first
+/// position where they part ("token 3 is “cat” in A and “dog” in B"); None when they are the same.
+pub fn token_difference(a: &Tokens, b: &Tokens) -> Option<String> {
+    if a.tokens == b.tokens {
+        return None;
+    }
+    if a.len() != b.len() {
+        return Some(format!("A has {} tokens, B has {}", a.len(), b.len()));
+    }
+    let i = a.tokens.iter().zip(&b.tokens).position(|(x, y)| x != y)?;
+    Some(format!("the tokens differ: token {i} is “{}” in A and “{}” in B", a.label(i), b.label(i)))
+}
+
 /// Makes a token readable in a diagram: `Ġ`/`▁` word starts dropped, invisible characters escaped.
 pub fn pretty_label(token: &str) -> String {
     let trimmed = token.strip_prefix('Ġ').or_else(|| token.strip_prefix('▁')).unwrap_or(token);
@@ -65,6 +78,18 @@ fn is_invisible(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_differences_are_said_in_words() {
+        let t =
+            |words: &[&str]| Tokens { tokens: words.iter().map(ToString::to_string).collect(), ..Tokens::default() };
+        assert_eq!(token_difference(&t(&["a", "b"]), &t(&["a", "b"])), None);
+        assert_eq!(token_difference(&t(&["a"]), &t(&["a", "b"])).unwrap(), "A has 1 tokens, B has 2");
+        assert_eq!(
+            token_difference(&t(&["the", "cat"]), &t(&["the", "dog"])).unwrap(),
+            "the tokens differ: token 1 is “cat” in A and “dog” in B"
+        );
+    }
 
     #[test]
     fn labels_drop_bpe_markers_and_show_invisible_characters() {

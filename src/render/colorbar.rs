@@ -142,7 +142,7 @@ pub(crate) fn format_values(values: &[f64], step: f64) -> Vec<String> {
 }
 
 /// A number formatted for print: two decimals, a true minus sign, NaN as "NaN".
-pub(crate) fn format_cell_value(v: f32) -> String {
+pub fn format_cell_value(v: f32) -> String {
     if v.is_nan() { "NaN".to_string() } else { with_minus_sign(&format!("{v:.2}")) }
 }
 

@@ -13,6 +13,7 @@ mod pe;
 pub mod text;
 
 pub use canvas::{MAX_SIDE, Segment, stack};
+pub use colorbar::format_cell_value;
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use head_view::{HeadLines, HeadViewSpec, Side, draw_lines, head_view, transparent_image};
 pub use heatmap::{HeatmapSpec, heatmap, symmetric_range};

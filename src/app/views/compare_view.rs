@@ -89,16 +89,16 @@ pub fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
         );
         return;
     }
-    let same_tokens = b.tokens.tokens == run.tokens.tokens;
+    let difference = crate::analysis::tokens::token_difference(&run.tokens, &b.tokens);
+    let same_tokens = difference.is_none();
     let heads_text = heads.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
     ui.label(RichText::new(format!("Layer {layer_idx} · heads {heads_text} (synced for A and B)")).strong());
     let mode = if settings.compare.mode == CompareMode::Difference && !same_tokens {
         ui.colored_label(
             ui.visuals().warn_fg_color,
             format!(
-                "The difference needs the same tokens in A and B (A has {}, B has {}): showing them side by side.",
-                run.tokens.len(),
-                b.tokens.len()
+                "The difference needs the same tokens in A and B ({}): showing them side by side.",
+                difference.as_deref().unwrap_or_default()
             ),
         );
         CompareMode::SideBySide

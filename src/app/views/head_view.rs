@@ -226,6 +226,34 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
             }
             painter.add(egui::Shape::mesh(mesh));
             bars_ui(&painter, &layout, cache, &heads, n_heads, side, row, label_width, &visible_rows);
+            // Each row of bars tells its numbers on hover (pin the token first to reach them).
+            for other in (0..rows).filter(|&r| visible_rows(r)) {
+                let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
+                let x = if side == Side::Query {
+                    layout.right_text_left + label_width + 6.0
+                } else {
+                    layout.left_text_right - label_width - 6.0 - (BARS_WIDTH - 10.0)
+                };
+                let y = layout.row_y(other) - ROW_HEIGHT / 2.0;
+                let hit = Rect::from_min_size(pos2(x, y), vec2(BARS_WIDTH - 10.0, ROW_HEIGHT));
+                let id = ui.scope_id().with(("head-view-bars", other));
+                let what = format!(
+                    "weights of {} {}: {}",
+                    if side == Side::Query { "key" } else { "query" },
+                    keep[other],
+                    labels[other]
+                );
+                let response = ui.interact(hit, id, Sense::hover());
+                response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &what));
+                response.on_hover_ui_at_pointer(|ui| {
+                    ui.label(RichText::new(format!("“{}” → “{}”", labels[q], labels[k])).strong());
+                    for &h in &heads {
+                        let name =
+                            if n_heads == 1 && heads.len() == 1 { "rollout".to_string() } else { format!("H{h}") };
+                        ui.label(format!("{name}: {:.4}", cache.matrices[h][q * rows + k]));
+                    }
+                });
+            }
         } else {
             // The band the lines cross, over every row (scrolling moves it, it is not redrawn).
             let band = Rect::from_min_max(

@@ -224,7 +224,7 @@ pub fn cell_number(painter: &egui::Painter, center: Pos2, value: f32, [r, g, b]:
     painter.text(
         center,
         egui::Align2::CENTER_CENTER,
-        format!("{value:.2}"),
+        crate::render::format_cell_value(value),
         font.clone(),
         contrast_text(Color32::from_rgb(r, g, b)),
     );
@@ -247,7 +247,7 @@ pub fn colorbar(painter: &egui::Painter, cmap: Colormap, rect: Rect, text: Color
         painter.text(
             pos2(rect.right() + 6.0, y),
             egui::Align2::LEFT_CENTER,
-            format!("{value:.2}"),
+            crate::render::format_cell_value(value),
             FontId::proportional(11.0),
             text,
         );

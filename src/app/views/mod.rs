@@ -57,7 +57,13 @@ pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
     // Wrapped: the tabs, Export… and Words stay reachable in a narrow window.
     ui.horizontal_wrapped(|ui| {
         for view in View::ALL {
-            ui.selectable_value(&mut settings.view, view, RichText::new(view.label()).strong());
+            let tab = ui.selectable_value(&mut settings.view, view, RichText::new(view.label()).strong());
+            // The neuron view opens on the query pinned in the head view, if any.
+            if tab.clicked() && view == View::Neuron {
+                if let Some((crate::render::Side::Query, pos)) = rt.pinned {
+                    settings.neuron_query = pos;
+                }
+            }
         }
         ui.separator();
         let enabled = (rt.run.is_some() || !settings.view.needs_run()) && rt.exporting.is_none();

@@ -192,13 +192,13 @@ fn cells_ui(
         let score = b.scores[j];
         let rs = Rect::from_min_size(pos2(o.x + x_score, y + 1.0), vec2(56.0, ROW - 2.0));
         painter.rect_filled(rs, 0.0, color(&lut, score, score_range));
-        let score_text = if score.is_nan() { "masked".to_string() } else { format!("{score:.2}") };
+        let score_text = if score.is_nan() { "masked".to_string() } else { crate::render::format_cell_value(score) };
         painter.text(rs.center(), egui::Align2::CENTER_CENTER, score_text, FontId::monospace(10.0), Color32::BLACK);
         for ((_, values), &x) in b.terms.iter().zip(&x_terms) {
             let v = values[j];
             let r = Rect::from_min_size(pos2(o.x + x, y + 1.0), vec2(56.0, ROW - 2.0));
             painter.rect_filled(r, 0.0, color(&lut, v, score_range));
-            let t = if v.is_nan() { "masked".to_string() } else { format!("{v:.2}") };
+            let t = if v.is_nan() { "masked".to_string() } else { crate::render::format_cell_value(v) };
             painter.text(r.center(), egui::Align2::CENTER_CENTER, t, FontId::monospace(10.0), Color32::BLACK);
         }
         let w = b.weights[j];

@@ -30,6 +30,23 @@ pub fn rollout_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
         ui.separator();
         ui.label(RichText::new(format!("layers 0–{layer_idx} · {} heads averaged per layer", heads.len())).strong());
         ui.separator();
+        if !heads.is_empty() && heads.len() < a.heads() {
+            // Rollout is usually taken over every head: a partial selection is said, not silent.
+            let names: Vec<String> = heads.iter().map(|h| format!("H{h}")).collect();
+            ui.colored_label(
+                ui.visuals().warn_fg_color,
+                format!(
+                    "only the heads selected in the side panel ({} of {}): {}",
+                    heads.len(),
+                    a.heads(),
+                    names.join(", ")
+                ),
+            );
+            if ui.button("Use all heads").on_hover_text("Select every head of the model").clicked() {
+                settings.heads = vec![true; a.heads()];
+            }
+            ui.separator();
+        }
         if ui
             .button("Show in the head view")
             .on_hover_text("Draw the rollout up to this layer as a pseudo-layer in the head view")

@@ -184,8 +184,10 @@ fn export_writes_a_decodable_png_through_the_dialog() {
     let image = image::open(&path).unwrap();
     // The same pixels as the CLI's figure for the same settings.
     let app = h.state();
+    // The app exports in its own theme (the harness runs dark).
+    let dark = h.ctx.theme() == egui::Theme::Dark;
     let expected =
-        attnviz::export::render_figure(app.rt.run.as_deref(), &app.current_figure(), app.export_style(false)).unwrap();
+        attnviz::export::render_figure(app.rt.run.as_deref(), &app.current_figure(), app.export_style(dark)).unwrap();
     assert_eq!(image.width(), expected.width());
     assert_eq!(image.height(), expected.height());
     assert!(!h.state().rt.export_open, "the dialog closes after a successful export");
@@ -567,13 +569,17 @@ fn export_through_dialog(h: &mut Harness<'static, AttnvizApp>, path: &std::path:
     assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
 }
 
-/// The exported PNG decodes and has the size of the figure the CLI would draw.
+/// The exported PNG decodes and has exactly the pixels of the figure the CLI would draw.
 fn assert_png_matches_figure(h: &Harness<'static, AttnvizApp>, path: &std::path::Path) {
     let image = image::open(path).unwrap();
     let app = h.state();
+    // The app exports in its own theme (the harness runs dark).
+    let dark = h.ctx.theme() == egui::Theme::Dark;
     let expected =
-        attnviz::export::render_figure(app.rt.run.as_deref(), &app.current_figure(), app.export_style(false)).unwrap();
+        attnviz::export::render_figure(app.rt.run.as_deref(), &app.current_figure(), app.export_style(dark)).unwrap();
     assert_eq!((image.width(), image.height()), (expected.width(), expected.height()));
+    // The same pixels, not just the same size: the app's Export draws the figure the CLI draws.
+    assert!(image.to_rgba8().as_raw() == expected.as_raw(), "{}: pixels differ from the figure", path.display());
 }
 
 fn csv_rows(path: &std::path::Path) -> Vec<Vec<String>> {
@@ -904,4 +910,34 @@ fn per_head_bars_tell_their_numbers_on_hover() {
     let w = run.attention.get(0, 3, 2, 1);
     assert!(h.query_by_label_contains("“this” → “pin”").is_some(), "the tooltip names the pair");
     assert!(h.query_by_label(&format!("H3: {w:.4}")).is_some(), "head 3's weight, exactly as recorded");
+}
+
+#[test]
+fn the_apps_export_and_the_cli_draw_the_same_pixels() {
+    let mut h = app("the cat sat");
+    h.get_by_label("L1").click();
+    h.run_steps(2);
+    h.get_by_label("None").click();
+    h.run_steps(2);
+    h.get_by_label("H2").click();
+    h.run_steps(2);
+    h.get_by_label("Heatmap").click();
+    h.run_steps(3);
+    let dir = tempfile::tempdir().unwrap();
+    let from_app = dir.path().join("app.png");
+    export_through_dialog(&mut h, &from_app);
+    let theme = if h.ctx.theme() == egui::Theme::Dark { "dark" } else { "light" };
+    let scale = h.state().settings.export_scale.to_string();
+    let from_cli = dir.path().join("cli.png");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_attnviz"))
+        .args(["--model", tiny().to_str().unwrap(), "export", "--text", "the cat sat", "--view", "heatmap"])
+        .args(["--layer", "1", "--head", "2", "--theme", theme, "--scale", &scale, "-o", from_cli.to_str().unwrap()])
+        .env_remove("ATTNVIZ_MODEL")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (a, c) = (image::open(&from_app).unwrap().to_rgba8(), image::open(&from_cli).unwrap().to_rgba8());
+    assert_eq!(a.dimensions(), c.dimensions());
+    let differing = a.pixels().zip(c.pixels()).filter(|(x, y)| x != y).count();
+    assert_eq!(differing, 0, "pixels that differ between the app's Export and `attnviz export`");
 }

@@ -328,7 +328,7 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
             ] {
                 let selected = selection == Some((side, pos));
                 let pinned = rt.pinned == Some((side, pos));
-                let galley = painter.layout_no_wrap(labels[row].clone(), font.clone(), text_color);
+                let galley = truncated(&painter, &labels[row], &font, text_color, label_width);
                 let w = galley.size().x.min(label_width);
                 let text_rect = align.anchor_size(pos2(x, y), vec2(w, ROW_HEIGHT - 2.0));
                 if selected {
@@ -352,6 +352,21 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
             }
         }
     });
+}
+
+/// A one-line label no wider than `max_width`, ending in "…" when it is cut (a long merged word
+/// must not look like a shorter one).
+fn truncated(
+    painter: &egui::Painter,
+    text: &str,
+    font: &FontId,
+    color: Color32,
+    max_width: f32,
+) -> std::sync::Arc<egui::Galley> {
+    let mut job = egui::text::LayoutJob::simple_singleline(text.to_owned(), font.clone(), color);
+    job.wrap =
+        egui::text::TextWrapping { max_width, max_rows: 1, break_anywhere: true, overflow_character: Some('…') };
+    painter.layout_job(job)
 }
 
 /// Small per-head bars next to the tokens of the other column, for the selected token.
@@ -452,5 +467,24 @@ fn toolbar_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime, run:
         _ => {
             ui.label(RichText::new("Hover a token to see its lines; click to pin it.").small().weak());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_labels_end_in_an_ellipsis_and_short_ones_stay_whole() {
+        let ctx = egui::Context::default();
+        let font = FontId::proportional(14.0);
+        let mut output = ctx.run_ui(egui::RawInput::default(), |ui| {
+            let long = truncated(ui.painter(), "internationalisation", &font, Color32::WHITE, 60.0);
+            let last = long.rows.last().and_then(|r| r.row.glyphs.last()).map(|g| g.chr);
+            assert!(long.elided && last == Some('…'), "cut with an ellipsis: {last:?}");
+            assert!(long.size().x <= 61.0, "{}", long.size().x);
+            assert!(!truncated(ui.painter(), "cat", &font, Color32::WHITE, 60.0).elided);
+        });
+        output.textures_delta.clear(); // no renderer here to take the font atlas
     }
 }

@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
-use super::{Family, Keys, Sizes, Tensors, bounded, inverse_sqrt, positions, rename_one, unsupported};
+use super::{Family, Keys, Sizes, Tensors, bounded, positions, post_ln_encoder, rename_one, unsupported};
 use crate::model::ModelError;
-use crate::model::describe::{Description, EmbeddingDesc, NormPlacement, PositionBias, Positions, Projection};
+use crate::model::describe::{Description, EmbeddingDesc, Projection};
 
 const LAYERS: &[(&str, &str)] = &[
     ("embeddings.word_embeddings", "embed.tokens"),
@@ -48,38 +48,17 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
     if layer_weights.len() > 4 * super::MAX_LAYERS {
         return Err(unsupported("inner_group_num", inner.to_string(), "too many layers in all"));
     }
+    let base =
+        post_ln_encoder(&s, keys.activation("hidden_act", "gelu_new")?, keys.eps("layer_norm_eps", 1e-12)?, rows);
     Ok(Description {
-        family: String::new(),
-        vocab_size: s.vocab,
-        hidden: s.hidden,
         layers: layer_weights.len(),
-        heads: s.heads,
-        head_dim: s.hidden / s.heads,
-        intermediate: s.intermediate,
-        activation: keys.activation("hidden_act", "gelu_new")?,
-        embedding: EmbeddingDesc {
-            width,
-            positions: Positions::Table { rows, offset: 0 },
-            token_types,
-            scale: 1.0,
-            norm: true,
-            positions_first: false,
-            projection: Some(Projection::AfterNorm),
-            projection_bias: true,
-        },
+        embedding: EmbeddingDesc { width, token_types, projection: Some(Projection::AfterNorm), ..base.embedding },
         // transformers 5's AlbertTokenizer returns no token_type_ids (model_input_names =
         // [input_ids, attention_mask]): pairs reach the model with type 0 throughout.
         reads_token_types: false,
-        reads_pairs: true,
-        causal: false,
-        score_scale: inverse_sqrt(s.hidden / s.heads),
-        position_bias: PositionBias::None,
-        norm: NormPlacement::Post,
-        norm_eps: keys.eps("layer_norm_eps", 1e-12)?,
-        final_norm: false,
         layer_weights,
-        max_len: rows,
         pad_token_id: Some(keys.opt_usize("pad_token_id")?.unwrap_or(0) as u32),
+        ..base
     })
 }
 

@@ -4,9 +4,9 @@
 //! `modeling_electra.py`: post-LN layers; embeddings `(word + token_type) + position`, then `LayerNorm`
 //! (eps `layer_norm_eps`); scores `q·kᵀ / √head_dim`.
 
-use super::{Family, Keys, Sizes, inverse_sqrt, positions, rename_by_table, unsupported};
+use super::{Family, Keys, Sizes, positions, post_ln_encoder, rename_by_table, unsupported};
 use crate::model::ModelError;
-use crate::model::describe::{Description, EmbeddingDesc, NormPlacement, PositionBias, Positions, Projection};
+use crate::model::describe::{Description, EmbeddingDesc, Positions, Projection};
 
 /// `BertModel`'s modules → canonical names (shared by every family in this file).
 const LAYERS: &[(&str, &str)] = &[
@@ -85,35 +85,18 @@ fn bert_like(keys: &Keys, variant: Variant) -> Result<Description, ModelError> {
     super::bounded("embedding_size", width, 1, super::MAX_WIDTH)?;
     let token_types = keys.opt_usize("type_vocab_size")?.unwrap_or(2);
     super::bounded("type_vocab_size", token_types, 0, super::MAX_VOCAB)?;
+    let base = post_ln_encoder(&s, keys.activation("hidden_act", "gelu")?, keys.eps("layer_norm_eps", 1e-12)?, rows);
     Ok(Description {
-        family: String::new(),
-        vocab_size: s.vocab,
-        hidden: s.hidden,
-        layers: s.layers,
-        heads: s.heads,
-        head_dim: s.hidden / s.heads,
-        intermediate: s.intermediate,
-        activation: keys.activation("hidden_act", "gelu")?,
         embedding: EmbeddingDesc {
             width,
             positions: Positions::Table { rows, offset },
             token_types,
-            scale: 1.0,
-            norm: true,
-            positions_first: false,
             projection: (width != s.hidden).then_some(Projection::AfterNorm),
-            projection_bias: true,
+            ..base.embedding
         },
         reads_token_types: variant != Variant::Roberta,
-        reads_pairs: true,
-        causal: false,
-        score_scale: inverse_sqrt(s.hidden / s.heads),
-        position_bias: PositionBias::None,
-        norm: NormPlacement::Post,
-        norm_eps: keys.eps("layer_norm_eps", 1e-12)?,
-        final_norm: false,
-        layer_weights: (0..s.layers).collect(),
         max_len: rows - offset,
         pad_token_id: Some(pad as u32),
+        ..base
     })
 }

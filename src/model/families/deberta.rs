@@ -10,11 +10,9 @@
 
 use serde_json::Value;
 
-use super::{Family, Keys, Sizes, bounded, inverse_sqrt, positions, rename_by_table, unsupported};
+use super::{Family, Keys, Sizes, bounded, inverse_sqrt, positions, post_ln_encoder, rename_by_table, unsupported};
 use crate::model::ModelError;
-use crate::model::describe::{
-    Description, Disentangled, EmbeddingDesc, NormPlacement, PositionBias, Positions, Projection,
-};
+use crate::model::describe::{Description, Disentangled, EmbeddingDesc, PositionBias, Positions, Projection};
 
 const LAYERS: &[(&str, &str)] = &[
     ("embeddings.word_embeddings", "embed.tokens"),
@@ -104,36 +102,24 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
     // DisentangledSelfAttention: scale_factor = 1 + len(pos_att_type); scale = √(head_dim · factor).
     let factor = 1 + usize::from(c2p) + usize::from(p2c);
     let token_types = bounded("type_vocab_size", keys.opt_usize("type_vocab_size")?.unwrap_or(0), 0, 1 << 16)?;
+    let base = post_ln_encoder(&s, keys.activation("hidden_act", "gelu")?, keys.eps("layer_norm_eps", 1e-7)?, rows);
     Ok(Description {
-        family: String::new(),
-        vocab_size: s.vocab,
-        hidden: s.hidden,
-        layers: s.layers,
-        heads: s.heads,
         head_dim,
-        intermediate: s.intermediate,
-        activation: keys.activation("hidden_act", "gelu")?,
         embedding: EmbeddingDesc {
             width,
             positions: if absolute { Positions::Table { rows, offset: 0 } } else { Positions::None },
             token_types,
-            scale: 1.0,
-            norm: true,
             positions_first: true,
             projection: (width != s.hidden).then_some(Projection::BeforeNorm),
             projection_bias: false,
+            ..base.embedding
         },
         reads_token_types: true,
-        reads_pairs: true,
-        causal: false,
         score_scale: inverse_sqrt(head_dim * factor),
         position_bias,
-        norm: NormPlacement::Post,
-        norm_eps: keys.eps("layer_norm_eps", 1e-7)?,
-        final_norm: false,
-        layer_weights: (0..s.layers).collect(),
         // Without an absolute table nothing bounds the input but the tokenizer: at least 512.
         max_len: if absolute { rows } else { rows.max(512) },
         pad_token_id: Some(keys.opt_usize("pad_token_id")?.unwrap_or(0) as u32),
+        ..base
     })
 }

@@ -7,9 +7,9 @@
 //! (attention, `sa_layer_norm`, FFN `lin1` → activation → `lin2`, `output_layer_norm`), scores
 //! `(q / √head_dim)·kᵀ`.
 
-use super::{Family, Keys, Sizes, inverse_sqrt, positions, rename_by_table};
+use super::{Family, Keys, Sizes, positions, post_ln_encoder, rename_by_table};
 use crate::model::ModelError;
-use crate::model::describe::{Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
+use crate::model::describe::{Description, EmbeddingDesc};
 
 const LAYERS: &[(&str, &str)] = &[
     ("embeddings.word_embeddings", "embed.tokens"),
@@ -35,35 +35,11 @@ pub static DISTILBERT: Family = Family {
 fn describe(keys: &Keys) -> Result<Description, ModelError> {
     let s = Sizes::read(keys, ["vocab_size", "dim", "n_layers", "n_heads", "hidden_dim"], None)?;
     let rows = positions(keys, "max_position_embeddings")?;
+    // DistilBERT's LayerNorms are built with eps=1e-12 whatever the config says.
+    let base = post_ln_encoder(&s, keys.activation("activation", "gelu")?, 1e-12, rows);
     Ok(Description {
-        family: String::new(),
-        vocab_size: s.vocab,
-        hidden: s.hidden,
-        layers: s.layers,
-        heads: s.heads,
-        head_dim: s.hidden / s.heads,
-        intermediate: s.intermediate,
-        activation: keys.activation("activation", "gelu")?,
-        embedding: EmbeddingDesc {
-            width: s.hidden,
-            positions: Positions::Table { rows, offset: 0 },
-            token_types: 0,
-            scale: 1.0,
-            norm: true,
-            positions_first: true,
-            projection: None,
-            projection_bias: true,
-        },
-        reads_token_types: false,
-        reads_pairs: true,
-        causal: false,
-        score_scale: inverse_sqrt(s.hidden / s.heads),
-        position_bias: PositionBias::None,
-        norm: NormPlacement::Post,
-        norm_eps: 1e-12,
-        final_norm: false,
-        layer_weights: (0..s.layers).collect(),
-        max_len: rows,
+        embedding: EmbeddingDesc { positions_first: true, ..base.embedding },
         pad_token_id: Some(keys.opt_usize("pad_token_id")?.unwrap_or(0) as u32),
+        ..base
     })
 }

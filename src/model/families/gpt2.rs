@@ -9,9 +9,9 @@ use std::collections::HashMap;
 
 use candle_core::Tensor;
 
-use super::{Family, Keys, Sizes, Tensors, inverse_sqrt, positions, unsupported};
+use super::{Family, Keys, Sizes, Tensors, positions, post_ln_encoder, unsupported};
 use crate::model::ModelError;
-use crate::model::describe::{Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
+use crate::model::describe::{Description, EmbeddingDesc, NormPlacement};
 
 /// GPT-2 (`model_type` "gpt2").
 pub static GPT2: Family = Family { model_types: &["gpt2"], describe, canonical };
@@ -39,36 +39,20 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
     if s.intermediate == 0 {
         return Err(unsupported("n_inner", "0".into(), "must be at least 1"));
     }
+    // GPT2Block: pre-LN, causal, a final norm (ln_f); GPT2Model adds no embedding norm.
+    let base = post_ln_encoder(
+        &s,
+        keys.activation("activation_function", "gelu_new")?,
+        keys.eps("layer_norm_epsilon", 1e-5)?,
+        rows,
+    );
     Ok(Description {
-        family: String::new(),
-        vocab_size: s.vocab,
-        hidden: s.hidden,
-        layers: s.layers,
-        heads: s.heads,
-        head_dim: s.hidden / s.heads,
-        intermediate: s.intermediate,
-        activation: keys.activation("activation_function", "gelu_new")?,
-        embedding: EmbeddingDesc {
-            width: s.hidden,
-            positions: Positions::Table { rows, offset: 0 },
-            token_types: 0,
-            scale: 1.0,
-            norm: false,
-            positions_first: true,
-            projection: None,
-            projection_bias: true,
-        },
-        reads_token_types: false,
+        embedding: EmbeddingDesc { norm: false, positions_first: true, ..base.embedding },
         reads_pairs: false,
         causal: true,
-        score_scale: inverse_sqrt(s.hidden / s.heads),
-        position_bias: PositionBias::None,
         norm: NormPlacement::Pre,
-        norm_eps: keys.eps("layer_norm_epsilon", 1e-5)?,
         final_norm: true,
-        layer_weights: (0..s.layers).collect(),
-        max_len: rows,
-        pad_token_id: None,
+        ..base
     })
 }
 

@@ -19,7 +19,7 @@ use candle_core::Tensor;
 use serde_json::{Map, Value};
 
 use super::ModelError;
-use super::describe::Description;
+use super::describe::{Activation, Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
 
 /// Largest counts a config may claim before anything is allocated for them (far above any released
 /// model; a larger value is a broken or hostile file).
@@ -257,6 +257,44 @@ pub fn bounded(key: &str, value: usize, min: usize, max: usize) -> Result<usize,
         return Err(unsupported(key, value.to_string(), &why));
     }
     Ok(value)
+}
+
+/// The BERT shape every encoder family departs from (transformers' modular files write families the
+/// same way): post-LN, a learned position table of `rows` read from row 0, an embedding norm, no
+/// token types, `q·k / √head_dim`, no relative terms, one weight set per layer, no final norm,
+/// sentence pairs read. Each family overrides what differs.
+pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: usize) -> Description {
+    Description {
+        family: String::new(),
+        vocab_size: s.vocab,
+        hidden: s.hidden,
+        layers: s.layers,
+        heads: s.heads,
+        head_dim: s.hidden / s.heads,
+        intermediate: s.intermediate,
+        activation,
+        embedding: EmbeddingDesc {
+            width: s.hidden,
+            positions: Positions::Table { rows, offset: 0 },
+            token_types: 0,
+            scale: 1.0,
+            norm: true,
+            positions_first: false,
+            projection: None,
+            projection_bias: true,
+        },
+        reads_token_types: false,
+        reads_pairs: true,
+        causal: false,
+        score_scale: inverse_sqrt(s.hidden / s.heads),
+        position_bias: PositionBias::None,
+        norm: NormPlacement::Post,
+        norm_eps,
+        final_norm: false,
+        layer_weights: (0..s.layers).collect(),
+        max_len: rows,
+        pad_token_id: None,
+    }
 }
 
 /// `d^-0.5` as Python computes it (in double), applied as f32: the usual score factor.

@@ -5,9 +5,9 @@
 //! Mirrors `modeling_mpnet.py`: `MPNetEmbeddings` (word + position, `LayerNorm`),
 //! `MPNetEncoder.compute_position_bias`, `MPNetSelfAttention` (`q·kᵀ / √head_dim + position_bias`).
 
-use super::{Family, Keys, Sizes, bounded, inverse_sqrt, positions, rename_by_table, unsupported};
+use super::{Family, Keys, Sizes, bounded, positions, post_ln_encoder, rename_by_table, unsupported};
 use crate::model::ModelError;
-use crate::model::describe::{Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
+use crate::model::describe::{Description, EmbeddingDesc, PositionBias, Positions};
 
 const LAYERS: &[(&str, &str)] = &[
     ("embeddings.word_embeddings", "embed.tokens"),
@@ -47,35 +47,16 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
     }
     let rows_of_bias = keys.opt_usize("relative_attention_num_buckets")?.unwrap_or(32);
     bounded("relative_attention_num_buckets", rows_of_bias, BUCKETS, 1 << 16)?;
+    let base = post_ln_encoder(&s, keys.activation("hidden_act", "gelu")?, keys.eps("layer_norm_eps", 1e-12)?, rows);
     Ok(Description {
-        family: String::new(),
-        vocab_size: s.vocab,
-        hidden: s.hidden,
-        layers: s.layers,
-        heads: s.heads,
-        head_dim: s.hidden / s.heads,
-        intermediate: s.intermediate,
-        activation: keys.activation("hidden_act", "gelu")?,
         embedding: EmbeddingDesc {
-            width: s.hidden,
             positions: Positions::Table { rows, offset: PADDING_IDX + 1 },
-            token_types: 0,
-            scale: 1.0,
-            norm: true,
             positions_first: true,
-            projection: None,
-            projection_bias: true,
+            ..base.embedding
         },
-        reads_token_types: false,
-        reads_pairs: true,
-        causal: false,
-        score_scale: inverse_sqrt(s.hidden / s.heads),
         position_bias: PositionBias::Buckets { buckets: BUCKETS, max_distance: MAX_DISTANCE, rows: rows_of_bias },
-        norm: NormPlacement::Post,
-        norm_eps: keys.eps("layer_norm_eps", 1e-12)?,
-        final_norm: false,
-        layer_weights: (0..s.layers).collect(),
         max_len: rows - PADDING_IDX - 1,
         pad_token_id: Some(keys.opt_usize("pad_token_id")?.unwrap_or(1) as u32),
+        ..base
     })
 }

@@ -11,21 +11,9 @@ cd "$(dirname "$0")/.."
 BIN=${1:-target/release/attnviz}
 TEXT=${2:-}
 export DISPLAY=:96
-Xvfb "$DISPLAY" -screen 0 1360x860x24 -nolisten tcp >/dev/null 2>&1 &
-XVFB=$!
-APP=""
-cleanup() { if [ -n "$APP" ]; then kill "$APP" 2>/dev/null || true; fi; kill "$XVFB" 2>/dev/null || true; }
-trap cleanup EXIT
-sleep 1
-export HOME XDG_DATA_HOME
-HOME=$(mktemp -d)
-XDG_DATA_HOME="$HOME/.local/share"
-"$BIN" >/tmp/attnviz-measure.log 2>&1 &
-APP=$!
-WID=$(xdotool search --sync --onlyvisible --name '^attnviz$' | head -1)
-xdotool windowmove --sync "$WID" 0 0
-xdotool windowsize --sync "$WID" 1360 860
-xdotool windowfocus --sync "$WID"
+APP_LOG=/tmp/attnviz-measure.log
+# shellcheck source=scripts/xvfb-app.sh
+source scripts/xvfb-app.sh
 sleep 4
 ticks() { awk '{print $14 + $15}' "/proc/$APP/stat"; }
 hz=$(getconf CLK_TCK)

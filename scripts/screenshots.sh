@@ -14,22 +14,9 @@ fi
 OUT=screenshots
 mkdir -p "$OUT"
 export DISPLAY=:97
-Xvfb "$DISPLAY" -screen 0 1360x860x24 -nolisten tcp >/dev/null 2>&1 &
-XVFB=$!
-APP=""
-cleanup() { if [ -n "$APP" ]; then kill "$APP" 2>/dev/null || true; fi; kill "$XVFB" 2>/dev/null || true; }
-trap cleanup EXIT
-sleep 1
-# Fresh settings (eframe keeps them under $XDG_DATA_HOME/attnviz).
-export HOME XDG_DATA_HOME
-HOME=$(mktemp -d)
-XDG_DATA_HOME="$HOME/.local/share"
-"$BIN" >/tmp/attnviz-screenshots.log 2>&1 &
-APP=$!
-WID=$(xdotool search --sync --onlyvisible --name '^attnviz$' | head -1)
-xdotool windowmove --sync "$WID" 0 0
-xdotool windowsize --sync "$WID" 1360 860
-xdotool windowfocus --sync "$WID"
+APP_LOG=/tmp/attnviz-screenshots.log
+# shellcheck source=scripts/xvfb-app.sh
+source scripts/xvfb-app.sh
 sleep 4 # model load + first run
 # Under Xvfb without a window manager, eframe draws a frame only when an input event arrives (its
 # own repaint requests wait), so results of the inference thread show after the next event: nudge

@@ -9,7 +9,9 @@
 
 use std::collections::HashMap;
 
-use super::{Family, Keys, Sizes, Tensors, bounded, positions, post_ln_encoder, rename_one, unsupported};
+use super::{
+    BERT_SIZE_KEYS, Family, Keys, Sizes, Tensors, bounded, positions, post_ln_encoder, rename_one, unsupported,
+};
 use crate::model::ModelError;
 use crate::model::describe::{Description, EmbeddingDesc, Projection};
 
@@ -34,11 +36,7 @@ pub static ALBERT: Family = Family { model_types: &["albert"], describe, canonic
 
 fn describe(keys: &Keys) -> Result<Description, ModelError> {
     keys.refuse_unless("position_embedding_type", |v| v == "absolute", "only absolute positions are supported")?;
-    let s = Sizes::read(
-        keys,
-        ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"],
-        None,
-    )?;
+    let s = Sizes::read(keys, BERT_SIZE_KEYS, None)?;
     let groups = bounded("num_hidden_groups", keys.opt_usize("num_hidden_groups")?.unwrap_or(1), 1, s.layers)?;
     let inner = bounded("inner_group_num", keys.opt_usize("inner_group_num")?.unwrap_or(1), 1, 64)?;
     let layer_weights = layer_weights(s.layers, groups, inner);

@@ -4,7 +4,7 @@
 //! `modeling_electra.py`: post-LN layers; embeddings `(word + token_type) + position`, then `LayerNorm`
 //! (eps `layer_norm_eps`); scores `q·kᵀ / √head_dim`.
 
-use super::{Family, Keys, Sizes, positions, post_ln_encoder, rename_by_table, unsupported};
+use super::{BERT_SIZE_KEYS, Family, Keys, Sizes, positions, post_ln_encoder, rename_by_table, unsupported};
 use crate::model::ModelError;
 use crate::model::describe::{Description, EmbeddingDesc, Positions, Projection};
 
@@ -62,11 +62,7 @@ fn bert_like(keys: &Keys, variant: Variant) -> Result<Description, ModelError> {
         |v| v == "absolute",
         "only learned absolute position embeddings are supported (relative_key variants are not)",
     )?;
-    let s = Sizes::read(
-        keys,
-        ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"],
-        None,
-    )?;
+    let s = Sizes::read(keys, BERT_SIZE_KEYS, None)?;
     let rows = positions(keys, "max_position_embeddings")?;
     let pad = keys.opt_usize("pad_token_id")?.unwrap_or(usize::from(variant == Variant::Roberta));
     // RobertaEmbeddings.create_position_ids_from_input_ids: padding_idx + 1 + i for unpadded input.

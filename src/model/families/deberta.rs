@@ -10,7 +10,10 @@
 
 use serde_json::Value;
 
-use super::{Family, Keys, Sizes, bounded, inverse_sqrt, positions, post_ln_encoder, rename_by_table, unsupported};
+use super::{
+    BERT_SIZE_KEYS, Family, Keys, Sizes, bounded, inverse_sqrt, positions, post_ln_encoder, rename_by_table,
+    unsupported,
+};
 use crate::model::ModelError;
 use crate::model::describe::{Description, Disentangled, EmbeddingDesc, PositionBias, Positions, Projection};
 
@@ -58,11 +61,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
         |v| v.as_u64() == Some(0),
         "the convolution layer (conv_kernel_size > 0) is not supported",
     )?;
-    let s = Sizes::read(
-        keys,
-        ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"],
-        None,
-    )?;
+    let s = Sizes::read(keys, BERT_SIZE_KEYS, None)?;
     let head_dim = keys.opt_usize("attention_head_size")?.unwrap_or(s.hidden / s.heads);
     if head_dim * s.heads != s.hidden {
         return Err(unsupported(

@@ -197,6 +197,11 @@ pub fn unsupported(field: &str, value: String, why: &str) -> ModelError {
     ModelError::Unsupported { field: field.to_string(), value, why: why.to_string() }
 }
 
+/// BERT's names for [`Sizes::read`]: vocabulary, width, layers, heads, feed-forward width (most
+/// encoder families keep them).
+pub const BERT_SIZE_KEYS: [&str; 5] =
+    ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"];
+
 /// The sizes every family shares, checked against sane bounds before anything is allocated.
 pub struct Sizes {
     /// Vocabulary size.

@@ -5,7 +5,7 @@
 //! Mirrors `modeling_mpnet.py`: `MPNetEmbeddings` (word + position, `LayerNorm`),
 //! `MPNetEncoder.compute_position_bias`, `MPNetSelfAttention` (`q·kᵀ / √head_dim + position_bias`).
 
-use super::{Family, Keys, Sizes, bounded, positions, post_ln_encoder, rename_by_table, unsupported};
+use super::{BERT_SIZE_KEYS, Family, Keys, Sizes, bounded, positions, post_ln_encoder, rename_by_table, unsupported};
 use crate::model::ModelError;
 use crate::model::describe::{Description, EmbeddingDesc, PositionBias, Positions};
 
@@ -36,11 +36,7 @@ pub static MPNET: Family =
     Family { model_types: &["mpnet"], describe, canonical: |t, _| Ok(rename_by_table(t, &["mpnet."], LAYERS)) };
 
 fn describe(keys: &Keys) -> Result<Description, ModelError> {
-    let s = Sizes::read(
-        keys,
-        ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"],
-        None,
-    )?;
+    let s = Sizes::read(keys, BERT_SIZE_KEYS, None)?;
     let rows = positions(keys, "max_position_embeddings")?;
     if PADDING_IDX + 1 >= rows {
         return Err(unsupported("max_position_embeddings", rows.to_string(), "positions start at 2, past the table"));

@@ -567,3 +567,31 @@ fn an_error_names_its_reason_once() {
     assert_eq!(stderr(&out).matches("d_model must be").count(), 1, "{}", stderr(&out));
     assert!(!out_path.exists());
 }
+
+#[test]
+fn a_config_claiming_absurd_sizes_is_refused_at_once() {
+    // Reported: num_hidden_layers = 10⁹ with the weights of a 2-layer model ran for over 20 s.
+    let out_dir = tmp();
+    let out_path = out_dir.path().join("never.json");
+    for (key, value, needle) in [
+        (
+            "\"num_hidden_layers\": 2",
+            "\"num_hidden_layers\": 1000000000",
+            "\"num_hidden_layers\" = 1000000000 is not supported: is implausibly large",
+        ),
+        ("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3", "fewer layers (2) than config.json says (3)"),
+        ("\"vocab_size\": 30522", "\"vocab_size\": 1000000000000", "vocab_size"),
+        ("\"num_attention_heads\": 4", "\"num_attention_heads\": -4", "num_attention_heads"),
+    ] {
+        let d = broken_model(|p| {
+            let text = std::fs::read_to_string(p.join("config.json")).unwrap();
+            assert!(text.contains(key), "{key}");
+            std::fs::write(p.join("config.json"), text.replace(key, value)).unwrap();
+        });
+        // Refused from config.json alone (the old loader listed 10⁹ layers of missing tensors first).
+        let out =
+            attnviz(&["dump", "--model", d.path().to_str().unwrap(), "--text", "hi", "-o", out_path.to_str().unwrap()]);
+        assert_error(&out, needle);
+        assert!(!out_path.exists());
+    }
+}

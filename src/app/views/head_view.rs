@@ -2,8 +2,7 @@
 //! query to each key, opacity from the weight. Hover a token to see only its lines with per-head
 //! bars on the other column; click to pin; Esc or a second click unpins.
 
-use egui::epaint::Mesh;
-use egui::{Color32, FontId, Pos2, Rect, RichText, Sense, Stroke, TextureHandle, TextureOptions, Vec2, pos2, vec2};
+use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, TextureHandle, TextureOptions, Vec2, pos2, vec2};
 
 use super::head_color;
 use crate::analysis::Run;
@@ -19,8 +18,9 @@ const ROW_HEIGHT: f32 = 20.0;
 const LINES_WIDTH: f32 = 260.0;
 /// Widest token label column.
 const MAX_LABEL_WIDTH: f32 = 170.0;
-/// Width of a line at full opacity, before the anti-aliasing feather.
-const LINE_WIDTH: f32 = 1.5;
+/// Width of a line in points, anti-aliased edges included (as the mesh lines drawn before: a
+/// 1.5-point core with a half-point feather on each side).
+const LINE_WIDTH: f32 = 2.5;
 /// Most lines drawn at once when no token is selected; beyond it only the strongest are kept (the
 /// rest are too faint to see, and the view must stay fluid at 512 tokens).
 pub const LINE_BUDGET: usize = 30_000;
@@ -50,6 +50,18 @@ struct LinesKey {
     pixels: (u32, u32),
 }
 
+/// What the picture of one token's lines depends on: also the token and the visible part of the band.
+#[derive(Debug, Clone, PartialEq)]
+struct HoverKey {
+    matrices: MatricesKey,
+    heads: Vec<usize>,
+    threshold: u32,
+    pair_filter: PairFilter,
+    selection: (Side, usize),
+    /// Left, top and height of the visible band, and pixels per point (bits).
+    band: [u32; 4],
+}
+
 /// Cached per-head matrices of the shown layer and the picture of all their lines.
 #[derive(Default)]
 pub struct HeadViewCache {
@@ -62,6 +74,9 @@ pub struct HeadViewCache {
     /// Every line, rasterized once per selection by `render::draw_lines` (the exported figure's
     /// rasterizer): a frame draws one textured rectangle, however many lines there are.
     lines: Option<TextureHandle>,
+    hover_key: Option<HoverKey>,
+    /// The selected token's lines over the visible band.
+    hover_lines: Option<TextureHandle>,
     /// Lines in the cached picture (for tests and the frame-time report).
     pub line_count: usize,
     /// Lines that passed the threshold in view, before the budget was applied.
@@ -90,35 +105,6 @@ impl HeadViewCache {
         self.matrices_key = Some(key);
         self.lines_key = None;
     }
-}
-
-/// Adds an anti-aliased line (a quad with a one-point feather on each side).
-fn add_line(mesh: &mut Mesh, a: Pos2, b: Pos2, width: f32, color: Color32) {
-    let dir = (b - a).normalized();
-    let normal = vec2(-dir.y, dir.x);
-    let (core, outer) = (normal * (width * 0.5), normal * (width * 0.5 + 1.0));
-    let base = mesh.vertices.len() as u32;
-    for (p, c) in [
-        (a + core, color),
-        (a - core, color),
-        (b + core, color),
-        (b - core, color),
-        (a + outer, Color32::TRANSPARENT),
-        (a - outer, Color32::TRANSPARENT),
-        (b + outer, Color32::TRANSPARENT),
-        (b - outer, Color32::TRANSPARENT),
-    ] {
-        mesh.colored_vertex(p, c);
-    }
-    for [i, j, k] in [[0, 1, 2], [1, 3, 2], [4, 0, 6], [0, 2, 6], [1, 5, 3], [5, 7, 3]] {
-        mesh.add_triangle(base + i, base + j, base + k);
-    }
-}
-
-/// Colour of a line of weight `w` (opacity from the weight).
-fn line_color(color: Color32, w: f32) -> Color32 {
-    let alpha = (w.clamp(0.0, 1.0) * 255.0).round() as u8;
-    Color32::from_rgba_unmultiplied(color.r(), color.g(), color.b(), alpha)
 }
 
 /// Geometry of the view inside its rectangle.
@@ -211,20 +197,61 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
         if let Some((side, row)) =
             selection.and_then(|(side, pos)| keep.iter().position(|&p| p == pos).map(|row| (side, row)))
         {
-            let mut mesh = Mesh::default();
-            for &h in &heads {
-                let m = &cache.matrices[h];
-                for other in 0..rows {
-                    let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
-                    let w = m[q * rows + k];
-                    if w >= min_weight && admits(q, k) {
-                        let a = pos2(layout.line_x0, layout.row_y(q));
-                        let b = pos2(layout.line_x1, layout.row_y(k));
-                        add_line(&mut mesh, a, b, LINE_WIDTH, line_color(head_color(h, n_heads), w));
+            // The selected token's lines, rasterized like all lines but over the visible part of the
+            // band only, and again only when the selection or the scroll position changes.
+            let visible = Rect::from_min_max(
+                pos2(layout.line_x0 - BAND_PAD, clip.top().max(rect.top())),
+                pos2(layout.line_x1 + BAND_PAD, clip.bottom().min(rect.bottom())),
+            );
+            if visible.height() >= 1.0 {
+                let ppp = ui.ctx().pixels_per_point();
+                let key = HoverKey {
+                    matrices: matrices_key.clone(),
+                    heads: heads.clone(),
+                    threshold: min_weight.to_bits(),
+                    pair_filter: settings.pair_filter,
+                    selection: (side, row),
+                    band: [visible.left(), visible.top(), visible.height(), ppp].map(f32::to_bits),
+                };
+                if cache.hover_key.as_ref() != Some(&key) {
+                    let colors = crate::render::head_colors(n_heads);
+                    let to_px = |x: f32, y: f32| ((x - visible.left()) * ppp, (y - visible.top()) * ppp);
+                    let per_head: Vec<crate::render::HeadLines> = heads
+                        .iter()
+                        .map(|&h| {
+                            let m = &cache.matrices[h];
+                            let lines = (0..rows)
+                                .filter_map(|other| {
+                                    let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
+                                    let w = m[q * rows + k];
+                                    (w >= min_weight && admits(q, k)).then(|| crate::render::Segment {
+                                        from: to_px(layout.line_x0, layout.row_y(q)),
+                                        to: to_px(layout.line_x1, layout.row_y(k)),
+                                        alpha: w.min(1.0),
+                                    })
+                                })
+                                .collect();
+                            crate::render::HeadLines { color: colors[h], lines }
+                        })
+                        .collect();
+                    let mut img = crate::render::transparent_image(visible.width() * ppp, visible.height() * ppp);
+                    crate::render::draw_lines(&mut img, &per_head, LINE_WIDTH * ppp);
+                    let size = [img.width() as usize, img.height() as usize];
+                    let image = egui::ColorImage::from_rgba_premultiplied(size, img.as_raw());
+                    match &mut cache.hover_lines {
+                        Some(texture) => texture.set(image, TextureOptions::LINEAR),
+                        None => {
+                            cache.hover_lines =
+                                Some(ui.ctx().load_texture("head-view-token-lines", image, TextureOptions::LINEAR));
+                        }
                     }
+                    cache.hover_key = Some(key);
+                }
+                if let Some(texture) = &cache.hover_lines {
+                    let uv = Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0));
+                    painter.image(texture.id(), visible, uv, Color32::WHITE);
                 }
             }
-            painter.add(egui::Shape::mesh(mesh));
             bars_ui(&painter, &layout, cache, &heads, n_heads, side, row, label_width, &visible_rows);
             // Each row of bars tells its numbers on hover (pin the token first to reach them).
             for other in (0..rows).filter(|&r| visible_rows(r)) {

@@ -334,9 +334,8 @@ impl Layer {
 /// computed once and shared by every layer.
 enum Relative {
     None,
-    /// MPNet: `bias[bucket[query][key] · heads + head]`.
+    /// MPNet: head `h` adds `bucket_bias[bucket[query][key] · heads + h]` (the network's table).
     Buckets {
-        bias: Vec<f32>,
         bucket: Vec<u32>,
     },
     /// DeBERTa: the gather indices of c2p (`[query][key]`) and p2c (`[key][query]`, before the
@@ -512,7 +511,7 @@ impl Network {
                         bucket.push(relpos::bidirectional_bucket(k as i64 - q as i64, *buckets, *max_distance) as u32);
                     }
                 }
-                Relative::Buckets { bias: self.bucket_bias.clone(), bucket }
+                Relative::Buckets { bucket }
             }
             PositionBias::Disentangled(Disentangled { span, log_buckets, .. }) => {
                 // build_relative_position: rel[q][k] = bucket(q − k); c2p index clamp(rel + span),
@@ -752,8 +751,8 @@ impl Network {
         }
         match relative {
             Relative::None => {}
-            Relative::Buckets { bias, bucket } => {
-                let heads = self.desc.heads;
+            Relative::Buckets { bucket } => {
+                let (bias, heads) = (&self.bucket_bias, self.desc.heads);
                 let mut record = terms.next();
                 for (i, (s, &b)) in t.probs.iter_mut().zip(bucket).enumerate() {
                     let v = bias[b as usize * heads + h];

@@ -234,23 +234,11 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
                             crate::render::HeadLines { color: colors[h], lines }
                         })
                         .collect();
-                    let mut img = crate::render::transparent_image(visible.width() * ppp, visible.height() * ppp);
-                    crate::render::draw_lines(&mut img, &per_head, LINE_WIDTH * ppp);
-                    let size = [img.width() as usize, img.height() as usize];
-                    let image = egui::ColorImage::from_rgba_premultiplied(size, img.as_raw());
-                    match &mut cache.hover_lines {
-                        Some(texture) => texture.set(image, TextureOptions::LINEAR),
-                        None => {
-                            cache.hover_lines =
-                                Some(ui.ctx().load_texture("head-view-token-lines", image, TextureOptions::LINEAR));
-                        }
-                    }
+                    let size = (visible.width() * ppp, visible.height() * ppp);
+                    rasterize_lines(ui.ctx(), &mut cache.hover_lines, "head-view-token-lines", size, &per_head, ppp);
                     cache.hover_key = Some(key);
                 }
-                if let Some(texture) = &cache.hover_lines {
-                    let uv = Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0));
-                    painter.image(texture.id(), visible, uv, Color32::WHITE);
-                }
+                draw_texture(&painter, cache.hover_lines.as_ref(), visible);
             }
             bars_ui(&painter, &layout, cache, &heads, n_heads, side, row, label_width, &visible_rows);
             // Each row of bars tells its numbers on hover (pin the token first to reach them).
@@ -330,18 +318,12 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
                     let to = to_px(layout.line_x1, layout.row_y(k as usize));
                     per_head[slot].lines.push(crate::render::Segment { from, to, alpha: w.min(1.0) });
                 }
-                let mut img = crate::render::transparent_image(band.width() * sx, band.height() * sy);
-                crate::render::draw_lines(&mut img, &per_head, LINE_WIDTH * sx);
-                let size = [img.width() as usize, img.height() as usize];
-                let image = egui::ColorImage::from_rgba_premultiplied(size, img.as_raw());
-                cache.lines = Some(ui.ctx().load_texture("head-view-lines", image, TextureOptions::LINEAR));
+                let size = (band.width() * sx, band.height() * sy);
+                rasterize_lines(ui.ctx(), &mut cache.lines, "head-view-lines", size, &per_head, sx);
                 cache.line_count = lines.len();
                 cache.lines_key = Some(key);
             }
-            if let Some(texture) = &cache.lines {
-                let uv = Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0));
-                painter.image(texture.id(), band, uv, Color32::WHITE);
-            }
+            draw_texture(&painter, cache.lines.as_ref(), band);
         }
         // Token labels.
         let text_color = ui.visuals().text_color();
@@ -379,6 +361,34 @@ pub fn head_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime
             }
         }
     });
+}
+
+/// Draws `lines` (pixel coordinates) with `render::draw_lines` — the exported figure's rasterizer — into
+/// a transparent `size` picture and puts it in `slot` (updated in place when it exists).
+/// `px_per_point` scales the line width.
+fn rasterize_lines(
+    ctx: &egui::Context,
+    slot: &mut Option<TextureHandle>,
+    name: &str,
+    (width, height): (f32, f32),
+    lines: &[crate::render::HeadLines],
+    px_per_point: f32,
+) {
+    let mut img = crate::render::transparent_image(width, height);
+    crate::render::draw_lines(&mut img, lines, LINE_WIDTH * px_per_point);
+    let size = [img.width() as usize, img.height() as usize];
+    let image = egui::ColorImage::from_rgba_premultiplied(size, img.as_raw());
+    match slot {
+        Some(texture) => texture.set(image, TextureOptions::LINEAR),
+        None => *slot = Some(ctx.load_texture(name, image, TextureOptions::LINEAR)),
+    }
+}
+
+/// Paints a whole texture stretched over `rect`.
+fn draw_texture(painter: &egui::Painter, texture: Option<&TextureHandle>, rect: Rect) {
+    if let Some(texture) = texture {
+        painter.image(texture.id(), rect, Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0)), Color32::WHITE);
+    }
 }
 
 /// A one-line label no wider than `max_width`, ending in "…" when it is cut (a long merged word

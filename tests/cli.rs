@@ -258,7 +258,7 @@ fn broken_model_folders_are_clear_errors() {
     let d = broken_model(|p| std::fs::write(p.join("config.json"), "{ not json").unwrap());
     assert_error(&run(d.path()), "config.json");
     let d = broken_model(|p| {
-        let text = std::fs::read_to_string(p.join("config.json")).unwrap().replace("gelu_new", "swish");
+        let text = std::fs::read_to_string(p.join("config.json")).unwrap().replace("gelu_new", "mish");
         std::fs::write(p.join("config.json"), text).unwrap();
     });
     assert_error(&run(d.path()), "hidden_act");

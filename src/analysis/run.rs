@@ -96,18 +96,48 @@ pub struct Run {
     /// Whether keys after the query were masked (GPT-2-style models, the causal intervention):
     /// views draw that triangle as masked, not as zero weight.
     pub causal: bool,
+    /// A sliding window (Mistral): keys this many positions or more before the query were hidden
+    /// too, and are drawn as masked.
+    pub window: Option<usize>,
+    /// For a generated text: how many tokens the prompt had (the rest were written by the model).
+    pub prompt_len: Option<usize>,
 }
 
 impl Run {
-    /// Whether key `key_pos` was hidden from query `query_pos` by the causal mask.
+    /// Whether key `key_pos` was hidden from query `query_pos` by the causal mask or the window.
     pub fn is_masked(&self, query_pos: usize, key_pos: usize) -> bool {
-        self.causal && key_pos > query_pos
+        (self.causal && key_pos > query_pos) || self.window.is_some_and(|w| key_pos + w <= query_pos)
     }
 
-    /// The mean of `heads` of one layer as views show it: cells the causal mask hid are NaN.
+    /// Whether token `pos` was written by the model (after the prompt of a generation).
+    pub fn is_generated(&self, pos: usize) -> bool {
+        self.prompt_len.is_some_and(|p| pos >= p)
+    }
+
+    /// Whether any cell is masked (views then draw masked cells apart from zero weights).
+    pub fn has_mask(&self) -> bool {
+        self.causal || self.window.is_some()
+    }
+
+    /// A copy of an `n × n` matrix of this run with the masked cells as NaN.
+    pub fn masked(&self, matrix: &[f32]) -> Vec<f32> {
+        let n = self.attention.seq_len();
+        let mut out = matrix.to_vec();
+        if self.has_mask() {
+            for (q, row) in out.chunks_mut(n.max(1)).enumerate() {
+                for (k, v) in row.iter_mut().enumerate() {
+                    if self.is_masked(q, k) {
+                        *v = f32::NAN;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The mean of `heads` of one layer as views show it: masked cells are NaN.
     pub fn shown_mean(&self, layer_idx: usize, heads: &[usize]) -> Vec<f32> {
-        let m = self.attention.mean_of_heads(layer_idx, heads);
-        if self.causal { super::select::causal_masked(&m, self.attention.seq_len()) } else { m }
+        self.masked(&self.attention.mean_of_heads(layer_idx, heads))
     }
 }
 

@@ -147,6 +147,11 @@ pub fn merge_run(run: &Run) -> Run {
         intervention: run.intervention.clone(),
         playground: run.playground,
         causal: run.causal,
+        // A window counts tokens; merged words have no single distance, so their cells show
+        // the (zero) weights the window left.
+        window: None,
+        // The prompt ends at the first word holding a generated piece.
+        prompt_len: run.prompt_len.map(|p| spans.iter().take_while(|s| s.end <= p).count()),
     }
 }
 

@@ -17,6 +17,8 @@ pub enum Activation {
     GeluTanh,
     /// `relu`.
     Relu,
+    /// `silu` / `swish`: `x · sigmoid(x)` (Llama, Mistral, Qwen).
+    Silu,
 }
 
 impl Activation {
@@ -26,12 +28,13 @@ impl Activation {
             "gelu" => Some(Self::Gelu),
             "gelu_new" | "gelu_pytorch_tanh" => Some(Self::GeluTanh),
             "relu" => Some(Self::Relu),
+            "silu" | "swish" => Some(Self::Silu),
             _ => None,
         }
     }
 
     /// The names [`Self::from_name`] accepts, for error messages.
-    pub const NAMES: &'static str = "gelu, gelu_new, gelu_pytorch_tanh, relu";
+    pub const NAMES: &'static str = "gelu, gelu_new, gelu_pytorch_tanh, relu, silu";
 }
 
 /// Where the norms of a block sit.
@@ -42,6 +45,117 @@ pub enum NormPlacement {
     Post,
     /// Before each sub-block (GPT-2 and most modern networks), usually with a final norm.
     Pre,
+}
+
+/// Which normalisation the norms are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum NormKind {
+    /// `nn.LayerNorm`: mean and variance, weight and bias.
+    #[default]
+    Layer,
+    /// `RMSNorm` (Llama, Mistral, Qwen): `x / √(mean(x²) + ε) · weight`, no bias.
+    Rms,
+    /// Gemma's `RMSNorm`: `x / √(mean(x²) + ε) · (1 + weight)`.
+    RmsPlusOne,
+}
+
+/// The feed-forward block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub enum FeedForward {
+    /// `down(act(up(x)))` (BERT, GPT-2, GPT-NeoX).
+    #[default]
+    Plain,
+    /// `down(act(gate(x)) · up(x))` (`SwiGLU` in Llama and its descendants, `GeGLU` in Gemma).
+    Gated,
+}
+
+/// Rotary position embeddings (`RoPE`): q and k of every head are rotated by their position.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rotary {
+    /// Leading dimensions of each head that rotate (GPT-NeoX rotates a fraction; the rest pass).
+    pub dims: usize,
+    /// The base wavelength (`rope_theta`).
+    pub theta: f64,
+    /// How the frequencies are rescaled for longer contexts.
+    pub scaling: RopeScaling,
+}
+
+/// Rope scaling, as `rope_type` names it in `modeling_rope_utils.py`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum RopeScaling {
+    /// `default`: `θ^(-2i/dims)`.
+    None,
+    /// `linear`: frequencies divided by `factor`.
+    Linear {
+        /// The factor.
+        factor: f64,
+    },
+    /// `dynamic` (NTK): past `max_positions` tokens the base grows with the input length.
+    Dynamic {
+        /// The factor.
+        factor: f64,
+        /// `max_position_embeddings`: the length from which the base grows.
+        max_positions: usize,
+    },
+    /// `llama3`: low frequencies divided by `factor`, high ones kept, a smooth blend between.
+    Llama3 {
+        /// The factor.
+        factor: f64,
+        /// `low_freq_factor`.
+        low_freq_factor: f64,
+        /// `high_freq_factor`.
+        high_freq_factor: f64,
+        /// `original_max_position_embeddings`.
+        original_max: usize,
+    },
+    /// `yarn`: interpolation blended with extrapolation by a ramp over the dimensions, and cos/sin
+    /// scaled by `attention_factor`.
+    Yarn {
+        /// The factor.
+        factor: f64,
+        /// `original_max_position_embeddings`.
+        original_max: usize,
+        /// Factor on cos and sin.
+        attention_factor: f64,
+        /// `beta_fast`.
+        beta_fast: f64,
+        /// `beta_slow`.
+        beta_slow: f64,
+        /// Round the correction range outward (`truncate`).
+        truncate: bool,
+    },
+}
+
+/// Which biases the linear layers have.
+#[allow(clippy::struct_excessive_bools)] // one switch per layer kind, as configs state them
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Biases {
+    /// q, k and v projections (Qwen2 has them, Llama not unless `attention_bias`).
+    pub qkv: bool,
+    /// The attention output projection.
+    pub output: bool,
+    /// The feed-forward layers.
+    pub ffn: bool,
+    /// The norms (`LayerNorm` has a bias, `RMSNorm` none).
+    pub norm: bool,
+}
+
+impl Biases {
+    /// Every layer with a bias (BERT, GPT-2).
+    pub const ALL: Self = Self { qkv: true, output: true, ffn: true, norm: true };
+    /// No bias anywhere (Llama).
+    pub const NONE: Self = Self { qkv: false, output: false, ffn: false, norm: false };
+}
+
+/// Where the language-model head's weights come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum LmHead {
+    /// No next-token head (encoders).
+    None,
+    /// The token embeddings (`tie_word_embeddings`).
+    Tied,
+    /// Its own `lm_head.weight` (when the checkpoint has it).
+    Own,
 }
 
 /// How absolute positions enter the embeddings.
@@ -142,14 +256,35 @@ pub struct Description {
     pub hidden: usize,
     /// Layers as run, one recorded attention each (ALBERT runs shared weights several times).
     pub layers: usize,
-    /// Attention heads per layer.
+    /// Attention (query) heads per layer.
     pub heads: usize,
+    /// Key/value heads per layer: `heads` for multi-head attention, fewer for grouped-query
+    /// attention (query head `h` reads key/value head `h / (heads / kv_heads)`), 1 for multi-query.
+    pub kv_heads: usize,
     /// Width of one head.
     pub head_dim: usize,
     /// Feed-forward width.
     pub intermediate: usize,
     /// Feed-forward activation.
     pub activation: Activation,
+    /// Feed-forward shape.
+    pub feed_forward: FeedForward,
+    /// Which layers have biases.
+    pub biases: Biases,
+    /// The norms' kind.
+    pub norm_kind: NormKind,
+    /// Rotary positions on q and k (decoders), or None.
+    pub rotary: Option<Rotary>,
+    /// A per-head `RMSNorm` over each query and key vector before the rotation (Qwen3's
+    /// `q_norm` / `k_norm`, weight `head_dim`).
+    pub qk_norm: bool,
+    /// Keys at least this far before the query get zero weight (Mistral's `sliding_window`).
+    pub sliding_window: Option<usize>,
+    /// Attention and feed-forward read the same input and both add to the residual stream
+    /// (GPT-NeoX's `use_parallel_residual`).
+    pub parallel_residual: bool,
+    /// The next-token head.
+    pub lm_head: LmHead,
     /// The embeddings.
     pub embedding: EmbeddingDesc,
     /// The model reads the token types its tokenizer assigns (BERT, ALBERT, ELECTRA, DeBERTa);
@@ -183,7 +318,23 @@ impl Description {
         self.layer_weights.iter().max().map_or(0, |&w| w + 1)
     }
 
-    /// Every tensor the engine needs under its canonical name, with its shape.
+    /// Width of the query projections (`heads · head_dim`).
+    pub fn query_width(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Width of the key and of the value projections (`kv_heads · head_dim`).
+    pub fn kv_width(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+
+    /// The key/value head query head `h` reads.
+    pub fn kv_head_of(&self, h: usize) -> usize {
+        h / (self.heads / self.kv_heads.max(1)).max(1)
+    }
+
+    /// Every tensor the engine needs under its canonical name, with its shape. `lm_head.weight` is
+    /// not listed: a checkpoint without it still shows attention (generation says it is missing).
     pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
         let (h, e, i) = (self.hidden, self.embedding.width, self.intermediate);
         let mut out = vec![("embed.tokens.weight".to_string(), vec![self.vocab_size, e])];
@@ -193,9 +344,12 @@ impl Description {
         if self.embedding.token_types > 0 {
             out.push(("embed.types.weight".into(), vec![self.embedding.token_types, e]));
         }
+        let norm_bias = self.biases.norm;
         let norm = |out: &mut Vec<(String, Vec<usize>)>, name: &str, size: usize| {
             out.push((format!("{name}.weight"), vec![size]));
-            out.push((format!("{name}.bias"), vec![size]));
+            if norm_bias {
+                out.push((format!("{name}.bias"), vec![size]));
+            }
         };
         if self.embedding.norm {
             let size = if self.embedding.projection == Some(Projection::BeforeNorm) { h } else { e };
@@ -217,12 +371,23 @@ impl Description {
                 }
             }
         }
-        let attn = self.heads * self.head_dim;
+        let (attn, kv) = (self.query_width(), self.kv_width());
+        let linear = |out: &mut Vec<(String, Vec<usize>)>, name: String, rows: usize, cols: usize, bias: bool| {
+            out.push((format!("{name}.weight"), vec![rows, cols]));
+            if bias {
+                out.push((format!("{name}.bias"), vec![rows]));
+            }
+        };
+        let b = self.biases;
         for w in 0..self.weight_sets() {
             let p = format!("layer.{w}");
-            for (name, rows, cols) in [("q", attn, h), ("k", attn, h), ("v", attn, h), ("o", h, attn)] {
-                out.push((format!("{p}.{name}.weight"), vec![rows, cols]));
-                out.push((format!("{p}.{name}.bias"), vec![rows]));
+            linear(&mut out, format!("{p}.q"), attn, h, b.qkv);
+            linear(&mut out, format!("{p}.k"), kv, h, b.qkv);
+            linear(&mut out, format!("{p}.v"), kv, h, b.qkv);
+            linear(&mut out, format!("{p}.o"), h, attn, b.output);
+            if self.qk_norm {
+                out.push((format!("{p}.q_norm.weight"), vec![self.head_dim]));
+                out.push((format!("{p}.k_norm.weight"), vec![self.head_dim]));
             }
             if let PositionBias::Disentangled(d) = &self.position_bias {
                 if !d.shared_projections {
@@ -236,10 +401,11 @@ impl Description {
                 }
             }
             norm(&mut out, &format!("{p}.attn_norm"), h);
-            out.push((format!("{p}.up.weight"), vec![i, h]));
-            out.push((format!("{p}.up.bias"), vec![i]));
-            out.push((format!("{p}.down.weight"), vec![h, i]));
-            out.push((format!("{p}.down.bias"), vec![h]));
+            if self.feed_forward == FeedForward::Gated {
+                linear(&mut out, format!("{p}.gate"), i, h, b.ffn);
+            }
+            linear(&mut out, format!("{p}.up"), i, h, b.ffn);
+            linear(&mut out, format!("{p}.down"), h, i, b.ffn);
             norm(&mut out, &format!("{p}.ffn_norm"), h);
         }
         if self.final_norm {
@@ -253,8 +419,10 @@ impl Description {
         self.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| d as u64).product::<u64>() * 4).sum()
     }
 
-    /// A one-line summary: "roberta · 12 layers × 12 heads × 768 wide".
+    /// A one-line summary: "roberta · 12 layers × 12 heads × 768 wide" (with "(3 key/value)"
+    /// for grouped-query attention).
     pub fn summary(&self) -> String {
-        format!("{} · {} layers × {} heads × {} wide", self.family, self.layers, self.heads, self.hidden)
+        let kv = if self.kv_heads == self.heads { String::new() } else { format!(" ({} key/value)", self.kv_heads) };
+        format!("{} · {} layers × {} heads{kv} × {} wide", self.family, self.layers, self.heads, self.hidden)
     }
 }

@@ -7,16 +7,21 @@
 //! each head's scores written straight into the recorded attention and normalised there, heads in
 //! parallel, working buffers allocated once per pass and reused by every layer.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use candle_core::{DType, Storage, Tensor};
 use rayon::prelude::*;
 
-use super::describe::{Activation, Description, Disentangled, NormPlacement, PositionBias, Positions, Projection};
+use super::describe::{
+    Activation, Description, Disentangled, FeedForward, LmHead, NormKind, NormPlacement, PositionBias, Positions,
+    Projection,
+};
 use super::gemm::{MatMut, MatRef, matmul};
 use super::intervene::Interventions;
 use super::kernels;
 use super::relpos;
+use super::rope::RopeTable;
 use crate::analysis::spare;
 
 /// What to record besides the attention probabilities.
@@ -112,15 +117,21 @@ impl Linear {
         Ok(Self::new(&weight, bias, in_dim))
     }
 
-    /// Several linear layers on the same input as one (their outputs side by side).
-    fn fused(w: &mut Weights, names: &[String], in_dim: usize, out_dim: usize) -> candle_core::Result<Self> {
-        let mut weight = Vec::with_capacity(names.len() * out_dim * in_dim);
-        let mut bias = Vec::with_capacity(names.len() * out_dim);
-        for name in names {
-            weight.extend(w.take(&format!("{name}.weight"), &[out_dim, in_dim])?);
-            bias.extend(w.take(&format!("{name}.bias"), &[out_dim])?);
+    /// Several linear layers on the same input as one (their outputs side by side), each
+    /// `(name, out_dim)`; zero biases when `bias` is false.
+    fn fused(w: &mut Weights, parts: &[(String, usize)], in_dim: usize, bias: bool) -> candle_core::Result<Self> {
+        let total: usize = parts.iter().map(|(_, out)| out).sum();
+        let mut weight = Vec::with_capacity(total * in_dim);
+        let mut biases = Vec::with_capacity(total);
+        for (name, out_dim) in parts {
+            weight.extend(w.take(&format!("{name}.weight"), &[*out_dim, in_dim])?);
+            if bias {
+                biases.extend(w.take(&format!("{name}.bias"), &[*out_dim])?);
+            } else {
+                biases.extend(std::iter::repeat_n(0.0, *out_dim));
+            }
         }
-        Ok(Self::new(&weight, bias, in_dim))
+        Ok(Self::new(&weight, biases, in_dim))
     }
 
     fn out_dim(&self) -> usize {
@@ -160,25 +171,32 @@ impl Linear {
     }
 }
 
-/// `nn.LayerNorm` over the last dimension.
+/// A norm over the last dimension: `nn.LayerNorm` or an `RMSNorm` (see [`NormKind`]).
 #[derive(Debug, Clone)]
 struct Norm {
     weight: Vec<f32>,
     bias: Vec<f32>,
     eps: f32,
+    kind: NormKind,
 }
 
 impl Norm {
-    fn load(w: &mut Weights, name: &str, size: usize, eps: f32) -> candle_core::Result<Self> {
-        Ok(Self {
-            weight: w.take(&format!("{name}.weight"), &[size])?,
-            bias: w.take(&format!("{name}.bias"), &[size])?,
-            eps,
-        })
+    fn load(w: &mut Weights, name: &str, size: usize, d: &Description) -> candle_core::Result<Self> {
+        Self::load_kind(w, name, size, d.norm_eps, d.norm_kind)
+    }
+
+    fn load_kind(w: &mut Weights, name: &str, size: usize, eps: f32, kind: NormKind) -> candle_core::Result<Self> {
+        let weight = w.take(&format!("{name}.weight"), &[size])?;
+        let bias = if kind == NormKind::Layer { w.take(&format!("{name}.bias"), &[size])? } else { Vec::new() };
+        Ok(Self { weight, bias, eps, kind })
     }
 
     fn forward_in_place(&self, x: &mut [f32]) {
-        kernels::layer_norm_rows(x, &self.weight, &self.bias, self.eps);
+        match self.kind {
+            NormKind::Layer => kernels::layer_norm_rows(x, &self.weight, &self.bias, self.eps),
+            NormKind::Rms => kernels::rms_norm_rows(x, &self.weight, self.eps, false),
+            NormKind::RmsPlusOne => kernels::rms_norm_rows(x, &self.weight, self.eps, true),
+        }
     }
 }
 
@@ -209,7 +227,7 @@ impl Embeddings {
             tokens: w.take("embed.tokens.weight", &[d.vocab_size, e.width])?,
             positions,
             types: (e.token_types > 0).then(|| w.take("embed.types.weight", &[e.token_types, e.width])).transpose()?,
-            norm: e.norm.then(|| Norm::load(w, "embed.norm", norm_width, d.norm_eps)).transpose()?,
+            norm: e.norm.then(|| Norm::load(w, "embed.norm", norm_width, d)).transpose()?,
             projection: e
                 .projection
                 .map(|p| Linear::load(w, "embed.project", e.width, d.hidden, e.projection_bias).map(|l| (l, p)))
@@ -219,9 +237,10 @@ impl Embeddings {
         })
     }
 
-    /// `seq_len × hidden` values. Sums are formed in the family's order (BERT: `(word + type) +
-    /// position`; DeBERTa, GPT-2: `(word + position) + type`), as the tensors are added in Python.
-    fn forward(&self, ids: &[u32], type_ids: &[u32], positions_on: bool) -> Vec<f32> {
+    /// `seq_len × hidden` values for tokens at positions `first..`. Sums are formed in the
+    /// family's order (BERT: `(word + type) + position`; DeBERTa, GPT-2: `(word + position) +
+    /// type`), as the tensors are added in Python.
+    fn forward(&self, ids: &[u32], type_ids: &[u32], first: usize, positions_on: bool) -> Vec<f32> {
         let e = self.width;
         let mut x = Vec::with_capacity(ids.len() * e);
         for &id in ids {
@@ -242,7 +261,7 @@ impl Embeddings {
         let add_positions = |x: &mut [f32]| {
             if let (Some((table, offset)), true) = (&self.positions, positions_on) {
                 for (i, row) in x.chunks_mut(e).enumerate() {
-                    row.iter_mut().zip(&table[(offset + i) * e..][..e]).for_each(|(a, b)| *a += b);
+                    row.iter_mut().zip(&table[(offset + first + i) * e..][..e]).for_each(|(a, b)| *a += b);
                 }
             }
         };
@@ -277,10 +296,14 @@ struct RelativeProjections {
 }
 
 /// One weight set of the blocks: attention (`BertSelfAttention` eager + `BertSelfOutput`, q/k/v
-/// fused into one product), then the feed-forward (`BertIntermediate` + `BertOutput`).
+/// fused into one product: `heads·head_dim` query columns, then `kv_heads·head_dim` key and value
+/// columns), then the feed-forward (`BertIntermediate` + `BertOutput`; gate and up fused when gated).
 #[derive(Debug, Clone)]
 struct Layer {
     qkv: Linear,
+    /// Qwen3's per-head norms of q and k.
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
     output: Linear,
     attn_norm: Norm,
     up: Linear,
@@ -292,8 +315,13 @@ struct Layer {
 impl Layer {
     fn load(w: &mut Weights, d: &Description, index: usize, rel: Option<&[f32]>) -> candle_core::Result<Self> {
         let p = format!("layer.{index}");
-        let (h, attn) = (d.hidden, d.heads * d.head_dim);
-        let qkv = Linear::fused(w, &[format!("{p}.q"), format!("{p}.k"), format!("{p}.v")], h, attn)?;
+        let (h, attn, kv) = (d.hidden, d.query_width(), d.kv_width());
+        let qkv = Linear::fused(
+            w,
+            &[(format!("{p}.q"), attn), (format!("{p}.k"), kv), (format!("{p}.v"), kv)],
+            h,
+            d.biases.qkv,
+        )?;
         let mut relative = RelativeProjections::default();
         if let (PositionBias::Disentangled(dis), Some(rel)) = (&d.position_bias, rel) {
             // DisentangledSelfAttention.disentangled_attention_bias: with share_att_key the content
@@ -318,13 +346,25 @@ impl Layer {
                 relative.queries = query_proj.forward(rel);
             }
         }
+        let head_norm = |w: &mut Weights, name: &str| {
+            Norm::load_kind(w, &format!("{p}.{name}"), d.head_dim, d.norm_eps, NormKind::Rms)
+        };
+        let i = d.intermediate;
+        let up = match d.feed_forward {
+            FeedForward::Plain => Linear::load(w, &format!("{p}.up"), h, i, d.biases.ffn)?,
+            FeedForward::Gated => {
+                Linear::fused(w, &[(format!("{p}.gate"), i), (format!("{p}.up"), i)], h, d.biases.ffn)?
+            }
+        };
         Ok(Self {
             qkv,
-            output: Linear::load(w, &format!("{p}.o"), attn, h, true)?,
-            attn_norm: Norm::load(w, &format!("{p}.attn_norm"), h, d.norm_eps)?,
-            up: Linear::load(w, &format!("{p}.up"), h, d.intermediate, true)?,
-            down: Linear::load(w, &format!("{p}.down"), d.intermediate, h, true)?,
-            ffn_norm: Norm::load(w, &format!("{p}.ffn_norm"), h, d.norm_eps)?,
+            q_norm: d.qk_norm.then(|| head_norm(w, "q_norm")).transpose()?,
+            k_norm: d.qk_norm.then(|| head_norm(w, "k_norm")).transpose()?,
+            output: Linear::load(w, &format!("{p}.o"), attn, h, d.biases.output)?,
+            attn_norm: Norm::load(w, &format!("{p}.attn_norm"), h, d)?,
+            up,
+            down: Linear::load(w, &format!("{p}.down"), i, h, d.biases.ffn)?,
+            ffn_norm: Norm::load(w, &format!("{p}.ffn_norm"), h, d)?,
             relative,
         })
     }
@@ -347,12 +387,15 @@ enum Relative {
     },
 }
 
-/// How one layer runs: what to change.
+/// How one layer runs: what to change, and where its queries sit.
 struct LayerRun<'a> {
     temperature: f32,
-    causal: bool,
+    /// Which keys each query sees.
+    mask: kernels::Mask,
     /// Heads of this layer whose output is zeroed.
     ablated: &'a [usize],
+    /// The rotation of this pass's positions (rotary models; None when positions are switched off).
+    rope: Option<&'a RopeTable>,
 }
 
 /// One head's share of a layer's outputs.
@@ -379,7 +422,7 @@ struct Recorded<'a> {
 struct Buffers {
     /// Input of a sub-block after its norm (pre-LN), `n × hidden`.
     normed: Vec<f32>,
-    /// Fused q/k/v, `n × 3·attn`.
+    /// Fused q/k/v, `n × (attn + 2·kv)`.
     qkv: Vec<f32>,
     /// Attention output per head, `heads × n × head_dim`.
     context_by_head: Vec<f32>,
@@ -387,24 +430,54 @@ struct Buffers {
     context: Vec<f32>,
     /// Residual stream after attention, `n × hidden`.
     attended: Vec<f32>,
-    /// Feed-forward inner activations, `n × intermediate`.
+    /// Feed-forward inner activations, `n × intermediate` (`n × 2·intermediate` when gated: gate
+    /// and up side by side).
     inner: Vec<f32>,
+    /// Gated feed-forward: `act(gate) · up`, `n × intermediate`.
+    gated: Vec<f32>,
+    /// Parallel residual: feed-forward plus attention output, `n × hidden`.
+    summed: Vec<f32>,
     /// A linear layer's product, panel by panel, before its bias: `n × out` for the widest layer.
     panels: Vec<f32>,
 }
 
 impl Buffers {
     fn new(n: usize, d: &Description) -> Self {
-        let (hidden, attn) = (d.hidden, d.heads * d.head_dim);
+        let (hidden, attn, qkv) = (d.hidden, d.query_width(), d.query_width() + 2 * d.kv_width());
+        let gated = d.feed_forward == FeedForward::Gated;
+        let inner = if gated { 2 * d.intermediate } else { d.intermediate };
         Self {
             normed: vec![0.0; n * hidden],
-            qkv: vec![0.0; n * 3 * attn],
+            qkv: vec![0.0; n * qkv],
             context_by_head: vec![0.0; n * attn],
             context: vec![0.0; n * attn],
             attended: vec![0.0; n * hidden],
-            inner: vec![0.0; n * d.intermediate],
-            panels: vec![0.0; n * (3 * attn).max(d.intermediate).max(hidden)],
+            inner: vec![0.0; n * inner],
+            gated: if gated { vec![0.0; n * d.intermediate] } else { Vec::new() },
+            summed: if d.parallel_residual { vec![0.0; n * hidden] } else { Vec::new() },
+            panels: vec![0.0; n * qkv.max(inner).max(hidden)],
         }
+    }
+}
+
+/// The keys and values of the tokens run so far, per layer (after the rotation), so that the
+/// next tokens of a generation run alone: rows of `kv_heads · head_dim`.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Tokens cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
@@ -418,6 +491,9 @@ pub struct Network {
     /// MPNet's bias table, `buckets × heads`.
     bucket_bias: Vec<f32>,
     final_norm: Option<Norm>,
+    /// `lm_head.weight` (`vocab × hidden`, row-major) when the head is not tied and the checkpoint
+    /// has one.
+    lm_head: Option<Vec<f32>>,
 }
 
 impl Network {
@@ -435,7 +511,7 @@ impl Network {
             PositionBias::Disentangled(dis) => {
                 let mut table = w.take("rel.embeddings.weight", &[2 * dis.span, desc.hidden])?;
                 if dis.norm {
-                    Norm::load(&mut w, "rel.norm", desc.hidden, desc.norm_eps)?.forward_in_place(&mut table);
+                    Norm::load(&mut w, "rel.norm", desc.hidden, desc)?.forward_in_place(&mut table);
                 }
                 rel = Some(table);
             }
@@ -443,9 +519,13 @@ impl Network {
         let layers = (0..desc.weight_sets())
             .map(|i| Layer::load(&mut w, desc, i, rel.as_deref()))
             .collect::<candle_core::Result<Vec<_>>>()?;
-        let final_norm =
-            desc.final_norm.then(|| Norm::load(&mut w, "final_norm", desc.hidden, desc.norm_eps)).transpose()?;
-        Ok(Self { desc: desc.clone(), embeddings, layers, bucket_bias, final_norm })
+        let final_norm = desc.final_norm.then(|| Norm::load(&mut w, "final_norm", desc.hidden, desc)).transpose()?;
+        let lm_head = if desc.lm_head == LmHead::Own && w.has("lm_head.weight") {
+            Some(w.take("lm_head.weight", &[desc.vocab_size, desc.hidden])?)
+        } else {
+            None
+        };
+        Ok(Self { desc: desc.clone(), embeddings, layers, bucket_bias, final_norm, lm_head })
     }
 
     /// The description it runs.
@@ -456,6 +536,15 @@ impl Network {
     /// Whether every query sees only itself and earlier tokens.
     pub fn is_causal(&self) -> bool {
         self.desc.causal
+    }
+
+    /// Whether the network can predict the next token (it has a language-model head).
+    pub fn has_lm_head(&self) -> bool {
+        match self.desc.lm_head {
+            LmHead::None => false,
+            LmHead::Tied => self.embeddings.width == self.desc.hidden,
+            LmHead::Own => self.lm_head.is_some(),
+        }
     }
 
     /// Names of the terms each score sums, when it is more than `q·k · scale` (the neuron view
@@ -497,7 +586,47 @@ impl Network {
         interventions: &Interventions,
     ) -> candle_core::Result<ForwardOutput> {
         // Run our own parallel kernels on candle's worker pool too: one pool, not two, on few cores.
-        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture, interventions))
+        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture, interventions, None))
+    }
+
+    /// An empty key/value cache for [`Self::step`].
+    pub fn new_cache(&self) -> KvCache {
+        KvCache { keys: vec![Vec::new(); self.desc.layers], values: vec![Vec::new(); self.desc.layers], len: 0 }
+    }
+
+    /// Runs `ids` after the tokens already in `cache` (a causal model's generation step) and adds
+    /// them to it. The recorded attention holds the new rows only: `[layer][head][new][all]`, each
+    /// equal to that row of a full pass over everything (the rows of a causal model do not depend
+    /// on later tokens).
+    pub fn step(&self, ids: &[u32], cache: &mut KvCache) -> candle_core::Result<ForwardOutput> {
+        if !self.desc.causal || self.desc.position_bias != PositionBias::None {
+            return Err(candle_core::Error::Msg(format!(
+                "{} is not a causal language model: it cannot run token by token",
+                self.desc.family
+            )));
+        }
+        let zeros = vec![0; ids.len()];
+        candle_core::utils::with_threadpool(|| {
+            self.forward_in_pool(ids, &zeros, Capture::Attention, &Interventions::default(), Some(cache))
+        })
+    }
+
+    /// Next-token logits from one row of the final hidden state (after the final norm), or None
+    /// without a language-model head: `hidden · Eᵀ` with the tied embeddings or `lm_head`.
+    pub fn logits(&self, hidden_row: &[f32]) -> Option<Vec<f32>> {
+        if !self.has_lm_head() || hidden_row.len() != self.desc.hidden {
+            return None;
+        }
+        let table = self.lm_head.as_deref().unwrap_or(&self.embeddings.tokens);
+        let h = self.desc.hidden;
+        let mut logits = vec![0.0; self.desc.vocab_size];
+        logits.par_chunks_mut(1024).enumerate().for_each(|(c, out)| {
+            for (i, o) in out.iter_mut().enumerate() {
+                let row = &table[(c * 1024 + i) * h..][..h];
+                *o = kernels::dot(row, hidden_row);
+            }
+        });
+        Some(logits)
     }
 
     fn relative(&self, n: usize) -> Relative {
@@ -539,13 +668,9 @@ impl Network {
         }
     }
 
-    fn forward_in_pool(
-        &self,
-        ids: &[u32],
-        type_ids: &[u32],
-        capture: Capture,
-        iv: &Interventions,
-    ) -> candle_core::Result<ForwardOutput> {
+    /// Checks one input against the network: length, vocabulary, token types. Returns the type ids
+    /// the embeddings read.
+    fn checked_types<'a>(&self, ids: &[u32], type_ids: &'a [u32], past: usize) -> candle_core::Result<Cow<'a, [u32]>> {
         let d = &self.desc;
         let seq_len = ids.len();
         if seq_len == 0 || type_ids.len() != seq_len {
@@ -554,37 +679,52 @@ impl Network {
                 type_ids.len()
             )));
         }
-        if seq_len > d.max_len {
+        if past + seq_len > d.max_len {
             return Err(candle_core::Error::Msg(format!(
-                "{seq_len} tokens exceed the model's {} positions",
+                "{} tokens exceed the model's {} positions",
+                past + seq_len,
                 d.max_len
             )));
         }
         if let Some(&id) = ids.iter().find(|&&id| id as usize >= d.vocab_size) {
             return Err(candle_core::Error::Msg(format!("token id {id} is outside the vocabulary ({})", d.vocab_size)));
         }
-        let zeros;
-        let type_ids = if d.reads_token_types && d.embedding.token_types > 0 {
+        if d.reads_token_types && d.embedding.token_types > 0 {
             if let Some(&t) = type_ids.iter().find(|&&t| t as usize >= d.embedding.token_types) {
                 return Err(candle_core::Error::Msg(format!(
                     "token type {t} is outside the model's {} token types",
                     d.embedding.token_types
                 )));
             }
-            type_ids
+            Ok(Cow::Borrowed(type_ids))
         } else {
-            zeros = vec![0; seq_len];
-            &zeros
-        };
+            Ok(Cow::Owned(vec![0; seq_len]))
+        }
+    }
+
+    fn forward_in_pool(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        capture: Capture,
+        iv: &Interventions,
+        mut cache: Option<&mut KvCache>,
+    ) -> candle_core::Result<ForwardOutput> {
+        let d = &self.desc;
+        let past = cache.as_ref().map_or(0, |c| c.len);
+        let type_ids = self.checked_types(ids, type_ids, past)?;
         iv.validate(d.layers, d.heads).map_err(candle_core::Error::Msg)?;
+        let n = ids.len();
+        let total = past + n;
         let run_layers = iv.first_layers.unwrap_or(d.layers); // validated above
         let heads = d.heads;
-        let per_layer = heads * seq_len * seq_len;
-        let vectors_per_layer = heads * seq_len * d.head_dim;
+        let per_layer = heads * n * total;
+        let vectors_per_layer = heads * n * d.head_dim;
         let term_count = self.score_terms().len();
         // The layers write every recorded value: probabilities and scores reuse the buffers of
-        // dropped runs (whatever they hold), other buffers are zeroed straight from the OS.
-        let full = capture == Capture::Full;
+        // dropped runs (whatever they hold), other buffers are zeroed straight from the OS. A
+        // cached step records attention only.
+        let full = capture == Capture::Full && cache.is_none();
         let mut out = ForwardOutput {
             last_hidden: Vec::new(),
             probs: spare::take(per_layer * run_layers),
@@ -593,18 +733,21 @@ impl Network {
             queries: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
             keys: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
         };
-        let mut x = self.embeddings.forward(ids, type_ids, !iv.zero_positions);
-        let relative = self.relative(seq_len);
-        let mut bufs = Buffers::new(seq_len, d);
+        let positions_on = !iv.zero_positions;
+        let mut x = self.embeddings.forward(ids, &type_ids, past, positions_on);
+        let relative = self.relative(n);
+        let rope = d.rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, past, n, total));
+        let mut bufs = Buffers::new(n, d);
         let mut scores = full.then(|| out.scores.chunks_mut(per_layer));
         let mut queries = full.then(|| out.queries.chunks_mut(vectors_per_layer));
         let mut keys = full.then(|| out.keys.chunks_mut(vectors_per_layer));
         // Terms are [term][layer][…]: one iterator over layers per term.
         let term_block = per_layer * run_layers;
         let mut terms: Vec<_> = out.terms.chunks_mut(term_block.max(1)).map(|t| t.chunks_mut(per_layer)).collect();
+        let mask = kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: past };
         for (l, probs) in out.probs.chunks_mut(per_layer).enumerate().take(run_layers) {
             let ablated: Vec<usize> = iv.ablated.iter().filter(|&&(al, _)| al == l).map(|&(_, h)| h).collect();
-            let how = LayerRun { temperature: iv.temperature, causal: d.causal || iv.causal, ablated: &ablated };
+            let how = LayerRun { temperature: iv.temperature, mask, ablated: &ablated, rope: rope.as_ref() };
             let rec = Recorded {
                 probs,
                 scores: scores.as_mut().and_then(Iterator::next),
@@ -612,7 +755,11 @@ impl Network {
                 queries: queries.as_mut().and_then(Iterator::next),
                 keys: keys.as_mut().and_then(Iterator::next),
             };
-            self.layer_forward(&self.layers[d.layer_weights[l]], &mut x, &how, rec, &relative, &mut bufs);
+            let kv = cache.as_deref_mut().map(|c| (&mut c.keys[l], &mut c.values[l]));
+            self.layer_forward(&self.layers[d.layer_weights[l]], &mut x, &how, rec, &relative, &mut bufs, kv);
+        }
+        if let Some(c) = cache {
+            c.len = total;
         }
         if let Some(norm) = &self.final_norm {
             norm.forward_in_place(&mut x);
@@ -622,8 +769,9 @@ impl Network {
     }
 
     /// One block on the residual stream `x` (`n × hidden`), in place: post-LN
-    /// (`norm(x + attn(x))`, then `norm(y + ffn(y))`) or pre-LN (`x + attn(norm(x))`, then
-    /// `y + ffn(norm(y))`).
+    /// (`norm(x + attn(x))`, then `norm(y + ffn(y))`), pre-LN (`x + attn(norm(x))`, then
+    /// `y + ffn(norm(y))`), or pre-LN in parallel (`x + attn(norm₁(x)) + ffn(norm₂(x))`).
+    #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,
         layer: &Layer,
@@ -632,59 +780,112 @@ impl Network {
         rec: Recorded<'_>,
         relative: &Relative,
         bufs: &mut Buffers,
+        cache: Option<(&mut Vec<f32>, &mut Vec<f32>)>,
     ) {
         let mut attended = std::mem::take(&mut bufs.attended);
-        match self.desc.norm {
-            NormPlacement::Post => {
-                self.attention(layer, x, x, how, rec, relative, bufs, &mut attended);
+        match (self.desc.norm, self.desc.parallel_residual) {
+            (NormPlacement::Post, _) => {
+                self.attention(layer, x, Some(x), how, rec, relative, bufs, cache, &mut attended);
                 layer.attn_norm.forward_in_place(&mut attended);
                 self.feed_forward(layer, &attended, &attended, bufs, x);
                 layer.ffn_norm.forward_in_place(x);
             }
-            NormPlacement::Pre => {
+            (NormPlacement::Pre, false) => {
                 let mut normed = std::mem::take(&mut bufs.normed);
                 normed.copy_from_slice(x);
                 layer.attn_norm.forward_in_place(&mut normed);
-                self.attention(layer, &normed, x, how, rec, relative, bufs, &mut attended);
+                self.attention(layer, &normed, Some(x), how, rec, relative, bufs, cache, &mut attended);
                 normed.copy_from_slice(&attended);
                 layer.ffn_norm.forward_in_place(&mut normed);
                 self.feed_forward(layer, &normed, &attended, bufs, x);
                 bufs.normed = normed;
             }
+            (NormPlacement::Pre, true) => {
+                // GPTNeoXLayer: `mlp_output + attn_output + hidden_states`.
+                let mut normed = std::mem::take(&mut bufs.normed);
+                normed.copy_from_slice(x);
+                layer.attn_norm.forward_in_place(&mut normed);
+                self.attention(layer, &normed, None, how, rec, relative, bufs, cache, &mut attended);
+                normed.copy_from_slice(x);
+                layer.ffn_norm.forward_in_place(&mut normed);
+                let mut summed = std::mem::take(&mut bufs.summed);
+                self.feed_forward(layer, &normed, &attended, bufs, &mut summed);
+                x.iter_mut().zip(&summed).for_each(|(x, s)| *x += s); // (mlp + attn) + hidden: addition commutes exactly
+                bufs.normed = normed;
+                bufs.summed = summed;
+            }
         }
         bufs.attended = attended;
     }
 
+    /// Qwen3's per-head norms, then the rotation, on every q and k head of the fused rows.
+    fn prepare_qk(&self, layer: &Layer, qkv: &mut [f32], rope: Option<&RopeTable>) {
+        let (d, attn, kv) = (self.desc.head_dim, self.desc.query_width(), self.desc.kv_width());
+        if layer.q_norm.is_none() && rope.is_none() {
+            return;
+        }
+        let row = attn + 2 * kv;
+        qkv.par_chunks_mut(row).enumerate().for_each(|(i, r)| {
+            let qk = &mut r[..attn + kv];
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                qn.forward_in_place(&mut qk[..attn]);
+                kn.forward_in_place(&mut qk[attn..]);
+            }
+            if let Some(rope) = rope {
+                for head in qk.chunks_mut(d) {
+                    rope.rotate(i, head);
+                }
+            }
+        });
+    }
+
     /// `eager_attention_forward`: softmax(q·kᵀ · scale + position terms) · v, then the output
-    /// dense plus `residual` into `out` (the caller places the norm). Each head's scores are
-    /// computed straight into its slice of the recorded probabilities and normalised there; heads
-    /// run in parallel. Heads in `how.ablated` have their output zeroed.
+    /// dense (plus `residual` when given) into `out` (the caller places the norm). Each head's
+    /// scores are computed straight into its slice of the recorded probabilities and normalised
+    /// there; heads run in parallel; query head `h` reads key/value head `kv_head_of(h)`. With a
+    /// `cache`, this pass's keys and values are appended to it and the queries attend to all of
+    /// it. Heads in `how.ablated` have their output zeroed.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         layer: &Layer,
         x: &[f32],
-        residual: &[f32],
+        residual: Option<&[f32]>,
         how: &LayerRun<'_>,
         rec: Recorded<'_>,
         relative: &Relative,
         bufs: &mut Buffers,
+        cache: Option<(&mut Vec<f32>, &mut Vec<f32>)>,
         out: &mut [f32],
     ) {
-        let (heads, d) = (self.desc.heads, self.desc.head_dim);
-        let attn = heads * d;
-        let n = x.len() / self.desc.hidden.max(1);
-        // (n, 3·attn): every query, then every key, then every value, head after head.
+        let desc = &self.desc;
+        let (d, attn, kv) = (desc.head_dim, desc.query_width(), desc.kv_width());
+        let n = x.len() / desc.hidden.max(1);
+        // (n, attn + 2·kv): every query, then every key, then every value, head after head.
         layer.qkv.forward_into(x, None, &mut bufs.panels, &mut bufs.qkv);
+        self.prepare_qk(layer, &mut bufs.qkv, how.rope);
+        let row = attn + 2 * kv;
         let qkv = &bufs.qkv[..];
-        let scale = self.desc.score_scale;
+        // Keys and values: this pass's rows, or the cache they are appended to.
+        let (k_all, v_all, kv_stride, total) = match cache {
+            Some((keys, values)) => {
+                for r in qkv.chunks(row) {
+                    keys.extend_from_slice(&r[attn..attn + kv]);
+                    values.extend_from_slice(&r[attn + kv..]);
+                }
+                let (keys, values): (&Vec<f32>, &Vec<f32>) = (keys, values);
+                (keys.as_slice(), values.as_slice(), kv, keys.len() / kv.max(1))
+            }
+            None => (&qkv[attn..], &qkv[attn + kv..], row, n),
+        };
+        let scale = desc.score_scale;
         let Recorded { probs, scores, terms, queries, keys } = rec;
-        let mut scores = scores.map(|s| s.chunks_mut(n * n));
+        let mut scores = scores.map(|s| s.chunks_mut(n * total));
         let mut queries = queries.map(|q| q.chunks_mut(n * d));
-        let mut keys = keys.map(|k| k.chunks_mut(n * d));
-        let mut terms: Vec<_> = terms.into_iter().map(|t| t.chunks_mut(n * n)).collect();
+        let mut keys = keys.map(|k| k.chunks_mut(total * d));
+        let mut terms: Vec<_> = terms.into_iter().map(|t| t.chunks_mut(n * total)).collect();
         let tasks: Vec<HeadOut<'_>> = probs
-            .chunks_mut(n * n)
+            .chunks_mut(n * total)
             .zip(bufs.context_by_head.chunks_mut(n * d))
             .map(|(probs, context)| HeadOut {
                 probs,
@@ -695,29 +896,32 @@ impl Network {
                 keys: keys.as_mut().and_then(Iterator::next),
             })
             .collect();
-        let row = 3 * attn;
         tasks.into_par_iter().enumerate().for_each(|(h, mut t)| {
+            let g = desc.kv_head_of(h);
             let q = MatRef::rows(&qkv[h * d..], n, d, row);
-            let k = MatRef::rows(&qkv[attn + h * d..], n, d, row);
-            let v = MatRef::rows(&qkv[2 * attn + h * d..], n, d, row);
-            matmul(MatMut::rows(t.probs, n, n, n), q, k.t(), scale, false);
+            let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
+            let v = MatRef::rows(&v_all[g * d..], total, d, kv_stride);
+            matmul(MatMut::rows(t.probs, n, total, total), q, k.t(), scale, false);
             self.add_position_terms(layer, h, n, (q, k), relative, &mut t);
             if how.temperature.to_bits() != 1.0f32.to_bits() {
                 let inv = 1.0 / how.temperature;
                 t.probs.iter_mut().for_each(|s| *s *= inv);
             }
-            kernels::softmax_rows(t.probs, n, how.causal, t.scores);
-            for (recorded, offset) in [(t.queries, h * d), (t.keys, attn + h * d)] {
-                if let Some(recorded) = recorded {
-                    for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
-                        dst.copy_from_slice(&src[offset..offset + d]);
-                    }
+            kernels::softmax_rows(t.probs, total, how.mask, t.scores);
+            if let Some(recorded) = t.queries {
+                for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
+                    dst.copy_from_slice(&src[h * d..(h + 1) * d]);
+                }
+            }
+            if let Some(recorded) = t.keys {
+                for (dst, src) in recorded.chunks_mut(d).zip(k_all.chunks(kv_stride)) {
+                    dst.copy_from_slice(&src[g * d..(g + 1) * d]);
                 }
             }
             if how.ablated.contains(&h) {
                 t.context.fill(0.0);
             } else {
-                matmul(MatMut::rows(t.context, n, d, d), MatRef::rows(t.probs, n, n, n), v, 1.0, false);
+                matmul(MatMut::rows(t.context, n, d, d), MatRef::rows(t.probs, n, total, total), v, 1.0, false);
             }
         });
         // (heads, n, d) → (n, heads·d), then the output dense.
@@ -726,7 +930,7 @@ impl Network {
                 dst[h * d..(h + 1) * d].copy_from_slice(src);
             }
         }
-        layer.output.forward_into(&bufs.context, Some(residual), &mut bufs.panels, out);
+        layer.output.forward_into(&bufs.context[..n * attn], residual, &mut bufs.panels, out);
     }
 
     /// Adds head `h`'s relative-position terms to its content scores in `t.probs` (recording the
@@ -791,16 +995,33 @@ impl Network {
         }
     }
 
-    /// The feed-forward block on `x`, plus `residual` (no norm), into `out`.
+    /// The feed-forward block on `x`, plus `residual` (no norm), into `out`: `down(act(up(x)))`,
+    /// or gated `down(act(gate(x)) · up(x))` (`LlamaMLP`, `GemmaMLP`).
     fn feed_forward(&self, layer: &Layer, x: &[f32], residual: &[f32], bufs: &mut Buffers, out: &mut [f32]) {
         layer.up.forward_into(x, None, &mut bufs.panels, &mut bufs.inner);
+        let i = self.desc.intermediate;
+        let gated = self.desc.feed_forward == FeedForward::Gated;
+        if gated {
+            // Rows of [gate | up]: the gate half goes to `gated`, activated there, then × up.
+            for (dst, src) in bufs.gated.chunks_mut(i).zip(bufs.inner.chunks(2 * i)) {
+                dst.copy_from_slice(&src[..i]);
+            }
+        }
+        let activated = if gated { &mut bufs.gated } else { &mut bufs.inner };
         match self.desc.activation {
             // GELUActivation: nn.functional.gelu, the exact erf form.
-            Activation::Gelu => kernels::gelu_erf_in_place(&mut bufs.inner),
+            Activation::Gelu => kernels::gelu_erf_in_place(activated),
             // NewGELUActivation / gelu_pytorch_tanh: the tanh approximation.
-            Activation::GeluTanh => kernels::gelu_tanh_in_place(&mut bufs.inner),
-            Activation::Relu => kernels::relu_in_place(&mut bufs.inner),
+            Activation::GeluTanh => kernels::gelu_tanh_in_place(activated),
+            Activation::Relu => kernels::relu_in_place(activated),
+            Activation::Silu => kernels::silu_in_place(activated),
         }
-        layer.down.forward_into(&bufs.inner, Some(residual), &mut bufs.panels, out);
+        if gated {
+            for (dst, src) in bufs.gated.chunks_mut(i).zip(bufs.inner.chunks(2 * i)) {
+                dst.iter_mut().zip(&src[i..]).for_each(|(g, u)| *g *= u);
+            }
+        }
+        let input = if gated { &bufs.gated } else { &bufs.inner };
+        layer.down.forward_into(input, Some(residual), &mut bufs.panels, out);
     }
 }

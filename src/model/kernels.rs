@@ -236,19 +236,42 @@ fn softmax_in_place(p: &mut [f32]) {
     }
 }
 
-/// For one head's `n × n` matrix of scaled scores in `probs` (rows are queries): with `causal`,
-/// keys after the query get a score of -inf; the scores are copied to `scores` if given; then each
-/// row becomes its softmax, in place (masked keys get exactly 0). Single-threaded: the caller runs
+/// Which keys each query of a block of rows may see: with `causal`, none after it; with a
+/// `window` of `w`, none `w` or more positions before it (Mistral's sliding window). Row `r` is the
+/// query at position `first + r` (after `first` cached tokens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mask {
+    /// Keys after the query are hidden.
+    pub causal: bool,
+    /// Keys this many positions or more before the query are hidden.
+    pub window: Option<usize>,
+    /// Position of the first row's query.
+    pub first: usize,
+}
+
+impl Mask {
+    /// The keys row `row` sees, out of `keys`.
+    pub fn visible(&self, row: usize, keys: usize) -> std::ops::Range<usize> {
+        let pos = self.first + row;
+        let end = if self.causal { (pos + 1).min(keys) } else { keys };
+        let start = self.window.map_or(0, |w| (pos + 1).saturating_sub(w)).min(end);
+        start..end
+    }
+}
+
+/// For one head's matrix of scaled scores in `probs` (`rows × keys`, rows are queries): keys
+/// `mask` hides get a score of -inf; the scores are copied to `scores` if given; then each row
+/// becomes its softmax, in place (hidden keys get exactly 0). Single-threaded: the caller runs
 /// heads in parallel.
-pub fn softmax_rows(probs: &mut [f32], n: usize, causal: bool, scores: Option<&mut [f32]>) {
-    assert_eq!(probs.len(), n * n);
+pub fn softmax_rows(probs: &mut [f32], keys: usize, mask: Mask, scores: Option<&mut [f32]>) {
     if let Some(s) = scores.as_deref() {
         assert_eq!(s.len(), probs.len());
     }
-    if n == 0 {
+    if keys == 0 || probs.is_empty() {
         return;
     }
-    pulp::Arch::new().dispatch(SoftmaxRows { probs, scores, n, causal });
+    assert_eq!(probs.len() % keys, 0);
+    pulp::Arch::new().dispatch(SoftmaxRows { probs, scores, keys, mask });
 }
 
 /// The rows of [`softmax_rows`], as a `pulp` operation: `with_simd` is compiled for the
@@ -257,8 +280,8 @@ pub fn softmax_rows(probs: &mut [f32], n: usize, causal: bool, scores: Option<&m
 struct SoftmaxRows<'a> {
     probs: &'a mut [f32],
     scores: Option<&'a mut [f32]>,
-    n: usize,
-    causal: bool,
+    keys: usize,
+    mask: Mask,
 }
 
 impl pulp::WithSimd for SoftmaxRows<'_> {
@@ -266,17 +289,79 @@ impl pulp::WithSimd for SoftmaxRows<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _simd: S) {
-        let Self { probs, mut scores, n, causal } = self;
-        for (query, p) in probs.chunks_mut(n).enumerate() {
-            if causal {
-                p[query + 1..].fill(f32::NEG_INFINITY);
-            }
+        let Self { probs, mut scores, keys, mask } = self;
+        for (query, p) in probs.chunks_mut(keys).enumerate() {
+            let seen = mask.visible(query, keys);
+            p[..seen.start].fill(f32::NEG_INFINITY);
+            p[seen.end..].fill(f32::NEG_INFINITY);
             if let Some(s) = scores.as_deref_mut() {
-                s[query * n..(query + 1) * n].copy_from_slice(p);
+                s[query * keys..(query + 1) * keys].copy_from_slice(p);
             }
             softmax_in_place(p);
         }
     }
+}
+
+/// `RMSNorm` over rows of `weight.len()` values, in place: `x / √(mean(x²) + ε) · w`, or with
+/// `plus_one` (Gemma) `· (1 + w)`. As transformers computes it in f32: the mean of squares, then
+/// `x · rsqrt(…)`, then the weight.
+pub fn rms_norm_rows(x: &mut [f32], weight: &[f32], eps: f32, plus_one: bool) {
+    let width = weight.len();
+    if width == 0 {
+        return;
+    }
+    let arch = pulp::Arch::new();
+    let rows_per_task = (MIN_CHUNK / width).max(1) * width;
+    x.par_chunks_mut(rows_per_task).for_each(|rows| arch.dispatch(RmsNormRows { rows, weight, eps, plus_one }));
+}
+
+/// Rows of [`rms_norm_rows`] for one task, as a `pulp` operation.
+struct RmsNormRows<'a> {
+    rows: &'a mut [f32],
+    weight: &'a [f32],
+    eps: f32,
+    plus_one: bool,
+}
+
+impl pulp::WithSimd for RmsNormRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        let Self { rows, weight, eps, plus_one } = self;
+        let width = weight.len();
+        for row in rows.chunks_mut(width) {
+            let inv = 1.0 / (lane_sum(row, |v| v * v) / width as f32 + eps).sqrt();
+            if plus_one {
+                row.iter_mut().zip(weight).for_each(|(v, w)| *v = (*v * inv) * (1.0 + w));
+            } else {
+                row.iter_mut().zip(weight).for_each(|(v, w)| *v = w * (*v * inv));
+            }
+        }
+    }
+}
+
+/// `a · b` summed in lanes (for the language-model head's one row at a time).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for j in 0..LANES {
+            lanes[j] += x[j] * y[j];
+        }
+    }
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// `SiLU` in place: `x / (1 + e^(−x))`, as `PyTorch`'s CPU kernel computes it.
+pub fn silu_in_place(values: &mut [f32]) {
+    values.par_chunks_mut(MIN_CHUNK).for_each(|chunk| {
+        for v in chunk {
+            *v /= 1.0 + exp_f32(-*v);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -388,7 +473,7 @@ mod tests {
         let raw: Vec<f32> = (0..n * n).map(|i| ((i * 7) % 11) as f32 * 0.5 - 2.0).collect();
         let mut probs = raw.clone();
         let mut scores = vec![0.0; raw.len()];
-        softmax_rows(&mut probs, n, false, Some(&mut scores));
+        softmax_rows(&mut probs, n, Mask::default(), Some(&mut scores));
         assert_eq!(scores, raw, "the scores are recorded as given");
         for (r, row) in raw.chunks(n).enumerate() {
             let s: Vec<f64> = row.iter().map(|&v| f64::from(v)).collect();
@@ -399,7 +484,7 @@ mod tests {
             }
         }
         let mut p = [0.0f32, f32::NEG_INFINITY, 0.0, 0.0];
-        softmax_rows(&mut p, 2, false, None);
+        softmax_rows(&mut p, 2, Mask::default(), None);
         assert_eq!(p, [1.0, 0.0, 0.5, 0.5]);
     }
 
@@ -409,12 +494,45 @@ mod tests {
         let raw: Vec<f32> = (0..n * n).map(|i| ((i * 13) % 17) as f32 * 0.3).collect();
         let mut probs = raw.clone();
         let mut scores = vec![0.0; raw.len()];
-        softmax_rows(&mut probs, n, true, Some(&mut scores));
+        softmax_rows(&mut probs, n, Mask { causal: true, ..Mask::default() }, Some(&mut scores));
         for (q, (row, s)) in probs.chunks(n).zip(scores.chunks(n)).enumerate() {
             assert!(row[q + 1..].iter().all(|&v| v == 0.0), "row {q}");
             assert!(s[q + 1..].iter().all(|&v| v == f32::NEG_INFINITY), "scores of row {q}");
             assert_eq!(s[..=q], raw[q * n..=q * n + q]);
             assert!((row[..=q].iter().sum::<f32>() - 1.0).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn a_sliding_window_after_cached_tokens_hides_keys_too_far_back() {
+        // Three new queries at positions 5, 6, 7 over 8 keys, window 3: query 5 sees 3..=5.
+        let mask = Mask { causal: true, window: Some(3), first: 5 };
+        assert_eq!(mask.visible(0, 8), 3..6);
+        assert_eq!(mask.visible(2, 8), 5..8);
+        let mut probs = vec![1.0; 3 * 8];
+        softmax_rows(&mut probs, 8, mask, None);
+        assert_eq!(&probs[..8], &[0.0, 0.0, 0.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0, 0.0, 0.0]);
+        let open = Mask { causal: false, window: None, first: 0 };
+        assert_eq!(open.visible(0, 4), 0..4);
+    }
+
+    #[test]
+    fn rms_norm_matches_the_formula_in_both_forms() {
+        let mut x = vec![1.0f32, -2.0, 3.0, 0.5];
+        let w = [0.5f32, 1.0, -1.0, 2.0];
+        let mut y = x.clone();
+        rms_norm_rows(&mut x, &w, 1e-6, false);
+        rms_norm_rows(&mut y, &w, 1e-6, true);
+        let ms = (1.0 + 4.0 + 9.0 + 0.25) / 4.0f64;
+        for (i, (a, b)) in x.iter().zip(&y).enumerate() {
+            let v = [1.0, -2.0, 3.0, 0.5][i] / (ms + 1e-6).sqrt();
+            assert!((f64::from(*a) - v * f64::from(w[i])).abs() < 1e-6);
+            assert!((f64::from(*b) - v * (1.0 + f64::from(w[i]))).abs() < 1e-6);
+        }
+        let mut s = vec![-1.0f32, 0.0, 2.0];
+        silu_in_place(&mut s);
+        for (v, x) in s.iter().zip([-1.0f64, 0.0, 2.0]) {
+            assert!((f64::from(*v) - x / (1.0 + (-x).exp())).abs() < 1e-6);
         }
     }
 }

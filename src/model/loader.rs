@@ -48,6 +48,12 @@ pub struct LoadedModel {
     pub tokenizer: TextTokenizer,
     /// Whether this is the playground encoder (random weights), not a pretrained model.
     pub playground: bool,
+    /// For weights read from a GGUF file: what they were, e.g. "GGUF `Q4_1` (210), `F32` (61),
+    /// dequantised to f32". Attention is faithful to that file, not to the original model.
+    pub quantization: Option<String>,
+    /// Token ids that end a generated text (`eos_token_id` of `generation_config.json`, else of
+    /// `config.json`).
+    pub eos: Vec<u32>,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ModelError> {
@@ -122,8 +128,15 @@ fn load_weights(files: &[PathBuf], family: &Family, desc: &Description) -> Resul
         }
     }
     let where_ = files.first().cloned().unwrap_or_default();
-    let bad = |message: String| ModelError::Weights { path: where_.clone(), message };
-    let tensors = (family.canonical)(tensors, desc).map_err(bad)?;
+    let tensors =
+        (family.canonical)(tensors, desc).map_err(|message| ModelError::Weights { path: where_.clone(), message })?;
+    checked_weights(tensors, desc, &where_)
+}
+
+/// Canonical tensors checked against the description: dtypes, layer count (first: a config
+/// claiming far more layers than the file holds is refused at once), then every name and shape.
+fn checked_weights(tensors: families::Tensors, desc: &Description, file: &Path) -> Result<Weights, ModelError> {
+    let bad = |message: String| ModelError::Weights { path: file.to_path_buf(), message };
     if let Some((name, t)) = tensors.iter().find(|(_, t)| !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)) {
         return Err(bad(format!("tensor {name} has dtype {:?}; expected f32, f16 or bf16", t.dtype())));
     }
@@ -147,6 +160,49 @@ fn load_weights(files: &[PathBuf], family: &Family, desc: &Description) -> Resul
     Ok(Weights(tensors))
 }
 
+/// Folder name of the embedded language model under `assets/models/`.
+pub const SMOLLM2_NAME: &str = "SmolLM2-135M-Instruct";
+
+/// The embedded models by their short names: `minilm` and `smollm2` (any case).
+fn embedded_model(spec: &Path) -> Option<PathBuf> {
+    let name = spec.to_str()?.to_ascii_lowercase();
+    let default = default_model_dir();
+    let assets = default.parent()?;
+    match name.as_str() {
+        "minilm" | "all-minilm-l6-v2" if !spec.exists() => Some(assets.join(DEFAULT_MODEL_NAME)),
+        "smollm2" | "smollm2-135m-instruct" if !spec.exists() => Some(assets.join(SMOLLM2_NAME)),
+        _ => None,
+    }
+}
+
+/// The one `.gguf` file of a folder, if it has exactly one.
+fn single_gguf(dir: &Path) -> Option<PathBuf> {
+    let mut found = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
+/// `eos_token_id` (a number or a list) of `generation_config.json` when it has one (what
+/// `generate` uses), else of `config.json`.
+fn eos_ids(dir: &Path, config: &str) -> Vec<u32> {
+    let ids = |text: &str| -> Option<Vec<u32>> {
+        let value: serde_json::Value = serde_json::from_str(text).ok()?;
+        match value.get("eos_token_id")? {
+            serde_json::Value::Number(n) => Some(n.as_u64().and_then(|n| u32::try_from(n).ok()).into_iter().collect()),
+            serde_json::Value::Array(a) => {
+                Some(a.iter().filter_map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok())).collect())
+            }
+            _ => None,
+        }
+    };
+    let generation = std::fs::read_to_string(dir.join("generation_config.json")).ok();
+    generation.as_deref().and_then(ids).or_else(|| ids(config)).unwrap_or_default()
+}
+
 /// The number of `layer.{w}` weight sets among canonical names (one more than the largest `w`).
 fn weight_sets_present<'a>(names: impl Iterator<Item = &'a String>) -> usize {
     names
@@ -158,12 +214,25 @@ fn weight_sets_present<'a>(names: impl Iterator<Item = &'a String>) -> usize {
 
 impl LoadedModel {
     /// Loads a Hugging Face model folder (`config.json`, `tokenizer.json`, `model.safetensors` or
-    /// its shards), or a hub id found in the local Hugging Face cache.
+    /// its shards), a llama.cpp `.gguf` file (or a folder holding one and no `config.json`), an
+    /// embedded model by name (`minilm`, `smollm2`), or a hub id found in the local Hugging Face
+    /// cache.
     pub fn load(spec: &Path) -> Result<Self, ModelError> {
+        if let Some(embedded) = embedded_model(spec) {
+            return Self::load(&embedded);
+        }
+        if spec.is_file() && spec.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
+            return Self::load_gguf(spec);
+        }
         let resolved = super::hub::resolve(spec)?;
         let dir = resolved.as_path();
         if !dir.is_dir() {
             return Err(ModelError::NoFolder(dir.to_path_buf()));
+        }
+        if !dir.join("config.json").is_file() {
+            if let Some(file) = single_gguf(dir) {
+                return Self::load_gguf(&file);
+            }
         }
         let config_path = dir.join("config.json");
         if !config_path.is_file() {
@@ -190,7 +259,26 @@ impl LoadedModel {
                 .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
                 .unwrap_or_else(|| dir.display().to_string())
         });
-        Ok(Self { name, dir: dir.to_path_buf(), net, tokenizer, playground: false })
+        let eos = eos_ids(dir, &text);
+        Ok(Self { name, dir: dir.to_path_buf(), net, tokenizer, playground: false, eos, quantization: None })
+    }
+
+    /// Loads a GGUF file: weights dequantised to f32, the tokenizer from `tokenizer.json` beside
+    /// it or from the file's own vocabulary.
+    pub fn load_gguf(path: &Path) -> Result<Self, ModelError> {
+        let g = super::gguf::read(path)?;
+        let weights = checked_weights(g.tensors, &g.desc, path)?;
+        let net = Network::load(&g.desc, weights)
+            .map_err(|e| ModelError::Weights { path: path.to_path_buf(), message: e.to_string() })?;
+        let beside = path.with_file_name("tokenizer.json");
+        let tokenizer = if g.tokenizer_json.is_empty() {
+            TextTokenizer::from_file(&beside, g.desc.max_len)?
+        } else {
+            TextTokenizer::from_json(&g.tokenizer_json, g.desc.max_len)?
+        };
+        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Ok(Self { name, dir, net, tokenizer, playground: false, eos: g.eos, quantization: Some(g.quantization) })
     }
 
     /// The network's description.
@@ -282,6 +370,8 @@ impl LoadedModel {
             intervention: interventions.describe(),
             playground: self.playground,
             causal: self.net.is_causal() || interventions.causal,
+            window: desc.sliding_window,
+            prompt_len: None,
         })
     }
 }

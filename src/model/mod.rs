@@ -6,12 +6,15 @@ pub mod describe;
 pub mod engine;
 pub mod families;
 mod gemm;
+pub mod generate;
+pub mod gguf;
 pub mod hub;
 pub mod intervene;
 pub mod kernels;
 pub mod loader;
 pub mod playground;
 pub mod relpos;
+pub mod rope;
 pub mod tokenize;
 
 use std::path::PathBuf;

@@ -10,7 +10,10 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::describe::{Activation, Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
+use super::describe::{
+    Activation, Biases, Description, EmbeddingDesc, FeedForward, LmHead, NormKind, NormPlacement, PositionBias,
+    Positions,
+};
 use super::engine::{Network, Weights};
 use super::tokenize::TextTokenizer;
 use super::{LoadedModel, ModelError};
@@ -323,9 +326,18 @@ impl PlaygroundConfig {
             hidden: self.d_model,
             layers: self.layers,
             heads: self.heads,
+            kv_heads: self.heads,
             head_dim: self.d_model / self.heads,
             intermediate: self.d_ff,
             activation: Activation::Gelu,
+            feed_forward: FeedForward::Plain,
+            biases: Biases::ALL,
+            norm_kind: NormKind::Layer,
+            rotary: None,
+            qk_norm: false,
+            sliding_window: None,
+            parallel_residual: false,
+            lm_head: LmHead::None,
             embedding: EmbeddingDesc {
                 width: self.d_model,
                 positions: if has_positions {
@@ -359,7 +371,15 @@ impl PlaygroundConfig {
         let tensors = self.weights(vocab).map_err(ModelError::Inference)?;
         let net = Network::load(&desc, Weights(tensors))?;
         let dir = tokenizer_path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Ok(LoadedModel { name: self.describe(), dir, net, tokenizer, playground: true })
+        Ok(LoadedModel {
+            name: self.describe(),
+            dir,
+            net,
+            tokenizer,
+            playground: true,
+            eos: Vec::new(),
+            quantization: None,
+        })
     }
 
     /// Random weights under BERT's names: normal(0, std) matrices and embeddings, zero biases,

@@ -35,8 +35,18 @@ pub struct Encoded {
 impl TextTokenizer {
     /// Reads `tokenizer.json`, turning off any padding or truncation stored in it.
     pub fn from_file(path: &Path, max_len: usize) -> Result<Self, ModelError> {
-        let mut plain =
+        let plain =
             Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
+        Self::from_tokenizer(plain, max_len)
+    }
+
+    /// Builds from `tokenizer.json` text (a GGUF file's vocabulary, converted).
+    pub fn from_json(json: &str, max_len: usize) -> Result<Self, ModelError> {
+        let plain: Tokenizer = json.parse().map_err(|e| ModelError::Tokenizer(format!("tokenizer from GGUF: {e}")))?;
+        Self::from_tokenizer(plain, max_len)
+    }
+
+    fn from_tokenizer(mut plain: Tokenizer, max_len: usize) -> Result<Self, ModelError> {
         plain.with_padding(None);
         plain.with_truncation(None).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let mut truncating = plain.clone();
@@ -61,6 +71,25 @@ impl TextTokenizer {
     /// Number of token ids, added tokens included.
     pub fn vocab_size(&self) -> usize {
         self.plain.get_vocab_size(true)
+    }
+
+    /// The vocabulary's string for a token id (`convert_ids_to_tokens`), or `<id>` for an id it
+    /// does not have.
+    pub fn token_of(&self, id: u32) -> String {
+        self.plain.id_to_token(id).unwrap_or_else(|| format!("<{id}>"))
+    }
+
+    /// Whether a token id is one of the tokenizer's special tokens.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.plain
+            .get_added_vocabulary()
+            .simple_id_to_token(id)
+            .is_some_and(|t| self.plain.get_added_tokens_decoder().get(&id).is_some_and(|a| a.special) && !t.is_empty())
+    }
+
+    /// Text of token ids, special tokens skipped (what a continuation reads as).
+    pub fn decode(&self, ids: &[u32]) -> String {
+        self.plain.decode(ids, true).unwrap_or_default()
     }
 
     /// The longest input in tokens, special tokens included.

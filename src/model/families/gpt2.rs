@@ -11,7 +11,7 @@ use candle_core::Tensor;
 
 use super::{Family, Keys, Sizes, Tensors, positions, post_ln_encoder, unsupported};
 use crate::model::ModelError;
-use crate::model::describe::{Description, EmbeddingDesc, NormPlacement};
+use crate::model::describe::{Description, EmbeddingDesc, LmHead, NormPlacement};
 
 /// GPT-2 (`model_type` "gpt2").
 pub static GPT2: Family = Family { model_types: &["gpt2"], describe, canonical };
@@ -52,6 +52,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
         causal: true,
         norm: NormPlacement::Pre,
         final_norm: true,
+        lm_head: LmHead::Tied,
         ..base
     })
 }

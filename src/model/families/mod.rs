@@ -4,13 +4,17 @@
 //!
 //! Canonical names (what [`super::engine::Network`] loads): `embed.{tokens,positions,types}.weight`,
 //! `embed.norm.*`, `embed.project.*`, `layer.{w}.{q,k,v,o,up,down}.*`, `layer.{w}.{attn_norm,ffn_norm}.*`,
-//! `layer.{w}.{pos_q,pos_k}.*`, `rel.bias.weight`, `rel.embeddings.weight`, `rel.norm.*`, `final_norm.*`.
+//! `layer.{w}.{pos_q,pos_k}.*`, `layer.{w}.{gate,q_norm,k_norm}.*`, `rel.bias.weight`, `rel.embeddings.weight`,
+//! `rel.norm.*`, `final_norm.*`, `lm_head.weight`.
 
 mod albert;
 mod bert;
 mod deberta;
+mod decoder;
 mod distilbert;
 mod gpt2;
+mod gpt_neox;
+mod llama;
 mod mpnet;
 
 use std::collections::HashMap;
@@ -19,7 +23,10 @@ use candle_core::Tensor;
 use serde_json::{Map, Value};
 
 use super::ModelError;
-use super::describe::{Activation, Description, EmbeddingDesc, NormPlacement, PositionBias, Positions};
+use super::describe::{
+    Activation, Biases, Description, EmbeddingDesc, FeedForward, LmHead, NormKind, NormPlacement, PositionBias,
+    Positions,
+};
 
 /// Largest counts a config may claim before anything is allocated for them (far above any released
 /// model; a larger value is a broken or hostile file).
@@ -54,6 +61,12 @@ const FAMILIES: &[&Family] = &[
     &mpnet::MPNET,
     &deberta::DEBERTA_V2,
     &gpt2::GPT2,
+    &llama::LLAMA,
+    &llama::MISTRAL,
+    &llama::QWEN2,
+    &llama::QWEN3,
+    &llama::GEMMA,
+    &gpt_neox::GPT_NEOX,
 ];
 
 /// The `model_type`s attnviz opens, for messages.
@@ -275,9 +288,18 @@ pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: u
         hidden: s.hidden,
         layers: s.layers,
         heads: s.heads,
+        kv_heads: s.heads,
         head_dim: s.hidden / s.heads,
         intermediate: s.intermediate,
         activation,
+        feed_forward: FeedForward::Plain,
+        biases: Biases::ALL,
+        norm_kind: NormKind::Layer,
+        rotary: None,
+        qk_norm: false,
+        sliding_window: None,
+        parallel_residual: false,
+        lm_head: LmHead::None,
         embedding: EmbeddingDesc {
             width: s.hidden,
             positions: Positions::Table { rows, offset: 0 },

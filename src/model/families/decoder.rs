@@ -1,0 +1,270 @@
+//! What today's decoders share: the pre-norm causal base they depart from, and rotary positions
+//! read from `config.json` in both shapes it comes in (transformers 5 writes `rope_parameters`;
+//! hub checkpoints written before it have top-level `rope_theta` and `rope_scaling`).
+//!
+//! Mirrors `modeling_rope_utils.py` (`standardize_rope_params`, `ROPE_INIT_FUNCTIONS`).
+
+use serde_json::{Map, Value};
+
+use super::{Keys, Sizes, bounded, inverse_sqrt, post_ln_encoder, unsupported};
+use crate::model::ModelError;
+use crate::model::describe::{
+    Activation, Biases, Description, EmbeddingDesc, FeedForward, LmHead, NormKind, NormPlacement, Positions,
+    RopeScaling, Rotary,
+};
+
+/// The Llama shape the decoder families depart from: pre-norm `RMSNorm`, rotary positions over
+/// whole heads, no absolute positions, no embedding norm, causal, a gated feed-forward, no biases,
+/// a final norm, `kv_heads` key/value heads of `head_dim`, the head tied or not.
+pub fn pre_norm_decoder(
+    s: &Sizes,
+    kv_heads: usize,
+    head_dim: usize,
+    activation: Activation,
+    norm_eps: f32,
+    max_len: usize,
+    tied: bool,
+) -> Description {
+    let base = post_ln_encoder(s, activation, norm_eps, max_len);
+    Description {
+        kv_heads,
+        head_dim,
+        feed_forward: FeedForward::Gated,
+        biases: Biases::NONE,
+        norm_kind: NormKind::Rms,
+        embedding: EmbeddingDesc { positions: Positions::None, norm: false, positions_first: true, ..base.embedding },
+        reads_pairs: false,
+        causal: true,
+        score_scale: inverse_sqrt(head_dim),
+        norm: NormPlacement::Pre,
+        final_norm: true,
+        lm_head: if tied { LmHead::Tied } else { LmHead::Own },
+        ..base
+    }
+}
+
+/// `num_key_value_heads` (default: one per query head), which must divide the query heads.
+pub fn kv_heads(keys: &Keys, heads: usize) -> Result<usize, ModelError> {
+    let kv = keys.opt_usize("num_key_value_heads")?.unwrap_or(heads);
+    bounded("num_key_value_heads", kv, 1, heads)?;
+    if heads % kv != 0 {
+        return Err(unsupported(
+            "num_key_value_heads",
+            kv.to_string(),
+            &format!("the {heads} query heads must share key/value heads evenly"),
+        ));
+    }
+    Ok(kv)
+}
+
+/// `head_dim`, or `hidden / heads` when absent or null.
+pub fn head_dim(keys: &Keys, s: &Sizes) -> Result<usize, ModelError> {
+    let d = keys.opt_usize("head_dim")?.unwrap_or(s.hidden / s.heads);
+    bounded("head_dim", d, 2, 1 << 14)
+}
+
+/// One number of the rope parameters, named `rope_parameters.{key}` in errors.
+fn number(params: &Map<String, Value>, section: &str, key: &str) -> Result<Option<f64>, ModelError> {
+    match params.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|f| f.is_finite())
+            .map(Some)
+            .ok_or_else(|| ModelError::Config(format!("\"{section}.{key}\" must be a number, got {v}"))),
+    }
+}
+
+/// The rotary positions of a config: theta, the rotated fraction of each head (`fraction_key`
+/// names a family's own top-level key for it, e.g. GPT-NeoX's `rotary_pct`, `theta_key` its own
+/// name for theta), and the scaling type with its parameters. Unknown types are refused by name.
+pub fn rotary(
+    keys: &Keys,
+    head_dim: usize,
+    max_positions: usize,
+    default_theta: f64,
+    fraction_key: Option<&str>,
+    theta_key: Option<&str>,
+) -> Result<Rotary, ModelError> {
+    let (section, params) = match (keys.0.get("rope_parameters"), keys.0.get("rope_scaling")) {
+        (Some(Value::Object(p)), _) => ("rope_parameters", p.clone()),
+        (_, Some(Value::Object(p))) => ("rope_scaling", p.clone()),
+        (Some(v), _) if !v.is_null() => {
+            return Err(ModelError::Config(format!("\"rope_parameters\" must be an object, got {v}")));
+        }
+        (_, Some(v)) if !v.is_null() => {
+            return Err(ModelError::Config(format!("\"rope_scaling\" must be an object or null, got {v}")));
+        }
+        _ => ("rope_parameters", Map::new()),
+    };
+    let top = |key: &str| keys.opt_f64(key);
+    let theta = match number(&params, section, "rope_theta")? {
+        Some(t) => t,
+        None => match theta_key.map(top).transpose()?.flatten() {
+            Some(t) => t,
+            None => top("rope_theta")?.unwrap_or(default_theta),
+        },
+    };
+    if theta.is_nan() || theta <= 1.0 {
+        return Err(unsupported("rope_theta", theta.to_string(), "must be a number above 1"));
+    }
+    let fraction = match number(&params, section, "partial_rotary_factor")? {
+        Some(f) => f,
+        None => match fraction_key.map(top).transpose()?.flatten() {
+            Some(f) => f,
+            None => top("partial_rotary_factor")?.unwrap_or(1.0),
+        },
+    };
+    if fraction.is_nan() || fraction <= 0.0 || fraction > 1.0 {
+        return Err(unsupported("partial_rotary_factor", fraction.to_string(), "must be in (0, 1]"));
+    }
+    // `int(head_dim * partial_rotary_factor)`.
+    let dims = (head_dim as f64 * fraction) as usize;
+    if dims < 2 || dims % 2 != 0 {
+        return Err(unsupported(
+            "partial_rotary_factor",
+            fraction.to_string(),
+            &format!("rotates {dims} of {head_dim} dimensions; the rotated part must be even and at least 2"),
+        ));
+    }
+    let kind = match params.get("rope_type").or_else(|| params.get("type")) {
+        None | Some(Value::Null) => "default".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => return Err(ModelError::Config(format!("\"{section}.rope_type\" must be a string, got {v}"))),
+    };
+    let get = |key: &str| number(&params, section, key);
+    let factor = || -> Result<f64, ModelError> {
+        let f = get("factor")?.ok_or_else(|| ModelError::Config(format!("missing field `{section}.factor`")))?;
+        if f >= 1.0 {
+            Ok(f)
+        } else {
+            Err(unsupported(&format!("{section}.factor"), f.to_string(), "must be at least 1"))
+        }
+    };
+    let original_max = || -> Result<usize, ModelError> {
+        let v = match get("original_max_position_embeddings")? {
+            Some(v) => Some(v),
+            None => top("original_max_position_embeddings")?,
+        };
+        let v = v.map_or(max_positions, |v| v as usize);
+        bounded("original_max_position_embeddings", v, 1, usize::MAX >> 8)
+    };
+    let scaling = match kind.as_str() {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: factor()? },
+        "dynamic" => RopeScaling::Dynamic { factor: factor()?, max_positions },
+        "llama3" => RopeScaling::Llama3 {
+            factor: factor()?,
+            low_freq_factor: get("low_freq_factor")?
+                .ok_or_else(|| ModelError::Config(format!("missing field `{section}.low_freq_factor`")))?,
+            high_freq_factor: get("high_freq_factor")?
+                .ok_or_else(|| ModelError::Config(format!("missing field `{section}.high_freq_factor`")))?,
+            original_max: original_max()?,
+        },
+        "yarn" => {
+            let original = original_max()?;
+            let factor = match get("factor")? {
+                Some(_) => factor()?,
+                None => max_positions as f64 / original as f64,
+            };
+            // get_mscale: 0.1 · mscale · ln(scale) + 1 above a scale of 1.
+            let mscale = |scale: f64, m: f64| if scale <= 1.0 { 1.0 } else { 0.1 * m * scale.ln() + 1.0 };
+            let attention_factor = match (get("attention_factor")?, get("mscale")?, get("mscale_all_dim")?) {
+                (Some(a), _, _) => a,
+                (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => mscale(factor, m) / mscale(factor, all),
+                _ => mscale(factor, 1.0),
+            };
+            let truncate = match params.get("truncate") {
+                None | Some(Value::Null) => true,
+                Some(Value::Bool(b)) => *b,
+                Some(v) => {
+                    return Err(ModelError::Config(format!("\"{section}.truncate\" must be true or false, got {v}")));
+                }
+            };
+            RopeScaling::Yarn {
+                factor,
+                original_max: original,
+                attention_factor,
+                beta_fast: get("beta_fast")?.filter(|b| *b != 0.0).unwrap_or(32.0),
+                beta_slow: get("beta_slow")?.filter(|b| *b != 0.0).unwrap_or(1.0),
+                truncate,
+            }
+        }
+        other => {
+            return Err(unsupported(
+                &format!("{section}.rope_type"),
+                other.to_string(),
+                "supported: default, linear, dynamic, llama3, yarn",
+            ));
+        }
+    };
+    Ok(Rotary { dims, theta, scaling })
+}
+
+/// The usable length of a rotary model: `max_position_embeddings`, or past it by the factor of a
+/// `dynamic` scaling, which exists to stretch it.
+pub fn rotary_max_len(rotary: &Rotary, max_positions: usize) -> usize {
+    match rotary.scaling {
+        RopeScaling::Dynamic { factor, .. } => ((max_positions as f64 * factor) as usize).max(max_positions),
+        _ => max_positions,
+    }
+}
+
+/// Refuses `layer_types` that mix full and sliding-window layers (Gemma 2 and 3, Qwen with
+/// `max_window_layers`): attnviz draws one mask per model.
+pub fn refuse_mixed_layer_types(keys: &Keys) -> Result<(), ModelError> {
+    if let Some(Value::Array(types)) = keys.0.get("layer_types") {
+        if let Some(other) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
+            return Err(unsupported(
+                "layer_types",
+                other.to_string(),
+                "only full-attention layers are supported (per-layer sliding windows are not)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(json: &str) -> Keys {
+        match serde_json::from_str(json).unwrap() {
+            Value::Object(m) => Keys(m),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn both_config_shapes_give_the_same_rotary() {
+        let new = keys(r#"{"rope_parameters":{"rope_type":"linear","factor":2.0,"rope_theta":500000.0}}"#);
+        let old = keys(r#"{"rope_theta":500000.0,"rope_scaling":{"type":"linear","factor":2.0}}"#);
+        let a = rotary(&new, 64, 2048, 10_000.0, None, None).unwrap();
+        let b = rotary(&old, 64, 2048, 10_000.0, None, None).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a, Rotary { dims: 64, theta: 500_000.0, scaling: RopeScaling::Linear { factor: 2.0 } });
+        let plain = rotary(&keys("{}"), 64, 2048, 10_000.0, None, None).unwrap();
+        assert_eq!((plain.theta, plain.scaling), (10_000.0, RopeScaling::None));
+        let neox = keys(r#"{"rotary_pct":0.25,"rotary_emb_base":10000}"#);
+        assert_eq!(rotary(&neox, 64, 2048, 1.5, Some("rotary_pct"), Some("rotary_emb_base")).unwrap().dims, 16);
+    }
+
+    #[test]
+    fn unknown_or_broken_rope_settings_are_named() {
+        let err = rotary(&keys(r#"{"rope_scaling":{"rope_type":"longrope"}}"#), 64, 2048, 1e4, None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rope_type") && err.contains("longrope"), "{err}");
+        let err = rotary(&keys(r#"{"rope_parameters":{"rope_type":"linear"}}"#), 64, 2048, 1e4, None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rope_parameters.factor"), "{err}");
+        let err = rotary(&keys(r#"{"rope_theta":"big"}"#), 64, 2048, 1e4, None, None).unwrap_err().to_string();
+        assert!(err.contains("rope_theta"), "{err}");
+        let err = refuse_mixed_layer_types(&keys(r#"{"layer_types":["full_attention","sliding_attention"]}"#))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("layer_types") && err.contains("sliding_attention"), "{err}");
+    }
+}

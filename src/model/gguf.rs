@@ -1,0 +1,417 @@
+//! llama.cpp GGUF files: metadata → the Llama family's description, tensors dequantised to f32
+//! through Candle's `quantized::gguf_file`, q and k un-permuted from llama.cpp's rotary layout, and
+//! the tokenizer rebuilt from the file's vocabulary and merges (as transformers'
+//! `integrations/gguf/gguf_tokenizer_mapping.py` does) unless a `tokenizer.json` sits beside it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::{Device, Tensor};
+use serde_json::{Map, json};
+
+use super::ModelError;
+use super::describe::Description;
+use super::families::{self, Tensors};
+
+/// The architectures read (llama.cpp writes Llama, Mistral, `SmolLM` and most fine-tunes as "llama").
+const ARCHITECTURES: &[&str] = &["llama"];
+
+/// Largest element count of one tensor (2³⁴ f32 = 64 GiB): past it the file is broken or hostile.
+const MAX_TENSOR_ELEMENTS: usize = 1 << 34;
+
+/// A GGUF file read: its description, canonical f32 tensors, tokenizer JSON and what the weights were.
+pub struct GgufModel {
+    /// The network.
+    pub desc: Description,
+    /// Canonical tensors, dequantised.
+    pub tensors: Tensors,
+    /// `tokenizer.json` text built from the metadata.
+    pub tokenizer_json: String,
+    /// End-of-sequence ids.
+    pub eos: Vec<u32>,
+    /// What the weights were: "GGUF `Q4_1` (210), `F32` (61), `Q8_0` (1), dequantised to f32".
+    pub quantization: String,
+}
+
+fn bad(path: &Path, message: impl Into<String>) -> ModelError {
+    ModelError::Weights { path: path.to_path_buf(), message: message.into() }
+}
+
+/// Reads the header; Candle's reader checks counts and lengths against the file size, and a panic
+/// inside it (a zero alignment divides by zero) becomes an error too.
+fn read_content(path: &Path) -> Result<Content, ModelError> {
+    let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let mut reader = BufReader::new(file);
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader))) {
+        Ok(Ok(content)) => Ok(content),
+        Ok(Err(e)) => Err(bad(path, format!("not a readable GGUF file: {e}"))),
+        Err(_) => Err(bad(path, "not a readable GGUF file: its header is inconsistent")),
+    }
+}
+
+/// Typed access to the metadata, errors naming the key.
+struct Meta<'a>(&'a HashMap<String, Value>);
+
+impl Meta<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+
+    fn string(&self, key: &str) -> Result<Option<&str>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(ModelError::Config(format!("GGUF metadata \"{key}\" must be a string"))),
+        }
+    }
+
+    fn count(&self, key: &str) -> Result<Option<u64>, ModelError> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let n = match v {
+            Value::U8(n) => Some(u64::from(*n)),
+            Value::U16(n) => Some(u64::from(*n)),
+            Value::U32(n) => Some(u64::from(*n)),
+            Value::U64(n) => Some(*n),
+            Value::I8(n) => u64::try_from(*n).ok(),
+            Value::I16(n) => u64::try_from(*n).ok(),
+            Value::I32(n) => u64::try_from(*n).ok(),
+            Value::I64(n) => u64::try_from(*n).ok(),
+            _ => None,
+        };
+        n.map(Some).ok_or_else(|| ModelError::Config(format!("GGUF metadata \"{key}\" must be a whole number ≥ 0")))
+    }
+
+    fn number(&self, key: &str) -> Result<Option<f64>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::F32(f)) => Ok(Some(f64::from(*f))),
+            Some(Value::F64(f)) => Ok(Some(*f)),
+            Some(_) => self.count(key).map(|n| n.map(|n| n as f64)),
+        }
+    }
+
+    fn flag(&self, key: &str) -> Option<bool> {
+        match self.get(key) {
+            Some(Value::Bool(b)) => Some(*b),
+            _ => None,
+        }
+    }
+
+    fn strings(&self, key: &str) -> Result<Option<Vec<&str>>, ModelError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => Ok(s.as_str()),
+                    _ => Err(ModelError::Config(format!("GGUF metadata \"{key}\" must be a list of strings"))),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(ModelError::Config(format!("GGUF metadata \"{key}\" must be a list"))),
+        }
+    }
+
+    fn ints(&self, key: &str) -> Vec<i64> {
+        match self.get(key) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::I32(n) => i64::from(*n),
+                    Value::U32(n) => i64::from(*n),
+                    Value::I8(n) => i64::from(*n),
+                    Value::U8(n) => i64::from(*n),
+                    Value::I64(n) => *n,
+                    _ => -1,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The `config.json` transformers derives from a llama GGUF (`gguf_config_mapping.py`).
+fn config_of(meta: &Meta<'_>, arch: &str, vocab: usize, tied: bool) -> Result<String, ModelError> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let need = |k: &str| -> Result<u64, ModelError> {
+        meta.count(&key(k))?.ok_or_else(|| ModelError::Config(format!("GGUF metadata lacks \"{}\"", key(k))))
+    };
+    let mut cfg = Map::new();
+    cfg.insert("model_type".into(), json!("llama"));
+    cfg.insert("vocab_size".into(), json!(meta.count(&key("vocab_size"))?.unwrap_or(vocab as u64)));
+    cfg.insert("hidden_size".into(), json!(need("embedding_length")?));
+    cfg.insert("num_hidden_layers".into(), json!(need("block_count")?));
+    let heads = need("attention.head_count")?;
+    cfg.insert("num_attention_heads".into(), json!(heads));
+    cfg.insert("num_key_value_heads".into(), json!(meta.count(&key("attention.head_count_kv"))?.unwrap_or(heads)));
+    cfg.insert("intermediate_size".into(), json!(need("feed_forward_length")?));
+    cfg.insert("max_position_embeddings".into(), json!(meta.count(&key("context_length"))?.unwrap_or(2048)));
+    if let Some(d) = meta.count(&key("attention.key_length"))? {
+        cfg.insert("head_dim".into(), json!(d));
+    }
+    if let Some(eps) = meta.number(&key("attention.layer_norm_rms_epsilon"))? {
+        cfg.insert("rms_norm_eps".into(), json!(eps));
+    }
+    cfg.insert("rope_theta".into(), json!(meta.number(&key("rope.freq_base"))?.unwrap_or(10_000.0)));
+    let scaling = meta.string(&key("rope.scaling.type"))?;
+    if let Some(kind) = scaling.filter(|k| *k != "none") {
+        let mut s = Map::new();
+        s.insert("rope_type".into(), json!(kind));
+        if let Some(f) = meta.number(&key("rope.scaling.factor"))? {
+            s.insert("factor".into(), json!(f));
+        }
+        if let Some(o) = meta.count(&key("rope.scaling.original_context_length"))? {
+            s.insert("original_max_position_embeddings".into(), json!(o));
+        }
+        cfg.insert("rope_scaling".into(), serde_json::Value::Object(s));
+    }
+    cfg.insert("tie_word_embeddings".into(), json!(tied));
+    Ok(serde_json::Value::Object(cfg).to_string())
+}
+
+/// GPT-2's byte → printable character table (`bytes_to_unicode`).
+fn byte_alphabet() -> [char; 256] {
+    let mut table = ['\0'; 256];
+    let mut extra = 0u32;
+    for b in 0..=255u8 {
+        let printable = (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        table[b as usize] = if printable {
+            char::from(b)
+        } else {
+            let c = char::from_u32(256 + extra).unwrap_or('\u{FFFD}');
+            extra += 1;
+            c
+        };
+    }
+    table
+}
+
+/// The split regex of a llama.cpp pre-tokenizer name, as transformers maps them.
+fn split_regex(pre: &str) -> Option<&'static str> {
+    const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    match pre {
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" | "dbrx"
+        | "smaug-bpe" => Some(LLAMA3),
+        "qwen2" | "deepseek-r1-qwen" => Some(QWEN2),
+        _ => None,
+    }
+}
+
+/// `tokenizer.json` for a byte-level BPE GGUF vocabulary (`tokenizer.ggml.model` = "gpt2"):
+/// `GPT2Tokenizer(vocab, merges)`, control tokens added as special, user-defined ones as added
+/// tokens, the split regex of `tokenizer.ggml.pre` where transformers knows it, BOS/EOS added as
+/// `add_bos_token` / `add_eos_token` say.
+fn tokenizer_json(meta: &Meta<'_>) -> Result<String, ModelError> {
+    let model = meta.string("tokenizer.ggml.model")?.unwrap_or("(missing)");
+    if model != "gpt2" {
+        return Err(ModelError::Unsupported {
+            field: "tokenizer.ggml.model".into(),
+            value: model.into(),
+            why: "attnviz builds byte-level BPE (\"gpt2\") tokenizers from GGUF files; put the model's tokenizer.json next to the file for others".into(),
+        });
+    }
+    let tokens = meta
+        .strings("tokenizer.ggml.tokens")?
+        .ok_or_else(|| ModelError::Config("GGUF metadata lacks \"tokenizer.ggml.tokens\"".into()))?;
+    let merges = meta.strings("tokenizer.ggml.merges")?.unwrap_or_default();
+    let types = meta.ints("tokenizer.ggml.token_type");
+    let alphabet = byte_alphabet();
+    let spelled = |t: &str| t.chars().all(|c| alphabet.contains(&c));
+    let mut vocab = Map::new();
+    for (i, t) in tokens.iter().enumerate() {
+        let key = if spelled(t) { (*t).to_string() } else { t.bytes().map(|b| alphabet[b as usize]).collect() };
+        vocab.insert(key, json!(i));
+    }
+    let merges: Vec<serde_json::Value> =
+        merges.iter().filter_map(|m| m.split_once(' ')).map(|(a, b)| json!([a, b])).collect();
+    let mut added = Vec::new();
+    for (i, (t, ty)) in tokens.iter().zip(types.iter().chain(std::iter::repeat(&1))).enumerate() {
+        // 3: CONTROL (special, when spelled in the byte alphabet), 4: USER_DEFINED (added, not special).
+        if (*ty == 3 && spelled(t)) || *ty == 4 {
+            added.push(json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
+                              "normalized": false, "special": *ty == 3}));
+        }
+    }
+    let pre = meta.string("tokenizer.ggml.pre")?.and_then(split_regex);
+    let pre_tokenizer = match pre {
+        Some(regex) => json!({"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
+            {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]}),
+        None => json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}),
+    };
+    let special = |key: &str| -> Result<Option<(String, u32)>, ModelError> {
+        let Some(id) = meta.count(key)? else { return Ok(None) };
+        let token = tokens
+            .get(id as usize)
+            .ok_or_else(|| ModelError::Config(format!("GGUF metadata \"{key}\" = {id} is outside the vocabulary")))?;
+        Ok(Some(((*token).to_string(), id as u32)))
+    };
+    let bos =
+        special("tokenizer.ggml.bos_token_id")?.filter(|_| meta.flag("tokenizer.ggml.add_bos_token") == Some(true));
+    let eos =
+        special("tokenizer.ggml.eos_token_id")?.filter(|_| meta.flag("tokenizer.ggml.add_eos_token") == Some(true));
+    let piece = |t: &(String, u32), type_id: u32| json!({"SpecialToken": {"id": t.0, "type_id": type_id}});
+    let sequence = |id: &str, type_id: u32| json!({"Sequence": {"id": id, "type_id": type_id}});
+    // update_post_processor: "bos:0 $A:0 eos:0", the pair "… bos:1 $B:1 eos:1".
+    let part = |seq: &str, type_id: u32| {
+        let mut list: Vec<serde_json::Value> = bos.iter().map(|b| piece(b, type_id)).collect();
+        list.push(sequence(seq, type_id));
+        list.extend(eos.iter().map(|e| piece(e, type_id)));
+        list
+    };
+    let single = part("A", 0);
+    let pair: Vec<serde_json::Value> = single.iter().cloned().chain(part("B", 1)).collect();
+    let specials: BTreeMap<&str, serde_json::Value> = bos
+        .iter()
+        .chain(eos.iter())
+        .map(|(t, id)| (t.as_str(), json!({"id": t, "ids": [id], "tokens": [t]})))
+        .collect();
+    let post = json!({"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials});
+    let doc = json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
+        "pre_tokenizer": pre_tokenizer, "post_processor": post,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                  "vocab": vocab, "merges": merges},
+    });
+    Ok(doc.to_string())
+}
+
+/// llama.cpp's `permute` of q/k rows (`reshape(heads, 2, d/2, in).swapaxes(1, 2)`), undone.
+fn unpermute(t: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
+    let (rows, cols) = t.dims2()?;
+    let half = rows / heads / 2;
+    t.reshape((heads, half, 2, cols))?.transpose(1, 2)?.reshape((rows, cols))?.contiguous()
+}
+
+/// GGUF tensor names → canonical ones (`blk.N.attn_q.weight` → `layer.N.q.weight`, …).
+fn canonical_name(name: &str) -> Option<String> {
+    let fixed = match name {
+        "token_embd.weight" => Some("embed.tokens.weight"),
+        "output_norm.weight" => Some("final_norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (module, leaf) = rest.rsplit_once('.')?;
+    let target = match module {
+        "attn_q" => "q",
+        "attn_k" => "k",
+        "attn_v" => "v",
+        "attn_output" => "o",
+        "attn_norm" => "attn_norm",
+        "ffn_norm" => "ffn_norm",
+        "ffn_gate" => "gate",
+        "ffn_up" => "up",
+        "ffn_down" => "down",
+        _ => return None,
+    };
+    Some(format!("layer.{layer}.{target}.{leaf}"))
+}
+
+/// Reads a GGUF file: description, f32 tensors, tokenizer.
+pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
+    let content = read_content(path)?;
+    let meta = Meta(&content.metadata);
+    let arch = meta.string("general.architecture")?.unwrap_or("(missing)");
+    if !ARCHITECTURES.contains(&arch) {
+        return Err(ModelError::Unsupported {
+            field: "general.architecture".into(),
+            value: arch.into(),
+            why: format!("attnviz reads GGUF files of: {}", ARCHITECTURES.join(", ")),
+        });
+    }
+    let vocab = meta.strings("tokenizer.ggml.tokens")?.map_or(0, |t| t.len());
+    let tied = !content.tensor_infos.contains_key("output.weight");
+    let (_, desc) = families::describe(&config_of(&meta, arch, vocab, tied)?)?;
+    if let Some(dims) = meta.count(&format!("{arch}.rope.dimension_count"))? {
+        if dims as usize != desc.head_dim {
+            return Err(ModelError::Unsupported {
+                field: format!("{arch}.rope.dimension_count"),
+                value: dims.to_string(),
+                why: format!("only rotation over whole heads ({}) is supported", desc.head_dim),
+            });
+        }
+    }
+    // Check every tensor's size before reading any.
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for (name, info) in &content.tensor_infos {
+        let count = info.shape.dims().iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if count.is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
+            return Err(bad(path, format!("tensor {name} claims an implausible shape {:?}", info.shape.dims())));
+        }
+        if canonical_name(name).is_some() {
+            *kinds.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
+        }
+    }
+    let needed = desc.weight_sets();
+    let present = content
+        .tensor_infos
+        .keys()
+        .filter_map(|n| n.strip_prefix("blk.")?.split_once('.')?.0.parse::<usize>().ok())
+        .map(|l| l.saturating_add(1))
+        .max()
+        .unwrap_or(0);
+    if present != needed {
+        let more = if present > needed { "more" } else { "fewer" };
+        return Err(bad(path, format!("the file has {more} blocks ({present}) than its metadata says ({needed})")));
+    }
+    let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let mut reader = BufReader::new(file);
+    let mut tensors = HashMap::new();
+    for name in content.tensor_infos.keys() {
+        let Some(canon) = canonical_name(name) else { continue };
+        let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {e}"));
+        let q = content.tensor(&mut reader, name, &Device::Cpu).map_err(failed)?;
+        let mut t = q.dequantize(&Device::Cpu).map_err(failed)?;
+        if canon.ends_with(".q.weight") {
+            t = unpermute(&t, desc.heads).map_err(failed)?;
+        } else if canon.ends_with(".k.weight") {
+            t = unpermute(&t, desc.kv_heads).map_err(failed)?;
+        }
+        tensors.insert(canon, t);
+    }
+    let eos = meta.count("tokenizer.ggml.eos_token_id")?.and_then(|e| u32::try_from(e).ok()).into_iter().collect();
+    let listed: Vec<String> = {
+        let mut v: Vec<(&String, &usize)> = kinds.iter().collect();
+        v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        v.into_iter().map(|(k, n)| format!("{k} ({n})")).collect()
+    };
+    let quantization = format!("GGUF {}, dequantised to f32", listed.join(", "));
+    let tokenizer_json =
+        if path.with_file_name("tokenizer.json").is_file() { String::new() } else { tokenizer_json(&meta)? };
+    Ok(GgufModel { desc, tensors, tokenizer_json, eos, quantization })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_and_unpermute_inverts_llama_cpp() {
+        assert_eq!(canonical_name("blk.12.attn_q.weight").as_deref(), Some("layer.12.q.weight"));
+        assert_eq!(canonical_name("output.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(canonical_name("blk.x.attn_q.weight"), None);
+        assert_eq!(canonical_name("rope_freqs.weight"), None);
+        // llama.cpp: w.reshape(heads, 2, d/2, in).swapaxes(1, 2): rows [0,1,2,3] of one head of 4
+        // are stored as [0,2,1,3].
+        let stored = Tensor::from_vec(vec![0f32, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0], (8, 1), &Device::Cpu).unwrap();
+        let rows: Vec<f32> = unpermute(&stored, 2).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(rows, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+        let table = byte_alphabet();
+        assert_eq!((table[b' ' as usize], table[b'a' as usize], table[b'\n' as usize]), ('Ġ', 'a', 'Ċ'));
+    }
+}

@@ -595,3 +595,100 @@ fn a_config_claiming_absurd_sizes_is_refused_at_once() {
         assert!(!out_path.exists());
     }
 }
+
+fn fixture(name: &str) -> PathBuf {
+    root().join("tests/fixtures/models").join(name)
+}
+
+#[test]
+fn generate_writes_the_dump_over_prompt_and_continuation_as_transformers_generates() {
+    // tests/fixtures/reference/llama_generate.json: transformers' greedy generate on tiny-llama.
+    let reference: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/reference/llama_generate.json")).unwrap())
+            .unwrap();
+    let dir = tmp();
+    let path = dir.path().join("g.json");
+    let model = fixture("tiny-llama");
+    let out = attnviz(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--text",
+        reference["text"].as_str().unwrap(),
+        "--max-new-tokens",
+        "8",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("8 tokens written"), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["attentions", "continuation", "model", "prompt_tokens", "segments", "steps", "stopped", "tokens"]
+    );
+    assert_eq!(v["tokens"], reference["tokens"]);
+    assert_eq!(v["prompt_tokens"], reference["prompt_tokens"]);
+    let (got, want) = (v["attentions"].as_array().unwrap(), reference["attentions"].as_array().unwrap());
+    let flat = |a: &serde_json::Value| -> Vec<f64> {
+        a.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|h| {
+                h.as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()))
+            })
+            .collect()
+    };
+    for (g, w) in got.iter().zip(want) {
+        for (a, b) in flat(g).iter().zip(flat(w)) {
+            assert!((a - b).abs() <= 1e-5);
+        }
+    }
+    assert_eq!(v["steps"].as_array().unwrap().len(), 8);
+    assert_eq!(v["steps"][0]["position"], reference["prompt_tokens"]);
+    // NPZ carries the prompt length too.
+    let npz = dir.path().join("g.npz");
+    let model = fixture("tiny-qwen2");
+    let out = attnviz(&[
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--text",
+        "Hello there",
+        "--max-new-tokens",
+        "3",
+        "--format",
+        "npz",
+        "-o",
+        npz.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (header, data) = npy_member(&npz, "prompt_tokens.npy");
+    assert!(header.contains("'<i8'") && header.contains("'shape': ()"), "{header}");
+    assert!(i64::from_le_bytes(data[..8].try_into().unwrap()) >= 2);
+}
+
+#[test]
+fn generate_needs_a_language_model_head() {
+    let dir = tmp();
+    let path = dir.path().join("never.json");
+    let out = attnviz(&["generate", "--model", tiny().to_str().unwrap(), "--text", "hi", "-o", path.to_str().unwrap()]);
+    assert_error(&out, "lm_head");
+    assert!(!path.exists());
+}
+
+#[test]
+fn gguf_files_and_the_embedded_smollm2_open_by_path_and_by_name_and_say_they_are_quantised() {
+    let gguf = fixture("tiny-llama-gguf/tiny-llama.Q4.gguf");
+    let v = dump_json(&["--model", gguf.to_str().unwrap()]);
+    let q = v["quantization"].as_str().unwrap();
+    assert!(q.contains("Q4_1") && q.contains("dequantised to f32"), "{q}");
+    assert_eq!(v["model"], "tiny-llama.Q4.gguf");
+    let v = dump_json(&["--model", "smollm2"]);
+    assert_eq!(v["attentions"].as_array().unwrap().len(), 30);
+    assert_eq!(v["attentions"][0].as_array().unwrap().len(), 9);
+    assert!(v["quantization"].as_str().unwrap().starts_with("GGUF Q4_1"));
+    // A safetensors model's dump has no such key.
+    assert!(dump_json(&["--model", fixture("tiny-llama").to_str().unwrap()]).get("quantization").is_none());
+}

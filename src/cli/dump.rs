@@ -43,6 +43,9 @@ pub struct DumpArgs {
 #[derive(Serialize)]
 struct DumpJson<'a> {
     model: &'a str,
+    /// For GGUF weights: what they were ("GGUF Q4_1 (210), …, dequantised to f32").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quantization: Option<&'a str>,
     tokens: &'a [String],
     segments: &'a [u8],
     attentions: crate::analysis::attention::Nested<'a>,
@@ -81,6 +84,9 @@ pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
         if !intervention.is_empty() {
             arrays.push(("intervention", NpyArray::Str(&intervention)));
         }
+        if let Some(p) = run.prompt_len {
+            arrays.push(("prompt_tokens", NpyArray::I64 { shape: vec![], data: vec![p as i64] }));
+        }
         write_npz(&mut cursor, &arrays)?;
         w.write_all(cursor.get_ref())
     })?;
@@ -92,12 +98,13 @@ pub fn run(model_dir: Option<&Path>, args: &DumpArgs) -> anyhow::Result<()> {
     if args.format == DumpFormat::Npz && args.output == Path::new("-") {
         anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
     }
-    let run = args.model.run(model_dir, &args.text, args.text_pair.as_deref())?;
+    let (run, quantization) = args.model.run_noting(model_dir, &args.text, args.text_pair.as_deref())?;
     match args.format {
         DumpFormat::Json => write_json(
             &args.output,
             &DumpJson {
                 model: &run.model_name,
+                quantization: quantization.as_deref(),
                 tokens: &run.tokens.tokens,
                 segments: &run.tokens.segments,
                 attentions: run.attention.nested(),

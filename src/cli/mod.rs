@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod dump;
 pub mod export;
+pub mod generate;
 pub mod pe;
 pub mod stats;
 
@@ -25,10 +26,12 @@ use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_d
 #[derive(Debug, Parser)]
 #[command(name = "attnviz", version, about, long_about)]
 pub struct Cli {
-    /// Hugging Face model folder (config.json, tokenizer.json, model.safetensors), or a hub id
-    /// (e.g. sentence-transformers/all-MiniLM-L6-v2) found offline in the local Hugging Face cache;
+    /// Hugging Face model folder (config.json, tokenizer.json, model.safetensors), a llama.cpp
+    /// .gguf file, a hub id (e.g. sentence-transformers/all-MiniLM-L6-v2) found offline in the
+    /// local Hugging Face cache, or an embedded model: minilm, smollm2 (SmolLM2-135M-Instruct);
     /// default: the embedded all-MiniLM-L6-v2, or $ATTNVIZ_MODEL. Families: BERT, RoBERTa,
-    /// XLM-RoBERTa, CamemBERT, DistilBERT, ALBERT, ELECTRA, MPNet, DeBERTa-v2/v3, GPT-2.
+    /// XLM-RoBERTa, CamemBERT, DistilBERT, ALBERT, ELECTRA, MPNet, DeBERTa-v2/v3, GPT-2, Llama,
+    /// Mistral, Qwen2, Qwen3, Gemma, GPT-NeoX.
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
     /// Sentence to start the app with.
@@ -57,6 +60,9 @@ pub enum Command {
     Stats(stats::StatsArgs),
     /// Time the forward pass with attention capture on an input of exactly N tokens.
     Bench(bench::BenchArgs),
+    /// Continue a prompt with a language model (greedy, token by token), then write every layer's
+    /// and head's attention over prompt and continuation as JSON or NPZ.
+    Generate(generate::GenerateArgs),
 }
 
 /// Runs the parsed command line.
@@ -69,6 +75,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Pe(args)) => pe::run(&args),
         Some(Command::Stats(args)) => stats::run(model.as_deref(), &args),
         Some(Command::Bench(args)) => bench::run(model.as_deref(), &args),
+        Some(Command::Generate(args)) => generate::run(model.as_deref(), &args),
     }
 }
 
@@ -122,6 +129,16 @@ impl ModelOptions {
 
     /// Loads the model (`--model`, the embedded one, or the playground) and runs it on the input.
     pub fn run(&self, model_dir: Option<&Path>, text: &str, pair: Option<&str>) -> anyhow::Result<Run> {
+        self.run_noting(model_dir, text, pair).map(|(run, _)| run)
+    }
+
+    /// [`Self::run`], also returning what the weights were when they were quantised (GGUF).
+    pub fn run_noting(
+        &self,
+        model_dir: Option<&Path>,
+        text: &str,
+        pair: Option<&str>,
+    ) -> anyhow::Result<(Run, Option<String>)> {
         let interventions = self.interventions()?;
         let model = match &self.playground {
             Some(spec) => {
@@ -138,7 +155,10 @@ impl ModelOptions {
         if let Some(how) = &run.intervention {
             eprintln!("note: modified run ({how}), not the faithful model");
         }
-        Ok(run)
+        if let Some(q) = &model.quantization {
+            eprintln!("note: weights are {q}: the attention is that file's, not the unquantised model's");
+        }
+        Ok((run, model.quantization))
     }
 }
 

@@ -1,0 +1,112 @@
+//! `attnviz generate`: greedy continuation of a prompt by a language model, then every layer's and
+//! head's attention over prompt and continuation, as JSON or NPZ.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+
+use super::dump::{DumpFormat, write_json, write_run_npz};
+use crate::model::generate::{Candidate, Generator};
+
+/// `attnviz generate` arguments.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// The prompt.
+    #[arg(long)]
+    pub text: String,
+    /// Most tokens to write (it stops earlier at the model's end-of-sequence token or when its
+    /// context is full).
+    #[arg(long, default_value_t = 20)]
+    pub max_new_tokens: usize,
+    /// Candidates recorded per step (token, probability), most probable first.
+    #[arg(long, default_value_t = 5)]
+    pub top_k: usize,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = DumpFormat::Json)]
+    pub format: DumpFormat,
+    /// Output file (`-` writes JSON to standard output).
+    #[arg(short, long, value_name = "PATH")]
+    pub output: PathBuf,
+}
+
+/// One step's candidates in the JSON.
+#[derive(Serialize)]
+struct StepJson<'a> {
+    /// Position of the token this step wrote.
+    position: usize,
+    /// `[token, probability]`, most probable first; the first was written (greedy).
+    candidates: Vec<(&'a str, f32)>,
+}
+
+/// The JSON document `generate` writes: `dump`'s over prompt and continuation, plus the prompt's
+/// length, the continuation's text, why it stopped and each step's candidates.
+#[derive(Serialize)]
+struct GenerateJson<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quantization: Option<&'a str>,
+    tokens: &'a [String],
+    segments: &'a [u8],
+    prompt_tokens: usize,
+    continuation: String,
+    stopped: &'static str,
+    steps: Vec<StepJson<'a>>,
+    attentions: crate::analysis::attention::Nested<'a>,
+}
+
+/// Runs `attnviz generate`.
+pub fn run(model_dir: Option<&Path>, args: &GenerateArgs) -> anyhow::Result<()> {
+    if args.format == DumpFormat::Npz && args.output == Path::new("-") {
+        anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
+    }
+    let model = super::load_model(model_dir)?;
+    let mut g = Generator::start(&model, &args.text, args.top_k).context("starting the generation")?;
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "{}", args.text);
+    let mut shown = String::new();
+    while let Some(_id) = g.next(args.max_new_tokens).context("writing the next token")? {
+        // Decode the whole continuation each time: a character can span several byte tokens.
+        let text = model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..]);
+        if let Some(new) = text.strip_prefix(shown.as_str()) {
+            let _ = write!(err, "{new}");
+            let _ = err.flush();
+        }
+        shown = text;
+    }
+    let stop = g.stopped().map_or("", |s| s.describe());
+    let _ = writeln!(err, "\n[{} tokens written; {stop}]", g.tokens().len() - g.prompt_len());
+    drop(err);
+    let run = g.final_run().context("running the model over prompt and continuation")?;
+    super::warn_truncation(run.truncation.as_ref());
+    match args.format {
+        DumpFormat::Json => {
+            let steps = g
+                .steps
+                .iter()
+                .enumerate()
+                .map(|(i, c)| StepJson {
+                    position: g.prompt_len() + i,
+                    candidates: c.iter().map(|Candidate { token, prob, .. }| (token.as_str(), *prob)).collect(),
+                })
+                .collect();
+            write_json(
+                &args.output,
+                &GenerateJson {
+                    model: &run.model_name,
+                    quantization: model.quantization.as_deref(),
+                    tokens: &run.tokens.tokens,
+                    segments: &run.tokens.segments,
+                    prompt_tokens: g.prompt_len(),
+                    continuation: shown,
+                    stopped: stop,
+                    steps,
+                    attentions: run.attention.nested(),
+                },
+            )
+        }
+        DumpFormat::Npz => write_run_npz(&args.output, &run),
+    }
+}

@@ -1,4 +1,5 @@
-//! `attnviz bench`: median and minimum time of the forward pass with attention capture.
+//! `attnviz bench`: median and minimum time of the forward pass with attention capture, and for
+//! a language model the tokens per second of greedy generation.
 
 use std::path::Path;
 use std::time::Instant;
@@ -19,6 +20,9 @@ pub struct BenchArgs {
     /// Timed runs (after 3 warm-up runs).
     #[arg(long, default_value_t = 20)]
     pub runs: usize,
+    /// For a language model, also time writing this many tokens greedily (0: skip).
+    #[arg(long, default_value_t = 32)]
+    pub generate: usize,
 }
 
 /// Runs `attnviz bench`.
@@ -50,5 +54,17 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
     let median_ms =
         if times_ms.len() % 2 == 1 { times_ms[mid] } else { f64::midpoint(times_ms[mid - 1], times_ms[mid]) };
     println!("tokens={} runs={} median_ms={median_ms:.3} min_ms={:.3}", args.tokens, args.runs, times_ms[0]);
+    if model.net.has_lm_head() && args.generate > 0 {
+        // Greedy decoding with the key/value cache after the one-sentence prompt: tokens written
+        // per second, the prompt's own pass not counted.
+        let mut g = crate::model::generate::Generator::start(&model, BENCH_TEXT.trim(), 0)?;
+        let start = Instant::now();
+        let mut written = 0;
+        while g.next(args.generate)?.is_some() {
+            written += 1;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        println!("generated={written} seconds={secs:.3} tokens_per_s={:.2}", written as f64 / secs.max(1e-9));
+    }
     Ok(())
 }

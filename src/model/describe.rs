@@ -219,6 +219,9 @@ pub enum PositionBias {
         max_distance: usize,
         /// Rows of the bias table (at least `buckets`).
         rows: usize,
+        /// Both directions get buckets (encoders); else only keys before the query (T5's
+        /// decoder: later keys are masked anyway).
+        bidirectional: bool,
     },
     /// DeBERTa's disentangled attention: content→position and position→content terms from a
     /// shared table of relative-position embeddings (`rel.embeddings.weight`, `2·span × hidden`).
@@ -285,6 +288,10 @@ pub struct Description {
     pub parallel_residual: bool,
     /// The next-token head.
     pub lm_head: LmHead,
+    /// Each layer also attends to an encoder's output (the decoder of an encoder–decoder):
+    /// after self-attention, `cross_norm` and `cq`/`ck`/`cv`/`co`, queries from this stack, keys
+    /// and values from the encoder.
+    pub cross_attention: bool,
     /// The embeddings.
     pub embedding: EmbeddingDesc,
     /// The model reads the token types its tokenizer assigns (BERT, ALBERT, ELECTRA, DeBERTa);
@@ -401,6 +408,13 @@ impl Description {
                 }
             }
             norm(&mut out, &format!("{p}.attn_norm"), h);
+            if self.cross_attention {
+                linear(&mut out, format!("{p}.cq"), attn, h, b.qkv);
+                linear(&mut out, format!("{p}.ck"), attn, h, b.qkv);
+                linear(&mut out, format!("{p}.cv"), attn, h, b.qkv);
+                linear(&mut out, format!("{p}.co"), h, attn, b.output);
+                norm(&mut out, &format!("{p}.cross_norm"), h);
+            }
             if self.feed_forward == FeedForward::Gated {
                 linear(&mut out, format!("{p}.gate"), i, h, b.ffn);
             }

@@ -49,6 +49,9 @@ pub struct ForwardOutput {
     pub queries: Vec<f32>,
     /// Key vectors, same layout as `queries` (empty unless `Capture::Full`).
     pub keys: Vec<f32>,
+    /// Cross-attention probabilities of a decoder run on an encoder's output,
+    /// `[layer][head][query][source]` (empty otherwise).
+    pub cross: Vec<f32>,
 }
 
 /// A tensor's values as a flat row-major `f32` vector.
@@ -66,7 +69,16 @@ pub struct Weights(pub HashMap<String, Tensor>);
 
 impl Weights {
     /// The values of `name`, which must have `shape`.
+    /// The values of `name`, which must have `shape`, taken out of the set (each tensor is read
+    /// once; dropping it as it is converted keeps one copy of the weights in memory, not two).
     fn take(&mut self, name: &str, shape: &[usize]) -> candle_core::Result<Vec<f32>> {
+        let v = self.values(name, shape)?;
+        self.0.remove(name);
+        Ok(v)
+    }
+
+    /// The values of `name`, which must have `shape`, left in the set.
+    fn values(&self, name: &str, shape: &[usize]) -> candle_core::Result<Vec<f32>> {
         let t = self.0.get(name).ok_or_else(|| candle_core::Error::Msg(format!("cannot find tensor {name}")))?;
         if t.dims() != shape {
             return Err(candle_core::Error::Msg(format!(
@@ -310,24 +322,35 @@ struct Layer {
     down: Linear,
     ffn_norm: Norm,
     relative: RelativeProjections,
+    /// Attention to an encoder's output (decoders of encoder–decoders).
+    cross: Option<CrossAttention>,
+}
+
+/// A decoder layer's attention to the encoder: queries from the decoder, keys and values (fused)
+/// from the encoder output, the output projection, and the norm of its sub-block.
+#[derive(Debug, Clone)]
+struct CrossAttention {
+    q: Linear,
+    kv: Linear,
+    output: Linear,
+    norm: Norm,
 }
 
 impl Layer {
     fn load(w: &mut Weights, d: &Description, index: usize, rel: Option<&[f32]>) -> candle_core::Result<Self> {
         let p = format!("layer.{index}");
         let (h, attn, kv) = (d.hidden, d.query_width(), d.kv_width());
-        let qkv = Linear::fused(
-            w,
-            &[(format!("{p}.q"), attn), (format!("{p}.k"), kv), (format!("{p}.v"), kv)],
-            h,
-            d.biases.qkv,
-        )?;
+        // (DeBERTa's relative projections read q and k first: the fused product below takes them.)
         let mut relative = RelativeProjections::default();
         if let (PositionBias::Disentangled(dis), Some(rel)) = (&d.position_bias, rel) {
             // DisentangledSelfAttention.disentangled_attention_bias: with share_att_key the content
             // projections (with their biases), else pos_key_proj (with bias) / pos_query_proj.
             let (key_proj, query_proj) = if dis.shared_projections {
-                (Linear::load(w, &format!("{p}.k"), h, attn, true)?, Linear::load(w, &format!("{p}.q"), h, attn, true)?)
+                let copy = |w: &Weights, name: &str| -> candle_core::Result<Linear> {
+                    let weight = w.values(&format!("{name}.weight"), &[attn, h])?;
+                    Ok(Linear::new(&weight, w.values(&format!("{name}.bias"), &[attn])?, h))
+                };
+                (copy(w, &format!("{p}.k"))?, copy(w, &format!("{p}.q"))?)
             } else {
                 let key = if dis.c2p { Some(Linear::load(w, &format!("{p}.pos_k"), h, attn, true)?) } else { None };
                 let query = if dis.p2c && w.has(&format!("{p}.pos_q.weight")) {
@@ -346,6 +369,12 @@ impl Layer {
                 relative.queries = query_proj.forward(rel);
             }
         }
+        let qkv = Linear::fused(
+            w,
+            &[(format!("{p}.q"), attn), (format!("{p}.k"), kv), (format!("{p}.v"), kv)],
+            h,
+            d.biases.qkv,
+        )?;
         let head_norm = |w: &mut Weights, name: &str| {
             Norm::load_kind(w, &format!("{p}.{name}"), d.head_dim, d.norm_eps, NormKind::Rms)
         };
@@ -356,7 +385,18 @@ impl Layer {
                 Linear::fused(w, &[(format!("{p}.gate"), i), (format!("{p}.up"), i)], h, d.biases.ffn)?
             }
         };
+        let cross = if d.cross_attention {
+            Some(CrossAttention {
+                q: Linear::load(w, &format!("{p}.cq"), h, attn, d.biases.qkv)?,
+                kv: Linear::fused(w, &[(format!("{p}.ck"), attn), (format!("{p}.cv"), attn)], h, d.biases.qkv)?,
+                output: Linear::load(w, &format!("{p}.co"), attn, h, d.biases.output)?,
+                norm: Norm::load(w, &format!("{p}.cross_norm"), h, d)?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
+            cross,
             qkv,
             q_norm: d.qk_norm.then(|| head_norm(w, "q_norm")).transpose()?,
             k_norm: d.qk_norm.then(|| head_norm(w, "k_norm")).transpose()?,
@@ -586,7 +626,27 @@ impl Network {
         interventions: &Interventions,
     ) -> candle_core::Result<ForwardOutput> {
         // Run our own parallel kernels on candle's worker pool too: one pool, not two, on few cores.
-        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture, interventions, None))
+        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture, interventions, None, None))
+    }
+
+    /// Runs a decoder (a network with cross-attention) on `ids` attending to an encoder's output
+    /// (`encoder_hidden`, `source × hidden`): self-attention in `probs`, cross-attention in `cross`.
+    pub fn forward_decoder(
+        &self,
+        ids: &[u32],
+        encoder_hidden: &[f32],
+        capture: Capture,
+    ) -> candle_core::Result<ForwardOutput> {
+        if !self.desc.cross_attention {
+            return Err(candle_core::Error::Msg(format!("{} has no cross-attention", self.desc.family)));
+        }
+        if encoder_hidden.is_empty() || encoder_hidden.len() % self.desc.hidden != 0 {
+            return Err(candle_core::Error::Msg("the encoder output does not match the decoder's width".into()));
+        }
+        let zeros = vec![0; ids.len()];
+        candle_core::utils::with_threadpool(|| {
+            self.forward_in_pool(ids, &zeros, capture, &Interventions::default(), None, Some(encoder_hidden))
+        })
     }
 
     /// An empty key/value cache for [`Self::step`].
@@ -607,7 +667,7 @@ impl Network {
         }
         let zeros = vec![0; ids.len()];
         candle_core::utils::with_threadpool(|| {
-            self.forward_in_pool(ids, &zeros, Capture::Attention, &Interventions::default(), Some(cache))
+            self.forward_in_pool(ids, &zeros, Capture::Attention, &Interventions::default(), Some(cache), None)
         })
     }
 
@@ -632,12 +692,19 @@ impl Network {
     fn relative(&self, n: usize) -> Relative {
         match &self.desc.position_bias {
             PositionBias::None => Relative::None,
-            PositionBias::Buckets { buckets, max_distance, .. } => {
-                // MPNetEncoder.compute_position_bias: relative_position = memory_position − context_position.
+            PositionBias::Buckets { buckets, max_distance, bidirectional, .. } => {
+                // MPNetEncoder.compute_position_bias / T5Attention.compute_bias:
+                // relative_position = memory_position − context_position.
                 let mut bucket = Vec::with_capacity(n * n);
                 for q in 0..n {
                     for k in 0..n {
-                        bucket.push(relpos::bidirectional_bucket(k as i64 - q as i64, *buckets, *max_distance) as u32);
+                        let r = k as i64 - q as i64;
+                        let b = if *bidirectional {
+                            relpos::bidirectional_bucket(r, *buckets, *max_distance)
+                        } else {
+                            relpos::causal_bucket(r, *buckets, *max_distance)
+                        };
+                        bucket.push(b as u32);
                     }
                 }
                 Relative::Buckets { bucket }
@@ -709,6 +776,7 @@ impl Network {
         capture: Capture,
         iv: &Interventions,
         mut cache: Option<&mut KvCache>,
+        encoder: Option<&[f32]>,
     ) -> candle_core::Result<ForwardOutput> {
         let d = &self.desc;
         let past = cache.as_ref().map_or(0, |c| c.len);
@@ -732,7 +800,12 @@ impl Network {
             terms: if full { vec![0.0; term_count * per_layer * run_layers] } else { Vec::new() },
             queries: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
             keys: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
+            cross: Vec::new(),
         };
+        let source = encoder.map_or(0, |e| e.len() / d.hidden.max(1));
+        let per_layer_cross = heads * n * source;
+        out.cross = vec![0.0; per_layer_cross * run_layers];
+        let mut cross = out.cross.chunks_mut(per_layer_cross.max(1));
         let positions_on = !iv.zero_positions;
         let mut x = self.embeddings.forward(ids, &type_ids, past, positions_on);
         let relative = self.relative(n);
@@ -756,7 +829,9 @@ impl Network {
                 keys: keys.as_mut().and_then(Iterator::next),
             };
             let kv = cache.as_deref_mut().map(|c| (&mut c.keys[l], &mut c.values[l]));
-            self.layer_forward(&self.layers[d.layer_weights[l]], &mut x, &how, rec, &relative, &mut bufs, kv);
+            let layer = &self.layers[d.layer_weights[l]];
+            let cross_rec = encoder.zip(cross.next());
+            self.layer_forward(layer, &mut x, &how, rec, &relative, &mut bufs, kv, cross_rec);
         }
         if let Some(c) = cache {
             c.len = total;
@@ -781,12 +856,19 @@ impl Network {
         relative: &Relative,
         bufs: &mut Buffers,
         cache: Option<(&mut Vec<f32>, &mut Vec<f32>)>,
+        cross: Option<(&[f32], &mut [f32])>,
     ) {
         let mut attended = std::mem::take(&mut bufs.attended);
         match (self.desc.norm, self.desc.parallel_residual) {
             (NormPlacement::Post, _) => {
                 self.attention(layer, x, Some(x), how, rec, relative, bufs, cache, &mut attended);
                 layer.attn_norm.forward_in_place(&mut attended);
+                if let (Some(c), Some((encoder, probs))) = (&layer.cross, cross) {
+                    // BartDecoderLayer: `encoder_attn_layer_norm(x + encoder_attn(x))`.
+                    x.copy_from_slice(&attended);
+                    self.cross_attention(c, x, encoder, x, probs, how.temperature, &mut attended);
+                    c.norm.forward_in_place(&mut attended);
+                }
                 self.feed_forward(layer, &attended, &attended, bufs, x);
                 layer.ffn_norm.forward_in_place(x);
             }
@@ -795,6 +877,13 @@ impl Network {
                 normed.copy_from_slice(x);
                 layer.attn_norm.forward_in_place(&mut normed);
                 self.attention(layer, &normed, Some(x), how, rec, relative, bufs, cache, &mut attended);
+                if let (Some(c), Some((encoder, probs))) = (&layer.cross, cross) {
+                    // T5LayerCrossAttention / pre-LN BART: `x + encoder_attn(norm(x))`.
+                    normed.copy_from_slice(&attended);
+                    c.norm.forward_in_place(&mut normed);
+                    x.copy_from_slice(&attended);
+                    self.cross_attention(c, &normed, encoder, x, probs, how.temperature, &mut attended);
+                }
                 normed.copy_from_slice(&attended);
                 layer.ffn_norm.forward_in_place(&mut normed);
                 self.feed_forward(layer, &normed, &attended, bufs, x);
@@ -816,6 +905,52 @@ impl Network {
             }
         }
         bufs.attended = attended;
+    }
+
+    /// Attention from `x` (`n × hidden`, the decoder) to `encoder` (`source × hidden`): per head
+    /// `softmax(q·kᵀ · scale)` over every source token (no mask, no position terms), recorded in
+    /// `probs` (`heads × n × source`), then `· v`, the output projection and `residual` into `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn cross_attention(
+        &self,
+        c: &CrossAttention,
+        x: &[f32],
+        encoder: &[f32],
+        residual: &[f32],
+        probs: &mut [f32],
+        temperature: f32,
+        out: &mut [f32],
+    ) {
+        let (d, attn) = (self.desc.head_dim, self.desc.query_width());
+        let n = x.len() / self.desc.hidden.max(1);
+        let source = encoder.len() / self.desc.hidden.max(1);
+        let q = c.q.forward(x);
+        let kv = c.kv.forward(encoder);
+        let mut context_by_head = vec![0.0; n * attn];
+        let scale = self.desc.score_scale;
+        probs.par_chunks_mut(n * source).zip(context_by_head.par_chunks_mut(n * d)).enumerate().for_each(
+            |(h, (p, context))| {
+                let qm = MatRef::rows(&q[h * d..], n, d, attn);
+                let k = MatRef::rows(&kv[h * d..], source, d, 2 * attn);
+                let v = MatRef::rows(&kv[attn + h * d..], source, d, 2 * attn);
+                matmul(MatMut::rows(p, n, source, source), qm, k.t(), scale, false);
+                if temperature.to_bits() != 1.0f32.to_bits() {
+                    for s in p.iter_mut() {
+                        *s /= temperature;
+                    }
+                }
+                kernels::softmax_rows(p, source, kernels::Mask::default(), None);
+                matmul(MatMut::rows(context, n, d, d), MatRef::rows(p, n, source, source), v, 1.0, false);
+            },
+        );
+        let mut context = vec![0.0; n * attn];
+        for (h, ctx) in context_by_head.chunks(n * d).enumerate() {
+            for (dst, src) in context.chunks_mut(attn).zip(ctx.chunks(d)) {
+                dst[h * d..(h + 1) * d].copy_from_slice(src);
+            }
+        }
+        let mut scratch = vec![0.0; n * self.desc.hidden];
+        c.output.forward_into(&context, Some(residual), &mut scratch, out);
     }
 
     /// Qwen3's per-head norms, then the rotation, on every q and k head of the fused rows.

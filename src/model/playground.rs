@@ -338,6 +338,7 @@ impl PlaygroundConfig {
             sliding_window: None,
             parallel_residual: false,
             lm_head: LmHead::None,
+            cross_attention: false,
             embedding: EmbeddingDesc {
                 width: self.d_model,
                 positions: if has_positions {

@@ -33,6 +33,22 @@ pub fn bidirectional_bucket(relative: i64, buckets: usize, max_distance: usize) 
     ret as usize
 }
 
+/// T5's decoder bucket (`_relative_position_bucket(bidirectional=False)`) of `relative =
+/// key_pos − query_pos`: only keys at or before the query count (later ones share bucket 0);
+/// distances below `buckets/2` get their own bucket, longer ones log-spaced buckets up to
+/// `max_distance`.
+pub fn causal_bucket(relative: i64, buckets: usize, max_distance: usize) -> usize {
+    let n = -relative.min(0);
+    let max_exact = (buckets / 2) as i64;
+    if n < max_exact {
+        return n as usize;
+    }
+    let ratio = (n as f32 / max_exact as f32).ln();
+    let denom = ((max_distance as f64) / (max_exact as f64)).ln() as f32;
+    let large = max_exact + (ratio / denom * (buckets as i64 - max_exact) as f32) as i64;
+    large.min(buckets as i64 - 1) as usize
+}
+
 /// DeBERTa-v2's log bucket of `relative = query_pos − key_pos`: exact within `bucket_size/2`,
 /// then log-spaced up to `max_position`, keeping the sign.
 ///

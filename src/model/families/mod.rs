@@ -300,6 +300,7 @@ pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: u
         sliding_window: None,
         parallel_residual: false,
         lm_head: LmHead::None,
+        cross_attention: false,
         embedding: EmbeddingDesc {
             width: s.hidden,
             positions: Positions::Table { rows, offset: 0 },

@@ -50,7 +50,12 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
             positions_first: true,
             ..base.embedding
         },
-        position_bias: PositionBias::Buckets { buckets: BUCKETS, max_distance: MAX_DISTANCE, rows: rows_of_bias },
+        position_bias: PositionBias::Buckets {
+            buckets: BUCKETS,
+            max_distance: MAX_DISTANCE,
+            rows: rows_of_bias,
+            bidirectional: true,
+        },
         max_len: rows - PADDING_IDX - 1,
         pad_token_id: Some(keys.opt_usize("pad_token_id")?.unwrap_or(1) as u32),
         ..base

@@ -534,12 +534,12 @@ fn unsupported_families_and_keys_are_named() {
         attnviz(&["dump", "--model", model.to_str().unwrap(), "--text", "hi", "-o", out_path.to_str().unwrap()])
     };
     let d = broken_model(|p| {
-        let text = std::fs::read_to_string(p.join("config.json")).unwrap().replace("\"bert\"", "\"t5\"");
+        let text = std::fs::read_to_string(p.join("config.json")).unwrap().replace("\"bert\"", "\"whisper\"");
         std::fs::write(p.join("config.json"), text).unwrap();
     });
     let out = dump_with(d.path());
     assert_error(&out, "model_type");
-    assert!(stderr(&out).contains("t5") && stderr(&out).contains("deberta-v2"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("whisper") && stderr(&out).contains("deberta-v2"), "{}", stderr(&out));
     let d = broken_model(|p| {
         let text = std::fs::read_to_string(p.join("config.json"))
             .unwrap()
@@ -691,4 +691,95 @@ fn gguf_files_and_the_embedded_smollm2_open_by_path_and_by_name_and_say_they_are
     assert!(v["quantization"].as_str().unwrap().starts_with("GGUF Q4_1"));
     // A safetensors model's dump has no such key.
     assert!(dump_json(&["--model", fixture("tiny-llama").to_str().unwrap()]).get("quantization").is_none());
+}
+
+#[test]
+fn encoder_decoders_dump_three_attentions_with_a_target_and_the_encoder_alone_without() {
+    let reference: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/reference/marian_single.json")).unwrap())
+            .unwrap();
+    let model = fixture("tiny-marian");
+    let source = reference["text"].as_str().unwrap();
+    let dir = tmp();
+    let three = dir.path().join("three.json");
+    let target = reference["target"].as_str().unwrap();
+    let out = attnviz(&[
+        "dump",
+        "--model",
+        model.to_str().unwrap(),
+        "--text",
+        source,
+        "--target",
+        target,
+        "-o",
+        three.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&three).unwrap()).unwrap();
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["attentions", "cross_attentions", "decoder_attentions", "model", "segments", "target_tokens", "tokens"]
+    );
+    assert_eq!(v["target_tokens"], reference["target_tokens"]);
+    for key in ["attentions", "decoder_attentions", "cross_attentions"] {
+        let flat = |x: &serde_json::Value| -> Vec<f64> {
+            let mut out = Vec::new();
+            let mut stack = vec![x];
+            while let Some(v) = stack.pop() {
+                match v {
+                    serde_json::Value::Array(a) => stack.extend(a.iter().rev()),
+                    n => out.push(n.as_f64().unwrap()),
+                }
+            }
+            out
+        };
+        let (got, want) = (flat(&v[key]), flat(&reference[key]));
+        assert_eq!(got.len(), want.len(), "{key}");
+        assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() <= 1e-5), "{key}");
+    }
+    // Without --target: the encoder alone, and stderr says so.
+    let path = dir.path().join("e.json");
+    let out = attnviz(&["dump", "--model", model.to_str().unwrap(), "--text", source, "-o", path.to_str().unwrap()]);
+    assert!(out.status.success() && stderr(&out).contains("only its encoder ran"), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(v.get("cross_attentions").is_none() && v["attentions"].is_array());
+    // A decoder-only model refuses a target.
+    let out = attnviz(&[
+        "dump",
+        "--model",
+        fixture("tiny-llama").to_str().unwrap(),
+        "--text",
+        "x",
+        "--target",
+        "y",
+        "-o",
+        "-",
+    ]);
+    assert_error(&out, "not an encoder–decoder");
+    // generate translates greedily, as transformers does.
+    let reference: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/reference/t5_generate.json")).unwrap())
+            .unwrap();
+    let path = dir.path().join("t.npz");
+    let out = attnviz(&[
+        "generate",
+        "--model",
+        fixture("tiny-t5").to_str().unwrap(),
+        "--text",
+        reference["text"].as_str().unwrap(),
+        "--max-new-tokens",
+        "8",
+        "--format",
+        "npz",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (header, _) = npy_member(&path, "cross_attentions.npy");
+    let n = reference["generated_ids"].as_array().unwrap().len();
+    let sources = reference["ids"].as_array().unwrap().len();
+    assert!(header.contains(&format!("'shape': (2, 4, {n}, {sources})")), "{header}");
+    npy_member(&path, "decoder_attentions.npy");
+    npy_member(&path, "target_tokens.npy");
 }

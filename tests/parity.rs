@@ -614,3 +614,152 @@ fn smollm2_continues_the_capital_of_france_with_paris() {
     assert_eq!(written, " Paris.");
     assert_eq!(m.description().summary(), "llama · 30 layers × 9 heads (3 key/value) × 576 wide");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Encoder–decoders: BART, mBART, Marian, T5, Flan-T5 — encoder, decoder and cross attention.
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct Seq2SeqReference {
+    text: String,
+    target: Option<String>,
+    ids: Vec<u32>,
+    tokens: Vec<String>,
+    target_ids: Vec<u32>,
+    target_tokens: Vec<String>,
+    truncated: bool,
+    attentions: Vec<Vec<Vec<Vec<f32>>>>,
+    decoder_attentions: Vec<Vec<Vec<Vec<f32>>>>,
+    cross_attentions: Vec<Vec<Vec<Vec<f32>>>>,
+    encoder_last_hidden: Vec<Vec<f32>>,
+    decoder_last_hidden: Vec<Vec<f32>>,
+    generated_ids: Option<Vec<u32>>,
+    logits_last: Option<Vec<f32>>,
+    top5_first_step: Option<Vec<(u32, f32)>>,
+}
+
+fn seq2seq_reference(case: &str) -> Seq2SeqReference {
+    let path = root().join("tests/fixtures/reference").join(format!("{case}.json"));
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+/// `[layer][head][query][key]` against a reference, within the attention tolerance.
+fn assert_matrices(
+    case: &str,
+    what: &str,
+    want: &[Vec<Vec<Vec<f32>>>],
+    get: impl Fn(usize, usize, usize, usize) -> f32,
+) {
+    for (l, layer) in want.iter().enumerate() {
+        for (h, head) in layer.iter().enumerate() {
+            for (q, row) in head.iter().enumerate() {
+                for (k, &w) in row.iter().enumerate() {
+                    let g = get(l, h, q, k);
+                    assert!((g - w).abs() <= ATTENTION_TOLERANCE, "{case} {what}: {l}/{h}/{q}/{k}: {g} vs {w}");
+                }
+            }
+        }
+    }
+}
+
+fn assert_hidden(case: &str, what: &str, want: &[Vec<f32>], got: &[f32]) {
+    let width = want[0].len();
+    assert_eq!(got.len(), want.len() * width, "{case} {what}: shape");
+    for (i, row) in want.iter().enumerate() {
+        for (d, &w) in row.iter().enumerate() {
+            let g = got[i * width + d];
+            assert!((g - w).abs() <= HIDDEN_TOLERANCE, "{case} {what}: [{i}][{d}] {g} vs {w}");
+        }
+    }
+}
+
+fn check_run_against(case: &str, run: &Run, r: &Seq2SeqReference) {
+    assert_eq!(run.tokens.ids, r.ids, "{case}: source ids");
+    assert_eq!(run.tokens.tokens, r.tokens, "{case}: source tokens");
+    let a = &run.attention;
+    assert_eq!((a.layers(), a.seq_len()), (r.attentions.len(), r.ids.len()));
+    assert_matrices(case, "encoder", &r.attentions, |l, h, q, k| a.get(l, h, q, k));
+    assert_hidden(case, "encoder hidden", &r.encoder_last_hidden, &run.last_hidden);
+    let d = run.decoder.as_ref().unwrap();
+    assert_eq!(d.tokens.tokens, r.target_tokens, "{case}: decoder tokens");
+    assert_eq!(d.attention.layers(), r.decoder_attentions.len());
+    assert_matrices(case, "decoder", &r.decoder_attentions, |l, h, q, k| d.attention.get(l, h, q, k));
+    assert_eq!((d.cross.targets(), d.cross.sources()), (r.target_ids.len(), r.ids.len()));
+    assert_matrices(case, "cross", &r.cross_attentions, |l, h, q, k| d.cross.get(l, h, q, k));
+    assert_hidden(case, "decoder hidden", &r.decoder_last_hidden, &d.last_hidden);
+    for q in 0..d.attention.seq_len() {
+        for k in q + 1..d.attention.seq_len() {
+            assert_eq!(d.attention.get(0, 0, q, k), 0.0, "{case}: decoder self-attention is causal");
+        }
+    }
+}
+
+fn check_seq2seq(which: &str, case: &str) {
+    let r = seq2seq_reference(case);
+    let run = model(which).run_seq2seq(&r.text, r.target.as_deref()).unwrap();
+    assert_eq!(run.truncation.is_some(), r.truncated, "{case}: truncation notice");
+    assert_eq!(run.decoder.as_ref().unwrap().tokens.ids, r.target_ids, "{case}: decoder input ids");
+    check_run_against(case, &run, &r);
+}
+
+fn check_translation(which: &str, case: &str) {
+    let r = seq2seq_reference(case);
+    let m = model(which);
+    let want = r.generated_ids.as_ref().unwrap();
+    let t = attnviz::model::generate::translate(m, &r.text, want.len() - 1, 5, |_| true).unwrap();
+    let d = t.run.decoder.as_ref().unwrap();
+    assert_eq!(&d.tokens.ids, want, "{case}: greedy output");
+    check_run_against(case, &t.run, &r);
+    for (got, (id, p)) in t.steps[0].iter().zip(r.top5_first_step.as_ref().unwrap()) {
+        assert_eq!(got.id, *id, "{case}: top-5 order");
+        assert!((got.prob - p).abs() <= 1e-5, "{case}: top-5 probability");
+    }
+    let hidden = m.decoder.as_ref().unwrap().net.description().hidden;
+    let last = &d.last_hidden[(d.tokens.len() - 1) * hidden..];
+    let logits = m.decoder.as_ref().unwrap().net.logits(last).unwrap();
+    for (g, w) in logits.iter().zip(r.logits_last.as_ref().unwrap()) {
+        assert!((g - w).abs() <= 1e-4, "{case}: logits {g} vs {w}");
+    }
+}
+
+macro_rules! seq2seq_parity {
+    ($($test:ident: $model:literal, $case:literal;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check_seq2seq($model, $case);
+            }
+        )*
+    };
+}
+
+seq2seq_parity! {
+    bart_single: "bart", "bart_single";
+    bart_non_ascii_truncated: "bart", "bart_non_ascii";
+    bart_truncated: "bart", "bart_truncated";
+    mbart_single: "mbart", "mbart_single";
+    mbart_non_ascii: "mbart", "mbart_non_ascii";
+    mbart_truncated: "mbart", "mbart_truncated";
+    marian_single: "marian", "marian_single";
+    marian_non_ascii: "marian", "marian_non_ascii";
+    marian_truncated: "marian", "marian_truncated";
+    t5_single: "t5", "t5_single";
+    t5_non_ascii: "t5", "t5_non_ascii";
+    t5_truncated: "t5", "t5_truncated";
+    flan_t5_single: "flan-t5", "flan_t5_single";
+    flan_t5_non_ascii: "flan-t5", "flan_t5_non_ascii";
+    flan_t5_truncated: "flan-t5", "flan_t5_truncated";
+}
+
+#[test]
+fn encoder_decoders_translate_as_transformers_generates() {
+    for (which, case) in [
+        ("bart", "bart_generate"),
+        ("mbart", "mbart_generate"),
+        ("marian", "marian_generate"),
+        ("t5", "t5_generate"),
+        ("flan-t5", "flan_t5_generate"),
+    ] {
+        check_translation(which, case);
+    }
+}

@@ -1,6 +1,7 @@
 //! Plain attention data and what is derived from it: no Candle, no egui.
 
 pub mod attention;
+pub mod cross;
 pub mod npz;
 pub mod pe;
 pub mod rollout;
@@ -12,6 +13,7 @@ pub mod tokens;
 pub mod words;
 
 pub use attention::{Attention, HeadVectors, ShapeError};
+pub use cross::{CrossAttention, DecoderRun};
 pub use pe::{PeLayout, PeParams, PositionalEncoding};
 pub use run::Run;
 pub use stats::{HeadStats, Statistic};

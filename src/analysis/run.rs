@@ -101,6 +101,9 @@ pub struct Run {
     pub window: Option<usize>,
     /// For a generated text: how many tokens the prompt had (the rest were written by the model).
     pub prompt_len: Option<usize>,
+    /// For an encoder–decoder run with a target: the decoder's side (`tokens` and `attention`
+    /// above are the encoder's).
+    pub decoder: Option<super::DecoderRun>,
 }
 
 impl Run {

@@ -152,6 +152,8 @@ pub fn merge_run(run: &Run) -> Run {
         window: None,
         // The prompt ends at the first word holding a generated piece.
         prompt_len: run.prompt_len.map(|p| spans.iter().take_while(|s| s.end <= p).count()),
+        // Word merging covers the source; the decoder side stays at token level.
+        decoder: run.decoder.clone(),
     }
 }
 

@@ -28,6 +28,10 @@ pub struct DumpArgs {
     /// An optional second sentence (B), making a sentence pair.
     #[arg(long)]
     pub text_pair: Option<String>,
+    /// For an encoder–decoder: the target the decoder reads (after its start token), adding
+    /// target_tokens, decoder_attentions and cross_attentions to the dump.
+    #[arg(long)]
+    pub target: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = DumpFormat::Json)]
     pub format: DumpFormat,
@@ -41,7 +45,7 @@ pub struct DumpArgs {
 
 /// The JSON document `dump` writes.
 #[derive(Serialize)]
-struct DumpJson<'a> {
+pub struct DumpJson<'a> {
     model: &'a str,
     /// For GGUF weights: what they were ("GGUF Q4_1 (210), …, dequantised to f32").
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -52,6 +56,33 @@ struct DumpJson<'a> {
     /// Only for a modified run: how it was modified.
     #[serde(skip_serializing_if = "Option::is_none")]
     intervention: Option<&'a str>,
+    /// An encoder–decoder's decoder input (start token first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_tokens: Option<&'a [String]>,
+    /// Decoder self-attention, `[layer][head][target][target]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decoder_attentions: Option<crate::analysis::attention::Nested<'a>>,
+    /// Cross-attention, `[layer][head][target][source]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cross_attentions: Option<crate::analysis::cross::NestedCross<'a>>,
+}
+
+impl<'a> DumpJson<'a> {
+    /// The dump of a run (with its decoder side when it has one).
+    pub fn of(run: &'a Run, quantization: Option<&'a str>) -> Self {
+        let decoder = run.decoder.as_ref();
+        Self {
+            model: &run.model_name,
+            quantization,
+            tokens: &run.tokens.tokens,
+            segments: &run.tokens.segments,
+            attentions: run.attention.nested(),
+            intervention: run.intervention.as_deref(),
+            target_tokens: decoder.map(|d| d.tokens.tokens.as_slice()),
+            decoder_attentions: decoder.map(|d| d.attention.nested()),
+            cross_attentions: decoder.map(|d| d.cross.nested()),
+        }
+    }
 }
 
 /// Writes `value` as JSON to `path` atomically, or to stdout for `-`.
@@ -87,6 +118,19 @@ pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
         if let Some(p) = run.prompt_len {
             arrays.push(("prompt_tokens", NpyArray::I64 { shape: vec![], data: vec![p as i64] }));
         }
+        if let Some(d) = &run.decoder {
+            let (t, s) = (d.tokens.len(), d.cross.sources());
+            let (layers, heads) = (d.attention.layers(), d.attention.heads());
+            arrays.push(("target_tokens", NpyArray::Str(&d.tokens.tokens)));
+            arrays.push((
+                "decoder_attentions",
+                NpyArray::F32 { shape: vec![layers, heads, t, t], data: d.attention.as_slice() },
+            ));
+            arrays.push((
+                "cross_attentions",
+                NpyArray::F32 { shape: vec![layers, heads, t, s], data: d.cross.as_slice() },
+            ));
+        }
         write_npz(&mut cursor, &arrays)?;
         w.write_all(cursor.get_ref())
     })?;
@@ -98,19 +142,10 @@ pub fn run(model_dir: Option<&Path>, args: &DumpArgs) -> anyhow::Result<()> {
     if args.format == DumpFormat::Npz && args.output == Path::new("-") {
         anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
     }
-    let (run, quantization) = args.model.run_noting(model_dir, &args.text, args.text_pair.as_deref())?;
+    let (run, quantization) =
+        args.model.run_noting(model_dir, &args.text, args.text_pair.as_deref(), args.target.as_deref())?;
     match args.format {
-        DumpFormat::Json => write_json(
-            &args.output,
-            &DumpJson {
-                model: &run.model_name,
-                quantization: quantization.as_deref(),
-                tokens: &run.tokens.tokens,
-                segments: &run.tokens.segments,
-                attentions: run.attention.nested(),
-                intervention: run.intervention.as_deref(),
-            },
-        ),
+        DumpFormat::Json => write_json(&args.output, &DumpJson::of(&run, quantization.as_deref())),
         DumpFormat::Npz => write_run_npz(&args.output, &run),
     }
 }

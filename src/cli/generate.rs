@@ -1,5 +1,5 @@
-//! `attnviz generate`: greedy continuation of a prompt by a language model, then every layer's and
-//! head's attention over prompt and continuation, as JSON or NPZ.
+//! `attnviz generate`: greedy continuation of a prompt by a language model (or translation of a
+//! source by an encoder–decoder), then every layer's and head's attention over it, as JSON or NPZ.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -8,7 +8,9 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 
-use super::dump::{DumpFormat, write_json, write_run_npz};
+use super::dump::{DumpFormat, DumpJson, write_json, write_run_npz};
+use crate::analysis::Run;
+use crate::model::LoadedModel;
 use crate::model::generate::{Candidate, Generator};
 
 /// `attnviz generate` arguments.
@@ -41,20 +43,65 @@ struct StepJson<'a> {
     candidates: Vec<(&'a str, f32)>,
 }
 
-/// The JSON document `generate` writes: `dump`'s over prompt and continuation, plus the prompt's
-/// length, the continuation's text, why it stopped and each step's candidates.
+/// The JSON document `generate` writes: `dump`'s over prompt and continuation (for an
+/// encoder–decoder: over the source, with the generated target as the decoder side), plus the
+/// prompt's length, the continuation's text, why it stopped and each step's candidates.
 #[derive(Serialize)]
 struct GenerateJson<'a> {
-    model: &'a str,
+    #[serde(flatten)]
+    dump: DumpJson<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    quantization: Option<&'a str>,
-    tokens: &'a [String],
-    segments: &'a [u8],
-    prompt_tokens: usize,
+    prompt_tokens: Option<usize>,
     continuation: String,
     stopped: &'static str,
     steps: Vec<StepJson<'a>>,
-    attentions: crate::analysis::attention::Nested<'a>,
+}
+
+fn steps_json(steps: &[Vec<Candidate>], first: usize) -> Vec<StepJson<'_>> {
+    steps
+        .iter()
+        .enumerate()
+        .map(|(i, c)| StepJson {
+            position: first + i,
+            candidates: c.iter().map(|Candidate { token, prob, .. }| (token.as_str(), *prob)).collect(),
+        })
+        .collect()
+}
+
+/// Writes the run as JSON or NPZ.
+fn write(args: &GenerateArgs, run: &Run, json: GenerateJson<'_>) -> anyhow::Result<()> {
+    match args.format {
+        DumpFormat::Json => write_json(&args.output, &json),
+        DumpFormat::Npz => write_run_npz(&args.output, run),
+    }
+}
+
+/// An encoder–decoder translates (or summarises) the source.
+fn translate(model: &LoadedModel, args: &GenerateArgs) -> anyhow::Result<()> {
+    let mut err = std::io::stderr().lock();
+    let mut shown = String::new();
+    let t = crate::model::generate::translate(model, &args.text, args.max_new_tokens, args.top_k, |ids| {
+        let text = model.tokenizer.decode(ids);
+        if let Some(new) = text.strip_prefix(shown.as_str()) {
+            let _ = write!(err, "{new}");
+            let _ = err.flush();
+        }
+        shown = text;
+        true
+    })
+    .context("translating")?;
+    let decoder = t.run.decoder.as_ref().context("no decoder run")?;
+    let continuation = model.tokenizer.decode(&decoder.tokens.ids);
+    let _ = writeln!(err, "\n[{} tokens written; {}]", decoder.tokens.len() - 1, t.stop.describe());
+    drop(err);
+    let json = GenerateJson {
+        dump: DumpJson::of(&t.run, model.quantization.as_deref()),
+        prompt_tokens: None,
+        continuation,
+        stopped: t.stop.describe(),
+        steps: steps_json(&t.steps, 1),
+    };
+    write(args, &t.run, json)
 }
 
 /// Runs `attnviz generate`.
@@ -63,6 +110,9 @@ pub fn run(model_dir: Option<&Path>, args: &GenerateArgs) -> anyhow::Result<()> 
         anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
     }
     let model = super::load_model(model_dir)?;
+    if model.decoder.is_some() {
+        return translate(&model, args);
+    }
     let mut g = Generator::start(&model, &args.text, args.top_k).context("starting the generation")?;
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "{}", args.text);
@@ -81,32 +131,12 @@ pub fn run(model_dir: Option<&Path>, args: &GenerateArgs) -> anyhow::Result<()> 
     drop(err);
     let run = g.final_run().context("running the model over prompt and continuation")?;
     super::warn_truncation(run.truncation.as_ref());
-    match args.format {
-        DumpFormat::Json => {
-            let steps = g
-                .steps
-                .iter()
-                .enumerate()
-                .map(|(i, c)| StepJson {
-                    position: g.prompt_len() + i,
-                    candidates: c.iter().map(|Candidate { token, prob, .. }| (token.as_str(), *prob)).collect(),
-                })
-                .collect();
-            write_json(
-                &args.output,
-                &GenerateJson {
-                    model: &run.model_name,
-                    quantization: model.quantization.as_deref(),
-                    tokens: &run.tokens.tokens,
-                    segments: &run.tokens.segments,
-                    prompt_tokens: g.prompt_len(),
-                    continuation: shown,
-                    stopped: stop,
-                    steps,
-                    attentions: run.attention.nested(),
-                },
-            )
-        }
-        DumpFormat::Npz => write_run_npz(&args.output, &run),
-    }
+    let json = GenerateJson {
+        dump: DumpJson::of(&run, model.quantization.as_deref()),
+        prompt_tokens: Some(g.prompt_len()),
+        continuation: shown,
+        stopped: stop,
+        steps: steps_json(&g.steps, g.prompt_len()),
+    };
+    write(args, &run, json)
 }

@@ -129,7 +129,7 @@ impl ModelOptions {
 
     /// Loads the model (`--model`, the embedded one, or the playground) and runs it on the input.
     pub fn run(&self, model_dir: Option<&Path>, text: &str, pair: Option<&str>) -> anyhow::Result<Run> {
-        self.run_noting(model_dir, text, pair).map(|(run, _)| run)
+        self.run_noting(model_dir, text, pair, None).map(|(run, _)| run)
     }
 
     /// [`Self::run`], also returning what the weights were when they were quantised (GGUF).
@@ -138,6 +138,7 @@ impl ModelOptions {
         model_dir: Option<&Path>,
         text: &str,
         pair: Option<&str>,
+        target: Option<&str>,
     ) -> anyhow::Result<(Run, Option<String>)> {
         let interventions = self.interventions()?;
         let model = match &self.playground {
@@ -150,8 +151,22 @@ impl ModelOptions {
             }
             None => load_model(model_dir)?,
         };
-        let run = model.run_with(text, pair, &interventions).context("running the model")?;
+        let mut run = model.run_with(text, pair, &interventions).context("running the model")?;
         warn_truncation(run.truncation.as_ref());
+        match (target, &model.decoder) {
+            (Some(target), Some(_)) => {
+                let (tokens, truncation) = model.decoder_input(target)?;
+                warn_truncation(truncation.as_ref());
+                let decoder = model.run_decoder(tokens, truncation, &run.last_hidden).context("running the decoder")?;
+                run.decoder = Some(decoder);
+            }
+            (Some(_), None) => anyhow::bail!("--target: {} is not an encoder–decoder; leave --target out", model.name),
+            (None, Some(_)) => eprintln!(
+                "note: {} is an encoder–decoder; without --target only its encoder ran (give --target for the decoder and cross-attention)",
+                model.name
+            ),
+            (None, None) => {}
+        }
         if let Some(how) = &run.intervention {
             eprintln!("note: modified run ({how}), not the faithful model");
         }

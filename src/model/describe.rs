@@ -163,6 +163,12 @@ pub enum LmHead {
 pub enum Positions {
     /// No absolute positions (relative positions only, or none at all).
     None,
+    /// Sinusoids computed, not stored (Marian): `sin` in the first half of the row, `cos` in the
+    /// second, `rows` positions.
+    Sinusoidal {
+        /// Positions.
+        rows: usize,
+    },
     /// A stored table (learned, or DistilBERT's stored sinusoids): token `i` adds row `offset + i`.
     /// RoBERTa-style models start after the padding index (`offset = pad_token_id + 1`).
     Table {
@@ -288,6 +294,10 @@ pub struct Description {
     pub parallel_residual: bool,
     /// The next-token head.
     pub lm_head: LmHead,
+    /// Factor on the final hidden state before a tied head (T5: `d_model^-0.5`; else 1).
+    pub logit_scale: f32,
+    /// A bias added to the logits (BART's and Marian's `final_logits_bias`, `lm_head.bias`).
+    pub logits_bias: bool,
     /// Each layer also attends to an encoder's output (the decoder of an encoder–decoder):
     /// after self-attention, `cross_norm` and `cq`/`ck`/`cv`/`co`, queries from this stack, keys
     /// and values from the encoder.
@@ -424,6 +434,9 @@ impl Description {
         }
         if self.final_norm {
             norm(&mut out, "final_norm", h);
+        }
+        if self.logits_bias {
+            out.push(("logits_bias".into(), vec![self.vocab_size]));
         }
         out
     }

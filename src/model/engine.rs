@@ -231,6 +231,7 @@ impl Embeddings {
         let e = &d.embedding;
         let positions = match e.positions {
             Positions::Table { rows, offset } => Some((w.take("embed.positions.weight", &[rows, e.width])?, offset)),
+            Positions::Sinusoidal { rows } => Some((sinusoids(rows, e.width), 0)),
             Positions::None => None,
         };
         let norm_width = if e.projection == Some(Projection::BeforeNorm) { d.hidden } else { e.width };
@@ -295,6 +296,23 @@ impl Embeddings {
         }
         x
     }
+}
+
+/// `MarianSinusoidalPositionalEmbedding.create_weight`: `pos / 10000^(2·(j/2)/dim)` in f64, `sin`
+/// of the even columns in the first half of each row, `cos` of the odd ones in the second, to f32.
+fn sinusoids(rows: usize, dim: usize) -> Vec<f32> {
+    let sentinel = dim.div_ceil(2);
+    let mut out = vec![0.0; rows * dim];
+    for (pos, row) in out.chunks_mut(dim.max(1)).enumerate() {
+        let angle = |j: usize| pos as f64 / 10_000f64.powf((2 * (j / 2)) as f64 / dim as f64);
+        for (i, j) in (0..dim).step_by(2).enumerate() {
+            row[i] = angle(j).sin() as f32;
+        }
+        for (i, j) in (1..dim).step_by(2).enumerate() {
+            row[sentinel + i] = angle(j).cos() as f32;
+        }
+    }
+    out
 }
 
 /// One weight set's relative-position projections (DeBERTa): the relative-position embeddings
@@ -534,6 +552,8 @@ pub struct Network {
     /// `lm_head.weight` (`vocab × hidden`, row-major) when the head is not tied and the checkpoint
     /// has one.
     lm_head: Option<Vec<f32>>,
+    /// `final_logits_bias` / `lm_head.bias`, when the description has one.
+    logits_bias: Vec<f32>,
 }
 
 impl Network {
@@ -565,7 +585,8 @@ impl Network {
         } else {
             None
         };
-        Ok(Self { desc: desc.clone(), embeddings, layers, bucket_bias, final_norm, lm_head })
+        let logits_bias = if desc.logits_bias { w.take("logits_bias", &[desc.vocab_size])? } else { Vec::new() };
+        Ok(Self { desc: desc.clone(), embeddings, layers, bucket_bias, final_norm, lm_head, logits_bias })
     }
 
     /// The description it runs.
@@ -679,6 +700,13 @@ impl Network {
         }
         let table = self.lm_head.as_deref().unwrap_or(&self.embeddings.tokens);
         let h = self.desc.hidden;
+        let scaled: Vec<f32>;
+        let hidden_row = if self.desc.logit_scale.to_bits() == 1.0f32.to_bits() {
+            hidden_row
+        } else {
+            scaled = hidden_row.iter().map(|v| v * self.desc.logit_scale).collect();
+            &scaled
+        };
         let mut logits = vec![0.0; self.desc.vocab_size];
         logits.par_chunks_mut(1024).enumerate().for_each(|(c, out)| {
             for (i, o) in out.iter_mut().enumerate() {
@@ -686,6 +714,9 @@ impl Network {
                 *o = kernels::dot(row, hidden_row);
             }
         });
+        if !self.logits_bias.is_empty() {
+            logits.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
+        }
         Some(logits)
     }
 

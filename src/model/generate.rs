@@ -230,6 +230,7 @@ impl<'m> Generator<'m> {
             causal: true,
             window: desc.sliding_window,
             prompt_len: Some(self.prompt_len),
+            decoder: None,
         }
     }
 
@@ -245,6 +246,73 @@ impl<'m> Generator<'m> {
         run.prompt_len = Some(self.prompt_len);
         Ok(run)
     }
+}
+
+/// An encoder–decoder's greedy output: the run over source and generated target, each step's
+/// candidates, and why it stopped.
+#[derive(Debug)]
+pub struct Translation {
+    /// The encoder run with its decoder side over the generated target (start token first).
+    pub run: Run,
+    /// Candidates of each step.
+    pub steps: Vec<Vec<Candidate>>,
+    /// Why decoding stopped.
+    pub stop: Stop,
+}
+
+/// Greedy decoding of an encoder–decoder (`generate(do_sample=False, num_beams=1)`): the encoder
+/// runs once, the decoder once per step over everything written so far. `on_token` sees the
+/// decoder's ids after each step and returns false to stop.
+pub fn translate(
+    model: &LoadedModel,
+    source: &str,
+    max_new: usize,
+    candidates: usize,
+    mut on_token: impl FnMut(&[u32]) -> bool,
+) -> Result<Translation, ModelError> {
+    let decoder = model.seq2seq()?;
+    let net = &decoder.net;
+    if !net.has_lm_head() {
+        return Err(ModelError::Unsupported {
+            field: "lm_head.weight".into(),
+            value: "(missing)".into(),
+            why: format!("{} has no language-model head in its weights, so it cannot write", model.name),
+        });
+    }
+    let mut run = model.run(source, None)?;
+    let max_len = net.description().max_len;
+    let hidden = net.description().hidden;
+    let mut ids = vec![decoder.start];
+    let mut steps = Vec::new();
+    let stop = loop {
+        if ids.len() > max_new {
+            break Stop::MaxTokens;
+        }
+        if ids.len() >= max_len {
+            break Stop::ContextFull;
+        }
+        let out = net.forward_decoder(&ids, &run.last_hidden, Capture::Attention)?;
+        let last = &out.last_hidden[(ids.len() - 1) * hidden..];
+        let logits = net.logits(last).unwrap_or_default();
+        steps.push(top_k(&logits, candidates, |i| model.tokenizer.token_of(i)));
+        let id = argmax(&logits);
+        ids.push(id);
+        if model.eos.contains(&id) {
+            break Stop::EndOfSequence;
+        }
+        if !on_token(&ids) {
+            break Stop::Stopped;
+        }
+    };
+    let tokens = Tokens {
+        tokens: ids.iter().map(|&i| model.tokenizer.token_of(i)).collect(),
+        segments: vec![0; ids.len()],
+        type_ids: vec![0; ids.len()],
+        special: ids.iter().enumerate().map(|(i, &id)| i == 0 || model.tokenizer.is_special(id)).collect(),
+        ids,
+    };
+    run.decoder = Some(model.run_decoder(tokens, None, &run.last_hidden)?);
+    Ok(Translation { run, steps, stop })
 }
 
 #[cfg(test)]

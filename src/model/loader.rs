@@ -11,7 +11,7 @@ use super::engine::{Capture, Network, Weights};
 use super::families::{self, Family};
 use super::intervene::Interventions;
 use super::tokenize::TextTokenizer;
-use crate::analysis::{Attention, HeadVectors, Run, Tokens};
+use crate::analysis::{Attention, CrossAttention, DecoderRun, HeadVectors, Run, Tokens};
 
 /// Folder name of the embedded default model under `assets/models/`.
 pub const DEFAULT_MODEL_NAME: &str = "all-MiniLM-L6-v2";
@@ -51,6 +51,8 @@ pub struct LoadedModel {
     /// For weights read from a GGUF file: what they were, e.g. "GGUF `Q4_1` (210), `F32` (61),
     /// dequantised to f32". Attention is faithful to that file, not to the original model.
     pub quantization: Option<String>,
+    /// For an encoder–decoder: the decoder (`net` is the encoder).
+    pub decoder: Option<Seq2SeqDecoder>,
     /// Token ids that end a generated text (`eos_token_id` of `generation_config.json`, else of
     /// `config.json`).
     pub eos: Vec<u32>,
@@ -117,7 +119,12 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
 
 /// Reads the safetensors files, renames their tensors through the family's mapping and checks them
 /// against the description; every error names the file and the tensor.
-fn load_weights(files: &[PathBuf], family: &Family, desc: &Description) -> Result<Weights, ModelError> {
+fn load_weights(
+    files: &[PathBuf],
+    family: &Family,
+    desc: &Description,
+    decoder: Option<&Description>,
+) -> Result<(Weights, Option<Weights>), ModelError> {
     let mut tensors = HashMap::new();
     for file in files {
         let bytes = read(file)?;
@@ -130,7 +137,16 @@ fn load_weights(files: &[PathBuf], family: &Family, desc: &Description) -> Resul
     let where_ = files.first().cloned().unwrap_or_default();
     let tensors =
         (family.canonical)(tensors, desc).map_err(|message| ModelError::Weights { path: where_.clone(), message })?;
-    checked_weights(tensors, desc, &where_)
+    let Some(decoder) = decoder else { return Ok((checked_weights(tensors, desc, &where_)?, None)) };
+    // An encoder–decoder: the decoder's tensors are named `decoder.…`.
+    let (mut encoder_side, mut decoder_side) = (HashMap::new(), HashMap::new());
+    for (name, t) in tensors {
+        match name.strip_prefix("decoder.") {
+            Some(rest) => decoder_side.insert(rest.to_string(), t),
+            None => encoder_side.insert(name, t),
+        };
+    }
+    Ok((checked_weights(encoder_side, desc, &where_)?, Some(checked_weights(decoder_side, decoder, &where_)?)))
 }
 
 /// Canonical tensors checked against the description: dtypes, layer count (first: a config
@@ -158,6 +174,15 @@ fn checked_weights(tensors: families::Tensors, desc: &Description, file: &Path) 
         }
     }
     Ok(Weights(tensors))
+}
+
+/// The decoder of an encoder–decoder model.
+#[derive(Debug, Clone)]
+pub struct Seq2SeqDecoder {
+    /// The decoder stack (causal self-attention, cross-attention to the encoder).
+    pub net: Network,
+    /// The token the decoder's input starts with (`decoder_start_token_id`).
+    pub start: u32,
 }
 
 /// Folder name of the embedded language model under `assets/models/`.
@@ -243,15 +268,21 @@ impl LoadedModel {
             });
         }
         let text = String::from_utf8(read(&config_path)?).map_err(|e| ModelError::Config(e.to_string()))?;
-        let (family, desc) = families::describe(&text)?;
+        let (family, desc, decoder) = families::describe_full(&text)?;
         let tokenizer_path = dir.join("tokenizer.json");
         if !tokenizer_path.is_file() {
             return Err(missing_tokenizer(dir));
         }
         let files = weight_files(dir)?;
-        let weights = load_weights(&files, family, &desc)?;
-        let net = Network::load(&desc, weights)
-            .map_err(|e| ModelError::Weights { path: files[0].clone(), message: e.to_string() })?;
+        let (weights, decoder_weights) = load_weights(&files, family, &desc, decoder.as_ref().map(|d| &d.desc))?;
+        let bad = |e: candle_core::Error| ModelError::Weights { path: files[0].clone(), message: e.to_string() };
+        let net = Network::load(&desc, weights).map_err(bad)?;
+        let decoder = match (decoder, decoder_weights) {
+            (Some(spec), Some(w)) => {
+                Some(Seq2SeqDecoder { net: Network::load(&spec.desc, w).map_err(bad)?, start: spec.start })
+            }
+            _ => None,
+        };
         let tokenizer = TextTokenizer::from_file(&tokenizer_path, desc.max_len)?;
         let name = super::hub::id_of(dir).unwrap_or_else(|| {
             dir.canonicalize()
@@ -260,7 +291,7 @@ impl LoadedModel {
                 .unwrap_or_else(|| dir.display().to_string())
         });
         let eos = eos_ids(dir, &text);
-        Ok(Self { name, dir: dir.to_path_buf(), net, tokenizer, playground: false, eos, quantization: None })
+        Ok(Self { name, dir: dir.to_path_buf(), net, tokenizer, playground: false, eos, quantization: None, decoder })
     }
 
     /// Loads a GGUF file: weights dequantised to f32, the tokenizer from `tokenizer.json` beside
@@ -278,7 +309,8 @@ impl LoadedModel {
         };
         let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Ok(Self { name, dir, net, tokenizer, playground: false, eos: g.eos, quantization: Some(g.quantization) })
+        let quantization = Some(g.quantization);
+        Ok(Self { name, dir, net, tokenizer, playground: false, eos: g.eos, quantization, decoder: None })
     }
 
     /// The network's description.
@@ -295,6 +327,76 @@ impl LoadedModel {
     pub fn run_with(&self, text: &str, pair: Option<&str>, interventions: &Interventions) -> Result<Run, ModelError> {
         let encoded = self.tokenizer.encode(text, pair.filter(|p| !p.is_empty()))?;
         self.run_tokens(encoded.tokens, encoded.truncation, Capture::Full, interventions)
+    }
+
+    /// Runs an encoder–decoder: the encoder on `source`, and with a `target` the decoder on what
+    /// it reads when it writes that target (`decoder_start_token_id`, then the target's tokens
+    /// with their special tokens), recording its self- and cross-attention in `run.decoder`.
+    pub fn run_seq2seq(&self, source: &str, target: Option<&str>) -> Result<Run, ModelError> {
+        let mut run = self.run(source, None)?;
+        if let Some(target) = target {
+            let (tokens, truncation) = self.decoder_input(target)?;
+            run.decoder = Some(self.run_decoder(tokens, truncation, &run.last_hidden)?);
+        }
+        Ok(run)
+    }
+
+    /// The decoder's input for a target text: the start token, then the target's tokens, cut to
+    /// the decoder's positions with a notice.
+    pub fn decoder_input(&self, target: &str) -> Result<(Tokens, Option<String>), ModelError> {
+        let decoder = self.seq2seq()?;
+        let encoded = self.tokenizer.encode(target, None)?;
+        let mut t = encoded.tokens;
+        let room = decoder.net.description().max_len.saturating_sub(1);
+        let truncation = (t.len() > room).then(|| {
+            format!(
+                "target truncated to {room} tokens (the decoder's maximum with its start token); it had {}",
+                t.len()
+            )
+        });
+        t.ids.truncate(room);
+        t.tokens.truncate(room);
+        t.segments.truncate(room);
+        t.type_ids.truncate(room);
+        t.special.truncate(room);
+        t.ids.insert(0, decoder.start);
+        t.tokens.insert(0, self.tokenizer.token_of(decoder.start));
+        t.segments.insert(0, 0);
+        t.type_ids.insert(0, 0);
+        t.special.insert(0, true);
+        Ok((t, truncation))
+    }
+
+    /// The decoder of an encoder–decoder, or an error saying this model has none.
+    pub fn seq2seq(&self) -> Result<&Seq2SeqDecoder, ModelError> {
+        self.decoder.as_ref().ok_or_else(|| {
+            ModelError::Tokenizer(format!("{} is not an encoder–decoder: it has no target side", self.name))
+        })
+    }
+
+    /// Runs the decoder on `tokens` attending to the encoder's output.
+    pub fn run_decoder(
+        &self,
+        tokens: Tokens,
+        truncation: Option<String>,
+        encoder_hidden: &[f32],
+    ) -> Result<DecoderRun, ModelError> {
+        let decoder = self.seq2seq()?;
+        let desc = decoder.net.description();
+        if let Some(&id) = tokens.ids.iter().find(|&&id| id as usize >= desc.vocab_size) {
+            return Err(ModelError::Tokenizer(format!("token id {id} is outside the decoder's vocabulary")));
+        }
+        let out = decoder.net.forward_decoder(&tokens.ids, encoder_hidden, Capture::Attention)?;
+        let n = tokens.len();
+        let sources = encoder_hidden.len() / desc.hidden.max(1);
+        let shape = |e: crate::analysis::ShapeError| ModelError::Inference(candle_core::Error::Msg(e.to_string()));
+        Ok(DecoderRun {
+            attention: Attention::new(desc.layers, desc.heads, n, out.probs).map_err(shape)?,
+            cross: CrossAttention::new(desc.layers, desc.heads, n, sources, out.cross).map_err(shape)?,
+            last_hidden: out.last_hidden,
+            tokens,
+            truncation,
+        })
     }
 
     /// Runs already tokenized input.
@@ -372,6 +474,7 @@ impl LoadedModel {
             causal: self.net.is_causal() || interventions.causal,
             window: desc.sliding_window,
             prompt_len: None,
+            decoder: None,
         })
     }
 }

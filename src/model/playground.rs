@@ -338,6 +338,8 @@ impl PlaygroundConfig {
             sliding_window: None,
             parallel_residual: false,
             lm_head: LmHead::None,
+            logit_scale: 1.0,
+            logits_bias: false,
             cross_attention: false,
             embedding: EmbeddingDesc {
                 width: self.d_model,
@@ -380,6 +382,7 @@ impl PlaygroundConfig {
             playground: true,
             eos: Vec::new(),
             quantization: None,
+            decoder: None,
         })
     }
 

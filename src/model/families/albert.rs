@@ -32,7 +32,8 @@ const LAYERS: &[(&str, &str)] = &[
 ];
 
 /// ALBERT (`model_type` "albert").
-pub static ALBERT: Family = Family { model_types: &["albert"], describe, canonical: |t, _| Ok(canonical(t)) };
+pub static ALBERT: Family =
+    Family { decoder: None, model_types: &["albert"], describe, canonical: |t, _| Ok(canonical(t)) };
 
 fn describe(keys: &Keys) -> Result<Description, ModelError> {
     keys.refuse_unless("position_embedding_type", |v| v == "absolute", "only absolute positions are supported")?;

@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &str)] = &[
 
 /// BERT (`model_type` "bert"): learned positions from 0, token types read from the tokenizer.
 pub static BERT: Family = Family {
+    decoder: None,
     model_types: &["bert"],
     describe: |keys| bert_like(keys, Variant::Bert),
     canonical: |t, _| Ok(rename_by_table(t, &["bert."], LAYERS)),
@@ -35,6 +36,7 @@ pub static BERT: Family = Family {
 /// RoBERTa and checkpoints of its architecture: positions start after the padding index, and the
 /// tokenizer passes no token types (the model adds type row 0).
 pub static ROBERTA: Family = Family {
+    decoder: None,
     model_types: &["roberta", "xlm-roberta", "camembert"],
     describe: |keys| bert_like(keys, Variant::Roberta),
     canonical: |t, _| Ok(rename_by_table(t, &["roberta."], LAYERS)),
@@ -43,6 +45,7 @@ pub static ROBERTA: Family = Family {
 /// ELECTRA discriminators and generators: embeddings `embedding_size` wide, projected to the hidden
 /// width (`embeddings_project`) after the embedding norm when the widths differ.
 pub static ELECTRA: Family = Family {
+    decoder: None,
     model_types: &["electra"],
     describe: |keys| bert_like(keys, Variant::Electra),
     canonical: |t, _| Ok(rename_by_table(t, &["electra."], LAYERS)),

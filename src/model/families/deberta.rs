@@ -38,8 +38,12 @@ const LAYERS: &[(&str, &str)] = &[
 ];
 
 /// DeBERTa-v2/v3.
-pub static DEBERTA_V2: Family =
-    Family { model_types: &["deberta-v2"], describe, canonical: |t, _| Ok(rename_by_table(t, &["deberta."], LAYERS)) };
+pub static DEBERTA_V2: Family = Family {
+    decoder: None,
+    model_types: &["deberta-v2"],
+    describe,
+    canonical: |t, _| Ok(rename_by_table(t, &["deberta."], LAYERS)),
+};
 
 /// `pos_att_type` as a list (`["p2c", "c2p"]`) or the older string form (`"p2c|c2p"`).
 fn attention_terms(keys: &Keys) -> Result<Vec<String>, ModelError> {

@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &str)] = &[
 
 /// DistilBERT (`model_type` "distilbert").
 pub static DISTILBERT: Family = Family {
+    decoder: None,
     model_types: &["distilbert"],
     describe,
     canonical: |t, _| Ok(rename_by_table(t, &["distilbert."], LAYERS)),

@@ -14,7 +14,7 @@ use crate::model::ModelError;
 use crate::model::describe::{Description, EmbeddingDesc, LmHead, NormPlacement};
 
 /// GPT-2 (`model_type` "gpt2").
-pub static GPT2: Family = Family { model_types: &["gpt2"], describe, canonical };
+pub static GPT2: Family = Family { decoder: None, model_types: &["gpt2"], describe, canonical };
 
 fn describe(keys: &Keys) -> Result<Description, ModelError> {
     keys.refuse_unless(

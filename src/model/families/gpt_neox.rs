@@ -14,7 +14,7 @@ use crate::model::ModelError;
 use crate::model::describe::{Biases, Description, FeedForward, NormKind};
 
 /// GPT-NeoX (`model_type` "`gpt_neox`").
-pub static GPT_NEOX: Family = Family { model_types: &["gpt_neox"], describe, canonical };
+pub static GPT_NEOX: Family = Family { decoder: None, model_types: &["gpt_neox"], describe, canonical };
 
 fn describe(keys: &Keys) -> Result<Description, ModelError> {
     let s = Sizes::read(keys, BERT_SIZE_KEYS, None)?;

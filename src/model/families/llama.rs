@@ -37,20 +37,24 @@ fn canonical(t: super::Tensors, _: &Description) -> Result<super::Tensors, Strin
 }
 
 /// Llama 1/2/3 and look-alikes (`model_type` "llama").
-pub static LLAMA: Family = Family { model_types: &["llama"], describe: |k| llama_like(k, Variant::Llama), canonical };
+pub static LLAMA: Family =
+    Family { decoder: None, model_types: &["llama"], describe: |k| llama_like(k, Variant::Llama), canonical };
 
 /// Mistral: Llama with a sliding window.
 pub static MISTRAL: Family =
-    Family { model_types: &["mistral"], describe: |k| llama_like(k, Variant::Mistral), canonical };
+    Family { decoder: None, model_types: &["mistral"], describe: |k| llama_like(k, Variant::Mistral), canonical };
 
 /// Qwen2 (and Qwen2.5): Llama with q/k/v biases.
-pub static QWEN2: Family = Family { model_types: &["qwen2"], describe: |k| llama_like(k, Variant::Qwen2), canonical };
+pub static QWEN2: Family =
+    Family { decoder: None, model_types: &["qwen2"], describe: |k| llama_like(k, Variant::Qwen2), canonical };
 
 /// Qwen3: Llama with per-head `RMSNorm` on q and k and an explicit `head_dim`.
-pub static QWEN3: Family = Family { model_types: &["qwen3"], describe: |k| llama_like(k, Variant::Qwen3), canonical };
+pub static QWEN3: Family =
+    Family { decoder: None, model_types: &["qwen3"], describe: |k| llama_like(k, Variant::Qwen3), canonical };
 
 /// Gemma (the first): scaled embeddings, `(1 + weight)` norms, multi-query attention.
-pub static GEMMA: Family = Family { model_types: &["gemma"], describe: |k| llama_like(k, Variant::Gemma), canonical };
+pub static GEMMA: Family =
+    Family { decoder: None, model_types: &["gemma"], describe: |k| llama_like(k, Variant::Gemma), canonical };
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Variant {

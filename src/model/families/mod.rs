@@ -16,6 +16,7 @@ mod gpt2;
 mod gpt_neox;
 mod llama;
 mod mpnet;
+mod seq2seq;
 
 use std::collections::HashMap;
 
@@ -47,8 +48,23 @@ pub struct Family {
     /// `config.json` → description.
     pub describe: fn(&Keys) -> Result<Description, ModelError>,
     /// Checkpoint tensors → canonical tensors (renamed, and split or transposed where the family
-    /// stores them otherwise); tensors the engine does not use are dropped.
+    /// stores them otherwise); tensors the engine does not use are dropped. An encoder–decoder's
+    /// decoder tensors are named `decoder.…`.
     pub canonical: fn(Tensors, &Description) -> Result<Tensors, String>,
+    /// For an encoder–decoder (`describe` then describes the encoder): the decoder.
+    pub decoder: Option<DescribeDecoder>,
+}
+
+/// Reads an encoder–decoder's decoder from `config.json`.
+pub type DescribeDecoder = fn(&Keys) -> Result<DecoderSpec, ModelError>;
+
+/// The decoder of an encoder–decoder: its network and the token its input starts with.
+#[derive(Debug, Clone)]
+pub struct DecoderSpec {
+    /// The decoder stack (causal, with cross-attention).
+    pub desc: Description,
+    /// `decoder_start_token_id`.
+    pub start: u32,
 }
 
 /// Every supported family.
@@ -67,6 +83,10 @@ const FAMILIES: &[&Family] = &[
     &llama::QWEN3,
     &llama::GEMMA,
     &gpt_neox::GPT_NEOX,
+    &seq2seq::BART,
+    &seq2seq::MBART,
+    &seq2seq::MARIAN,
+    &seq2seq::T5,
 ];
 
 /// The `model_type`s attnviz opens, for messages.
@@ -74,8 +94,14 @@ pub fn supported_model_types() -> String {
     FAMILIES.iter().flat_map(|f| f.model_types.iter().copied()).collect::<Vec<_>>().join(", ")
 }
 
-/// Reads `config.json` text: the family it names and the network it describes.
+/// Reads `config.json` text: the family it names and the network it describes (an
+/// encoder–decoder's encoder).
 pub fn describe(text: &str) -> Result<(&'static Family, Description), ModelError> {
+    describe_full(text).map(|(family, desc, _)| (family, desc))
+}
+
+/// [`describe`], with an encoder–decoder's decoder.
+pub fn describe_full(text: &str) -> Result<(&'static Family, Description, Option<DecoderSpec>), ModelError> {
     let value: Value = serde_json::from_str(text).map_err(|e| ModelError::Config(e.to_string()))?;
     let Value::Object(map) = value else {
         return Err(ModelError::Config("config.json is not a JSON object".into()));
@@ -102,8 +128,16 @@ pub fn describe(text: &str) -> Result<(&'static Family, Description), ModelError
         }
     })?;
     let mut desc = (family.describe)(&keys)?;
+    let decoder = match family.decoder {
+        Some(describe_decoder) => {
+            let mut spec = describe_decoder(&keys)?;
+            spec.desc.family.clone_from(&model_type);
+            Some(spec)
+        }
+        None => None,
+    };
     desc.family = model_type;
-    Ok((family, desc))
+    Ok((family, desc, decoder))
 }
 
 /// The keys of one `config.json`, read with errors that name the key.
@@ -300,6 +334,8 @@ pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: u
         sliding_window: None,
         parallel_residual: false,
         lm_head: LmHead::None,
+        logit_scale: 1.0,
+        logits_bias: false,
         cross_attention: false,
         embedding: EmbeddingDesc {
             width: s.hidden,
@@ -389,8 +425,8 @@ mod tests {
 
     #[test]
     fn unknown_families_and_bad_keys_are_named() {
-        let err = describe(r#"{"model_type":"t5"}"#).unwrap_err().to_string();
-        assert!(err.contains("model_type") && err.contains("t5") && err.contains("roberta"), "{err}");
+        let err = describe(r#"{"model_type":"whisper"}"#).unwrap_err().to_string();
+        assert!(err.contains("model_type") && err.contains("whisper") && err.contains("roberta"), "{err}");
         let err = describe(r#"{"model_type":7}"#).unwrap_err().to_string();
         assert!(err.contains("model_type"), "{err}");
         assert!(describe("[1]").unwrap_err().to_string().contains("object"));

@@ -32,8 +32,12 @@ const MAX_DISTANCE: usize = 128;
 const PADDING_IDX: usize = 1;
 
 /// MPNet (`model_type` "mpnet").
-pub static MPNET: Family =
-    Family { model_types: &["mpnet"], describe, canonical: |t, _| Ok(rename_by_table(t, &["mpnet."], LAYERS)) };
+pub static MPNET: Family = Family {
+    decoder: None,
+    model_types: &["mpnet"],
+    describe,
+    canonical: |t, _| Ok(rename_by_table(t, &["mpnet."], LAYERS)),
+};
 
 fn describe(keys: &Keys) -> Result<Description, ModelError> {
     let s = Sizes::read(keys, BERT_SIZE_KEYS, None)?;

@@ -69,9 +69,9 @@ fn steps_json(steps: &[Vec<Candidate>], first: usize) -> Vec<StepJson<'_>> {
 }
 
 /// Writes the run as JSON or NPZ.
-fn write(args: &GenerateArgs, run: &Run, json: GenerateJson<'_>) -> anyhow::Result<()> {
+fn write(args: &GenerateArgs, run: &Run, json: &GenerateJson<'_>) -> anyhow::Result<()> {
     match args.format {
-        DumpFormat::Json => write_json(&args.output, &json),
+        DumpFormat::Json => write_json(&args.output, json),
         DumpFormat::Npz => write_run_npz(&args.output, run),
     }
 }
@@ -101,7 +101,7 @@ fn translate(model: &LoadedModel, args: &GenerateArgs) -> anyhow::Result<()> {
         stopped: t.stop.describe(),
         steps: steps_json(&t.steps, 1),
     };
-    write(args, &t.run, json)
+    write(args, &t.run, &json)
 }
 
 /// Runs `attnviz generate`.
@@ -138,5 +138,5 @@ pub fn run(model_dir: Option<&Path>, args: &GenerateArgs) -> anyhow::Result<()> 
         stopped: stop,
         steps: steps_json(&g.steps, g.prompt_len()),
     };
-    write(args, &run, json)
+    write(args, &run, &json)
 }

@@ -139,7 +139,7 @@ mod tests {
         let config = r#"{"model_type":"bert","vocab_size":10,"hidden_size":8,"num_hidden_layers":3,
             "num_attention_heads":2,"intermediate_size":16,"max_position_embeddings":4}"#;
         let snapshot = fake_cache(cache.path(), "org/tiny-model", &[("config.json", config)]);
-        fake_cache(cache.path(), "other/t5-thing", &[("config.json", r#"{"model_type":"t5"}"#)]);
+        fake_cache(cache.path(), "other/whisper-thing", &[("config.json", r#"{"model_type":"whisper"}"#)]);
         let got = resolve_in(Path::new("org/tiny-model"), cache.path()).unwrap();
         assert_eq!(got, snapshot);
         assert_eq!(id_of(&got).as_deref(), Some("org/tiny-model"));
@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(listed[0].id, "org/tiny-model");
         assert_eq!(listed[0].summary.as_deref(), Ok("bert · 3 layers × 2 heads × 8 wide"));
         assert!(listed[0].bytes > 0);
-        assert!(listed[1].summary.as_ref().unwrap_err().contains("t5"));
+        assert!(listed[1].summary.as_ref().unwrap_err().contains("whisper"));
         let err = resolve_in(Path::new("org/absent"), cache.path()).unwrap_err().to_string();
         assert!(err.contains("org/absent") && err.contains("cache"), "{err}");
         // A path that does not exist and is not an id stays a missing folder.

@@ -17,7 +17,7 @@ use super::gemm::{MatMut, MatRef, matmul};
 use super::intervene::Interventions;
 use super::kernels;
 use super::relpos;
-use crate::analysis::spare;
+use crate::alloc as spare;
 
 /// What to record besides the attention probabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! Data flows one way: text → tokenizer → [`model`] → plain [`analysis::Attention`] →
 //! [`render`] images and the [`app`] views.
 
+pub mod alloc;
 pub mod analysis;
 pub mod app;
 pub mod atomic;

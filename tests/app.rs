@@ -38,7 +38,7 @@ fn app(text: &str) -> Harness<'static, AttnvizApp> {
         Startup { model_dir: Some(tiny()), text: Some(text.into()), text_pair: None, hf_cache: None },
         None,
     );
-    wait_until(&mut h, "the first run", |a| a.rt.run.is_some());
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
     h
 }
 
@@ -53,8 +53,32 @@ fn wait_until(h: &mut Harness<'static, AttnvizApp>, what: &str, cond: impl Fn(&A
     h.step();
 }
 
+/// The rollout the rollout view shows for `heads`, once computed off the UI thread.
+fn shown_rollout(h: &mut Harness<'static, AttnvizApp>, heads: &[usize]) -> Vec<Vec<f32>> {
+    wait_until(h, "the rollout", |a| a.session.derived.rollout(a.session.view_id, heads).is_some());
+    let s = &h.state().session;
+    s.derived.rollout(s.view_id, heads).unwrap().to_vec()
+}
+
+/// Steps until nothing is in flight (runs, loads, data derived off the UI thread), then two more
+/// frames to draw the result.
+fn settled(h: &mut Harness<'static, AttnvizApp>) {
+    // A click takes effect at the end of its frame and the view asks for data in the next one.
+    h.run_steps(2);
+    wait_until(h, "the background work", |a| !a.is_busy());
+    h.run_steps(2);
+}
+
+/// Lines in the head view's picture once the picture for the current selection is drawn (it is
+/// rasterized off the UI thread).
+fn head_lines(h: &mut Harness<'static, AttnvizApp>) -> usize {
+    h.run_steps(2);
+    wait_until(h, "the head view's lines", |a| !a.views.head.lines_pending && !a.session.derived.any_pending());
+    h.state().views.head.line_count
+}
+
 fn tokens(h: &Harness<'static, AttnvizApp>) -> Vec<String> {
-    h.state().rt.run.as_ref().map(|r| r.tokens.tokens.clone()).unwrap_or_default()
+    h.state().session.run.as_ref().map(|r| r.tokens.tokens.clone()).unwrap_or_default()
 }
 
 #[test]
@@ -64,7 +88,7 @@ fn launch_focuses_the_sentence_and_typing_reruns_the_model() {
     assert_eq!(tokens(&h), ["[CLS]", "the", "cat", "[SEP]"]);
     h.get_by_label("Sentence A").type_text(" sat");
     wait_until(&mut h, "the new run", |a| {
-        a.rt.run.as_ref().is_some_and(|r| r.tokens.tokens.contains(&"sat".to_string()))
+        a.session.run.as_ref().is_some_and(|r| r.tokens.tokens.contains(&"sat".to_string()))
     });
     assert_eq!(h.state().settings.text, "the cat sat");
     assert_eq!(tokens(&h), ["[CLS]", "the", "cat", "sat", "[SEP]"]);
@@ -97,20 +121,20 @@ fn pinning_a_token_keeps_its_lines_until_clicked_again_or_escape() {
     let mut h = app("pin this token");
     h.get_by_label("query 2: this").click();
     h.run_steps(2);
-    assert_eq!(h.state().rt.pinned, Some((Side::Query, 2)));
+    assert_eq!(h.state().session.pinned, Some((Side::Query, 2)));
     // Hovering elsewhere does not change the pinned selection.
     h.get_by_label("key 1: pin").hover();
     h.run_steps(2);
-    assert_eq!(h.state().rt.pinned, Some((Side::Query, 2)));
+    assert_eq!(h.state().session.pinned, Some((Side::Query, 2)));
     h.get_by_label("query 2: this").click();
     h.run_steps(2);
-    assert_eq!(h.state().rt.pinned, None);
+    assert_eq!(h.state().session.pinned, None);
     h.get_by_label("key 3: token").click();
     h.run_steps(2);
-    assert_eq!(h.state().rt.pinned, Some((Side::Key, 3)));
+    assert_eq!(h.state().session.pinned, Some((Side::Key, 3)));
     h.key_press(Key::Escape);
     h.run_steps(2);
-    assert_eq!(h.state().rt.pinned, None);
+    assert_eq!(h.state().session.pinned, None);
 }
 
 #[test]
@@ -126,13 +150,13 @@ fn sentence_pair_and_its_filter() {
     drop(boxes);
     h.step();
     h.get_all_by_role(egui::accesskit::Role::TextInput).nth(1).unwrap().type_text("it was happy");
-    wait_until(&mut h, "the pair run", |a| a.rt.run.as_ref().is_some_and(|r| r.tokens.is_pair()));
-    let all_lines = h.state().rt.caches.head.line_count;
+    wait_until(&mut h, "the pair run", |a| a.session.run.as_ref().is_some_and(|r| r.tokens.is_pair()));
+    let all_lines = head_lines(&mut h);
     assert!(all_lines > 0);
     h.get_by_label("A→B").click();
     h.run_steps(3);
     assert_eq!(h.state().settings.pair_filter, PairFilter::AToB);
-    let a_to_b = h.state().rt.caches.head.line_count;
+    let a_to_b = head_lines(&mut h);
     assert!(a_to_b > 0 && a_to_b < all_lines, "{a_to_b} of {all_lines} lines");
 }
 
@@ -142,23 +166,24 @@ fn views_switch_and_a_model_view_click_opens_the_heatmap() {
     h.get_by_label("Model view").click();
     h.run_steps(3);
     assert_eq!(h.state().settings.view, View::Model);
-    let builds = h.state().rt.caches.model.builds;
+    settled(&mut h);
+    let builds = h.state().views.model.builds;
     h.run_steps(5);
-    assert_eq!(h.state().rt.caches.model.builds, builds, "textures are built once per run, not per frame");
+    assert_eq!(h.state().views.model.builds, builds, "textures are built once per run, not per frame");
     h.get_by_label("Layer 1 head 2").click();
     h.run_steps(3);
     let s = &h.state().settings;
     assert_eq!(s.view, View::Heatmap);
     assert_eq!(s.layer_idx, 1);
     assert_eq!(s.heads, [false, false, true, false]);
-    let run = h.state().rt.run.clone().unwrap();
-    let cache = &h.state().rt.caches.heatmap;
+    let run = h.state().session.run.clone().unwrap();
+    let cache = &h.state().views.heatmap;
     assert_eq!(cache.keep.len(), run.tokens.len());
     assert_eq!(cache.value(1, 2), run.attention.get(1, 2, 1, 2));
     h.get_by_label("Heatmap").click();
     h.get_by_label("Hide special tokens").click();
     h.run_steps(3);
-    let cache = &h.state().rt.caches.heatmap;
+    let cache = &h.state().views.heatmap;
     assert_eq!(cache.keep.len(), run.tokens.len() - 2);
     let row_sum: f32 = (0..cache.keep.len()).map(|k| cache.value(0, k)).sum();
     assert!((row_sum - 1.0).abs() < 1e-5, "rows renormalised: {row_sum}");
@@ -176,10 +201,10 @@ fn export_writes_a_decodable_png_through_the_dialog() {
     retype(&mut h, "Export path", path.to_str().unwrap());
     h.get_by_label("3×").click();
     h.run_steps(2);
-    h.state_mut().rt.status = None;
+    h.state_mut().session.status = None;
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the export", |a| a.rt.exporting.is_none() && a.rt.status.is_some());
-    let status = h.state().rt.status.clone().unwrap();
+    wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    let status = h.state().session.status.clone().unwrap();
     assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
     let image = image::open(&path).unwrap();
     // The same pixels as the CLI's figure for the same settings.
@@ -187,10 +212,11 @@ fn export_writes_a_decodable_png_through_the_dialog() {
     // The app exports in its own theme (the harness runs dark).
     let dark = h.ctx.theme() == egui::Theme::Dark;
     let expected =
-        attnviz::export::render_figure(app.rt.run.as_deref(), &app.current_figure(), app.export_style(dark)).unwrap();
+        attnviz::export::render_figure(app.session.run.as_deref(), &app.current_figure(), app.export_style(dark))
+            .unwrap();
     assert_eq!(image.width(), expected.width());
     assert_eq!(image.height(), expected.height());
-    assert!(!h.state().rt.export_open, "the dialog closes after a successful export");
+    assert!(!h.state().views.export.open, "the dialog closes after a successful export");
 }
 
 #[test]
@@ -198,14 +224,14 @@ fn an_unwritable_export_path_is_reported_and_nothing_is_written() {
     let mut h = app("export fails");
     h.get_by_label("Export…").click();
     h.run_steps(2);
-    h.state_mut().rt.export_path_input = "/nonexistent-folder/x.png".into();
+    h.state_mut().views.export.path_input = "/nonexistent-folder/x.png".into();
     h.run_steps(1);
-    h.state_mut().rt.status = None;
+    h.state_mut().session.status = None;
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the failed export", |a| a.rt.exporting.is_none() && a.rt.status.is_some());
-    let status = h.state().rt.status.clone().unwrap();
+    wait_until(&mut h, "the failed export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    let status = h.state().session.status.clone().unwrap();
     assert!(status.is_error && status.text.contains("/nonexistent-folder/x.png"), "{status:?}");
-    assert!(h.state().rt.export_open, "the dialog stays open to fix the path");
+    assert!(h.state().views.export.open, "the dialog stays open to fix the path");
 }
 
 #[test]
@@ -219,17 +245,17 @@ fn a_failed_model_load_keeps_the_previous_model() {
     h.get_by_label("Model folder or hub id").type_text(broken.path().to_str().unwrap());
     h.get_by_label("Load").click();
     h.step();
-    wait_until(&mut h, "the load to fail", |a| a.rt.loading.is_none() && a.rt.load_error.is_some());
+    wait_until(&mut h, "the load to fail", |a| a.session.loading.is_none() && a.session.load_error.is_some());
     let app = h.state();
-    assert!(app.rt.load_error.as_ref().unwrap().contains("config.json"));
-    assert_eq!(app.rt.model.as_ref().unwrap().name, "tiny-bert");
-    assert!(app.rt.run.is_some());
+    assert!(app.session.load_error.as_ref().unwrap().contains("config.json"));
+    assert_eq!(app.session.model.as_ref().unwrap().name, "tiny-bert");
+    assert!(app.session.run.is_some());
     // And the kept model still runs.
     h.get_by_label("Sentence A").focus();
     h.step();
     h.get_by_label("Sentence A").type_text(" still");
     wait_until(&mut h, "a run with the kept model", |a| {
-        a.rt.run.as_ref().is_some_and(|r| r.tokens.tokens.contains(&"still".to_string()))
+        a.session.run.as_ref().is_some_and(|r| r.tokens.tokens.contains(&"still".to_string()))
     });
 }
 
@@ -239,7 +265,7 @@ fn over_long_text_is_truncated_with_a_visible_notice() {
     assert_eq!(tokens(&h).len(), 24);
     h.get_by_label_contains("truncated to 24 tokens");
     h.state_mut().settings.text.clear();
-    wait_until(&mut h, "the empty run", |a| a.rt.run.as_ref().is_some_and(|r| r.tokens.len() == 2));
+    wait_until(&mut h, "the empty run", |a| a.session.run.as_ref().is_some_and(|r| r.tokens.len() == 2));
     h.get_by_label_contains("The sentence is empty");
 }
 
@@ -273,7 +299,7 @@ fn settings_persist_across_launches() {
     let saved: Settings = h.state().settings.clone();
     drop(h);
     let mut h2 = harness_with(Startup::default(), Some(storage));
-    wait_until(&mut h2, "the restored run", |a| a.rt.run.is_some());
+    wait_until(&mut h2, "the restored run", |a| a.session.run.is_some());
     let restored = &h2.state().settings;
     assert_eq!(restored.text, "remember me");
     assert_eq!(restored.view, View::Heatmap);
@@ -281,7 +307,7 @@ fn settings_persist_across_launches() {
     assert_eq!(restored.heads, [true, false, true, true]);
     assert_eq!(restored.model_dir.as_deref(), Some(tiny().as_path()));
     assert_eq!(*restored, saved);
-    assert_eq!(h2.state().rt.model.as_ref().unwrap().name, "tiny-bert");
+    assert_eq!(h2.state().session.model.as_ref().unwrap().name, "tiny-bert");
 }
 
 /// Small image snapshots (wgpu on a software adapter) where the picture is the point. Timings in
@@ -300,7 +326,7 @@ fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
         }
     });
     h.state_mut().settings.theme = attnviz::app::state::ThemeChoice::Light;
-    wait_until(&mut h, "the first run", |a| a.rt.run.is_some());
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
     h
 }
 
@@ -352,15 +378,15 @@ fn loading_a_differently_shaped_model_switches_views_to_it() {
     h.get_by_label("Model folder or hub id").type_text(relu.to_str().unwrap());
     h.get_by_label("Load").click();
     h.step();
-    wait_until(&mut h, "the new model's run", |a| a.rt.run.as_ref().is_some_and(|r| r.attention.heads() == 2));
+    wait_until(&mut h, "the new model's run", |a| a.session.run.as_ref().is_some_and(|r| r.attention.heads() == 2));
     for view in ["Model view", "Heatmap", "Head view"] {
         h.get_by_label(view).click();
         h.run_steps(2);
     }
     let app = h.state();
-    assert_eq!(app.rt.model.as_ref().unwrap().name, "tiny-bert-relu");
+    assert_eq!(app.session.model.as_ref().unwrap().name, "tiny-bert-relu");
     assert_eq!(app.settings.heads, [true, true]);
-    assert_eq!(app.rt.run.as_ref().unwrap().attention.layers(), 3);
+    assert_eq!(app.session.run.as_ref().unwrap().attention.layers(), 3);
     h.get_by_label("L2");
 }
 
@@ -385,7 +411,7 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
     retype(&mut h, "base", "1000");
     h.get_by_label("concatenated").click();
     h.run_steps(2);
-    let pe = h.state().rt.caches.pe.encoding.clone().expect("an encoding is shown");
+    let pe = h.state().views.pe.encoding.clone().expect("an encoding is shown");
     assert_eq!((pe.params.d_model, pe.params.positions, pe.params.base), (16, 10, 1000.0));
     assert_eq!(pe.params.layout, PeLayout::Concatenated);
     // tensor2tensor: 8 timescales from 1 to 1000, sines then cosines; dot = PE·PEᵀ.
@@ -402,15 +428,15 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
     }
     h.get_by_label("interleaved").click();
     h.run_steps(2);
-    let pe = h.state().rt.caches.pe.encoding.clone().unwrap();
+    let pe = h.state().views.pe.encoding.clone().unwrap();
     let angle = 3.0 / 1000f64.powf(4.0 / 16.0); // position 3, pair i = 2
     assert!((f64::from(pe.encoding[3 * 16 + 4]) - angle.sin()).abs() < 1e-6);
     assert!((f64::from(pe.encoding[3 * 16 + 5]) - angle.cos()).abs() < 1e-6);
     // An odd width is explained and the last valid encoding stays.
     retype(&mut h, "d_model", "15");
-    assert!(h.state().rt.caches.pe.error.as_deref().unwrap().contains("even"));
+    assert!(h.state().views.pe.error.as_deref().unwrap().contains("even"));
     assert!(h.query_by_label_contains("d_model must be a positive even number").is_some());
-    assert_eq!(h.state().rt.caches.pe.encoding.as_ref().unwrap().params.d_model, 16);
+    assert_eq!(h.state().views.pe.encoding.as_ref().unwrap().params.d_model, 16);
     retype(&mut h, "d_model", "12.5");
     assert!(h.query_by_label_contains("d_model: \"12.5\" is not a whole number").is_some());
     retype(&mut h, "d_model", "16");
@@ -422,14 +448,14 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
     buttons[1].click();
     h.run_steps(2);
     assert_eq!(h.state().settings.pe_figure, PeFigure::Dot);
-    assert!(h.state().rt.export_open);
+    assert!(h.state().views.export.open);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("dot.png");
-    h.state_mut().rt.export_path_input = path.display().to_string();
-    h.state_mut().rt.status = None;
+    h.state_mut().views.export.path_input = path.display().to_string();
+    h.state_mut().session.status = None;
     h.run_steps(1);
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the export", |a| a.rt.exporting.is_none() && a.rt.status.is_some());
+    wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
     let image = image::open(&path).unwrap();
     let app = h.state();
     let expected = attnviz::export::render_figure(None, &app.current_figure(), app.export_style(false)).unwrap();
@@ -445,7 +471,7 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
 }
 
 fn playground_run(h: &Harness<'static, AttnvizApp>) -> Option<(usize, usize)> {
-    let run = h.state().rt.run.as_ref()?;
+    let run = h.state().session.run.as_ref()?;
     run.model_name.starts_with("playground").then(|| (run.attention.layers(), run.attention.heads()))
 }
 
@@ -454,17 +480,17 @@ fn playground_hyperparameters_rerun_every_view_and_invalid_ones_are_explained() 
     let mut h = app("a playground sentence");
     h.get_by_label("Playground").click();
     wait_until(&mut h, "the playground run", |a| {
-        a.rt.run.as_ref().is_some_and(|r| r.model_name.starts_with("playground"))
+        a.session.run.as_ref().is_some_and(|r| r.model_name.starts_with("playground"))
     });
     assert_eq!(playground_run(&h), Some((2, 4)));
     assert!(h.query_by_label_contains("PLAYGROUND — random weights").is_some(), "the screen says which model is shown");
     h.get_by_label("Model view").click();
-    h.run_steps(2);
+    settled(&mut h);
     assert!(h.query_by_label("Layer 1 head 3").is_some());
     retype(&mut h, "heads", "2");
     retype(&mut h, "layers", "3");
     wait_until(&mut h, "the 3 × 2 playground", |a| {
-        a.rt.run.as_ref().is_some_and(|r| (r.attention.layers(), r.attention.heads()) == (3, 2))
+        a.session.run.as_ref().is_some_and(|r| (r.attention.layers(), r.attention.heads()) == (3, 2))
     });
     assert!(h.query_by_label("Layer 2 head 1").is_some());
     assert!(h.query_by_label("Layer 1 head 3").is_none(), "the grid has 2 columns now");
@@ -472,38 +498,40 @@ fn playground_hyperparameters_rerun_every_view_and_invalid_ones_are_explained() 
     // d_model 30 with 4 heads: explained next to d_model; the 3 × 2 model stays on screen.
     retype(&mut h, "heads", "4");
     retype(&mut h, "d_model", "30");
-    let (field, message) = h.state().rt.playground_error.clone().expect("an error is shown");
+    let (field, message) = h.state().session.playground_error.clone().expect("an error is shown");
     assert_eq!(field, "d_model");
     assert!(message.contains("not divisible by 4 heads"), "{message}");
     assert!(h.query_by_label_contains("not divisible by 4 heads").is_some());
     h.run_steps(5);
     assert_eq!(playground_run(&h), Some((3, 2)));
     retype(&mut h, "d_model", "32");
-    wait_until(&mut h, "the valid model", |a| a.rt.run.as_ref().is_some_and(|r| r.attention.heads() == 4));
-    assert!(h.state().rt.playground_error.is_none());
+    wait_until(&mut h, "the valid model", |a| a.session.run.as_ref().is_some_and(|r| r.attention.heads() == 4));
+    assert!(h.state().session.playground_error.is_none());
     // Causal mask on: the upper triangle is exactly zero in every head.
     h.get_by_label("Causal mask (each token sees only earlier ones)").click();
-    wait_until(&mut h, "the causal run", |a| a.rt.run.as_ref().is_some_and(|r| r.attention.get(0, 0, 0, 1) == 0.0));
-    let run = h.state().rt.run.clone().unwrap();
+    wait_until(&mut h, "the causal run", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.attention.get(0, 0, 0, 1) == 0.0)
+    });
+    let run = h.state().session.run.clone().unwrap();
     let n = run.tokens.len();
     for q in 0..n {
         assert!(run.attention.row(2, 3, q)[q + 1..].iter().all(|&v| v == 0.0));
     }
     // One click back to the pretrained model.
     h.get_by_label_contains("Pretrained:").click();
-    wait_until(&mut h, "the pretrained run", |a| a.rt.run.as_ref().is_some_and(|r| r.model_name == "tiny-bert"));
+    wait_until(&mut h, "the pretrained run", |a| a.session.run.as_ref().is_some_and(|r| r.model_name == "tiny-bert"));
     assert!(h.query_by_label_contains("Faithful model: tiny-bert").is_some());
 }
 
 #[test]
 fn interventions_mark_the_run_and_reset_restores_the_faithful_model() {
     let mut h = app("intervene on this model");
-    let faithful = h.state().rt.run.clone().unwrap();
+    let faithful = h.state().session.run.clone().unwrap();
     h.get_by_label_contains("Interventions").click();
     h.run_steps(2);
     h.get_by_label("Ablate layer 0 head 2").click();
-    wait_until(&mut h, "the ablated run", |a| a.rt.run.as_ref().is_some_and(|r| r.intervention.is_some()));
-    let ablated = h.state().rt.run.clone().unwrap();
+    wait_until(&mut h, "the ablated run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    let ablated = h.state().session.run.clone().unwrap();
     assert_eq!(ablated.intervention.as_deref(), Some("ablated heads 0:2"));
     assert_eq!(ablated.attention.head(0, 2), faithful.attention.head(0, 2), "layer 0 itself is unchanged");
     assert_ne!(ablated.attention.head(1, 0), faithful.attention.head(1, 0), "later layers change");
@@ -516,12 +544,12 @@ fn interventions_mark_the_run_and_reset_restores_the_faithful_model() {
     assert!(ablated.display_name().contains("MODIFIED: ablated heads 0:2"));
     h.get_by_label("Causal mask (no looking ahead)").click();
     wait_until(&mut h, "the causal run", |a| {
-        a.rt.run.as_ref().is_some_and(|r| r.intervention.as_deref() == Some("ablated heads 0:2; causal mask"))
+        a.session.run.as_ref().is_some_and(|r| r.intervention.as_deref() == Some("ablated heads 0:2; causal mask"))
     });
-    assert_eq!(h.state().rt.run.as_ref().unwrap().attention.get(1, 3, 0, 1), 0.0);
+    assert_eq!(h.state().session.run.as_ref().unwrap().attention.get(1, 3, 0, 1), 0.0);
     h.get_all_by_label("Reset to the faithful model").next().unwrap().click();
-    wait_until(&mut h, "the faithful run", |a| a.rt.run.as_ref().is_some_and(|r| r.intervention.is_none()));
-    assert_eq!(h.state().rt.run.as_ref().unwrap().attention.as_slice(), faithful.attention.as_slice());
+    wait_until(&mut h, "the faithful run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_none()));
+    assert_eq!(h.state().session.run.as_ref().unwrap().attention.as_slice(), faithful.attention.as_slice());
     assert!(h.state().settings.interventions.is_faithful());
 }
 
@@ -539,14 +567,16 @@ fn playground_interventions_and_pe_settings_persist_across_launches() {
     h.get_by_label("Positional encoding").click();
     h.run_steps(2);
     retype(&mut h, "positions", "33");
-    wait_until(&mut h, "the playground run", |a| a.rt.run.as_ref().is_some_and(|r| r.model_name.contains("seed 42")));
+    wait_until(&mut h, "the playground run", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.model_name.contains("seed 42"))
+    });
     let mut storage = MemoryStorage::default();
     eframe::App::save(h.state_mut(), &mut storage);
     let saved = h.state().settings.clone();
     drop(h);
     let mut h2 = harness_with(Startup::default(), Some(storage));
     wait_until(&mut h2, "the restored playground run", |a| {
-        a.rt.run.as_ref().is_some_and(|r| r.model_name.contains("seed 42") && r.model_name.contains("pre-LN"))
+        a.session.run.as_ref().is_some_and(|r| r.model_name.contains("seed 42") && r.model_name.contains("pre-LN"))
     });
     let restored = &h2.state().settings;
     assert_eq!(*restored, saved);
@@ -562,10 +592,10 @@ fn export_through_dialog(h: &mut Harness<'static, AttnvizApp>, path: &std::path:
     h.get_by_label("Export…").click();
     h.run_steps(2);
     retype(h, "Export path", path.to_str().unwrap());
-    h.state_mut().rt.status = None;
+    h.state_mut().session.status = None;
     h.get_by_label("Save").click();
-    wait_until(h, "the export", |a| a.rt.exporting.is_none() && a.rt.status.is_some());
-    let status = h.state().rt.status.clone().unwrap();
+    wait_until(h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    let status = h.state().session.status.clone().unwrap();
     assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
 }
 
@@ -576,7 +606,8 @@ fn assert_png_matches_figure(h: &Harness<'static, AttnvizApp>, path: &std::path:
     // The app exports in its own theme (the harness runs dark).
     let dark = h.ctx.theme() == egui::Theme::Dark;
     let expected =
-        attnviz::export::render_figure(app.rt.run.as_deref(), &app.current_figure(), app.export_style(dark)).unwrap();
+        attnviz::export::render_figure(app.session.run.as_deref(), &app.current_figure(), app.export_style(dark))
+            .unwrap();
     assert_eq!((image.width(), image.height()), (expected.width(), expected.height()));
     // The same pixels, not just the same size: the app's Export draws the figure the CLI draws.
     assert!(image.to_rgba8().as_raw() == expected.as_raw(), "{}: pixels differ from the figure", path.display());
@@ -610,7 +641,7 @@ fn neuron_view_opens_from_a_pinned_query_picks_queries_and_exports() {
     let csv = dir.path().join("neuron.csv");
     export_through_dialog(&mut h, &csv);
     let rows = csv_rows(&csv);
-    let run = h.state().rt.run.clone().unwrap();
+    let run = h.state().session.run.clone().unwrap();
     let neuron = run.neuron.as_ref().unwrap();
     let layer = h.state().settings.layer_idx;
     assert_eq!(rows.len(), 1 + run.tokens.len());
@@ -642,11 +673,12 @@ fn statistics_grid_opens_a_head_on_click_and_exports_csv_and_png() {
     export_through_dialog(&mut h, &csv);
     let rows = csv_rows(&csv);
     assert_eq!(rows[0].join(","), "layer,head,entropy,cls,sep,punctuation,self,previous,next");
-    let run = h.state().rt.run.clone().unwrap();
+    let run = h.state().session.run.clone().unwrap();
     let stats = attnviz::analysis::HeadStats::compute(&run.attention, &run.tokens);
     assert_eq!(rows.len(), 1 + 2 * 4);
     let self_share: f32 = rows[1 + 6][6].parse().unwrap(); // layer 1 head 2
     assert_eq!(self_share, stats.get(1, 2, attnviz::analysis::Statistic::SelfToken));
+    settled(&mut h);
     h.get_by_label("Statistics of layer 1 head 2").click();
     h.run_steps(3);
     let s = &h.state().settings;
@@ -660,16 +692,16 @@ fn rollout_flow_and_the_head_view_pseudo_layer() {
     h.get_by_label("L1").click();
     h.get_by_label("Rollout / flow").click();
     h.run_steps(3);
-    let run = h.state().rt.run.clone().unwrap();
+    let run = h.state().session.run.clone().unwrap();
     let expected = attnviz::analysis::rollout::rollout(&run.attention, &[0, 1, 2, 3]);
-    assert_eq!(h.state().rt.caches.rollout.layers, expected);
+    assert_eq!(shown_rollout(&mut h, &[0, 1, 2, 3]), expected);
     let dir = tempfile::tempdir().unwrap();
     let npz = dir.path().join("rollout.npz");
     export_through_dialog(&mut h, &npz);
     assert!(std::fs::metadata(&npz).unwrap().len() > 4 * 64, "the NPZ holds the n × n matrix");
     h.get_by_label("Flow").click();
-    wait_until(&mut h, "the flow", |a| a.rt.flow.is_some() && a.rt.flow_pending.is_none());
-    let values = h.state().rt.flow.clone().unwrap().values;
+    wait_until(&mut h, "the flow", |a| a.session.flow.is_some() && a.session.flow_pending.is_none());
+    let values = h.state().session.flow.clone().unwrap().values;
     assert_eq!(*values, attnviz::analysis::rollout::flow(&run.attention, &[0, 1, 2, 3], 1));
     let png = dir.path().join("flow.png");
     export_through_dialog(&mut h, &png);
@@ -678,7 +710,18 @@ fn rollout_flow_and_the_head_view_pseudo_layer() {
     h.run_steps(3);
     assert_eq!(h.state().settings.view, View::Head);
     assert!(h.state().settings.head_rollout);
-    assert!(h.state().rt.caches.head.line_count > 0, "the pseudo-layer draws its lines");
+    // The pseudo-layer's matrices and lines are derived for the rollout (not layer 0's heads).
+    let s = &h.state().session;
+    let pseudo = attnviz::app::derive::DeriveKey::HeadMatrices {
+        view_id: s.view_id,
+        layer_idx: 1,
+        hide_special: false,
+        rollout: Some(vec![0, 1, 2, 3]),
+    };
+    assert!(s.derived.is_pending(&pseudo) || s.derived.head_matrices(&pseudo).is_some());
+    assert!(head_lines(&mut h) > 0, "the pseudo-layer draws its lines");
+    let s = &h.state().session;
+    assert_eq!(s.derived.head_matrices(&pseudo).unwrap().matrices.len(), 1, "one pseudo-head");
     h.get_by_label("Rollout pseudo-layer").click();
     h.run_steps(2);
     assert!(!h.state().settings.head_rollout);
@@ -690,16 +733,18 @@ fn the_words_toggle_merges_pieces_in_every_view_and_rows_still_sum_to_one() {
     let pieces = tokens(&h);
     assert!(pieces.iter().any(|t| t.starts_with("##")), "{pieces:?}");
     h.get_by_label("Words").click();
-    wait_until(&mut h, "the word-level run", |a| a.rt.run.as_ref().is_some_and(|r| r.tokens.len() < pieces.len()));
+    wait_until(&mut h, "the word-level run", |a| a.session.run.as_ref().is_some_and(|r| r.tokens.len() < pieces.len()));
     assert_eq!(tokens(&h), ["[CLS]", "embeddings", "are", "unbelievable", "[SEP]"]);
-    let run = h.state().rt.run.clone().unwrap();
+    let run = h.state().session.run.clone().unwrap();
     assert!(run.attention.max_row_sum_error() < 1e-5);
     for view in ["Model view", "Heatmap", "Head statistics", "Rollout / flow"] {
         h.get_by_label(view).click();
         h.run_steps(3);
     }
-    assert_eq!(h.state().rt.caches.stats.stats.as_ref().unwrap().tokens, 5);
-    assert_eq!(h.state().rt.caches.rollout.layers[0].len(), 25);
+    wait_until(&mut h, "the statistics", |a| a.session.derived.stats(a.session.view_id).is_some());
+    let s = &h.state().session;
+    assert_eq!(s.derived.stats(s.view_id).unwrap().tokens, 5);
+    assert_eq!(shown_rollout(&mut h, &[0, 1, 2, 3])[0].len(), 25);
     h.get_by_label("Neuron view").click();
     h.run_steps(2);
     assert!(h.query_by_label_contains("turn off “Words”").is_some());
@@ -714,21 +759,21 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
     h.get_by_label("Compare").click();
     h.run_steps(2);
     retype(&mut h, "Sentence to compare", "the dog sat down");
-    wait_until(&mut h, "run B", |a| a.rt.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
+    wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
     h.get_by_label("Difference B − A").click();
     h.run_steps(2);
     assert!(h.query_by_label_contains("needs the same tokens").is_some(), "different tokens: side by side");
     assert!(h.query_by_label_contains("A has 5 tokens, B has 6").is_some(), "the reason, in numbers");
     // Same count, other words: the message says where they part (not "A has 6, B has 6").
     retype(&mut h, "Sentence to compare", "the dog sat");
-    wait_until(&mut h, "run B", |a| a.rt.run_b.as_ref().is_some_and(|b| b.tokens.len() == 5));
+    wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 5));
     h.run_steps(2);
     assert!(
         h.query_by_label_contains("token 2 is “cat” in A and “dog” in B").is_some(),
         "the first token that differs is named"
     );
     retype(&mut h, "Sentence to compare", "the dog sat down");
-    wait_until(&mut h, "run B", |a| a.rt.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
+    wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
     h.run_steps(2);
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("side-by-side.png");
@@ -742,15 +787,15 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
     assert!(h.query_by_label_contains("set an intervention").is_some());
     h.state_mut().settings.interventions.ablated.insert((0, 1));
     wait_until(&mut h, "both runs", |a| {
-        a.rt.run.as_ref().is_some_and(|r| r.intervention.is_some())
-            && a.rt.run_b.as_ref().is_some_and(|b| b.intervention.is_none() && b.tokens.len() == 5)
+        a.session.run.as_ref().is_some_and(|r| r.intervention.is_some())
+            && a.session.run_b.as_ref().is_some_and(|b| b.intervention.is_none() && b.tokens.len() == 5)
     });
     h.get_by_label("Difference B − A").click();
     h.get_by_label("L1").click();
     h.run_steps(2);
     let csv = dir.path().join("difference.csv");
     export_through_dialog(&mut h, &csv);
-    let (a, b) = (h.state().rt.run.clone().unwrap(), h.state().rt.run_b.clone().unwrap());
+    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().session.run_b.clone().unwrap());
     let heads = [0, 1, 2, 3];
     let (am, bm) = (a.attention.mean_of_heads(1, &heads), b.attention.mean_of_heads(1, &heads));
     let rows = csv_rows(&csv);
@@ -772,11 +817,11 @@ fn a_gpt2_model_draws_its_masked_triangle_as_masked() {
         Startup { model_dir: Some(gpt2), text: Some("The cat sat.".into()), text_pair: None, hf_cache: None },
         None,
     );
-    wait_until(&mut h, "the first run", |a| a.rt.run.is_some());
-    assert!(h.state().rt.run.as_ref().unwrap().causal);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    assert!(h.state().session.run.as_ref().unwrap().causal);
     h.get_by_label("Heatmap").click();
     h.run_steps(3);
-    let cache = &h.state().rt.caches.heatmap;
+    let cache = &h.state().views.heatmap;
     let m = cache.keep.len();
     assert!(m > 2);
     for q in 0..m {
@@ -785,8 +830,11 @@ fn a_gpt2_model_draws_its_masked_triangle_as_masked() {
         }
     }
     h.get_by_label("Words").click();
-    h.run_steps(3);
-    assert!(h.state().rt.run.as_ref().unwrap().tokens.tokens.iter().all(|t| !t.contains("Ġ") || t.starts_with('Ġ')));
+    h.run_steps(2);
+    wait_until(&mut h, "the word-level run", |a| a.session.run.is_some());
+    assert!(
+        h.state().session.run.as_ref().unwrap().tokens.tokens.iter().all(|t| !t.contains("Ġ") || t.starts_with('Ġ'))
+    );
 }
 
 #[test]
@@ -800,8 +848,8 @@ fn comparison_with_another_model_folder_loads_it_in_the_background() {
     // The same weights as B: the difference must be exactly zero everywhere.
     retype(&mut h, "Model B folder", tiny().to_str().unwrap());
     h.get_by_label("Use as B").click();
-    wait_until(&mut h, "run B", |a| a.rt.run_b.is_some());
-    let (a, b) = (h.state().rt.run.clone().unwrap(), h.state().rt.run_b.clone().unwrap());
+    wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().session.run_b.clone().unwrap());
     assert_eq!(b.model_name, "tiny-bert");
     assert_eq!(a.attention, b.attention);
     // A model of another shape: the view says what B has instead of failing.
@@ -809,7 +857,7 @@ fn comparison_with_another_model_folder_loads_it_in_the_background() {
     retype(&mut h, "Model B folder", relu.to_str().unwrap());
     h.get_by_label("Use as B").click();
     wait_until(&mut h, "run B of the other model", |a| {
-        a.rt.run_b.as_ref().is_some_and(|b| b.model_name == "tiny-bert-relu")
+        a.session.run_b.as_ref().is_some_and(|b| b.model_name == "tiny-bert-relu")
     });
     assert!(h.query_by_label_contains("has 3 layers × 2 heads").is_some());
 }
@@ -824,14 +872,16 @@ fn models_in_the_hugging_face_cache_open_in_one_click_and_are_remembered() {
         hf_cache: Some(cache.path().to_path_buf()),
     };
     let mut h = harness_with(startup, None);
-    wait_until(&mut h, "the first run and the cache scan", |a| a.rt.run.is_some() && a.rt.cached_models.is_some());
-    let listed = h.state().rt.cached_models.clone().unwrap();
+    wait_until(&mut h, "the first run and the cache scan", |a| {
+        a.session.run.is_some() && a.session.cached_models.is_some()
+    });
+    let listed = h.state().session.cached_models.clone().unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].summary.as_deref(), Ok("roberta · 2 layers × 4 heads × 32 wide"));
     h.get_by_label("org/tiny-roberta").click();
-    wait_until(&mut h, "the cached model", |a| a.rt.model.as_ref().is_some_and(|m| m.name == "org/tiny-roberta"));
-    wait_until(&mut h, "its run", |a| a.rt.run.as_ref().is_some_and(|r| r.model_name == "org/tiny-roberta"));
-    let run = h.state().rt.run.clone().unwrap();
+    wait_until(&mut h, "the cached model", |a| a.session.model.as_ref().is_some_and(|m| m.name == "org/tiny-roberta"));
+    wait_until(&mut h, "its run", |a| a.session.run.as_ref().is_some_and(|r| r.model_name == "org/tiny-roberta"));
+    let run = h.state().session.run.clone().unwrap();
     assert_eq!(run.tokens.tokens.first().map(String::as_str), Some("<s>"));
     let recent = &h.state().settings.recent_models;
     assert_eq!(recent.len(), 2, "{recent:?}");
@@ -840,7 +890,7 @@ fn models_in_the_hugging_face_cache_open_in_one_click_and_are_remembered() {
     // The previous model is offered again in one click.
     h.run_steps(2);
     h.get_by_label("tiny-bert").click();
-    wait_until(&mut h, "tiny-bert again", |a| a.rt.model.as_ref().is_some_and(|m| m.name == "tiny-bert"));
+    wait_until(&mut h, "tiny-bert again", |a| a.session.model.as_ref().is_some_and(|m| m.name == "tiny-bert"));
 }
 
 #[test]
@@ -850,7 +900,9 @@ fn after_typing_an_idle_app_asks_for_no_frames() {
     h.input_mut().focused = true;
     h.get_by_label("Sentence A").type_text(" It purred.");
     // [CLS] the cat sat . [SEP] had 6 tokens.
-    wait_until(&mut h, "the run of the new text", |a| a.rt.run.as_ref().is_some_and(|r| r.tokens.len() > 6));
+    wait_until(&mut h, "the run of the new text", |a| a.session.run.as_ref().is_some_and(|r| r.tokens.len() > 6));
+    // The head view's lines are rasterized off the UI thread: idle starts when they are drawn.
+    head_lines(&mut h);
     h.run();
     // Two simulated seconds without input, the sentence box still focused: no frame is asked for
     // (a blinking cursor would ask twice a second, and every frame of the head view costs a software
@@ -890,12 +942,13 @@ fn rollout_says_when_it_averages_only_some_heads() {
     assert_eq!(h.state().settings.heads, [false, true, false, false]);
     h.get_by_label("Rollout / flow").click();
     h.run_steps(3);
-    let run = h.state().rt.run.clone().unwrap();
-    assert_eq!(h.state().rt.caches.rollout.layers, attnviz::analysis::rollout::rollout(&run.attention, &[1]));
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(shown_rollout(&mut h, &[1]), attnviz::analysis::rollout::rollout(&run.attention, &[1]));
     assert!(h.query_by_label_contains("only the heads selected in the side panel (1 of 4): H1").is_some());
     h.get_by_label("Use all heads").click();
     h.run_steps(3);
-    assert_eq!(h.state().rt.caches.rollout.layers, attnviz::analysis::rollout::rollout(&run.attention, &[0, 1, 2, 3]));
+    let all = shown_rollout(&mut h, &[0, 1, 2, 3]);
+    assert_eq!(all, attnviz::analysis::rollout::rollout(&run.attention, &[0, 1, 2, 3]));
     assert!(h.query_by_label_contains("only the heads selected").is_none());
 }
 
@@ -906,7 +959,7 @@ fn per_head_bars_tell_their_numbers_on_hover() {
     h.run_steps(2);
     h.get_by_label("weights of key 1: pin").hover();
     h.run_steps(120);
-    let run = h.state().rt.run.clone().unwrap();
+    let run = h.state().session.run.clone().unwrap();
     let w = run.attention.get(0, 3, 2, 1);
     assert!(h.query_by_label_contains("“this” → “pin”").is_some(), "the tooltip names the pair");
     assert!(h.query_by_label(&format!("H3: {w:.4}")).is_some(), "head 3's weight, exactly as recorded");
@@ -940,4 +993,331 @@ fn the_apps_export_and_the_cli_draw_the_same_pixels() {
     assert_eq!(a.dimensions(), c.dimensions());
     let differing = a.pixels().zip(c.pixels()).filter(|(x, y)| x != y).count();
     assert_eq!(differing, 0, "pixels that differ between the app's Export and `attnviz export`");
+}
+
+#[test]
+fn relaunching_with_a_long_remembered_text_draws_at_once_and_derives_in_the_background() {
+    let mut storage = MemoryStorage::default();
+    let long = "the cat sat on the mat and looked at the dog. ".repeat(60);
+    let settings = Settings { text: long, ..Settings::default() };
+    eframe::set_value(&mut storage, "attnviz-settings", &settings);
+    let embedded = attnviz::model::default_model_dir();
+    let mut h =
+        harness_with(Startup { model_dir: Some(embedded), text: None, text_pair: None, hf_cache: None }, Some(storage));
+    // The first frame is drawn without waiting for the model: no run yet, a spinner instead.
+    h.step();
+    assert!(h.state().session.run.is_none(), "the first frame does not wait on the model");
+    h.get_by_label_contains("the model…");
+    wait_until(&mut h, "the long run", |a| a.session.run.is_some());
+    assert_eq!(h.state().session.run.as_ref().unwrap().tokens.len(), 512);
+    // The frame that first shows the run does not draw 512 tokens' lines itself: they are
+    // rasterized on the derive thread and arrive later.
+    assert!(h.state().views.head.lines_pending || h.state().session.derived.any_pending());
+    wait_until(&mut h, "the lines", |a| !a.views.head.lines_pending && a.views.head.line_count > 0);
+}
+
+/// The labels' rectangles of A's and B's titles in the comparison's side-by-side mode.
+fn compare_titles(h: &Harness<'static, AttnvizApp>) -> (egui::Rect, egui::Rect) {
+    (h.get_by_label_contains("A: ").rect(), h.get_by_label_contains("B: ").rect())
+}
+
+#[test]
+fn side_by_side_comparison_stacks_in_a_narrow_window_and_sits_side_by_side_in_a_wide_one() {
+    for (width, stacked) in [(900.0, true), (2400.0, false)] {
+        let mut h =
+            Harness::builder().with_size(egui::vec2(width, 600.0)).with_step_dt(1.0 / 60.0).build_eframe(|cc| {
+                let startup = Startup {
+                    model_dir: Some(tiny()),
+                    text: Some("the animal did not cross the street".into()),
+                    text_pair: None,
+                    hf_cache: Some(no_cache()),
+                };
+                AttnvizApp::with_storage(&cc.egui_ctx, None, startup)
+            });
+        wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+        h.get_by_label("Compare").click();
+        wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+        h.run_steps(3);
+        let (a, b) = compare_titles(&h);
+        let line = h.get_by_label("Compare").rect().height() + 8.0;
+        assert!(a.height() < line && b.height() < line, "titles on one line each at {width} px: {a:?} {b:?}");
+        if stacked {
+            assert!(b.top() > a.bottom(), "B below A at {width} px: {a:?} {b:?}");
+        } else {
+            assert!((b.top() - a.top()).abs() < 1.0 && b.left() > a.right(), "B beside A at {width} px: {a:?} {b:?}");
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*) for the monkey: the same seed, the same walk.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    fn point(&mut self, size: egui::Vec2) -> egui::Pos2 {
+        egui::pos2(self.below(size.x as usize) as f32, self.below(size.y as usize) as f32)
+    }
+}
+
+/// Text a user might type: right-to-left scripts, combining marks, emoji, control characters.
+const MONKEY_TEXTS: &[&str] = &[
+    "",
+    " ",
+    "the cat sat",
+    "שלום עולם",
+    "مرحبا بالعالم",
+    "e\u{301}\u{301}\u{301}\u{301} a\u{308}\u{323}",
+    "👩‍👩‍👧‍👦 🐈‍⬛ 🇫🇷 ✨",
+    "\u{202e}reversed\u{202c} text",
+    "Z\u{351}\u{36b}\u{343}\u{36a}\u{302}A\u{334}\u{335}L\u{320}G\u{334}O",
+    "日本語のテキスト",
+    "tab\tand\u{feff}zero width\u{200b}joined",
+    "0",
+    "-3",
+    "abc",
+    "99999999",
+    "3.5",
+    "1e9",
+    "/nonexistent-folder/x.png",
+    "/proc/attnviz.png",
+];
+
+/// What every frame must show: a pinned token inside the run, and a banner that names the model
+/// of the run shown.
+fn check_always(h: &Harness<'static, AttnvizApp>, seed: u64, step: usize) {
+    let app = h.state();
+    let Some(run) = app.session.run.as_ref() else { return };
+    if let Some((_, pos)) = app.session.pinned {
+        assert!(pos < run.tokens.len(), "seed {seed} step {step}: pinned {pos} of {} tokens", run.tokens.len());
+    }
+    if app.settings.view != View::Positions {
+        let banner = match (&run.intervention, run.playground) {
+            (Some(how), _) => format!("MODIFIED MODEL — {how} — not the faithful {}", run.model_name),
+            (None, true) => format!("PLAYGROUND — random weights: {}", run.model_name),
+            (None, false) => format!("Faithful model: {}", run.model_name),
+        };
+        assert!(h.query_by_label(&banner).is_some(), "seed {seed} step {step}: no banner “{banner}”");
+    }
+}
+
+/// What must hold once nothing is in flight: the run shown is the run of the text and model shown,
+/// and the selections fit it.
+fn check_settled(h: &Harness<'static, AttnvizApp>, seed: u64, step: usize) {
+    let app = h.state();
+    let at = format!("seed {seed} step {step}");
+    assert!(app.session.shown_input_matches(&app.settings), "{at}: the run shown is not of the text and model shown");
+    let Some(run) = app.session.run.as_ref() else {
+        assert!(app.session.run_error.is_some() || app.session.model.is_none(), "{at}: no run and no reason");
+        return;
+    };
+    let s = &app.settings;
+    assert_eq!(run.playground, s.source == attnviz::app::state::Source::Playground, "{at}: run of the wrong source");
+    if !run.playground {
+        let model = app.session.model.as_ref().unwrap();
+        assert_eq!(run.model_name, model.name, "{at}: run of another model");
+        assert_eq!(run.intervention.is_some(), !s.interventions.is_faithful(), "{at}: interventions not shown");
+    }
+    assert!(s.layer_idx < run.attention.layers(), "{at}: layer {} of {}", s.layer_idx, run.attention.layers());
+    assert_eq!(s.heads.len(), run.attention.heads(), "{at}: head flags for another shape");
+    if let Some((_, pos)) = app.session.pinned {
+        assert!(pos < run.tokens.len(), "{at}: pinned {pos}");
+    }
+}
+
+fn settle(h: &mut Harness<'static, AttnvizApp>, seed: u64, step: usize) {
+    let start = Instant::now();
+    while h.state().is_busy() || h.state().session.exporting.is_some() {
+        assert!(start.elapsed() < Duration::from_secs(120), "seed {seed} step {step}: never settles");
+        std::thread::sleep(Duration::from_millis(5));
+        h.step();
+    }
+    h.run_steps(2);
+}
+
+/// Clicks at `pos` with the primary button (`count` times in a row: 2 is a double-click).
+fn click_at(h: &mut Harness<'static, AttnvizApp>, pos: egui::Pos2, count: usize) {
+    h.event(egui::Event::PointerMoved(pos));
+    for _ in 0..count {
+        for pressed in [true, false] {
+            h.event(egui::Event::PointerButton {
+                pos,
+                button: egui::PointerButton::Primary,
+                pressed,
+                modifiers: Modifiers::default(),
+            });
+        }
+    }
+}
+
+/// A seeded random walk over the widgets the accessibility tree exposes. `ATTNVIZ_MONKEY_SEED`
+/// replays a walk.
+fn monkey(steps: usize, default_seed: u64) {
+    use egui::accesskit::Role;
+    use egui_kittest::kittest::NodeT;
+    let seed = std::env::var("ATTNVIZ_MONKEY_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(default_seed);
+    println!("monkey: seed {seed}, {steps} steps (replay with ATTNVIZ_MONKEY_SEED={seed})");
+    let mut rng = Rng(seed | 1);
+    // The harness panics on a missing glyph unless told otherwise (it overrides the app's own
+    // policy, which draws a box): the monkey types scripts no bundled font has.
+    let mut h = Harness::builder()
+        .with_size(egui::vec2(1280.0, 860.0))
+        .with_step_dt(1.0 / 60.0)
+        .allow_missing_glyphs()
+        .build_eframe(|cc| {
+            let startup = Startup {
+                model_dir: Some(tiny()),
+                text: Some("the monkey sat on the keyboard".into()),
+                text_pair: None,
+                hf_cache: Some(no_cache()),
+            };
+            AttnvizApp::with_storage(&cc.egui_ctx, None, startup)
+        });
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    let size = h.ctx.content_rect().size();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
+    let broken = tempfile::tempdir().unwrap();
+    std::fs::write(broken.path().join("config.json"), "{ broken").unwrap();
+    let models = [
+        fixtures.join("tiny-bert"),
+        fixtures.join("tiny-bert-relu"),
+        fixtures.join("tiny-gpt2"),
+        broken.path().to_path_buf(),
+        PathBuf::from("/nonexistent-model"),
+    ];
+    let long = "word ".repeat(600);
+    for step in 0..steps {
+        match rng.below(12) {
+            // Click or double-click any widget (not the native file dialogs: headless, they have
+            // no desktop to open on).
+            0..=3 => {
+                let double = rng.below(4) == 0;
+                let targets: Vec<egui::Rect> = h
+                    .query_all_by(|n| {
+                        !n.is_disabled()
+                            && n.bounding_box().is_some()
+                            && !matches!(n.role(), Role::Window | Role::GenericContainer | Role::Unknown)
+                            && !n.label().is_some_and(|l| l == "Open model folder…" || l == "Browse…")
+                    })
+                    .map(|n| n.rect())
+                    .collect();
+                if let Some(r) = (!targets.is_empty()).then(|| targets[rng.below(targets.len())]) {
+                    click_at(&mut h, r.center(), if double { 2 } else { 1 });
+                }
+            }
+            // Type arbitrary text into any text box.
+            4 | 5 => {
+                let boxes: Vec<egui::Rect> = h
+                    .query_all_by(|n| n.role() == Role::TextInput && n.bounding_box().is_some())
+                    .map(|n| n.rect())
+                    .collect();
+                if !boxes.is_empty() {
+                    click_at(&mut h, boxes[rng.below(boxes.len())].center(), 1);
+                    h.step();
+                    if rng.below(2) == 0 {
+                        h.key_press_modifiers(Modifiers::COMMAND, Key::A);
+                    }
+                    let text =
+                        if rng.below(15) == 0 { long.as_str() } else { MONKEY_TEXTS[rng.below(MONKEY_TEXTS.len())] };
+                    h.event(egui::Event::Text(text.to_string()));
+                }
+            }
+            // Drag, scroll, hover.
+            6 => {
+                let (from, to) = (rng.point(size), rng.point(size));
+                h.event(egui::Event::PointerMoved(from));
+                let button = |pos, pressed| egui::Event::PointerButton {
+                    pos,
+                    button: egui::PointerButton::Primary,
+                    pressed,
+                    modifiers: Modifiers::default(),
+                };
+                h.event(button(from, true));
+                h.step();
+                h.event(egui::Event::PointerMoved(to));
+                h.step();
+                h.event(button(to, false));
+            }
+            7 => {
+                h.event(egui::Event::PointerMoved(rng.point(size)));
+                h.event(egui::Event::MouseWheel {
+                    unit: egui::MouseWheelUnit::Point,
+                    delta: egui::vec2(0.0, rng.below(400) as f32 - 200.0),
+                    phase: egui::TouchPhase::Move,
+                    modifiers: if rng.below(3) == 0 { Modifiers::COMMAND } else { Modifiers::default() },
+                    source: egui::MouseWheelSource::Wheel,
+                });
+            }
+            8 => h.key_press(Key::Escape),
+            // Switch views, and between the pretrained model and the playground.
+            9 => {
+                let label = View::ALL[rng.below(View::ALL.len())].label();
+                if let Some(r) = h.query_by_label(label).map(|n| n.rect()) {
+                    click_at(&mut h, r.center(), 1);
+                }
+                if rng.below(4) == 0 {
+                    let source = h.query_by_label("Playground").or_else(|| h.query_by_label_contains("Pretrained: "));
+                    if let Some(r) = source.map(|n| n.rect()) {
+                        click_at(&mut h, r.center(), 1);
+                    }
+                }
+            }
+            // Load another model (some of them broken).
+            10 => {
+                if h.query_by_label("Model folder or hub id").is_some() && h.state().session.loading.is_none() {
+                    let model = &models[rng.below(models.len())];
+                    h.state_mut().views.side.model_path_input = model.display().to_string();
+                    if let Some(r) = h.query_by_label("Load").map(|n| n.rect()) {
+                        click_at(&mut h, r.center(), 1);
+                    }
+                }
+            }
+            // Export, often to a path that cannot be written.
+            _ => {
+                if h.query_by_label("Export path").is_none() {
+                    if let Some(r) =
+                        h.query_by_label("Export…").filter(|n| !n.accesskit_node().is_disabled()).map(|n| n.rect())
+                    {
+                        click_at(&mut h, r.center(), 1);
+                    }
+                } else {
+                    let paths = ["/nonexistent-folder/x.png", "/proc/x.csv", "", "relative/none/x.npz"];
+                    h.state_mut().views.export.path_input = paths[rng.below(paths.len())].to_string();
+                    if let Some(r) = h.query_by_label("Save").map(|n| n.rect()) {
+                        click_at(&mut h, r.center(), 1);
+                    }
+                }
+            }
+        }
+        h.run_steps(1 + rng.below(2));
+        check_always(&h, seed, step);
+        if step % 25 == 24 || step + 1 == steps {
+            settle(&mut h, seed, step);
+            check_settled(&h, seed, step);
+        }
+    }
+}
+
+#[test]
+fn a_monkey_walk_of_150_steps_breaks_nothing() {
+    monkey(150, 17);
+}
+
+/// The long walk: `cargo test --test app long_monkey -- --ignored --nocapture` (seed from the
+/// clock unless `ATTNVIZ_MONKEY_SEED` is set; `ATTNVIZ_MONKEY_STEPS` changes the length).
+#[test]
+#[ignore = "a long random walk; run with --ignored"]
+fn long_monkey_walk_breaks_nothing() {
+    let steps = std::env::var("ATTNVIZ_MONKEY_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(1200);
+    let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    monkey(steps, clock);
 }

@@ -1,5 +1,7 @@
-//! Frame times of the head view (all heads) and the model view at 32 / 128 / 512 tokens on the
-//! embedded model, measured by stepping an `egui_kittest` harness (UI code + tessellation, no GPU).
+//! Frame times of the head view (all heads), the model view, the statistics and the rollout view at
+//! 32 / 128 / 512 tokens on the embedded model, measured by stepping an `egui_kittest` harness (UI
+//! code + tessellation, no GPU). For each view: the longest frame after switching to it (where
+//! derived data used to be computed) and the mean of the frames after.
 //! A measurement, not a pass/fail test:
 //!     cargo test --release --test `frame_times` -- --ignored --nocapture
 #![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
@@ -14,7 +16,7 @@ use egui_kittest::Harness;
 
 fn wait_for_run(h: &mut Harness<'static, AttnvizApp>, tokens: usize) {
     let start = Instant::now();
-    while h.state().rt.run.as_ref().is_none_or(|r| r.tokens.len() != tokens) {
+    while h.state().session.run.as_ref().is_none_or(|r| r.tokens.len() != tokens) {
         assert!(start.elapsed() < Duration::from_secs(120), "no run");
         std::thread::sleep(Duration::from_millis(10));
         h.step();
@@ -42,6 +44,26 @@ fn mean_frame_ms(h: &mut Harness<'static, AttnvizApp>, frames: usize, scroll: bo
     start.elapsed().as_secs_f64() * 1e3 / frames as f64
 }
 
+/// The longest frame among the first ones after a switch (at most 2 s of frames, until one asks for
+/// no further frame), and how many frames that took.
+fn switch_frame_ms(h: &mut Harness<'static, AttnvizApp>) -> (f64, usize) {
+    let start = Instant::now();
+    let mut longest = 0.0f64;
+    let mut frames = 0;
+    while start.elapsed() < Duration::from_secs(20) {
+        let t = Instant::now();
+        h.step();
+        longest = longest.max(t.elapsed().as_secs_f64() * 1e3);
+        frames += 1;
+        let idle = h.output().viewport_output[&egui::ViewportId::ROOT].repaint_delay == Duration::MAX;
+        if idle && frames > 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (longest, frames)
+}
+
 #[test]
 #[ignore = "measurement; run with --ignored --nocapture"]
 fn frame_times() {
@@ -56,14 +78,23 @@ fn frame_times() {
             });
         wait_for_run(&mut h, n);
         h.hover_at(egui::pos2(1300.0, 820.0)); // away from the tokens: all lines are drawn
+        // The frames from the run's arrival until the head view shows its lines.
+        let (first, settled) = switch_frame_ms(&mut h);
+        println!("tokens={n} view=Head (run arrived) longest_frame_ms={first:.1} frames_until_settled={settled}");
         let head = mean_frame_ms(&mut h, 30, false);
         let head_scroll = mean_frame_ms(&mut h, 30, true);
-        let lines = h.state().rt.caches.head.line_count;
-        let candidates = h.state().rt.caches.head.candidate_count;
-        h.state_mut().settings.view = View::Model;
-        let model = mean_frame_ms(&mut h, 30, false);
+        let lines = h.state().views.head.line_count;
+        let candidates = h.state().views.head.candidate_count;
         println!(
-            "tokens={n} head_view_ms={head:.2} head_view_scrolling_ms={head_scroll:.2} (lines drawn {lines} of {candidates} in view) model_view_ms={model:.2}"
+            "tokens={n} head_view_ms={head:.2} head_view_scrolling_ms={head_scroll:.2} (lines drawn {lines} of {candidates} in view)"
         );
+        for view in [View::Model, View::Stats, View::Rollout, View::Head] {
+            h.state_mut().settings.view = view;
+            let (first, settled) = switch_frame_ms(&mut h);
+            let mean = mean_frame_ms(&mut h, 30, false);
+            println!(
+                "tokens={n} view={view:?} longest_frame_after_switch_ms={first:.1} frames_until_settled={settled} mean_frame_ms={mean:.2}"
+            );
+        }
     }
 }

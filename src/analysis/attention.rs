@@ -128,9 +128,9 @@ impl Attention {
 }
 
 impl Drop for Attention {
-    /// Hands the values to the next forward pass (see [`super::spare`]).
+    /// Hands the values to the next forward pass (see [`crate::alloc`]).
     fn drop(&mut self) {
-        super::spare::give(std::mem::take(&mut self.data));
+        crate::alloc::give(std::mem::take(&mut self.data));
     }
 }
 

@@ -7,7 +7,6 @@ pub mod pe;
 pub mod rollout;
 pub mod run;
 pub mod select;
-pub mod spare;
 pub mod stats;
 pub mod tokens;
 pub mod words;

@@ -4,7 +4,7 @@
 use super::Tokens;
 
 /// Which sentence-pair block of the attention to show.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub enum PairFilter {
     /// Every query and key.
     #[default]

@@ -1,5 +1,6 @@
-//! The eframe app: `logic` polls the worker and the export thread, `ui` draws the panels and the
-//! current view, and widget commands are handled in one place per frame.
+//! The eframe app: `logic` polls the worker and the background threads, `ui` lets the views draw
+//! plain data ([`ViewData`]) and collect [`Command`]s, and [`AttnvizApp::run_command`] handles
+//! every command of the frame in one place.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,9 +13,11 @@ use crate::model::default_model_dir;
 use crate::model::hub::CachedModel;
 use crate::render::Theme;
 
-use super::state::{PeFigure, Settings, Source, ThemeChoice, TokenSelection, View};
-use super::views;
-use super::views::playground_panel::PlaygroundInputs;
+use super::command::{Command, Commands, Setting};
+use super::data::{FlowKey, FlowResult, Status, ViewData};
+use super::derive::{DeriveKey, Derived, DerivedValue, Deriver};
+use super::state::{CompareMode, CompareSource, PeFigure, RolloutMode, Settings, Source, ThemeChoice, View};
+use super::views::Views;
 use super::worker::{Done, Job, ModelInfo, RunSpec, Worker};
 use crate::model::PlaygroundConfig;
 
@@ -34,58 +37,7 @@ pub struct Startup {
     pub text_pair: Option<String>,
 }
 
-/// Something a widget asks for; handled once per frame in [`AttnvizApp::handle_commands`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    /// Load a model folder (keeps the current model on failure).
-    LoadModel(PathBuf),
-    /// Ask the OS for a model folder (native dialog, off the UI thread).
-    BrowseModel,
-    /// Ask the OS for a PNG path to export to.
-    BrowseExport,
-    /// Write the current view as PNG to this path.
-    Export(PathBuf),
-    /// Open one head in the heatmap view.
-    OpenHead {
-        /// Layer index.
-        layer_idx: usize,
-        /// Head index.
-        head_idx: usize,
-    },
-}
-
-/// A message shown in the status bar.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Status {
-    /// The text.
-    pub text: String,
-    /// Whether it reports an error.
-    pub is_error: bool,
-}
-
-/// What an attention-flow result was computed for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlowKey {
-    /// The shown run.
-    pub view_id: u64,
-    /// Heads averaged per layer.
-    pub heads: Vec<usize>,
-    /// Last layer of the flow.
-    pub layer_idx: usize,
-}
-
-/// Attention flow computed in the background.
-#[derive(Debug, Clone)]
-pub struct FlowResult {
-    /// What it was computed for.
-    pub key: FlowKey,
-    /// `n × n` flow values.
-    pub values: Arc<Vec<f32>>,
-    /// How long it took.
-    pub ms: f64,
-}
-
-/// Results of background tasks other than inference.
+/// Results of background tasks other than inference and derived data.
 enum Background {
     /// Attention flow finished.
     Flow(FlowResult),
@@ -99,10 +51,31 @@ enum Background {
     CachedModels(Vec<CachedModel>),
 }
 
-/// Everything that is not persisted.
+/// A model run as it came from the worker, with the id word merges are keyed on.
+#[derive(Clone)]
+struct TokenRun {
+    /// Unique id of this result.
+    source_id: u64,
+    run: Arc<Run>,
+}
+
+/// What a run is of: sentence A, sentence B, the model.
+type RunInput = (String, Option<String>, RunSpec);
+
+/// The model a run of `settings` uses (`playground`: the last valid playground hyperparameters).
+fn run_spec(settings: &Settings, playground: &PlaygroundConfig) -> RunSpec {
+    match settings.source {
+        Source::Pretrained => RunSpec::Pretrained(settings.interventions.clone()),
+        Source::Playground => RunSpec::Playground(playground.clone()),
+    }
+}
+
+/// What the app knows besides the settings: the model, the runs, what is in flight. Views never
+/// see it; they get [`ViewData`].
 #[allow(clippy::struct_excessive_bools)] // independent flags of different tasks, not a state machine
-pub struct Runtime {
+pub struct Session {
     worker: Worker,
+    deriver: Deriver,
     next_id: u64,
     /// The loaded model.
     pub model: Option<ModelInfo>,
@@ -116,17 +89,17 @@ pub struct Runtime {
     /// The run the views show: the model's run, merged into words when that toggle is on.
     pub run: Option<Arc<Run>>,
     /// The model's run as it came (token level).
-    pub token_run: Option<Arc<Run>>,
+    token_run: Option<TokenRun>,
     /// Changes whenever `run` does (a new run, or the word toggle): what view caches key on.
     pub view_id: u64,
-    /// Whether `run` is the word-level one.
-    view_words: bool,
-    /// The token-level run `run` was made from.
-    run_merged_from: Option<Arc<Run>>,
+    /// What `run` was made from: the token run's id and the word toggle (None while merging).
+    shown_from: Option<(u64, bool)>,
     /// The comparison's run B as the views show it (merged into words with the toggle).
     pub run_b: Option<Arc<Run>>,
     /// Run B as it came.
-    token_run_b: Option<Arc<Run>>,
+    token_run_b: Option<TokenRun>,
+    /// What `run_b` was made from.
+    shown_b_from: Option<(u64, bool)>,
     /// Id of run B shown, and of the newest asked for.
     pub compare_id: u64,
     /// Newest comparison requested.
@@ -134,8 +107,6 @@ pub struct Runtime {
     requested_compare: Option<(String, Option<String>, RunSpec)>,
     /// Why run B failed, or why there is none.
     pub compare_error: Option<String>,
-    /// The comparison's model-folder box as typed.
-    pub compare_model_input: String,
     /// Attention flow computed in the background.
     pub flow: Option<FlowResult>,
     /// A flow computation in progress.
@@ -145,51 +116,84 @@ pub struct Runtime {
     /// Newest run requested.
     pub requested_run_id: u64,
     /// Input and model of the newest run requested.
-    requested_input: Option<(String, Option<String>, RunSpec)>,
+    requested_input: Option<RunInput>,
+    /// Runs asked for and not answered yet, with their input.
+    in_flight: Vec<(u64, RunInput)>,
+    /// Input and model of the run shown (or of the failed run whose error is shown).
+    shown_input: Option<RunInput>,
     /// The playground hyperparameters that run (the last valid ones).
     pub playground_active: PlaygroundConfig,
-    /// The playground numbers as typed.
-    pub playground_inputs: PlaygroundInputs,
     /// The playground hyperparameter at fault, and why.
     pub playground_error: Option<(&'static str, String)>,
     /// Why the last run failed.
     pub run_error: Option<String>,
     /// Tokenizer + model time of the run shown.
     pub inference_ms: f64,
-    /// Token under the pointer in the head view.
-    pub hovered: Option<TokenSelection>,
     /// Pinned token in the head view.
-    pub pinned: Option<TokenSelection>,
-    /// The typed model path (fallback when no native dialog exists).
-    pub model_path_input: String,
-    /// The export path being edited.
-    pub export_path_input: String,
-    /// Whether the export dialog is open.
-    pub export_open: bool,
+    pub pinned: Option<super::state::TokenSelection>,
     /// An export being written.
     pub exporting: Option<PathBuf>,
     /// The last status message.
     pub status: Option<Status>,
-    /// Commands raised this frame.
-    pub commands: Vec<Command>,
     background_tx: Sender<Background>,
     background_rx: Receiver<Background>,
     /// Models found in the local Hugging Face cache (None while the scan runs).
     pub cached_models: Option<Vec<CachedModel>>,
     /// Smoothed CPU time of a whole frame (layout, tessellation, painting), in milliseconds.
     pub frame_ms: f32,
-    /// Caches of the views (textures, line meshes).
-    pub caches: views::Caches,
-    focus_text_once: bool,
+    /// Derived data of the shown run, computed on the derive thread.
+    pub derived: Derived,
     applied_theme: Option<ThemeChoice>,
+}
+
+impl Session {
+    /// Whether the run shown is the run of `settings`' text and model (or no run, or a failed
+    /// one, is shown): what a settled app must always satisfy.
+    pub fn shown_input_matches(&self, settings: &Settings) -> bool {
+        if self.run.is_none() || self.run_error.is_some() {
+            return true;
+        }
+        let wanted =
+            (settings.text.clone(), settings.pair().map(str::to_string), run_spec(settings, &self.playground_active));
+        self.shown_input.as_ref() == Some(&wanted)
+    }
 }
 
 /// The desktop app.
 pub struct AttnvizApp {
     /// Persisted settings.
     pub settings: Settings,
-    /// Runtime state.
-    pub rt: Runtime,
+    /// The model, the runs and what is in flight.
+    pub session: Session,
+    /// Each view's own state (caches, typed text).
+    pub views: Views,
+}
+
+/// The plain data views read this frame.
+fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
+    ViewData {
+        settings,
+        run: s.run.as_ref(),
+        view_id: s.view_id,
+        run_b: s.run_b.as_ref(),
+        compare_id: s.compare_id,
+        compare_error: s.compare_error.as_deref(),
+        run_error: s.run_error.as_deref(),
+        run_pending: s.requested_run_id > s.run_id,
+        merging: settings.words && s.run.is_none() && s.token_run.is_some(),
+        inference_ms: s.inference_ms,
+        model: s.model.as_ref(),
+        loading: s.loading.as_deref(),
+        load_error: s.load_error.as_deref(),
+        cached_models: s.cached_models.as_deref(),
+        pinned: s.pinned,
+        playground_error: s.playground_error.as_ref(),
+        flow: s.flow.as_ref(),
+        exporting: s.exporting.is_some(),
+        status: s.status.as_ref(),
+        frame_ms: s.frame_ms,
+        derived: &s.derived,
+    }
 }
 
 impl AttnvizApp {
@@ -220,14 +224,17 @@ impl AttnvizApp {
             // one frame instead of fading in over several.
             style.animation_time = 0.0;
         });
-        let ctx = ctx.clone();
-        let worker = Worker::spawn(move || ctx.request_repaint()).expect("cannot start the inference thread");
+        let wake = ctx.clone();
+        let worker = Worker::spawn(move || wake.request_repaint()).expect("cannot start the inference thread");
+        let wake = ctx.clone();
+        let deriver = Deriver::spawn(move || wake.request_repaint()).expect("cannot start the derive thread");
         let (background_tx, background_rx) = channel();
         let model_dir = settings.model_dir.clone().unwrap_or_else(default_model_dir);
-        let playground_inputs = PlaygroundInputs::of(&settings.playground);
+        let views = Views::new(&settings, &model_dir);
         let mut app = Self {
-            rt: Runtime {
+            session: Session {
                 worker,
+                deriver,
                 next_id: 1,
                 model: None,
                 loading: None,
@@ -236,44 +243,41 @@ impl AttnvizApp {
                 run: None,
                 token_run: None,
                 view_id: 0,
-                view_words: false,
-                run_merged_from: None,
+                shown_from: None,
                 run_b: None,
                 token_run_b: None,
+                shown_b_from: None,
                 compare_id: 0,
                 requested_compare_id: 0,
                 requested_compare: None,
                 compare_error: None,
-                compare_model_input: String::new(),
                 flow: None,
                 flow_pending: None,
                 run_id: 0,
                 requested_run_id: 0,
                 requested_input: None,
+                in_flight: Vec::new(),
+                shown_input: None,
                 playground_active: PlaygroundConfig::default(),
-                playground_inputs,
                 playground_error: None,
                 run_error: None,
                 inference_ms: 0.0,
-                hovered: None,
                 pinned: None,
-                model_path_input: model_dir.display().to_string(),
-                export_path_input: String::new(),
-                export_open: false,
                 exporting: None,
                 status: None,
-                commands: Vec::new(),
                 background_tx: background_tx.clone(),
                 background_rx,
                 cached_models: None,
                 frame_ms: 0.0,
-                caches: views::Caches::default(),
-                focus_text_once: true,
+                derived: Derived::default(),
                 applied_theme: None,
             },
+            views,
             settings,
         };
-        views::playground_panel::apply(&mut app.settings, &mut app.rt);
+        // The remembered hyperparameters, checked as if just typed.
+        let checked = app.views.side.playground.check(&app.settings.playground);
+        app.set_playground(checked);
         app.load_model(model_dir);
         // Listing the cache reads every model's config.json: off the UI thread.
         let cache = startup.hf_cache.unwrap_or_else(crate::model::hub::cache_dir);
@@ -281,51 +285,65 @@ impl AttnvizApp {
             let _ = background_tx.send(Background::CachedModels(crate::model::hub::list_in(&cache)));
         });
         if let Err(e) = scan {
-            app.rt.cached_models = Some(Vec::new());
+            app.session.cached_models = Some(Vec::new());
             app.set_status(format!("cannot list the Hugging Face cache: {e}"), true);
         }
         app
     }
 
     fn next_id(&mut self) -> u64 {
-        self.rt.next_id += 1;
-        self.rt.next_id
+        self.session.next_id += 1;
+        self.session.next_id
     }
 
     /// Starts loading a model folder in the background.
     pub fn load_model(&mut self, dir: PathBuf) {
         let id = self.next_id();
-        self.rt.loading = Some(dir.clone());
-        self.rt.worker.send(Job::Load { id, dir });
+        self.session.loading = Some(dir.clone());
+        self.session.worker.send(Job::Load { id, dir });
+    }
+
+    /// The plain data the views read this frame.
+    pub fn view_data(&self) -> ViewData<'_> {
+        view_data(&self.settings, &self.session)
     }
 
     /// Which model the next run uses.
     fn run_spec(&self) -> RunSpec {
-        match self.settings.source {
-            Source::Pretrained => RunSpec::Pretrained(self.settings.interventions.clone()),
-            Source::Playground => RunSpec::Playground(self.rt.playground_active.clone()),
+        run_spec(&self.settings, &self.session.playground_active)
+    }
+
+    /// Makes a checked set of playground hyperparameters the one that runs, or shows what is wrong.
+    fn set_playground(&mut self, checked: Result<PlaygroundConfig, (&'static str, String)>) {
+        match checked {
+            Ok(cfg) => {
+                self.settings.playground = cfg.clone();
+                self.session.playground_active = cfg;
+                self.session.playground_error = None;
+            }
+            Err(e) => self.session.playground_error = Some(e),
         }
     }
 
     /// Asks for a run if the input or the model differs from the last one asked for.
     fn request_run_if_changed(&mut self) {
         let spec = self.run_spec();
-        if self.rt.model.is_none() && matches!(spec, RunSpec::Pretrained(_)) {
+        if self.session.model.is_none() && matches!(spec, RunSpec::Pretrained(_)) {
             return;
         }
         let input = (self.settings.text.clone(), self.settings.pair().map(str::to_string), spec);
-        if self.rt.requested_input.as_ref() == Some(&input) {
+        if self.session.requested_input.as_ref() == Some(&input) {
             return;
         }
         let id = self.next_id();
-        self.rt.requested_run_id = id;
-        self.rt.worker.send(Job::Run { id, text: input.0.clone(), pair: input.1.clone(), spec: input.2.clone() });
-        self.rt.requested_input = Some(input);
+        self.session.requested_run_id = id;
+        self.session.worker.send(Job::Run { id, text: input.0.clone(), pair: input.1.clone(), spec: input.2.clone() });
+        self.session.in_flight.push((id, input.clone()));
+        self.session.requested_input = Some(input);
     }
 
     /// What run B of the comparison is (None: nothing to compare, with the reason).
     fn compare_input(&self) -> Result<(String, Option<String>, RunSpec), String> {
-        use super::state::CompareSource;
         let pair = self.settings.pair().map(str::to_string);
         match self.settings.compare.source {
             CompareSource::Sentence => {
@@ -359,183 +377,208 @@ impl AttnvizApp {
         }
         match self.compare_input() {
             Err(why) => {
-                self.rt.requested_compare = None;
-                self.rt.token_run_b = None;
-                self.rt.run_b = None;
-                self.rt.compare_error = Some(why);
+                let s = &mut self.session;
+                s.requested_compare = None;
+                s.token_run_b = None;
+                s.run_b = None;
+                s.shown_b_from = None;
+                s.compare_error = Some(why);
             }
             Ok(input) => {
-                if self.rt.requested_compare.as_ref() == Some(&input) {
+                if self.session.requested_compare.as_ref() == Some(&input) {
                     return;
                 }
-                if self.rt.model.is_none() && !matches!(input.2, RunSpec::Playground(_)) {
+                if self.session.model.is_none() && !matches!(input.2, RunSpec::Playground(_)) {
                     return;
                 }
                 let id = self.next_id();
-                self.rt.requested_compare_id = id;
-                self.rt.compare_error = None;
-                self.rt.worker.send(Job::Compare {
+                self.session.requested_compare_id = id;
+                self.session.compare_error = None;
+                self.session.worker.send(Job::Compare {
                     id,
                     text: input.0.clone(),
                     pair: input.1.clone(),
                     spec: input.2.clone(),
                 });
-                self.rt.requested_compare = Some(input);
+                self.session.requested_compare = Some(input);
             }
         }
     }
 
-    /// Keeps the shown runs in step with the model's runs and the word toggle.
+    /// Keeps the shown runs in step with the model's runs and the word toggle. Word merges are
+    /// computed on the derive thread; until one is ready, no run is shown (the view says "merging").
     fn sync_view_runs(&mut self) {
         let words = self.settings.words;
-        let shown = |token: &Option<Arc<Run>>| {
-            token.as_ref().map(|r| if words { Arc::new(crate::analysis::words::merge_run(r)) } else { Arc::clone(r) })
-        };
-        let same_source = match (&self.rt.run_merged_from, &self.rt.token_run) {
-            (None, None) => true,
-            (Some(from), Some(token)) => Arc::ptr_eq(from, token),
-            _ => false,
-        };
-        let stale = !same_source || self.rt.view_words != words;
-        if stale {
-            if self.rt.view_words != words {
-                // Positions change meaning between tokens and words.
-                self.rt.pinned = None;
-                self.rt.hovered = None;
+        let s = &mut self.session;
+        let wanted = s.token_run.as_ref().map(|t| (t.source_id, words));
+        if s.shown_from != wanted {
+            let shown = match &s.token_run {
+                None => None,
+                Some(t) if !words => Some(Arc::clone(&t.run)),
+                Some(t) => merged(&mut s.derived, &s.deriver, t),
+            };
+            if shown.is_some() || wanted.is_none() {
+                s.run = shown;
+                s.shown_from = wanted;
+                s.view_id += 1;
+                s.shown_b_from = None; // B is shown at the same level as A
+            } else if s.run.is_some() {
+                // Merging: nothing stale is shown meanwhile.
+                s.run = None;
+                s.view_id += 1;
             }
-            self.rt.run = shown(&self.rt.token_run);
-            self.rt.run_merged_from = self.rt.token_run.clone();
-            self.rt.view_words = words;
-            self.rt.view_id += 1;
-            self.rt.run_b = None;
         }
-        if self.rt.run_b.is_none() && self.rt.token_run_b.is_some() {
-            self.rt.run_b = shown(&self.rt.token_run_b);
+        let wanted_b = s.token_run_b.as_ref().map(|t| (t.source_id, words));
+        if s.shown_b_from != wanted_b {
+            let shown = match &s.token_run_b {
+                None => None,
+                Some(t) if !words => Some(Arc::clone(&t.run)),
+                Some(t) => merged(&mut s.derived, &s.deriver, t),
+            };
+            if shown.is_some() || wanted_b.is_none() {
+                s.shown_b_from = wanted_b;
+            }
+            s.run_b = shown;
         }
+        let sources: Vec<u64> = [&s.token_run, &s.token_run_b].into_iter().flatten().map(|t| t.source_id).collect();
+        s.derived.retain_run(s.view_id, &sources);
     }
 
-    /// Whether a run or a load is still in flight.
+    /// Whether a run, a load or a background computation is still in flight.
     pub fn is_busy(&self) -> bool {
-        self.rt.loading.is_some()
-            || self.rt.requested_run_id > self.rt.run_id
-            || self.rt.requested_compare_id > self.rt.compare_id
-            || self.rt.flow_pending.is_some()
+        let s = &self.session;
+        s.loading.is_some()
+            || s.requested_run_id > s.run_id
+            || s.requested_compare_id > s.compare_id
+            || s.flow_pending.is_some()
+            || s.derived.any_pending()
     }
 
     fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
-        self.rt.status = Some(Status { text: text.into(), is_error });
+        self.session.status = Some(Status { text: text.into(), is_error });
     }
 
     /// Applies finished background work.
     fn poll(&mut self) {
-        while let Some(done) = self.rt.worker.try_recv() {
+        while let Some(done) = self.session.worker.try_recv() {
             match done {
                 Done::Loaded { dir, result, .. } => {
-                    self.rt.loading = None;
+                    self.session.loading = None;
                     match result {
                         Ok(info) => {
                             self.settings.fit_model(info.layers, info.heads);
                             self.settings.interventions.fit_to(info.layers, info.heads);
                             // A model the user just loaded is the one they want to see.
-                            if std::mem::take(&mut self.rt.switch_on_load) {
+                            if std::mem::take(&mut self.session.switch_on_load) {
                                 self.settings.source = Source::Pretrained;
                             }
                             let embedded = dir == default_model_dir();
                             self.settings.model_dir = (!embedded).then(|| dir.clone());
                             self.settings.remember_model(&dir);
-                            self.rt.model_path_input = dir.display().to_string();
+                            self.views.side.model_path_input = dir.display().to_string();
                             self.set_status(format!("Loaded {} from {}", info.name, dir.display()), false);
-                            self.rt.model = Some(info);
-                            self.rt.load_error = None;
-                            self.rt.pinned = None;
+                            let s = &mut self.session;
+                            s.model = Some(info);
+                            s.load_error = None;
+                            s.pinned = None;
                             // The old run belongs to the old model (its heads and layers differ).
-                            self.rt.token_run = None;
-                            self.rt.requested_compare = None;
-                            self.rt.run_id = self.rt.requested_run_id;
-                            self.rt.requested_input = None;
+                            s.token_run = None;
+                            s.shown_input = None;
+                            s.in_flight.clear();
+                            s.requested_compare = None;
+                            s.run_id = s.requested_run_id;
+                            s.requested_input = None;
                         }
                         Err(e) => {
-                            self.rt.switch_on_load = false;
+                            self.session.switch_on_load = false;
                             let msg = format!("Could not load {}: {e}", dir.display());
-                            if self.rt.model.is_none() && dir != default_model_dir() {
+                            if self.session.model.is_none() && dir != default_model_dir() {
                                 // Nothing to keep yet (e.g. a remembered folder that vanished): fall back.
                                 self.settings.model_dir = None;
                                 self.load_model(default_model_dir());
                             }
-                            self.rt.load_error = Some(msg.clone());
+                            self.session.load_error = Some(msg.clone());
                             self.set_status(msg, true);
                         }
                     }
                 }
                 Done::Ran { id, result, elapsed_ms } => {
-                    if id <= self.rt.run_id {
+                    if id <= self.session.run_id {
                         continue; // older than what is shown
                     }
+                    let s = &mut self.session;
+                    s.shown_input = s.in_flight.iter().find(|(i, _)| *i == id).map(|(_, input)| input.clone());
+                    s.in_flight.retain(|(i, _)| *i > id);
                     match result {
                         Ok(run) => {
-                            self.rt.run_id = id;
                             // The playground, or a run of fewer layers, has another shape.
                             self.settings.fit_model(run.attention.layers(), run.attention.heads());
-                            self.rt.inference_ms = elapsed_ms;
-                            if let Some((_, pos)) = self.rt.pinned {
+                            let s = &mut self.session;
+                            s.run_id = id;
+                            s.inference_ms = elapsed_ms;
+                            if let Some((_, pos)) = s.pinned {
                                 if pos >= run.tokens.len() {
-                                    self.rt.pinned = None;
+                                    s.pinned = None;
                                 }
                             }
-                            self.rt.token_run = Some(run);
-                            self.rt.run_error = None;
+                            s.token_run = Some(TokenRun { source_id: id, run });
+                            s.run_error = None;
                         }
                         Err(e) => {
-                            self.rt.run_id = id;
-                            self.rt.run_error = Some(e);
+                            self.session.run_id = id;
+                            self.session.run_error = Some(e);
                         }
                     }
                 }
                 Done::Compared { id, result } => {
-                    if id <= self.rt.compare_id {
+                    let s = &mut self.session;
+                    if id <= s.compare_id {
                         continue;
                     }
-                    self.rt.compare_id = id;
+                    s.compare_id = id;
                     match result {
                         Ok(run) => {
-                            self.rt.token_run_b = Some(run);
-                            self.rt.compare_error = None;
+                            s.token_run_b = Some(TokenRun { source_id: id, run });
+                            s.compare_error = None;
                         }
                         Err(e) => {
-                            self.rt.token_run_b = None;
-                            self.rt.compare_error = Some(e);
+                            s.token_run_b = None;
+                            s.compare_error = Some(e);
                         }
                     }
-                    self.rt.run_b = None; // rebuilt by sync_view_runs
                 }
             }
         }
-        while let Ok(msg) = self.rt.background_rx.try_recv() {
+        while let Some((key, value)) = self.session.deriver.try_recv() {
+            self.session.derived.finish(key, value, self.session.view_id);
+        }
+        while let Ok(msg) = self.session.background_rx.try_recv() {
             match msg {
                 Background::Flow(result) => {
-                    if self.rt.flow_pending.as_ref() == Some(&result.key) {
-                        self.rt.flow_pending = None;
+                    if self.session.flow_pending.as_ref() == Some(&result.key) {
+                        self.session.flow_pending = None;
                     }
-                    self.rt.flow = Some(result);
+                    self.session.flow = Some(result);
                 }
                 Background::Exported(path, result) => {
-                    self.rt.exporting = None;
+                    self.session.exporting = None;
                     match result {
                         Ok((w, h)) => {
                             let size = if w == 0 { "numbers".to_string() } else { format!("{w}×{h} px") };
                             self.set_status(format!("Exported {} ({size})", path.display()), false);
                             self.settings.export_dir = path.parent().map(std::path::Path::to_path_buf);
-                            self.rt.export_open = false;
+                            self.views.export.open = false;
                         }
                         Err(e) => self.set_status(format!("Export failed: {e}"), true),
                     }
                 }
                 Background::PickedModel(Some(dir)) => {
-                    self.rt.model_path_input = dir.display().to_string();
-                    self.rt.commands.push(Command::LoadModel(dir));
+                    self.views.side.model_path_input = dir.display().to_string();
+                    self.session.switch_on_load = true;
+                    self.load_model(dir);
                 }
-                Background::PickedExport(Some(path)) => self.rt.export_path_input = path.display().to_string(),
-                Background::CachedModels(models) => self.rt.cached_models = Some(models),
+                Background::PickedExport(Some(path)) => self.views.export.path_input = path.display().to_string(),
+                Background::CachedModels(models) => self.session.cached_models = Some(models),
                 Background::PickedModel(None) | Background::PickedExport(None) => {
                     self.set_status(
                         "Nothing chosen (if no file dialog appeared, this desktop has none: type the path in the box)",
@@ -553,7 +596,7 @@ impl AttnvizApp {
             View::Head => Figure::HeadView {
                 layer_idx: self.settings.layer_idx,
                 head_idxs: heads,
-                selected_token: self.rt.pinned,
+                selected_token: self.session.pinned,
                 threshold: self.settings.threshold,
             },
             View::Model => Figure::ModelGrid,
@@ -565,30 +608,27 @@ impl AttnvizApp {
             },
             View::Stats => Figure::Stats(self.settings.stat),
             View::Rollout => {
-                let flow = match &self.rt.flow {
-                    Some(f)
-                        if self.settings.rollout_mode == super::state::RolloutMode::Flow
-                            && f.key == self.flow_key() =>
-                    {
+                let flow = match &self.session.flow {
+                    Some(f) if self.settings.rollout_mode == RolloutMode::Flow && f.key == self.flow_key() => {
                         Some(Arc::clone(&f.values))
                     }
                     _ => None,
                 };
                 Figure::Rollout { layer_idx: self.settings.layer_idx, head_idxs: heads, flow }
             }
-            View::Compare => match &self.rt.run_b {
+            View::Compare => match &self.session.run_b {
                 Some(b) => Figure::Compare {
                     layer_idx: self.settings.layer_idx,
                     head_idxs: heads,
                     other: crate::export::SharedRun(Arc::clone(b)),
                     // As in the view: different tokens fall back to side by side.
-                    difference: self.settings.compare.mode == super::state::CompareMode::Difference
-                        && self.rt.run.as_ref().is_some_and(|a| a.tokens.tokens == b.tokens.tokens),
+                    difference: self.settings.compare.mode == CompareMode::Difference
+                        && self.session.run.as_ref().is_some_and(|a| a.tokens.tokens == b.tokens.tokens),
                 },
                 None => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
             },
             View::Positions => {
-                let learned = |cosine: bool| match &self.rt.model {
+                let learned = |cosine: bool| match &self.session.model {
                     Some(ModelInfo { name, positions: Some(sim), .. }) => Figure::LearnedPositions {
                         model: name.clone(),
                         total: sim.positions,
@@ -610,31 +650,29 @@ impl AttnvizApp {
 
     /// What attention flow would be computed for now.
     pub fn flow_key(&self) -> FlowKey {
-        let (layers, heads) = self.rt.run.as_ref().map_or((1, 1), |r| (r.attention.layers(), r.attention.heads()));
-        let (layer_idx, heads) = self.settings.selection_for(layers, heads);
-        FlowKey { view_id: self.rt.view_id, heads, layer_idx }
+        let (layer_idx, heads) = self.view_data().selection();
+        FlowKey { view_id: self.session.view_id, heads, layer_idx }
     }
 
     /// Starts computing attention flow in the background if the rollout view wants it and it is
     /// not computed or running already.
     fn request_flow_if_needed(&mut self, ctx: &egui::Context) {
-        use super::state::RolloutMode;
         if self.settings.view != View::Rollout || self.settings.rollout_mode != RolloutMode::Flow {
             return;
         }
-        let Some(run) = self.rt.run.clone() else { return };
+        let Some(run) = self.session.run.clone() else { return };
         if crate::analysis::rollout::flow_refusal(run.attention.seq_len()).is_some() {
             return; // the view says why
         }
         let key = self.flow_key();
         if key.heads.is_empty()
-            || self.rt.flow.as_ref().is_some_and(|f| f.key == key)
-            || self.rt.flow_pending.as_ref() == Some(&key)
+            || self.session.flow.as_ref().is_some_and(|f| f.key == key)
+            || self.session.flow_pending.as_ref() == Some(&key)
         {
             return;
         }
-        self.rt.flow_pending = Some(key.clone());
-        let tx = self.rt.background_tx.clone();
+        self.session.flow_pending = Some(key.clone());
+        let tx = self.session.background_tx.clone();
         let ctx = ctx.clone();
         spawn_named("attnviz-flow", move || {
             let start = Instant::now();
@@ -654,85 +692,131 @@ impl AttnvizApp {
         }
     }
 
-    /// Handles this frame's commands.
-    fn handle_commands(&mut self, ctx: &egui::Context) {
-        for command in std::mem::take(&mut self.rt.commands) {
-            match command {
-                Command::LoadModel(dir) => {
-                    self.rt.switch_on_load = true;
-                    self.load_model(dir);
+    /// Handles one command raised by a view: the one place where widgets change the app.
+    pub fn run_command(&mut self, ctx: &egui::Context, command: Command) {
+        match command {
+            Command::Set(setting) => {
+                if matches!(setting, Setting::Words(w) if w != self.settings.words) {
+                    // Positions change meaning between tokens and words.
+                    self.session.pinned = None;
                 }
-                Command::BrowseModel => {
-                    let tx = self.rt.background_tx.clone();
-                    let ctx = ctx.clone();
-                    spawn_named("attnviz-dialog", move || {
-                        let picked = rfd::FileDialog::new().set_title("Open a Hugging Face model folder").pick_folder();
-                        let _ = tx.send(Background::PickedModel(picked));
-                        ctx.request_repaint();
-                    });
+                setting.apply(&mut self.settings);
+            }
+            Command::LoadModel(dir) => {
+                self.session.switch_on_load = true;
+                self.views.side.model_path_input = dir.display().to_string();
+                self.load_model(dir);
+            }
+            Command::BrowseModel => {
+                let tx = self.session.background_tx.clone();
+                let ctx = ctx.clone();
+                spawn_named("attnviz-dialog", move || {
+                    let picked = rfd::FileDialog::new().set_title("Open a Hugging Face model folder").pick_folder();
+                    let _ = tx.send(Background::PickedModel(picked));
+                    ctx.request_repaint();
+                });
+            }
+            Command::BrowseExport { file_name } => {
+                let tx = self.session.background_tx.clone();
+                let ctx = ctx.clone();
+                spawn_named("attnviz-dialog", move || {
+                    let picked = rfd::FileDialog::new()
+                        .set_file_name(file_name)
+                        .add_filter("PNG image", &["png"])
+                        .add_filter("Numbers (CSV, JSON, NumPy)", &["csv", "json", "npz"])
+                        .save_file();
+                    let _ = tx.send(Background::PickedExport(picked));
+                    ctx.request_repaint();
+                });
+            }
+            Command::Export(path) => self.export(ctx, path),
+            Command::OpenExport => self.views.export.open = true,
+            Command::CloseExport => self.views.export.open = false,
+            Command::OpenHead { layer_idx, head_idx } => {
+                self.settings.layer_idx = layer_idx;
+                for (i, on) in self.settings.heads.iter_mut().enumerate() {
+                    *on = i == head_idx;
                 }
-                Command::BrowseExport => {
-                    let tx = self.rt.background_tx.clone();
-                    let ctx = ctx.clone();
-                    let name = PathBuf::from(&self.rt.export_path_input)
-                        .file_name()
-                        .map_or_else(|| "attnviz.png".to_string(), |n| n.to_string_lossy().into_owned());
-                    spawn_named("attnviz-dialog", move || {
-                        let picked = rfd::FileDialog::new()
-                            .set_file_name(name)
-                            .add_filter("PNG image", &["png"])
-                            .add_filter("Numbers (CSV, JSON, NumPy)", &["csv", "json", "npz"])
-                            .save_file();
-                        let _ = tx.send(Background::PickedExport(picked));
-                        ctx.request_repaint();
-                    });
+                self.settings.view = View::Heatmap;
+            }
+            Command::Pin(selection) => self.session.pinned = selection,
+            Command::Playground(checked) => self.set_playground(checked),
+            Command::Derive(key) => {
+                // Only for the run shown now (a view may have asked during a change of run).
+                let Some(run) = self.session.run.clone() else { return };
+                if key.view_id() != Some(self.session.view_id) {
+                    return;
                 }
-                Command::Export(path) => {
-                    if path.as_os_str().is_empty() {
-                        self.set_status("Export failed: enter a file path", true);
-                        continue;
-                    }
-                    let figure = self.current_figure();
-                    let style = self.export_style(ctx.theme() == egui::Theme::Dark);
-                    let run = self.rt.run.clone();
-                    let tx = self.rt.background_tx.clone();
-                    let ctx = ctx.clone();
-                    self.rt.exporting = Some(path.clone());
-                    spawn_named("attnviz-export", move || {
-                        let is_png = path.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
-                        let result = if is_png {
-                            export_png(run.as_deref(), &figure, style, &path).map_err(|e| e.to_string())
-                        } else {
-                            crate::export::export_table(run.as_deref(), &figure, &path)
-                                .map(|()| (0, 0))
-                                .map_err(|e| e.to_string())
-                        };
-                        let _ = tx.send(Background::Exported(path, result));
-                        ctx.request_repaint();
-                    });
-                }
-                Command::OpenHead { layer_idx, head_idx } => {
-                    self.settings.layer_idx = layer_idx;
-                    for (i, on) in self.settings.heads.iter_mut().enumerate() {
-                        *on = i == head_idx;
-                    }
-                    self.settings.view = View::Heatmap;
+                // A lines picture reuses the matrices derived already, if any.
+                let matrices = match &key {
+                    DeriveKey::HeadLines(lines) => self.session.derived.head_matrices(&lines.matrices).cloned(),
+                    _ => None,
+                };
+                if self.session.derived.start(&key) {
+                    self.session.deriver.send(key, run, matrices);
                 }
             }
         }
     }
 
+    /// Handles the commands raised so far, in order.
+    fn run_commands(&mut self, ctx: &egui::Context, commands: &mut Commands) {
+        for command in commands.take() {
+            if !matches!(command, Command::Derive(_)) {
+                // What the command changed shows now, not at the next input event.
+                ctx.request_repaint();
+            }
+            self.run_command(ctx, command);
+        }
+    }
+
+    /// Writes the current view to `path` off the UI thread.
+    fn export(&mut self, ctx: &egui::Context, path: PathBuf) {
+        if path.as_os_str().is_empty() {
+            self.set_status("Export failed: enter a file path", true);
+            return;
+        }
+        let figure = self.current_figure();
+        let style = self.export_style(ctx.theme() == egui::Theme::Dark);
+        let run = self.session.run.clone();
+        let tx = self.session.background_tx.clone();
+        let ctx = ctx.clone();
+        self.session.exporting = Some(path.clone());
+        spawn_named("attnviz-export", move || {
+            let is_png = path.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
+            let result = if is_png {
+                export_png(run.as_deref(), &figure, style, &path).map_err(|e| e.to_string())
+            } else {
+                crate::export::export_table(run.as_deref(), &figure, &path).map(|()| (0, 0)).map_err(|e| e.to_string())
+            };
+            let _ = tx.send(Background::Exported(path, result));
+            ctx.request_repaint();
+        });
+    }
+
     fn apply_theme(&mut self, ctx: &egui::Context) {
-        if self.rt.applied_theme != Some(self.settings.theme) {
+        if self.session.applied_theme != Some(self.settings.theme) {
             ctx.set_theme(match self.settings.theme {
                 ThemeChoice::System => egui::ThemePreference::System,
                 ThemeChoice::Dark => egui::ThemePreference::Dark,
                 ThemeChoice::Light => egui::ThemePreference::Light,
             });
-            self.rt.applied_theme = Some(self.settings.theme);
+            self.session.applied_theme = Some(self.settings.theme);
             ctx.request_repaint(); // the new visuals show from the next frame on
         }
     }
+}
+
+/// The word-level run of `token`, if merged already; else asks the derive thread for it.
+fn merged(derived: &mut Derived, deriver: &Deriver, token: &TokenRun) -> Option<Arc<Run>> {
+    let key = DeriveKey::Words { source_id: token.source_id };
+    if let Some(DerivedValue::Words(run)) = derived.get(&key) {
+        return Some(Arc::clone(run));
+    }
+    if derived.start(&key) {
+        deriver.send(key, Arc::clone(&token.run), None);
+    }
+    None
 }
 
 /// Adds `DejaVu` Sans as a fallback after egui's fonts (arrows, symbols, most alphabets), and draws a
@@ -747,7 +831,7 @@ fn install_fonts(ctx: &egui::Context) {
     ctx.set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
 }
 
-/// Runs `f` on a named thread; a failure to spawn is reported through the status bar instead.
+/// Runs `f` on a named thread; a failure to spawn is reported on stderr.
 fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) {
     if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(f) {
         eprintln!("error: cannot start thread {name}: {e}");
@@ -766,11 +850,9 @@ impl eframe::App for AttnvizApp {
         });
         if let Some(dir) = dropped.into_iter().next() {
             let dir = if dir.is_file() { dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir) } else { dir };
-            self.rt.model_path_input = dir.display().to_string();
-            self.rt.switch_on_load = true;
-            self.load_model(dir);
+            self.run_command(ctx, Command::LoadModel(dir));
         }
-        if self.is_busy() || self.rt.exporting.is_some() {
+        if self.is_busy() || self.session.exporting.is_some() {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
         }
     }
@@ -780,18 +862,14 @@ impl eframe::App for AttnvizApp {
         let ctx = ui.ctx().clone();
         let before = self.settings.clone();
         self.apply_theme(&ctx);
-        let focus_text = std::mem::take(&mut self.rt.focus_text_once);
-        views::input_bar::input_bar_ui(ui, &mut self.settings, &mut self.rt, focus_text);
-        views::side_panel::side_panel_ui(ui, &mut self.settings, &mut self.rt);
-        views::status_bar_ui(ui, &self.settings, &self.rt);
-        egui::CentralPanel::default_margins().show(ui, |ui| views::central_ui(ui, &mut self.settings, &mut self.rt));
-        if self.rt.export_open {
-            views::export_dialog::export_dialog_ui(&ctx, &mut self.settings, &mut self.rt);
-        }
+        let mut commands = Commands::default();
+        self.views.ui(ui, &view_data(&self.settings, &self.session), &mut commands);
         if ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
-            self.rt.pinned = None;
+            commands.push(Command::Pin(None));
         }
-        self.handle_commands(&ctx);
+        self.run_commands(&ctx, &mut commands);
+        self.views.windows_ui(&ctx, &view_data(&self.settings, &self.session), &mut commands);
+        self.run_commands(&ctx, &mut commands);
         self.sync_view_runs();
         self.request_flow_if_needed(&ctx);
         self.request_run_if_changed();
@@ -804,7 +882,8 @@ impl eframe::App for AttnvizApp {
         // The whole previous frame as eframe timed it (layout, tessellation, painting), not just
         // this function; headless (tests) it is not reported, and this function's time stands in.
         let ms = frame.info().cpu_usage.map_or_else(|| start.elapsed().as_secs_f32() * 1e3, |s| s * 1e3);
-        self.rt.frame_ms = if self.rt.frame_ms == 0.0 { ms } else { 0.9 * self.rt.frame_ms + 0.1 * ms };
+        let s = &mut self.session;
+        s.frame_ms = if s.frame_ms == 0.0 { ms } else { 0.9 * s.frame_ms + 0.1 * ms };
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {

@@ -2,13 +2,18 @@
 
 #[allow(clippy::module_inception)] // app/app.rs holds the eframe::App, as in the house layout
 pub mod app;
+pub mod command;
+pub mod data;
+pub mod derive;
 pub mod state;
 pub mod views;
 pub mod worker;
 
 use std::path::PathBuf;
 
-pub use app::{AttnvizApp, Command, FlowKey, FlowResult, Startup};
+pub use app::{AttnvizApp, Startup};
+pub use command::{Command, Commands, Setting};
+pub use data::{FlowKey, FlowResult, Status, ViewData};
 
 /// Opens the desktop app window.
 /// OpenGL (glow) unless `ATTNVIZ_RENDERER=wgpu`: without a GPU (VMs, remote desktops, laptops

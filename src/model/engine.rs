@@ -22,7 +22,7 @@ use super::intervene::Interventions;
 use super::kernels;
 use super::relpos;
 use super::rope::RopeTable;
-use crate::analysis::spare;
+use crate::alloc as spare;
 
 /// What to record besides the attention probabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -244,6 +244,12 @@ fn floor_i64(v: f32) -> i64 {
     if (t as f32) > v { t.saturating_sub(1) } else { t }
 }
 
+/// Colour of text written on a cell of colour `rgb`: near-black on light cells, near-white on dark
+/// ones, by WCAG relative luminance. The one rule for cell text on screen and in exported PNGs.
+pub fn cell_text_rgb(rgb: [u8; 3]) -> [u8; 3] {
+    if luminance(rgb) > 0.4 { [20, 20, 20] } else { [245, 245, 245] }
+}
+
 /// Relative luminance (0 = black, 1 = white) of an sRGB colour, for choosing readable text on it.
 pub(crate) fn luminance(rgb: [u8; 3]) -> f32 {
     let lin = |c: u8| {

@@ -2,7 +2,7 @@
 
 use image::RgbaImage;
 
-use super::canvas::{MAX_SIDE, fill_rect, luminance, new_image, stroke_rect};
+use super::canvas::{MAX_SIDE, cell_text_rgb, fill_rect, new_image, stroke_rect};
 use super::colorbar::{Colorbar, format_cell_value, nice_step, nice_ticks};
 use super::colormap::{Colormap, cells_rgba};
 use super::text::{Align, draw_label, draw_text, draw_text_up, fit_text, line_height, text_width};
@@ -348,11 +348,8 @@ pub fn heatmap(spec: &HeatmapSpec) -> RgbaImage {
         for (i, &v) in values.iter().enumerate().filter(|(_, v)| !v.is_nan()) {
             let (row, col) = (i / lay.cols, i % lay.cols);
             let k = i * 4;
-            let text_color = if luminance([rgba[k], rgba[k + 1], rgba[k + 2]]) > 0.4 {
-                [20, 20, 20, 255]
-            } else {
-                [245, 245, 245, 255]
-            };
+            let [r, g, b] = cell_text_rgb([rgba[k], rgba[k + 1], rgba[k + 2]]);
+            let text_color = [r, g, b, 255];
             let (cx, cy) = lay.cell_center(row, col);
             draw_label(&mut img, &format_cell_value(v), cx, cy, px, Align::Center, text_color);
         }

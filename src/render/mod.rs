@@ -12,10 +12,12 @@ mod model_grid;
 mod pe;
 pub mod text;
 
-pub use canvas::{MAX_SIDE, Segment, stack};
+pub use canvas::{MAX_SIDE, Segment, cell_text_rgb, stack};
 pub use colorbar::format_cell_value;
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
-pub use head_view::{HeadLines, HeadViewSpec, Side, draw_lines, head_view, transparent_image};
+pub use head_view::{
+    HeadLines, HeadViewLayout, HeadViewSpec, Side, draw_lines, head_view, head_view_layout, transparent_image,
+};
 pub use heatmap::{HeatmapSpec, heatmap, symmetric_range};
 pub use model_grid::{ModelGridSpec, model_grid};
 pub use pe::{pe_dot, pe_encoding};

@@ -3,22 +3,34 @@
 
 use egui::RichText;
 
-use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
-use crate::app::app::Runtime;
+use super::matrix::{MatrixGeometry, MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
+use crate::app::command::Commands;
+use crate::app::data::ViewData;
 use crate::app::state::{CompareMode, CompareSource, Settings};
 use crate::render::Colormap;
 
-/// Textures of the comparison.
+/// The comparison view's state: textures and the typed model folder.
 #[derive(Default)]
-pub struct CompareCache {
+pub struct CompareView {
     a: MatrixTexture,
     b: MatrixTexture,
     diff: MatrixTexture,
+    /// The comparison's model-folder box as typed.
+    pub model_input: String,
+}
+
+impl CompareView {
+    /// Draws the comparison view.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        let mut settings = data.settings.clone();
+        compare_view_ui(ui, &mut settings, data, self);
+        commands.set_changed(data.settings, &settings);
+    }
 }
 
 /// Draws the comparison view.
-pub fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
-    let Some(run) = rt.run.clone() else { return };
+fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'_>, cache: &mut CompareView) {
+    let Some(run) = data.run else { return };
     ui.horizontal_wrapped(|ui| {
         ui.label(RichText::new("Compare with").strong());
         let c = &mut settings.compare.source;
@@ -39,17 +51,16 @@ pub fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
             });
         }
         CompareSource::Model => {
-            if rt.compare_model_input.is_empty() {
+            if cache.model_input.is_empty() {
                 if let Some(dir) = &settings.compare.model_b {
-                    rt.compare_model_input = dir.display().to_string();
+                    cache.model_input = dir.display().to_string();
                 }
             }
             ui.horizontal(|ui| {
                 let label = ui.label("Model B folder");
-                ui.add(egui::TextEdit::singleline(&mut rt.compare_model_input).desired_width(360.0))
-                    .labelled_by(label.id);
-                if ui.button("Use as B").clicked() && !rt.compare_model_input.trim().is_empty() {
-                    settings.compare.model_b = Some(rt.compare_model_input.trim().into());
+                ui.add(egui::TextEdit::singleline(&mut cache.model_input).desired_width(360.0)).labelled_by(label.id);
+                if ui.button("Use as B").clicked() && !cache.model_input.trim().is_empty() {
+                    settings.compare.model_b = Some(cache.model_input.trim().into());
                 }
             });
             ui.label(
@@ -60,11 +71,11 @@ pub fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
         }
         CompareSource::Interventions => {}
     }
-    if let Some(why) = &rt.compare_error {
+    if let Some(why) = data.compare_error {
         ui.colored_label(ui.visuals().warn_fg_color, why);
         return;
     }
-    let Some(b) = rt.run_b.clone() else {
+    let Some(b) = data.run_b else {
         ui.horizontal(|ui| {
             ui.spinner();
             ui.label("Running B…");
@@ -105,8 +116,7 @@ pub fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
     } else {
         settings.compare.mode
     };
-    let cache = &mut rt.caches.compare;
-    let base_key = (rt.view_id, rt.compare_id, layer_idx, heads.clone());
+    let base_key = (data.view_id, data.compare_id, layer_idx, heads.clone());
     let cell = settings.cell_size.min(36.0);
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| match mode {
         CompareMode::Difference => {
@@ -146,38 +156,84 @@ pub fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
                 },
             );
         }
-        CompareMode::SideBySide => {
-            ui.horizontal_top(|ui| {
-                for (which, r, tex) in [("A", &run, &mut cache.a), ("B", &b, &mut cache.b)] {
-                    ui.vertical(|ui| {
-                        ui.label(RichText::new(format!("{which}: {}", r.display_name())).strong());
-                        let labels: Vec<String> = (0..r.tokens.len()).map(|i| r.tokens.label(i)).collect();
-                        let values = r.shown_mean(layer_idx, &heads);
-                        let hover = |q: usize, k: usize, v: f32| {
-                            let w = if v.is_nan() { "masked (causal)".to_string() } else { format!("weight {v:.6}") };
-                            format!("{which}: query “{}” → key “{}”\n{w}", labels[q], labels[k])
-                        };
-                        matrix_ui(
-                            ui,
-                            tex,
-                            super::matrix::key_of(&(which, &base_key)),
-                            &MatrixSpec {
-                                id: if which == "A" { "compare-a" } else { "compare-b" },
-                                values: &values,
-                                rows: labels.len(),
-                                cols: labels.len(),
-                                row_labels: &labels,
-                                col_labels: &labels,
-                                range: (0.0, 1.0),
-                                colormap: settings.colormap,
-                                cell,
-                                hover: &hover,
-                                clickable: None,
-                            },
-                        );
-                    });
-                }
+        CompareMode::SideBySide => side_by_side_ui(
+            ui,
+            [("A", run), ("B", b)],
+            [&mut cache.a, &mut cache.b],
+            &heads,
+            layer_idx,
+            settings.colormap,
+            cell,
+            &base_key,
+        ),
+    });
+}
+
+/// The hover text of a cell (row, column, value).
+type HoverText<'a> = Box<dyn Fn(usize, usize, f32) -> String + 'a>;
+
+/// A and B next to each other when both fit the width, else one above the other (the view
+/// scrolls); each title stays on one line.
+#[allow(clippy::too_many_arguments)]
+fn side_by_side_ui(
+    ui: &mut egui::Ui,
+    runs: [(&str, &std::sync::Arc<crate::analysis::Run>); 2],
+    textures: [&mut MatrixTexture; 2],
+    heads: &[usize],
+    layer_idx: usize,
+    colormap: Colormap,
+    cell: f32,
+    base_key: &impl std::hash::Hash,
+) {
+    let prepared: Vec<(String, Vec<String>, Vec<f32>)> = runs
+        .iter()
+        .map(|(which, r)| {
+            let labels: Vec<String> = (0..r.tokens.len()).map(|i| r.tokens.label(i)).collect();
+            (format!("{which}: {}", r.display_name()), labels, r.shown_mean(layer_idx, heads))
+        })
+        .collect();
+    let hovers: Vec<HoverText<'_>> = runs
+        .iter()
+        .zip(&prepared)
+        .map(|((which, _), (_, labels, _))| {
+            Box::new(move |q: usize, k: usize, v: f32| {
+                let w = if v.is_nan() { "masked (causal)".to_string() } else { format!("weight {v:.6}") };
+                format!("{which}: query “{}” → key “{}”\n{w}", labels[q], labels[k])
+            }) as HoverText<'_>
+        })
+        .collect();
+    let specs: Vec<MatrixSpec<'_>> = prepared
+        .iter()
+        .zip(&hovers)
+        .enumerate()
+        .map(|(i, ((_, labels, values), hover))| MatrixSpec {
+            id: if i == 0 { "compare-a" } else { "compare-b" },
+            values,
+            rows: labels.len(),
+            cols: labels.len(),
+            row_labels: labels,
+            col_labels: labels,
+            range: (0.0, 1.0),
+            colormap,
+            cell,
+            hover: hover.as_ref(),
+            clickable: None,
+        })
+        .collect();
+    let widths: Vec<f32> = specs.iter().map(|s| MatrixGeometry::of(ui, s).size().x).collect();
+    let spacing = ui.spacing().item_spacing.x;
+    let fits = widths.iter().sum::<f32>() + spacing <= ui.available_width();
+    let draw = |ui: &mut egui::Ui| {
+        for (i, (spec, tex)) in specs.iter().zip(textures).enumerate() {
+            ui.vertical(|ui| {
+                ui.add(egui::Label::new(RichText::new(&prepared[i].0).strong()).extend());
+                matrix_ui(ui, tex, super::matrix::key_of(&(runs[i].0, base_key)), spec);
             });
         }
-    });
+    };
+    if fits {
+        ui.horizontal_top(draw);
+    } else {
+        ui.vertical(draw);
+    }
 }

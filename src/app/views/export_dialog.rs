@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use egui::RichText;
 
-use crate::app::Command;
-use crate::app::app::Runtime;
+use crate::app::command::{Command, Commands, Setting};
+use crate::app::data::ViewData;
 use crate::app::state::{PeFigure, Settings, View};
 
 /// A default file name for the current view.
@@ -34,16 +34,33 @@ pub fn default_export_path(settings: &Settings) -> PathBuf {
     dir.join(name)
 }
 
+/// The export window's state.
+#[derive(Debug, Default)]
+pub struct ExportDialog {
+    /// Whether the window is open.
+    pub open: bool,
+    /// The export path being edited.
+    pub path_input: String,
+}
+
+impl ExportDialog {
+    /// Draws the export window.
+    pub fn ui(&mut self, ctx: &egui::Context, data: &ViewData<'_>, commands: &mut Commands) {
+        export_dialog_ui(ctx, data, &mut self.path_input, commands);
+    }
+}
+
 /// Draws the export window.
-pub fn export_dialog_ui(ctx: &egui::Context, settings: &mut Settings, rt: &mut Runtime) {
-    if rt.export_path_input.is_empty() {
-        rt.export_path_input = default_export_path(settings).display().to_string();
+fn export_dialog_ui(ctx: &egui::Context, data: &ViewData<'_>, path_input: &mut String, commands: &mut Commands) {
+    let settings = data.settings;
+    if path_input.is_empty() {
+        *path_input = default_export_path(settings).display().to_string();
     }
     let mut open = true;
     let window = egui::Window::new("Export PNG").open(&mut open).collapsible(false).resizable(false);
     window.anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(ctx, |ui| {
         let what = match settings.view {
-            View::Head if rt.pinned.is_some() => "the head view (with the pinned token)",
+            View::Head if data.pinned.is_some() => "the head view (with the pinned token)",
             View::Head => "the head view",
             View::Model => "the model view (all layers × heads)",
             View::Heatmap => "the heatmap",
@@ -64,32 +81,37 @@ pub fn export_dialog_ui(ctx: &egui::Context, settings: &mut Settings, rt: &mut R
         }
         let label = ui.label("Export path");
         ui.horizontal(|ui| {
-            ui.add(egui::TextEdit::singleline(&mut rt.export_path_input).desired_width(360.0)).labelled_by(label.id);
+            ui.add(egui::TextEdit::singleline(path_input).desired_width(360.0)).labelled_by(label.id);
             if ui.button("Browse…").clicked() {
-                rt.commands.push(Command::BrowseExport);
+                let file_name = PathBuf::from(&*path_input)
+                    .file_name()
+                    .map_or_else(|| "attnviz.png".to_string(), |n| n.to_string_lossy().into_owned());
+                commands.push(Command::BrowseExport { file_name });
             }
         });
         ui.horizontal(|ui| {
             ui.label("Scale");
             for s in 1..=4u8 {
-                ui.selectable_value(&mut settings.export_scale, s, format!("{s}×"));
+                if ui.selectable_label(settings.export_scale == s, format!("{s}×")).clicked() {
+                    commands.push(Command::Set(Setting::ExportScale(s)));
+                }
             }
         });
         ui.horizontal(|ui| {
-            let busy = rt.exporting.is_some();
+            let busy = data.exporting;
             if ui.add_enabled(!busy, egui::Button::new(RichText::new("Save").strong())).clicked() {
-                rt.commands.push(Command::Export(PathBuf::from(rt.export_path_input.trim())));
+                commands.push(Command::Export(PathBuf::from(path_input.trim())));
             }
             if busy {
                 ui.spinner();
                 ui.label("Writing…");
             }
         });
-        if let Some(status) = rt.status.as_ref().filter(|s| s.is_error) {
+        if let Some(status) = data.status.filter(|s| s.is_error) {
             ui.colored_label(ui.visuals().error_fg_color, &status.text);
         }
     });
     if !open || ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
-        rt.export_open = false;
+        commands.push(Command::CloseExport);
     }
 }

@@ -2,49 +2,65 @@
 
 use egui::{RichText, TextEdit};
 
-use crate::app::app::Runtime;
-use crate::app::state::Settings;
+use crate::app::command::Commands;
+use crate::app::data::ViewData;
 
-/// Draws the input panel; `focus` puts the keyboard focus in sentence A (at launch).
-pub fn input_bar_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime, focus: bool) {
-    egui::Panel::top("input").show(ui, |ui| {
-        ui.add_space(4.0);
-        egui::Grid::new("sentences").num_columns(2).spacing([8.0, 4.0]).show(ui, |ui| {
-            let label = ui.label(RichText::new("Sentence A").strong());
-            let edit = TextEdit::singleline(&mut settings.text)
-                .hint_text("Type a sentence — the views follow as you type")
-                .desired_width(f32::INFINITY);
-            let response = ui.add(edit).labelled_by(label.id);
-            if focus {
-                response.request_focus();
+/// The input panel's state.
+pub struct InputBar {
+    /// Whether sentence A still gets the keyboard focus (once, at launch).
+    focus_once: bool,
+}
+
+impl Default for InputBar {
+    fn default() -> Self {
+        Self { focus_once: true }
+    }
+}
+
+impl InputBar {
+    /// Draws the input panel.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        let focus = std::mem::take(&mut self.focus_once);
+        let mut settings = data.settings.clone();
+        egui::Panel::top("input").show(ui, |ui| {
+            ui.add_space(4.0);
+            egui::Grid::new("sentences").num_columns(2).spacing([8.0, 4.0]).show(ui, |ui| {
+                let label = ui.label(RichText::new("Sentence A").strong());
+                let edit = TextEdit::singleline(&mut settings.text)
+                    .hint_text("Type a sentence — the views follow as you type")
+                    .desired_width(f32::INFINITY);
+                let response = ui.add(edit).labelled_by(label.id);
+                if focus {
+                    response.request_focus();
+                }
+                ui.end_row();
+                ui.checkbox(&mut settings.pair_enabled, "Sentence B")
+                    .on_hover_text("Add a second sentence to make a sentence pair");
+                if settings.pair_enabled {
+                    let edit = TextEdit::singleline(&mut settings.text_pair)
+                        .hint_text("Second sentence of the pair")
+                        .desired_width(f32::INFINITY)
+                        .id_salt("sentence-b");
+                    ui.add(edit).on_hover_text("Sentence B");
+                } else {
+                    ui.label(RichText::new("(single sentence)").weak());
+                }
+                ui.end_row();
+            });
+            if settings.text.trim().is_empty() && settings.pair().is_none() {
+                ui.label(
+                    RichText::new("The sentence is empty: the model sees only its special tokens ([CLS] [SEP]).")
+                        .italics(),
+                );
             }
-            ui.end_row();
-            ui.checkbox(&mut settings.pair_enabled, "Sentence B")
-                .on_hover_text("Add a second sentence to make a sentence pair");
-            if settings.pair_enabled {
-                let edit = TextEdit::singleline(&mut settings.text_pair)
-                    .hint_text("Second sentence of the pair")
-                    .desired_width(f32::INFINITY)
-                    .id_salt("sentence-b");
-                ui.add(edit).on_hover_text("Sentence B");
-            } else {
-                ui.label(RichText::new("(single sentence)").weak());
-            }
-            ui.end_row();
-        });
-        if settings.text.trim().is_empty() && settings.pair().is_none() {
-            ui.label(
-                RichText::new("The sentence is empty: the model sees only its special tokens ([CLS] [SEP]).").italics(),
-            );
-        }
-        if let Some(run) = &rt.run {
-            if let Some(notice) = &run.truncation {
+            if let Some(notice) = data.run.and_then(|run| run.truncation.as_ref()) {
                 ui.colored_label(ui.visuals().warn_fg_color, format!("⚠ {notice}. Only the first tokens are shown."));
             }
-        }
-        if let Some(err) = &rt.run_error {
-            ui.colored_label(ui.visuals().error_fg_color, err);
-        }
-        ui.add_space(2.0);
-    });
+            if let Some(err) = data.run_error {
+                ui.colored_label(ui.visuals().error_fg_color, err);
+            }
+            ui.add_space(2.0);
+        });
+        commands.set_changed(data.settings, &settings);
+    }
 }

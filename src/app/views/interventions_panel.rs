@@ -3,12 +3,12 @@
 
 use egui::{Color32, RichText, Role, Sense, Stroke, WidgetInfo, vec2};
 
-use crate::app::app::Runtime;
+use crate::app::data::ViewData;
 use crate::app::state::Settings;
 
-/// Draws the panel for a model of `layers` × `heads`.
-pub fn interventions_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) {
-    let Some(model) = &rt.model else { return };
+/// Draws the panel for the loaded model, editing `settings` (the side panel's copy).
+pub fn interventions_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'_>) {
+    let Some(model) = data.model else { return };
     let (layers, heads) = (model.layers, model.heads);
     let iv = &mut settings.interventions;
     let header =

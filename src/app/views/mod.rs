@@ -1,5 +1,7 @@
-//! The app's views, one per file. Each gets ready-made plain data and draws it; expensive derived
-//! things (textures, line meshes) live in [`Caches`], keyed by what they depend on.
+//! The app's views, one per file. Each view is a state struct with
+//! `ui(&mut self, ui, &ViewData, &mut Commands)`: it reads plain data, draws it and pushes
+//! commands; it never imports the app. Expensive derived data is computed off the UI thread
+//! (`app::derive`); a view keeps only what it draws (textures), keyed by what they depend on.
 
 pub mod compare_view;
 pub mod export_dialog;
@@ -18,26 +20,159 @@ pub mod stats_view;
 
 use egui::{Color32, RichText};
 
-use super::app::Runtime;
+use super::command::{Command, Commands};
+use super::data::ViewData;
 use super::state::{Settings, Source, View};
 
-/// Per-view caches.
-#[derive(Default)]
-pub struct Caches {
-    /// Head view: filtered matrices and line meshes.
-    pub head: head_view::HeadViewCache,
+/// Each view's own state: caches of what it draws, text being typed.
+pub struct Views {
+    /// The sentence boxes.
+    pub input: input_bar::InputBar,
+    /// Model, interventions or playground, layer and head pickers, appearance.
+    pub side: side_panel::SidePanel,
+    /// The export window.
+    pub export: export_dialog::ExportDialog,
+    /// Head view: line pictures.
+    pub head: head_view::HeadView,
     /// Model view: one texture per layer × head.
-    pub model: model_view::ModelViewCache,
+    pub model: model_view::ModelView,
     /// Heatmap view: the texture of the shown matrix.
-    pub heatmap: heatmap_view::HeatmapCache,
+    pub heatmap: heatmap_view::HeatmapView,
     /// Positional-encoding view: encodings and their textures.
-    pub pe: pe_view::PeCache,
-    /// Statistics view: the statistics and the grid texture.
-    pub stats: stats_view::StatsCache,
-    /// Rollout view: rollout matrices and the texture.
-    pub rollout: rollout_view::RolloutCache,
-    /// Comparison view: textures.
-    pub compare: compare_view::CompareCache,
+    pub pe: pe_view::PeView,
+    /// Statistics view: the grid texture.
+    pub stats: stats_view::StatsView,
+    /// Rollout view: the texture.
+    pub rollout: rollout_view::RolloutView,
+    /// Comparison view: textures and the typed model folder.
+    pub compare: compare_view::CompareView,
+}
+
+impl Views {
+    /// The views of a fresh window; `model_dir` fills the model box.
+    pub fn new(settings: &Settings, model_dir: &std::path::Path) -> Self {
+        Self {
+            input: input_bar::InputBar::default(),
+            side: side_panel::SidePanel::new(model_dir, &settings.playground),
+            export: export_dialog::ExportDialog::default(),
+            head: head_view::HeadView::default(),
+            model: model_view::ModelView::default(),
+            heatmap: heatmap_view::HeatmapView::default(),
+            pe: pe_view::PeView::default(),
+            stats: stats_view::StatsView::default(),
+            rollout: rollout_view::RolloutView::default(),
+            compare: compare_view::CompareView::default(),
+        }
+    }
+
+    /// Draws the panels and the current view.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        self.input.ui(ui, data, commands);
+        self.side.ui(ui, data, commands);
+        status_bar_ui(ui, data);
+        egui::CentralPanel::default_margins().show(ui, |ui| self.central_ui(ui, data, commands));
+    }
+
+    /// Draws the windows over the panels (the export window): after the panels' commands are
+    /// handled, so a window opened by a click shows in the same frame.
+    pub fn windows_ui(&mut self, ctx: &egui::Context, data: &ViewData<'_>, commands: &mut Commands) {
+        if self.export.open {
+            self.export.ui(ctx, data, commands);
+        }
+    }
+
+    /// The central area: view tabs, then the chosen view (or why there is nothing to show).
+    fn central_ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        let settings = data.settings;
+        // Wrapped: the tabs, Export… and Words stay reachable in a narrow window.
+        ui.horizontal_wrapped(|ui| {
+            for view in View::ALL {
+                let tab = ui.selectable_label(settings.view == view, RichText::new(view.label()).strong());
+                if tab.clicked() && settings.view != view {
+                    commands.push(Command::Set(super::command::Setting::View(view)));
+                    // The neuron view opens on the query pinned in the head view, if any.
+                    if let (View::Neuron, Some((crate::render::Side::Query, pos))) = (view, data.pinned) {
+                        commands.push(Command::Set(super::command::Setting::NeuronQuery(pos)));
+                    }
+                }
+            }
+            ui.separator();
+            let enabled = (data.run.is_some() || !settings.view.needs_run()) && !data.exporting;
+            if ui
+                .add_enabled(enabled, egui::Button::new("Export…"))
+                .on_hover_text("Save the current view as a PNG image (or its numbers as CSV / JSON / NPZ)")
+                .clicked()
+            {
+                commands.push(Command::OpenExport);
+            }
+            if settings.view.needs_run() {
+                let mut words = settings.words;
+                ui.checkbox(&mut words, "Words").on_hover_text(
+                    "Merge word pieces (##, Ġ, ▁) into words: attention to a word is the sum over its pieces, \
+                     from a word the mean (Clark et al. 2019); rows still sum to 1",
+                );
+                if words != settings.words {
+                    commands.push(Command::Set(super::command::Setting::Words(words)));
+                }
+            }
+        });
+        ui.separator();
+        if settings.view == View::Positions {
+            self.pe.ui(ui, data, commands);
+            return;
+        }
+        shown_model_banner(ui, data, commands);
+        if data.run.is_none() {
+            ui.vertical_centered(|ui| {
+                ui.add_space(40.0);
+                if let Some(err) = data.run_error {
+                    ui.colored_label(ui.visuals().error_fg_color, err);
+                } else {
+                    ui.spinner();
+                    ui.label(if data.loading.is_some() {
+                        "Loading the model…"
+                    } else if data.merging {
+                        "Merging word pieces into words…"
+                    } else {
+                        "Running the model…"
+                    });
+                }
+            });
+            return;
+        }
+        match settings.view {
+            View::Head => self.head.ui(ui, data, commands),
+            View::Model => self.model.ui(ui, data, commands),
+            View::Heatmap => self.heatmap.ui(ui, data, commands),
+            View::Neuron => neuron_view::neuron_view_ui(ui, data, commands),
+            View::Stats => self.stats.ui(ui, data, commands),
+            View::Rollout => self.rollout.ui(ui, data, commands),
+            View::Compare => self.compare.ui(ui, data, commands),
+            View::Positions => {}
+        }
+    }
+}
+
+/// A spinner and "computing …" while derived data is produced off the UI thread.
+pub fn computing_ui(ui: &mut egui::Ui, what: &str) {
+    ui.horizontal(|ui| {
+        ui.spinner();
+        ui.label(format!("Computing {what}…"));
+    });
+}
+
+/// The derived data `key`, or None after asking for it (once: not while it is being computed).
+pub fn derived_or_ask<'a, T>(
+    data: &ViewData<'a>,
+    commands: &mut Commands,
+    key: &super::derive::DeriveKey,
+    get: impl FnOnce(&'a super::derive::Derived) -> Option<T>,
+) -> Option<T> {
+    let found = get(data.derived);
+    if found.is_none() && !data.derived.is_pending(key) {
+        commands.push(Command::Derive(key.clone()));
+    }
+    found
 }
 
 /// `s` with its first letter upper-case (library messages start lower-case, view text does not).
@@ -52,69 +187,10 @@ pub fn head_color(head_idx: usize, heads: usize) -> Color32 {
     Color32::from_rgb(r, g, b)
 }
 
-/// The central area: view tabs, then the chosen view (or why there is nothing to show).
-pub fn central_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
-    // Wrapped: the tabs, Export… and Words stay reachable in a narrow window.
-    ui.horizontal_wrapped(|ui| {
-        for view in View::ALL {
-            let tab = ui.selectable_value(&mut settings.view, view, RichText::new(view.label()).strong());
-            // The neuron view opens on the query pinned in the head view, if any.
-            if tab.clicked() && view == View::Neuron {
-                if let Some((crate::render::Side::Query, pos)) = rt.pinned {
-                    settings.neuron_query = pos;
-                }
-            }
-        }
-        ui.separator();
-        let enabled = (rt.run.is_some() || !settings.view.needs_run()) && rt.exporting.is_none();
-        if ui
-            .add_enabled(enabled, egui::Button::new("Export…"))
-            .on_hover_text("Save the current view as a PNG image (or its numbers as CSV / JSON / NPZ)")
-            .clicked()
-        {
-            rt.export_open = true;
-        }
-        if settings.view.needs_run() {
-            ui.checkbox(&mut settings.words, "Words").on_hover_text(
-                "Merge word pieces (##, Ġ, ▁) into words: attention to a word is the sum over its pieces, \
-                 from a word the mean (Clark et al. 2019); rows still sum to 1",
-            );
-        }
-    });
-    ui.separator();
-    if settings.view == View::Positions {
-        pe_view::pe_view_ui(ui, settings, rt);
-        return;
-    }
-    shown_model_banner(ui, settings, rt);
-    if rt.run.is_none() {
-        ui.vertical_centered(|ui| {
-            ui.add_space(40.0);
-            if let Some(err) = &rt.run_error {
-                ui.colored_label(ui.visuals().error_fg_color, err);
-            } else {
-                ui.spinner();
-                ui.label(if rt.loading.is_some() { "Loading the model…" } else { "Running the model…" });
-            }
-        });
-        return;
-    }
-    match settings.view {
-        View::Head => head_view::head_view_ui(ui, settings, rt),
-        View::Model => model_view::model_view_ui(ui, settings, rt),
-        View::Heatmap => heatmap_view::heatmap_view_ui(ui, settings, rt),
-        View::Neuron => neuron_view::neuron_view_ui(ui, settings, rt),
-        View::Stats => stats_view::stats_view_ui(ui, settings, rt),
-        View::Rollout => rollout_view::rollout_view_ui(ui, settings, rt),
-        View::Compare => compare_view::compare_view_ui(ui, settings, rt),
-        View::Positions => {}
-    }
-}
-
 /// Says which model the views show: the faithful pretrained model, a modified one (loudly, with
 /// the way back), or the playground.
-fn shown_model_banner(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) {
-    let Some(run) = &rt.run else { return };
+fn shown_model_banner(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+    let Some(run) = data.run else { return };
     let visuals = ui.visuals().clone();
     let (text, color, reset) = match (&run.intervention, run.playground) {
         (Some(how), _) => {
@@ -126,9 +202,10 @@ fn shown_model_banner(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) 
     ui.horizontal_wrapped(|ui| {
         ui.label(RichText::new(text).color(color).strong());
         if reset && ui.button("Reset to the faithful model").clicked() {
-            settings.interventions = crate::model::Interventions::default();
+            let faithful = crate::model::Interventions::default();
+            commands.push(Command::Set(super::command::Setting::Interventions(faithful)));
         }
-        let pending = match settings.source {
+        let pending = match data.settings.source {
             Source::Pretrained => run.playground,
             Source::Playground => !run.playground,
         };
@@ -139,13 +216,13 @@ fn shown_model_banner(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) 
 }
 
 /// The bottom line: last message, timings.
-pub fn status_bar_ui(ui: &mut egui::Ui, settings: &Settings, rt: &Runtime) {
+pub fn status_bar_ui(ui: &mut egui::Ui, data: &ViewData<'_>) {
     egui::Panel::bottom("status").show(ui, |ui| {
         ui.horizontal(|ui| {
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                ui.label(RichText::new(format!("frame {:.1} ms", rt.frame_ms)).weak())
+                ui.label(RichText::new(format!("frame {:.1} ms", data.frame_ms)).weak())
                     .on_hover_text("CPU time spent building this frame (smoothed)");
-                if let Some(run) = &rt.run {
+                if let Some(run) = data.run {
                     let source = if run.intervention.is_some() {
                         "modified model"
                     } else if run.playground {
@@ -157,17 +234,17 @@ pub fn status_bar_ui(ui: &mut egui::Ui, settings: &Settings, rt: &Runtime) {
                         RichText::new(format!(
                             "{} tokens · {source} · model {:.0} ms · {}",
                             run.tokens.len(),
-                            rt.inference_ms,
-                            settings.view.label()
+                            data.inference_ms,
+                            data.settings.view.label()
                         ))
                         .weak(),
                     );
                 }
-                if rt.requested_run_id > rt.run_id {
+                if data.run_pending {
                     ui.spinner();
                 }
                 // The message takes what room is left (right to left: it ends next to the timings).
-                if let Some(status) = &rt.status {
+                if let Some(status) = data.status {
                     let color =
                         if status.is_error { ui.visuals().error_fg_color } else { ui.visuals().weak_text_color() };
                     ui.with_layout(egui::Layout::left_to_right(egui::Align::Center), |ui| {

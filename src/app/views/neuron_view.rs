@@ -8,9 +8,10 @@ use std::fmt::Write as _;
 use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
 
 use super::matrix::symmetric_range;
+use super::side_panel::contrast_text;
 use crate::analysis::run::NeuronBreakdown;
-use crate::app::app::Runtime;
-use crate::app::state::Settings;
+use crate::app::command::{Command, Commands, Setting};
+use crate::app::data::ViewData;
 use crate::render::{Colormap, cell_rgb};
 
 /// Height of one key row.
@@ -32,15 +33,19 @@ fn short_term_name(name: &str) -> &str {
     }
 }
 
-/// Draws the neuron view.
-pub fn neuron_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
-    let Some(run) = rt.run.clone() else { return };
+/// Draws the neuron view (it keeps no state of its own).
+pub fn neuron_view_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+    let Some(run) = data.run else { return };
+    let settings = data.settings;
     let a = &run.attention;
-    let (layer_idx, heads) = settings.selection_for(a.layers(), a.heads());
+    let (layer_idx, heads) = data.selection();
     let head_idx = heads.first().copied().unwrap_or(0);
     let n = a.seq_len();
-    settings.neuron_query = settings.neuron_query.min(n.saturating_sub(1));
-    let query = settings.neuron_query;
+    let query = settings.neuron_query.min(n.saturating_sub(1));
+    if query != settings.neuron_query {
+        // A shorter run than the query picked: the export follows what is shown.
+        commands.push(Command::Set(Setting::NeuronQuery(query)));
+    }
     ui.horizontal_wrapped(|ui| {
         ui.label(RichText::new(format!("Layer {layer_idx}")).strong());
         ui.separator();
@@ -48,9 +53,8 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runti
         for h in 0..a.heads() {
             if ui.selectable_label(h == head_idx, format!("head {h}")).on_hover_text(format!("Show head {h}")).clicked()
             {
-                for (i, on) in settings.heads.iter_mut().enumerate() {
-                    *on = i == h;
-                }
+                let solo = (0..settings.heads.len()).map(|i| i == h).collect();
+                commands.push(Command::Set(Setting::Heads(solo)));
             }
         }
     });
@@ -83,7 +87,7 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runti
     let labels: Vec<String> = (0..n).map(|i| run.tokens.label(i)).collect();
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
         if let Some(picked) = cells_ui(ui, &b, &labels, query, settings.colormap) {
-            settings.neuron_query = picked;
+            commands.push(Command::Set(Setting::NeuronQuery(picked)));
         }
     });
 }
@@ -191,15 +195,18 @@ fn cells_ui(
         }
         let score = b.scores[j];
         let rs = Rect::from_min_size(pos2(o.x + x_score, y + 1.0), vec2(56.0, ROW - 2.0));
-        painter.rect_filled(rs, 0.0, color(&lut, score, score_range));
+        let fill = color(&lut, score, score_range);
+        painter.rect_filled(rs, 0.0, fill);
         let score_text = if score.is_nan() { "masked".to_string() } else { crate::render::format_cell_value(score) };
-        painter.text(rs.center(), egui::Align2::CENTER_CENTER, score_text, FontId::monospace(10.0), Color32::BLACK);
+        let ink = contrast_text(fill);
+        painter.text(rs.center(), egui::Align2::CENTER_CENTER, score_text, FontId::monospace(10.0), ink);
         for ((_, values), &x) in b.terms.iter().zip(&x_terms) {
             let v = values[j];
             let r = Rect::from_min_size(pos2(o.x + x, y + 1.0), vec2(56.0, ROW - 2.0));
-            painter.rect_filled(r, 0.0, color(&lut, v, score_range));
+            let fill = color(&lut, v, score_range);
+            painter.rect_filled(r, 0.0, fill);
             let t = if v.is_nan() { "masked".to_string() } else { crate::render::format_cell_value(v) };
-            painter.text(r.center(), egui::Align2::CENTER_CENTER, t, FontId::monospace(10.0), Color32::BLACK);
+            painter.text(r.center(), egui::Align2::CENTER_CENTER, t, FontId::monospace(10.0), contrast_text(fill));
         }
         let w = b.weights[j];
         if w.is_nan() {

@@ -8,7 +8,8 @@ use egui_plot::{Legend, Line, Plot, PlotPoints};
 
 use crate::analysis::pe::{self, PeLayout, PeParams, PositionalEncoding, learned_dot_range};
 use crate::analysis::select::submatrix;
-use crate::app::app::Runtime;
+use crate::app::command::{Command, Commands};
+use crate::app::data::ViewData;
 use crate::app::state::{PeFigure, Settings};
 use crate::app::worker::PositionSimilarity;
 use crate::render::{Colormap, cells_rgba};
@@ -58,7 +59,7 @@ type LearnedKey = (std::path::PathBuf, usize, Colormap);
 
 /// Encodings, textures and the typed parameters of the panel.
 #[derive(Default)]
-pub struct PeCache {
+pub struct PeView {
     sin_key: Option<SinKey>,
     /// The sinusoidal encoding shown (None while the parameters are invalid).
     pub encoding: Option<PositionalEncoding>,
@@ -79,7 +80,7 @@ pub struct PeCache {
     export_request: Option<PeFigure>,
 }
 
-impl PeCache {
+impl PeView {
     fn update_sin(&mut self, ctx: &egui::Context, params: PeParams, colormap: Colormap) {
         if self.sin_key == Some((params, colormap)) {
             return;
@@ -122,9 +123,24 @@ fn number_box<T: std::str::FromStr>(ui: &mut egui::Ui, label: &str, text: &mut S
     if response.changed() { text.trim().parse().ok() } else { None }
 }
 
+impl PeView {
+    /// Draws the panel.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        let mut settings = data.settings.clone();
+        pe_view_ui(ui, &mut settings, data, self, commands);
+        commands.set_changed(data.settings, &settings);
+    }
+}
+
 /// Draws the panel.
-pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
-    let cache = &mut rt.caches.pe;
+fn pe_view_ui(
+    ui: &mut egui::Ui,
+    settings: &mut Settings,
+    data: &ViewData<'_>,
+    view: &mut PeView,
+    commands: &mut Commands,
+) {
+    let cache = &mut *view;
     let p = &mut settings.pe;
     let inputs =
         cache.inputs.get_or_insert_with(|| [p.d_model.to_string(), p.positions.to_string(), p.base.to_string()]);
@@ -178,7 +194,7 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
             ui.label(RichText::new("Showing the last valid encoding.").small().weak());
         }
     }
-    let learned = rt.model.as_ref().and_then(|m| m.positions.clone().map(|sim| (m.dir.clone(), m.name.clone(), sim)));
+    let learned = data.model.and_then(|m| m.positions.clone().map(|sim| (m.dir.clone(), m.name.clone(), sim)));
     let Some(enc) = cache.encoding.clone() else { return };
     let params = enc.params;
     egui::ScrollArea::vertical().auto_shrink([false, false]).show(ui, |ui| {
@@ -186,11 +202,11 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
         ui.horizontal_top(|ui| {
             ui.vertical(|ui| {
                 let title = format!("Encoding PE ({} positions × {} dimensions, {})", params.positions, params.d_model, params.layout.name());
-                figure_ui(ui, &mut rt.caches.pe, PeFigure::Encoding, &title, vec2(side, side), ("position", "dimension"));
+                figure_ui(ui, view, PeFigure::Encoding, &title, vec2(side, side), ("position", "dimension"));
             });
             ui.vertical(|ui| {
                 let title = format!("Dot products PE_i · PE_j ({} × {})", params.positions, params.positions);
-                figure_ui(ui, &mut rt.caches.pe, PeFigure::Dot, &title, vec2(side, side), ("position i", "position j"));
+                figure_ui(ui, view, PeFigure::Dot, &title, vec2(side, side), ("position i", "position j"));
             });
         });
         ui.add_space(8.0);
@@ -208,13 +224,13 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
                     .small()
                     .weak(),
                 );
-                rt.caches.pe.update_learned(ui.ctx(), (dir, params.positions, settings.colormap), &sim);
+                view.update_learned(ui.ctx(), (dir, params.positions, settings.colormap), &sim);
                 ui.horizontal_top(|ui| {
                     ui.vertical(|ui| {
-                        figure_ui(ui, &mut rt.caches.pe, PeFigure::LearnedDot, "Dot products (learned)", vec2(side, side), ("position i", "position j"));
+                        figure_ui(ui, view, PeFigure::LearnedDot, "Dot products (learned)", vec2(side, side), ("position i", "position j"));
                     });
                     ui.vertical(|ui| {
-                        figure_ui(ui, &mut rt.caches.pe, PeFigure::LearnedCosine, "Cosine similarity (learned)", vec2(side, side), ("position i", "position j"));
+                        figure_ui(ui, view, PeFigure::LearnedCosine, "Cosine similarity (learned)", vec2(side, side), ("position i", "position j"));
                     });
                 });
             }
@@ -223,13 +239,13 @@ pub fn pe_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) 
             }
         }
     });
-    if let Some(open) = rt.caches.pe.export_request.take() {
+    if let Some(open) = view.export_request.take() {
         settings.pe_figure = open;
-        rt.export_open = true;
+        commands.push(Command::OpenExport);
     }
 }
 
-impl PeCache {
+impl PeView {
     fn shown(&self, which: PeFigure) -> Option<&Shown> {
         match which {
             PeFigure::Encoding => self.enc_shown.as_ref(),
@@ -241,7 +257,7 @@ impl PeCache {
 }
 
 /// One heatmap with its title, range, exact value on hover and an export button.
-fn figure_ui(ui: &mut egui::Ui, cache: &mut PeCache, which: PeFigure, title: &str, size: Vec2, axes: (&str, &str)) {
+fn figure_ui(ui: &mut egui::Ui, cache: &mut PeView, which: PeFigure, title: &str, size: Vec2, axes: (&str, &str)) {
     if cache.shown(which).is_none() {
         return;
     }

@@ -4,7 +4,8 @@
 
 use egui::{RichText, TextEdit};
 
-use crate::app::app::Runtime;
+use crate::app::command::{Command, Commands};
+use crate::app::data::ViewData;
 use crate::app::state::Settings;
 use crate::model::NormPlacement;
 use crate::model::playground::{PeKind, Scaling};
@@ -59,7 +60,7 @@ impl PlaygroundInputs {
 }
 
 /// Checks the edited hyperparameters: Ok(valid config) or the field at fault and why.
-pub fn check(inputs: &PlaygroundInputs, edited: &PlaygroundConfig) -> Result<PlaygroundConfig, (&'static str, String)> {
+fn check(inputs: &PlaygroundInputs, edited: &PlaygroundConfig) -> Result<PlaygroundConfig, (&'static str, String)> {
     let cfg = inputs.parse(edited)?;
     match cfg.validate() {
         Ok(()) => Ok(cfg),
@@ -102,8 +103,39 @@ impl Rows<'_> {
     }
 }
 
-/// Draws the panel and applies edits.
-pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
+/// The playground panel's state: the numbers as typed.
+pub struct PlaygroundPanel {
+    /// The typed numbers.
+    pub inputs: PlaygroundInputs,
+}
+
+impl PlaygroundPanel {
+    /// A panel showing the numbers of `cfg`.
+    pub fn new(cfg: &PlaygroundConfig) -> Self {
+        Self { inputs: PlaygroundInputs::of(cfg) }
+    }
+
+    /// Checks the typed numbers with the choices of `cfg`: the valid set to run, or the field at
+    /// fault and why.
+    pub fn check(&self, cfg: &PlaygroundConfig) -> Result<PlaygroundConfig, (&'static str, String)> {
+        check(&self.inputs, cfg)
+    }
+
+    /// Draws the panel, editing `settings` (the side panel's copy); a change is checked and sent
+    /// as [`Command::Playground`].
+    pub fn ui(&mut self, ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'_>, commands: &mut Commands) {
+        playground_panel_ui(ui, settings, &mut self.inputs, data.playground_error, commands);
+    }
+}
+
+/// Draws the panel and sends edits.
+fn playground_panel_ui(
+    ui: &mut egui::Ui,
+    settings: &mut Settings,
+    inputs: &mut PlaygroundInputs,
+    error: Option<&(&'static str, String)>,
+    commands: &mut Commands,
+) {
     ui.label(RichText::new("Playground encoder").strong());
     ui.label(
         RichText::new(
@@ -115,10 +147,8 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
         .weak(),
     );
     let mut changed = false;
-    let error = rt.playground_error.clone();
-    let mut rows = Rows { error: error.as_ref(), shown: false };
+    let mut rows = Rows { error, shown: false };
     let cfg = &mut settings.playground;
-    let inputs = &mut rt.playground_inputs;
     egui::Grid::new("playground-grid").num_columns(2).spacing([8.0, 4.0]).show(ui, |ui| {
         changed |= rows.number(ui, "layers", "layers", "Number of encoder blocks", &mut inputs.layers);
         changed |= rows.number(ui, "heads", "heads", "Attention heads per block", &mut inputs.heads);
@@ -171,7 +201,7 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
     });
     changed |= ui.checkbox(&mut cfg.causal, "Causal mask (each token sees only earlier ones)").changed();
     changed |= ui.checkbox(&mut cfg.cls, "Add [CLS] … [SEP] around the input").changed();
-    if let Some((_, message)) = &rt.playground_error {
+    if let Some((_, message)) = error {
         if !rows.shown {
             // Not about one control (the size estimate): under the panel.
             ui.colored_label(ui.visuals().error_fg_color, format!("⚠ {message}"));
@@ -184,18 +214,10 @@ pub fn playground_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut 
         changed = true;
     }
     if changed {
-        apply(settings, rt);
-    }
-}
-
-/// Re-checks the edited hyperparameters; a valid set becomes the one that runs.
-pub fn apply(settings: &mut Settings, rt: &mut Runtime) {
-    match check(&rt.playground_inputs, &settings.playground) {
-        Ok(cfg) => {
-            settings.playground = cfg.clone();
-            rt.playground_active = cfg;
-            rt.playground_error = None;
+        let checked = check(inputs, cfg);
+        if let Ok(valid) = &checked {
+            cfg.clone_from(valid);
         }
-        Err(e) => rt.playground_error = Some(e),
+        commands.push(Command::Playground(checked));
     }
 }

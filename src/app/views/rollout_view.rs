@@ -4,24 +4,38 @@
 use egui::RichText;
 
 use super::matrix::{MatrixSpec, MatrixTexture, data_range, matrix_ui};
-use crate::analysis::rollout::rollout;
-use crate::app::app::Runtime;
+use crate::app::command::Commands;
+use crate::app::data::{FlowKey, ViewData};
+use crate::app::derive::DeriveKey;
 use crate::app::state::{RolloutMode, Settings, View};
 
-/// Rollout matrices of the shown run and the texture.
+/// The rollout view's state: the texture (rollout is derived off the UI thread, flow on a thread
+/// of its own).
 #[derive(Default)]
-pub struct RolloutCache {
-    key: Option<(u64, Vec<usize>)>,
-    /// Rollout after every layer.
-    pub layers: Vec<Vec<f32>>,
+pub struct RolloutView {
     texture: MatrixTexture,
 }
 
+impl RolloutView {
+    /// Draws the rollout view.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        let mut settings = data.settings.clone();
+        rollout_view_ui(ui, &mut settings, data, &mut self.texture, commands);
+        commands.set_changed(data.settings, &settings);
+    }
+}
+
 /// Draws the rollout view.
-pub fn rollout_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
-    let Some(run) = rt.run.clone() else { return };
+fn rollout_view_ui(
+    ui: &mut egui::Ui,
+    settings: &mut Settings,
+    data: &ViewData<'_>,
+    texture: &mut MatrixTexture,
+    commands: &mut Commands,
+) {
+    let Some(run) = data.run else { return };
     let a = &run.attention;
-    let (layer_idx, heads) = settings.selection_for(a.layers(), a.heads());
+    let (layer_idx, heads) = data.selection();
     ui.horizontal_wrapped(|ui| {
         ui.selectable_value(&mut settings.rollout_mode, RolloutMode::Rollout, RichText::new("Rollout").strong())
             .on_hover_text("Products of the residual-augmented attention (A + I)/2 through the layers");
@@ -70,23 +84,23 @@ pub fn rollout_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
         return;
     }
     let n = a.seq_len();
-    let cache = &mut rt.caches.rollout;
     let values: Vec<f32> = match settings.rollout_mode {
         RolloutMode::Rollout => {
-            let key = (rt.view_id, heads.clone());
-            if cache.key.as_ref() != Some(&key) {
-                cache.layers = rollout(a, &heads);
-                cache.key = Some(key);
-            }
-            cache.layers[layer_idx].clone()
+            let key = DeriveKey::Rollout { view_id: data.view_id, heads: heads.clone() };
+            let layers = super::derived_or_ask(data, commands, &key, |d| d.rollout(data.view_id, &heads).cloned());
+            let Some(layers) = layers else {
+                super::computing_ui(ui, &format!("the rollout through {} layers", a.layers()));
+                return;
+            };
+            layers[layer_idx].clone()
         }
         RolloutMode::Flow => {
             if let Some(why) = crate::analysis::rollout::flow_refusal(n) {
                 ui.colored_label(ui.visuals().warn_fg_color, super::capitalised(&why));
                 return;
             }
-            let wanted = crate::app::FlowKey { view_id: rt.view_id, heads: heads.clone(), layer_idx };
-            match &rt.flow {
+            let wanted = FlowKey { view_id: data.view_id, heads: heads.clone(), layer_idx };
+            match data.flow {
                 Some(f) if f.key == wanted => {
                     ui.label(
                         RichText::new(format!(
@@ -119,11 +133,11 @@ pub fn rollout_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runt
     let hover = |r: usize, c: usize, v: f32| {
         format!("“{}” (#{r}) after layer {layer_idx}\nfrom input “{}” (#{c})\n{what} {v:.6}", labels[r], labels[c])
     };
-    let key = super::matrix::key_of(&(rt.view_id, &heads, layer_idx, settings.rollout_mode));
+    let key = super::matrix::key_of(&(data.view_id, &heads, layer_idx, settings.rollout_mode));
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
         matrix_ui(
             ui,
-            &mut cache.texture,
+            texture,
             key,
             &MatrixSpec {
                 id: "rollout",

@@ -5,48 +5,110 @@ use std::path::PathBuf;
 use egui::{Color32, RichText, Sense, Stroke, TextEdit};
 
 use super::head_color;
-use crate::app::Command;
-use crate::app::app::Runtime;
+use crate::app::command::{Command, Commands};
+use crate::app::data::ViewData;
 use crate::app::state::{Settings, Source, ThemeChoice};
 use crate::model::default_model_dir;
 use crate::render::Colormap;
 
-/// Draws the side panel.
-pub fn side_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
-    egui::Panel::left("side").resizable(true).default_size(270.0).show(ui, |ui| {
-        egui::ScrollArea::vertical().show(ui, |ui| {
-            source_ui(ui, settings, rt);
-            ui.separator();
-            match settings.source {
-                Source::Pretrained => {
-                    model_ui(ui, &settings.recent_models, rt);
-                    ui.add_space(4.0);
-                    super::interventions_panel::interventions_panel_ui(ui, settings, rt);
-                }
-                Source::Playground => super::playground_panel::playground_panel_ui(ui, settings, rt),
-            }
-            ui.separator();
-            // The shape of what is shown: the run's (playground, fewer layers), else the model's.
-            let shape = rt
-                .run
-                .as_ref()
-                .map(|r| (r.attention.layers(), r.attention.heads()))
-                .or_else(|| rt.model.as_ref().map(|m| (m.layers, m.heads)));
-            if let Some((layers, heads)) = shape {
-                layer_picker_ui(ui, settings, layers);
-                ui.add_space(6.0);
-                head_chips_ui(ui, settings, heads);
+/// The side panel's state: the typed model folder and the playground's typed numbers.
+pub struct SidePanel {
+    /// The typed model path (fallback when no native dialog exists).
+    pub model_path_input: String,
+    /// The playground's hyperparameter panel.
+    pub playground: super::playground_panel::PlaygroundPanel,
+}
+
+impl SidePanel {
+    /// A panel showing `model_dir` in its model box and `playground` in its number boxes.
+    pub fn new(model_dir: &std::path::Path, playground: &crate::model::PlaygroundConfig) -> Self {
+        Self {
+            model_path_input: model_dir.display().to_string(),
+            playground: super::playground_panel::PlaygroundPanel::new(playground),
+        }
+    }
+
+    /// Draws the side panel.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        let mut settings = data.settings.clone();
+        egui::Panel::left("side").resizable(true).default_size(270.0).show(ui, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                source_ui(ui, &mut settings, data);
                 ui.separator();
-            }
-            appearance_ui(ui, settings);
+                match settings.source {
+                    Source::Pretrained => {
+                        self.model_ui(ui, &settings.recent_models, data, commands);
+                        ui.add_space(4.0);
+                        super::interventions_panel::interventions_panel_ui(ui, &mut settings, data);
+                    }
+                    Source::Playground => self.playground.ui(ui, &mut settings, data, commands),
+                }
+                ui.separator();
+                // The shape of what is shown: the run's (playground, fewer layers), else the model's.
+                let shape = data
+                    .run
+                    .map(|r| (r.attention.layers(), r.attention.heads()))
+                    .or_else(|| data.model.map(|m| (m.layers, m.heads)));
+                if let Some((layers, heads)) = shape {
+                    layer_picker_ui(ui, &mut settings, layers);
+                    ui.add_space(6.0);
+                    head_chips_ui(ui, &mut settings, heads);
+                    ui.separator();
+                }
+                appearance_ui(ui, &mut settings);
+            });
         });
-    });
+        commands.set_changed(data.settings, &settings);
+    }
+
+    fn model_ui(&mut self, ui: &mut egui::Ui, recent: &[PathBuf], data: &ViewData<'_>, commands: &mut Commands) {
+        if let Some(m) = data.model {
+            ui.label(RichText::new(&m.name).strong());
+            ui.label(format!("{} · {} layers × {} heads × {} wide", m.family, m.layers, m.heads, m.hidden));
+            ui.label(format!("up to {} tokens", m.max_positions));
+            ui.label(RichText::new(m.dir.display().to_string()).small().weak())
+                .on_hover_text("Loaded from this folder");
+        }
+        if let Some(dir) = data.loading {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!(
+                    "Loading {}…",
+                    dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
+                ));
+            });
+        }
+        if let Some(err) = data.load_error {
+            ui.colored_label(ui.visuals().error_fg_color, err);
+            if data.model.is_some() {
+                ui.label(RichText::new("The previous model is still loaded.").small());
+            }
+        }
+        ui.add_space(4.0);
+        let busy = data.loading.is_some();
+        if ui.add_enabled(!busy, egui::Button::new("Open model folder…")).on_hover_text("A Hugging Face model folder: config.json, tokenizer.json, model.safetensors. You can also drop a folder on the window, or type a hub id from the local cache.").clicked() {
+            commands.push(Command::BrowseModel);
+        }
+        let label = ui.label("Model folder or hub id");
+        ui.horizontal(|ui| {
+            let response =
+                ui.add(TextEdit::singleline(&mut self.model_path_input).desired_width(170.0)).labelled_by(label.id);
+            let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            if ui.add_enabled(!busy, egui::Button::new("Load")).clicked() || (enter && !busy) {
+                commands.push(Command::LoadModel(self.model_path_input.trim().into()));
+            }
+        });
+        if ui.add_enabled(!busy, egui::Button::new("Use embedded model").small()).clicked() {
+            commands.push(Command::LoadModel(default_model_dir()));
+        }
+        known_models_ui(ui, recent, data, commands, busy);
+    }
 }
 
 /// The one-click switch between the pretrained model and the playground.
-fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) {
+fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'_>) {
     ui.heading("Model");
-    let name = rt.model.as_ref().map_or("Pretrained", |m| m.name.as_str());
+    let name = data.model.map_or("Pretrained", |m| m.name.as_str());
     ui.horizontal_wrapped(|ui| {
         ui.selectable_value(&mut settings.source, Source::Pretrained, RichText::new(format!("Pretrained: {name}")))
             .on_hover_text("The loaded model with its trained weights");
@@ -55,51 +117,9 @@ fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &Runtime) {
     });
 }
 
-fn model_ui(ui: &mut egui::Ui, recent: &[PathBuf], rt: &mut Runtime) {
-    if let Some(m) = &rt.model {
-        ui.label(RichText::new(&m.name).strong());
-        ui.label(format!("{} · {} layers × {} heads × {} wide", m.family, m.layers, m.heads, m.hidden));
-        ui.label(format!("up to {} tokens", m.max_positions));
-        ui.label(RichText::new(m.dir.display().to_string()).small().weak()).on_hover_text("Loaded from this folder");
-    }
-    if let Some(dir) = &rt.loading {
-        ui.horizontal(|ui| {
-            ui.spinner();
-            ui.label(format!(
-                "Loading {}…",
-                dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned())
-            ));
-        });
-    }
-    if let Some(err) = &rt.load_error {
-        ui.colored_label(ui.visuals().error_fg_color, err);
-        if rt.model.is_some() {
-            ui.label(RichText::new("The previous model is still loaded.").small());
-        }
-    }
-    ui.add_space(4.0);
-    let busy = rt.loading.is_some();
-    if ui.add_enabled(!busy, egui::Button::new("Open model folder…")).on_hover_text("A Hugging Face model folder: config.json, tokenizer.json, model.safetensors. You can also drop a folder on the window, or type a hub id from the local cache.").clicked() {
-        rt.commands.push(Command::BrowseModel);
-    }
-    let label = ui.label("Model folder or hub id");
-    ui.horizontal(|ui| {
-        let response =
-            ui.add(TextEdit::singleline(&mut rt.model_path_input).desired_width(170.0)).labelled_by(label.id);
-        let enter = response.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
-        if ui.add_enabled(!busy, egui::Button::new("Load")).clicked() || (enter && !busy) {
-            rt.commands.push(Command::LoadModel(rt.model_path_input.trim().into()));
-        }
-    });
-    if ui.add_enabled(!busy, egui::Button::new("Use embedded model").small()).clicked() {
-        rt.commands.push(Command::LoadModel(default_model_dir()));
-    }
-    known_models_ui(ui, recent, rt, busy);
-}
-
 /// Recently opened models and the models in the local Hugging Face cache, each opened in a click.
-fn known_models_ui(ui: &mut egui::Ui, recent: &[PathBuf], rt: &mut Runtime, busy: bool) {
-    let current = rt.model.as_ref().map(|m| m.dir.clone());
+fn known_models_ui(ui: &mut egui::Ui, recent: &[PathBuf], data: &ViewData<'_>, commands: &mut Commands, busy: bool) {
+    let current = data.model.map(|m| m.dir.clone());
     let mut open = None;
     egui::CollapsingHeader::new("Models on this computer").default_open(true).show(ui, |ui| {
         let others: Vec<&PathBuf> = recent.iter().filter(|m| Some(*m) != current.as_ref()).collect();
@@ -120,14 +140,14 @@ fn known_models_ui(ui: &mut egui::Ui, recent: &[PathBuf], rt: &mut Runtime, busy
         }
         ui.label(RichText::new("Hugging Face cache").small().strong())
             .on_hover_text(crate::model::hub::cache_dir().display().to_string());
-        match &rt.cached_models {
+        match data.cached_models {
             None => {
                 ui.horizontal(|ui| {
                     ui.spinner();
                     ui.label(RichText::new("looking…").small());
                 });
             }
-            Some(models) if models.is_empty() => {
+            Some([]) => {
                 ui.label(RichText::new("none found (models downloaded with Python appear here)").small().weak());
             }
             Some(models) => {
@@ -148,8 +168,7 @@ fn known_models_ui(ui: &mut egui::Ui, recent: &[PathBuf], rt: &mut Runtime, busy
         }
     });
     if let Some(spec) = open {
-        rt.model_path_input = spec.display().to_string();
-        rt.commands.push(Command::LoadModel(spec));
+        commands.push(Command::LoadModel(spec));
     }
 }
 
@@ -197,10 +216,11 @@ pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize) {
     });
 }
 
-/// Black or white, whichever reads better on `bg`.
+/// Text colour that reads on `bg`: the exported figures' rule ([`crate::render::cell_text_rgb`]),
+/// so a cell's number has the same colour on screen and in the PNG.
 pub fn contrast_text(bg: Color32) -> Color32 {
-    let luma = 0.299 * f32::from(bg.r()) + 0.587 * f32::from(bg.g()) + 0.114 * f32::from(bg.b());
-    if luma > 140.0 { Color32::BLACK } else { Color32::WHITE }
+    let [r, g, b] = crate::render::cell_text_rgb([bg.r(), bg.g(), bg.b()]);
+    Color32::from_rgb(r, g, b)
 }
 
 fn appearance_ui(ui: &mut egui::Ui, settings: &mut Settings) {
@@ -223,4 +243,24 @@ fn appearance_ui(ui: &mut egui::Ui, settings: &mut Settings) {
             .response
             .labelled_by(label.id);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_text_follows_the_exports_luminance_rule_where_the_old_luma_rule_disagreed() {
+        // Cells where the app's old rule (luma > 140: black) and the PNG's (WCAG luminance > 0.4:
+        // dark) disagreed: (0, 200, 0) has luma 117 (white on screen) but luminance 0.41 (dark in
+        // the PNG); (100, 180, 100) luma 147 (black) but luminance 0.36 (light). Now both are the
+        // PNG's colour, as is an ordinary dark cell.
+        for rgb in [[0, 200, 0], [100, 180, 100], [40, 40, 160]] {
+            let on_screen = contrast_text(Color32::from_rgb(rgb[0], rgb[1], rgb[2]));
+            let [r, g, b] = crate::render::cell_text_rgb(rgb);
+            assert_eq!(on_screen, Color32::from_rgb(r, g, b), "cell {rgb:?}");
+        }
+        assert_eq!(contrast_text(Color32::from_rgb(0, 200, 0)), Color32::from_rgb(20, 20, 20));
+        assert_eq!(contrast_text(Color32::from_rgb(100, 180, 100)), Color32::from_rgb(245, 245, 245));
+    }
 }

@@ -5,82 +5,90 @@ use egui::RichText;
 
 use super::matrix::{MatrixSpec, MatrixTexture, data_range, matrix_ui};
 use crate::analysis::{HeadStats, Statistic};
-use crate::app::Command;
-use crate::app::app::Runtime;
-use crate::app::state::Settings;
+use crate::app::command::{Command, Commands, Setting};
+use crate::app::data::ViewData;
+use crate::app::derive::DeriveKey;
 
-/// The statistics of the shown run and the grid's texture.
+/// The statistics view's state: the grid's texture (the statistics are derived off the UI thread).
 #[derive(Default)]
-pub struct StatsCache {
-    key: Option<u64>,
-    /// Statistics of the shown run.
-    pub stats: Option<HeadStats>,
+pub struct StatsView {
     texture: MatrixTexture,
 }
 
-/// Draws the statistics grid.
-pub fn stats_view_ui(ui: &mut egui::Ui, settings: &mut Settings, rt: &mut Runtime) {
-    let Some(run) = rt.run.clone() else { return };
-    let cache = &mut rt.caches.stats;
-    if cache.key != Some(rt.view_id) {
-        cache.stats = Some(HeadStats::compute(&run.attention, &run.tokens));
-        cache.key = Some(rt.view_id);
+impl StatsView {
+    /// Draws the statistics grid.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        let settings = data.settings;
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new("Colour by").strong());
+            for stat in Statistic::ALL {
+                if ui.selectable_label(settings.stat == stat, stat.label()).on_hover_text(stat.description()).clicked()
+                {
+                    commands.push(Command::Set(Setting::Stat(stat)));
+                }
+            }
+        });
+        let key = DeriveKey::Stats { view_id: data.view_id };
+        let Some(stats) = super::derived_or_ask(data, commands, &key, |d| d.stats(data.view_id).cloned()) else {
+            super::computing_ui(ui, "the head statistics");
+            return;
+        };
+        self.grid_ui(ui, data, &stats, commands);
     }
-    let Some(stats) = cache.stats.as_ref() else { return };
-    ui.horizontal_wrapped(|ui| {
-        ui.label(RichText::new("Colour by").strong());
-        for stat in Statistic::ALL {
-            ui.selectable_value(&mut settings.stat, stat, stat.label()).on_hover_text(stat.description());
-        }
-    });
-    ui.label(
-        RichText::new(format!(
-            "{}, averaged over the {} query tokens. After Clark et al. 2019, “What does BERT look at?”. \
+
+    fn grid_ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, stats: &HeadStats, commands: &mut Commands) {
+        let settings = data.settings;
+        let cache = self;
+        ui.label(
+            RichText::new(format!(
+                "{}, averaged over the {} query tokens. After Clark et al. 2019, “What does BERT look at?”. \
              Click a cell to open that head; export writes PNG, or all statistics as CSV / JSON.",
-            super::capitalised(settings.stat.description()),
-            stats.tokens
-        ))
-        .small()
-        .weak(),
-    );
-    let stat = settings.stat;
-    let values = stats.matrix(stat);
-    let range = if stat.is_share() { (0.0, 1.0) } else { (0.0, data_range(&values).1.max(1e-3)) };
-    let row_labels: Vec<String> = (0..stats.layers()).map(|l| format!("L{l}")).collect();
-    let col_labels: Vec<String> = (0..stats.heads()).map(|h| format!("H{h}")).collect();
-    let hover = |l: usize, h: usize, v: f32| {
-        let all = Statistic::ALL
-            .iter()
-            .map(|&s| format!("{}: {:.4}", s.label(), stats.get(l, h, s)))
-            .collect::<Vec<_>>()
-            .join("\n");
-        format!("Layer {l} head {h}\n{}: {v:.6}\n\n{all}\n\nClick to open this head", stat.label())
-    };
-    let name = |l: usize, h: usize| format!("Statistics of layer {l} head {h}");
-    let cell = ((ui.available_width() - 150.0) / stats.heads().max(1) as f32).clamp(24.0, 56.0);
-    let key = super::matrix::key_of(&(rt.view_id, stat));
-    let mut clicked = None;
-    egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
-        clicked = matrix_ui(
-            ui,
-            &mut cache.texture,
-            key,
-            &MatrixSpec {
-                id: "head-stats",
-                values: &values,
-                rows: stats.layers(),
-                cols: stats.heads(),
-                row_labels: &row_labels,
-                col_labels: &col_labels,
-                range,
-                colormap: settings.colormap,
-                cell,
-                hover: &hover,
-                clickable: Some(&name),
-            },
+                super::capitalised(settings.stat.description()),
+                stats.tokens
+            ))
+            .small()
+            .weak(),
         );
-    });
-    if let Some((layer_idx, head_idx)) = clicked {
-        rt.commands.push(Command::OpenHead { layer_idx, head_idx });
+        let stat = settings.stat;
+        let values = stats.matrix(stat);
+        let range = if stat.is_share() { (0.0, 1.0) } else { (0.0, data_range(&values).1.max(1e-3)) };
+        let row_labels: Vec<String> = (0..stats.layers()).map(|l| format!("L{l}")).collect();
+        let col_labels: Vec<String> = (0..stats.heads()).map(|h| format!("H{h}")).collect();
+        let hover = |l: usize, h: usize, v: f32| {
+            let all = Statistic::ALL
+                .iter()
+                .map(|&s| format!("{}: {:.4}", s.label(), stats.get(l, h, s)))
+                .collect::<Vec<_>>()
+                .join("\n");
+            format!("Layer {l} head {h}\n{}: {v:.6}\n\n{all}\n\nClick to open this head", stat.label())
+        };
+        let name = |l: usize, h: usize| format!("Statistics of layer {l} head {h}");
+        let cell = ((ui.available_width() - 150.0) / stats.heads().max(1) as f32).clamp(24.0, 56.0);
+        let key = super::matrix::key_of(&(data.view_id, stat));
+        let mut clicked = None;
+        egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
+            clicked = matrix_ui(
+                ui,
+                &mut cache.texture,
+                key,
+                &MatrixSpec {
+                    id: "head-stats",
+                    values: &values,
+                    rows: stats.layers(),
+                    cols: stats.heads(),
+                    row_labels: &row_labels,
+                    col_labels: &col_labels,
+                    range,
+                    colormap: settings.colormap,
+                    cell,
+                    hover: &hover,
+                    clickable: Some(&name),
+                },
+            )
+            .clicked;
+        });
+        if let Some((layer_idx, head_idx)) = clicked {
+            commands.push(Command::OpenHead { layer_idx, head_idx });
+        }
     }
 }

@@ -1,9 +1,10 @@
-//! Large value buffers of dropped attention data, kept for the next forward pass.
+//! A small global pool of large `f32` buffers (an allocator concern, not analysis): the values of
+//! dropped attention data, kept for the next forward pass.
 //!
 //! A forward pass at 512 tokens records 75 MB of probabilities. Fresh memory that large comes
 //! from the OS one page at a time as it is first written (18 000 page faults, a tenth of the
 //! pass). The app and `attnviz bench` run the model again and again on inputs of similar length,
-//! so the buffers of dropped [`Attention`](super::Attention) data are kept (a few, bounded in
+//! so the buffers of dropped [`Attention`](crate::analysis::Attention) data are kept (a few, bounded in
 //! size) and handed to the next pass instead.
 
 use std::sync::Mutex;

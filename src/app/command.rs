@@ -1,0 +1,156 @@
+//! What widgets ask for. Views never change the app's state themselves: they push a [`Command`]
+//! and [`crate::app::AttnvizApp`] handles every command of a frame in one place.
+
+use std::path::PathBuf;
+
+use super::state::{Settings, TokenSelection};
+
+/// Something a widget asks for; handled once per frame by the app.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Change one persisted setting.
+    Set(Setting),
+    /// Load a model folder (keeps the current model on failure).
+    LoadModel(PathBuf),
+    /// Ask the OS for a model folder (native dialog, off the UI thread).
+    BrowseModel,
+    /// Ask the OS for a PNG path to export to (the dialog starts at `file_name`).
+    BrowseExport {
+        /// File name the dialog proposes.
+        file_name: String,
+    },
+    /// Write the current view to this path (PNG, or numbers by extension).
+    Export(PathBuf),
+    /// Open the export dialog.
+    OpenExport,
+    /// Close the export dialog.
+    CloseExport,
+    /// Open one head in the heatmap view.
+    OpenHead {
+        /// Layer index.
+        layer_idx: usize,
+        /// Head index.
+        head_idx: usize,
+    },
+    /// Pin a token in the head view (None: unpin).
+    Pin(Option<TokenSelection>),
+    /// The playground's typed hyperparameters changed: the valid set to run, or the field at
+    /// fault and why.
+    Playground(Result<crate::model::PlaygroundConfig, (&'static str, String)>),
+    /// A view needs derived data that is not computed yet (computed off the UI thread).
+    Derive(super::derive::DeriveKey),
+}
+
+/// The commands of one frame, in the order they were raised.
+#[derive(Debug, Default)]
+pub struct Commands(Vec<Command>);
+
+impl Commands {
+    /// Raises a command.
+    pub fn push(&mut self, command: Command) {
+        self.0.push(command);
+    }
+
+    /// Raises one [`Command::Set`] per setting that differs between `old` and `new` (a view edits
+    /// a copy of the settings with ordinary egui widgets, then reports what changed).
+    pub fn set_changed(&mut self, old: &Settings, new: &Settings) {
+        self.0.extend(Setting::changes(old, new).into_iter().map(Command::Set));
+    }
+
+    /// Takes every command raised so far.
+    pub fn take(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.0)
+    }
+
+    /// The commands raised so far.
+    pub fn as_slice(&self) -> &[Command] {
+        &self.0
+    }
+}
+
+/// Declares [`Setting`] with one variant per field of [`Settings`], and its `apply` and `changes`.
+macro_rules! settings_fields {
+    ($($field:ident => $variant:ident: $ty:ty),* $(,)?) => {
+        /// A new value for one field of [`Settings`].
+        #[derive(Debug, Clone, PartialEq)]
+        #[allow(missing_docs)]
+        pub enum Setting {
+            $($variant($ty)),*
+        }
+
+        impl Setting {
+            /// Writes the value into `settings`.
+            pub fn apply(self, settings: &mut Settings) {
+                match self {
+                    $(Self::$variant(v) => settings.$field = v),*
+                }
+            }
+
+            /// One setting per field that differs between `old` and `new`, in field order.
+            // Any other value is a change, also for floats (a slider moved by a hair).
+            #[allow(clippy::float_cmp)]
+            pub fn changes(old: &Settings, new: &Settings) -> Vec<Self> {
+                // Every field is listed: a field added to Settings and not here does not compile.
+                let Settings { $($field: _),* } = new;
+                let mut out = Vec::new();
+                $(if old.$field != new.$field {
+                    out.push(Self::$variant(new.$field.clone()));
+                })*
+                out
+            }
+        }
+    };
+}
+
+settings_fields! {
+    text => Text: String,
+    text_pair => TextPair: String,
+    pair_enabled => PairEnabled: bool,
+    model_dir => ModelDir: Option<PathBuf>,
+    recent_models => RecentModels: Vec<PathBuf>,
+    view => View: super::state::View,
+    layer_idx => Layer: usize,
+    heads => Heads: Vec<bool>,
+    threshold => Threshold: f32,
+    hide_special => HideSpecial: bool,
+    pair_filter => PairFilter: crate::analysis::select::PairFilter,
+    colormap => Colormap: crate::render::Colormap,
+    theme => Theme: super::state::ThemeChoice,
+    export_scale => ExportScale: u8,
+    export_dir => ExportDir: Option<PathBuf>,
+    cell_size => CellSize: f32,
+    source => Source: super::state::Source,
+    playground => Playground: crate::model::PlaygroundConfig,
+    interventions => Interventions: crate::model::Interventions,
+    pe => Pe: crate::analysis::PeParams,
+    pe_plot_dims => PePlotDims: Vec<usize>,
+    pe_plot_row => PePlotRow: usize,
+    pe_figure => PeFigure: super::state::PeFigure,
+    words => Words: bool,
+    neuron_query => NeuronQuery: usize,
+    stat => Stat: crate::analysis::Statistic,
+    rollout_mode => RolloutMode: super::state::RolloutMode,
+    head_rollout => HeadRollout: bool,
+    compare => Compare: super::state::CompareSettings,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_name_exactly_the_edited_fields_and_apply_restores_them() {
+        let old = Settings::default();
+        let mut new = old.clone();
+        new.layer_idx = 3;
+        new.words = true;
+        let changes = Setting::changes(&old, &new);
+        assert_eq!(changes, [Setting::Layer(3), Setting::Words(true)]);
+        let mut applied = old.clone();
+        for c in changes {
+            c.apply(&mut applied);
+        }
+        assert_eq!(applied, new);
+        assert!(Setting::changes(&old, &old).is_empty());
+    }
+}

@@ -1,0 +1,97 @@
+//! What views read: plain data, borrowed from the app for one frame. Views draw it and push
+//! commands; they never change it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::derive::Derived;
+use super::state::{Settings, TokenSelection};
+use super::worker::ModelInfo;
+use crate::analysis::Run;
+use crate::model::hub::CachedModel;
+
+/// A message shown in the status bar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    /// The text.
+    pub text: String,
+    /// Whether it reports an error.
+    pub is_error: bool,
+}
+
+/// What an attention-flow result was computed for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowKey {
+    /// The shown run.
+    pub view_id: u64,
+    /// Heads averaged per layer.
+    pub heads: Vec<usize>,
+    /// Last layer of the flow.
+    pub layer_idx: usize,
+}
+
+/// Attention flow computed in the background.
+#[derive(Debug, Clone)]
+pub struct FlowResult {
+    /// What it was computed for.
+    pub key: FlowKey,
+    /// `n × n` flow values.
+    pub values: Arc<Vec<f32>>,
+    /// How long it took.
+    pub ms: f64,
+}
+
+/// Everything a view may read in one frame.
+#[derive(Clone, Copy)]
+pub struct ViewData<'a> {
+    /// The persisted settings (views change them through [`super::command::Command::Set`]).
+    pub settings: &'a Settings,
+    /// The run the views show (merged into words when that toggle is on).
+    pub run: Option<&'a Arc<Run>>,
+    /// Changes whenever `run` does: what view caches key on.
+    pub view_id: u64,
+    /// The comparison's run B as shown.
+    pub run_b: Option<&'a Arc<Run>>,
+    /// Id of run B shown.
+    pub compare_id: u64,
+    /// Why there is no run B.
+    pub compare_error: Option<&'a str>,
+    /// Why the last run failed.
+    pub run_error: Option<&'a str>,
+    /// Whether a newer run than the shown one is on its way.
+    pub run_pending: bool,
+    /// Whether a word-level run is being merged.
+    pub merging: bool,
+    /// Tokenizer + model time of the run shown.
+    pub inference_ms: f64,
+    /// The loaded model.
+    pub model: Option<&'a ModelInfo>,
+    /// A model folder being loaded.
+    pub loading: Option<&'a Path>,
+    /// Why the last load failed.
+    pub load_error: Option<&'a str>,
+    /// Models found in the local Hugging Face cache (None while the scan runs).
+    pub cached_models: Option<&'a [CachedModel]>,
+    /// The token pinned in the head view.
+    pub pinned: Option<TokenSelection>,
+    /// The playground hyperparameter at fault, and why.
+    pub playground_error: Option<&'a (&'static str, String)>,
+    /// Attention flow computed in the background, and what is being computed.
+    pub flow: Option<&'a FlowResult>,
+    /// Whether an export is being written.
+    pub exporting: bool,
+    /// The last status message.
+    pub status: Option<&'a Status>,
+    /// Smoothed CPU time of a whole frame, in milliseconds.
+    pub frame_ms: f32,
+    /// Derived data of the shown run (statistics, rollout, thumbnails, head-view matrices).
+    pub derived: &'a Derived,
+}
+
+impl ViewData<'_> {
+    /// The layer shown and the selected heads, limited to the shown run's shape.
+    pub fn selection(&self) -> (usize, Vec<usize>) {
+        let (layers, heads) = self.run.map_or((1, 1), |r| (r.attention.layers(), r.attention.heads()));
+        self.settings.selection_for(layers, heads)
+    }
+}

@@ -1,0 +1,425 @@
+//! Data derived from a run — head statistics, rollout, word merges, model-view thumbnails, the
+//! head view's per-head matrices — computed on a named thread of its own, never in a draw
+//! function. Each result is cached under the key of what it was computed from ([`DeriveKey`]);
+//! views read the cache through [`Derived`] and ask for what is missing with a command.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+
+use crate::analysis::select::{PairFilter, causal_masked, downsample_max, submatrix, visible_tokens};
+use crate::analysis::{HeadStats, Run};
+use crate::render::{Colormap, cells_rgba};
+
+/// Largest model-view thumbnail side in texels; longer inputs are max-pooled down to it.
+pub const THUMB_TEXELS: usize = 128;
+
+/// What a derived result is computed from. `view_id` names the shown run (it changes with every
+/// new run and with the word toggle).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DeriveKey {
+    /// Per-head statistics of the shown run.
+    Stats {
+        /// The shown run.
+        view_id: u64,
+    },
+    /// Rollout after every layer, the given heads averaged per layer.
+    Rollout {
+        /// The shown run.
+        view_id: u64,
+        /// Heads averaged, sorted.
+        heads: Vec<usize>,
+    },
+    /// One small RGBA picture per layer × head for the model view.
+    Thumbnails {
+        /// The shown run.
+        view_id: u64,
+        /// Colour map of the pictures.
+        colormap: Colormap,
+    },
+    /// The head view's matrices of one layer: the shown tokens and one matrix per head.
+    HeadMatrices {
+        /// The shown run.
+        view_id: u64,
+        /// Layer drawn.
+        layer_idx: usize,
+        /// Whether special tokens are dropped (rows renormalised).
+        hide_special: bool,
+        /// Heads averaged by the rollout pseudo-layer (None: the layer's own heads).
+        rollout: Option<Vec<usize>>,
+    },
+    /// The picture of every line of the head view (no token selected).
+    HeadLines(Box<HeadLinesKey>),
+    /// A model run merged into words (`source_id` names the token-level run).
+    Words {
+        /// Id of the token-level run.
+        source_id: u64,
+    },
+}
+
+impl DeriveKey {
+    /// The shown run the result belongs to (None for word merges, which make shown runs).
+    pub fn view_id(&self) -> Option<u64> {
+        match self {
+            Self::Stats { view_id }
+            | Self::Rollout { view_id, .. }
+            | Self::Thumbnails { view_id, .. }
+            | Self::HeadMatrices { view_id, .. } => Some(*view_id),
+            Self::HeadLines(key) => key.matrices.view_id(),
+            Self::Words { .. } => None,
+        }
+    }
+
+    /// Jobs of the same kind replace each other in the queue (the newest wins).
+    fn kind(&self) -> u8 {
+        match self {
+            Self::Stats { .. } => 0,
+            Self::Rollout { .. } => 1,
+            Self::Thumbnails { .. } => 2,
+            Self::HeadMatrices { .. } => 3,
+            Self::Words { .. } => 4,
+            Self::HeadLines(_) => 5,
+        }
+    }
+}
+
+/// What the picture of a head view's lines depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HeadLinesKey {
+    /// The matrices drawn (a [`DeriveKey::HeadMatrices`]).
+    pub matrices: DeriveKey,
+    /// Heads drawn (indices into the matrices).
+    pub heads: Vec<usize>,
+    /// Heads of the layer (for their colours).
+    pub n_heads: usize,
+    /// Lines below this weight are left out (bits of an f32).
+    pub min_weight: u32,
+    /// Sentence-pair block shown.
+    pub pair_filter: PairFilter,
+    /// Pixels per point across and along the band (bits of f32s).
+    pub pixels: (u32, u32),
+}
+
+/// Most lines drawn at once when no token is selected; beyond it only the strongest are kept (the
+/// rest are too faint to see, and the view must stay fluid at 512 tokens).
+pub const LINE_BUDGET: usize = 30_000;
+/// Width of a line in points, anti-aliased edges included (a 1.5-point core with a half-point
+/// feather on each side).
+pub const LINE_WIDTH: f32 = 2.5;
+/// Margin of a line picture beyond the lines' ends (their anti-aliased caps), in points.
+pub const BAND_PAD: f32 = 2.0;
+
+/// Every line of a head view, rasterized by `render::draw_lines` (the exported figure's
+/// rasterizer) over the band between the label columns of [`crate::render::head_view_layout`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinesPicture {
+    /// Size in pixels.
+    pub size: [usize; 2],
+    /// Premultiplied RGBA.
+    pub rgba: Vec<u8>,
+    /// Lines drawn.
+    pub line_count: usize,
+    /// Lines that passed the threshold, before the budget was applied.
+    pub candidate_count: usize,
+    /// The weight below which lines were dropped to stay within [`LINE_BUDGET`], if it applied.
+    pub budget_threshold: Option<f32>,
+}
+
+/// Thumbnails of every layer × head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Thumbnails {
+    /// Side of each square picture in texels.
+    pub side: usize,
+    /// Unmultiplied RGBA pictures, `[layer * heads + head]`.
+    pub rgba: Vec<Vec<u8>>,
+}
+
+/// The head view's matrices of one layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadMatrices {
+    /// Positions of the shown tokens.
+    pub keep: Vec<usize>,
+    /// One `m × m` matrix per head (m = shown tokens; one pseudo-head for the rollout).
+    pub matrices: Vec<Vec<f32>>,
+}
+
+/// A derived result.
+#[derive(Debug, Clone)]
+pub enum DerivedValue {
+    /// Head statistics.
+    Stats(Arc<HeadStats>),
+    /// Rollout after every layer.
+    Rollout(Arc<Vec<Vec<f32>>>),
+    /// Model-view thumbnails.
+    Thumbnails(Arc<Thumbnails>),
+    /// Head-view matrices.
+    HeadMatrices(Arc<HeadMatrices>),
+    /// A run merged into words.
+    Words(Arc<Run>),
+    /// The picture of a head view's lines.
+    HeadLines(Arc<LinesPicture>),
+}
+
+/// The picture of every line of the head view `key` asks for (`m`: its matrices).
+pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> LinesPicture {
+    let rows = m.keep.len();
+    let labels: Vec<String> = m.keep.iter().map(|&p| run.tokens.label(p)).collect();
+    let body = crate::render::head_view_layout(&labels, 1.0);
+    let min_weight = f32::from_bits(key.min_weight);
+    let segments = &run.tokens.segments;
+    let admits = |q: usize, k: usize| key.pair_filter.admits(segments[m.keep[q]], segments[m.keep[k]]);
+    // Every line that passes the threshold...
+    let mut lines: Vec<(f32, u32, u32, u32)> = Vec::new();
+    for &h in &key.heads {
+        let Some(matrix) = m.matrices.get(h) else { continue };
+        for q in 0..rows {
+            for k in 0..rows {
+                let w = matrix[q * rows + k];
+                if w >= min_weight && admits(q, k) {
+                    lines.push((w, h as u32, q as u32, k as u32));
+                }
+            }
+        }
+    }
+    // ...but no more than the budget: keep the strongest.
+    let candidate_count = lines.len();
+    let mut budget_threshold = None;
+    if lines.len() > LINE_BUDGET {
+        lines.select_nth_unstable_by(LINE_BUDGET, |a, b| b.0.total_cmp(&a.0));
+        lines.truncate(LINE_BUDGET);
+        budget_threshold = lines.iter().map(|l| l.0).reduce(f32::min);
+    }
+    let (sx, sy) = (f32::from_bits(key.pixels.0), f32::from_bits(key.pixels.1));
+    let (left, width) = (body.line_x0 - BAND_PAD, body.line_x1 - body.line_x0 + 2.0 * BAND_PAD);
+    let to_px = |x: f32, y: f32| ((x - left) * sx, y * sy);
+    let colors = crate::render::head_colors(key.n_heads);
+    let mut per_head: Vec<crate::render::HeadLines> = key
+        .heads
+        .iter()
+        .map(|&h| crate::render::HeadLines { color: colors.get(h).copied().unwrap_or([128; 3]), lines: Vec::new() })
+        .collect();
+    for &(w, h, q, k) in &lines {
+        let slot = key.heads.iter().position(|&x| x == h as usize).unwrap_or(0);
+        let from = to_px(body.line_x0, body.row_y(q as usize));
+        let to = to_px(body.line_x1, body.row_y(k as usize));
+        per_head[slot].lines.push(crate::render::Segment { from, to, alpha: w.min(1.0) });
+    }
+    let mut img = crate::render::transparent_image(width * sx, body.height * sy);
+    crate::render::draw_lines(&mut img, &per_head, LINE_WIDTH * sx);
+    LinesPicture {
+        size: [img.width() as usize, img.height() as usize],
+        rgba: img.into_raw(),
+        line_count: lines.len(),
+        candidate_count,
+        budget_threshold,
+    }
+}
+
+/// Computes `key` from `run` (on the derive thread); `matrices` are the head view's matrices a
+/// [`DeriveKey::HeadLines`] draws.
+pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> DerivedValue {
+    let a = &run.attention;
+    match key {
+        DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, &run.tokens))),
+        DeriveKey::Rollout { heads, .. } => {
+            DerivedValue::Rollout(Arc::new(crate::analysis::rollout::rollout(a, heads)))
+        }
+        DeriveKey::Thumbnails { colormap, .. } => {
+            let mut side = 1;
+            let rgba = (0..a.layers())
+                .flat_map(|l| (0..a.heads()).map(move |h| (l, h)))
+                .map(|(l, h)| {
+                    let (cells, s) = if run.causal {
+                        downsample_max(&causal_masked(a.head(l, h), a.seq_len()), a.seq_len(), THUMB_TEXELS)
+                    } else {
+                        downsample_max(a.head(l, h), a.seq_len(), THUMB_TEXELS)
+                    };
+                    side = s.max(1);
+                    if cells.is_empty() { vec![0; 4] } else { cells_rgba(&cells, 0.0, 1.0, *colormap) }
+                })
+                .collect();
+            DerivedValue::Thumbnails(Arc::new(Thumbnails { side, rgba }))
+        }
+        DeriveKey::HeadMatrices { layer_idx, hide_special, rollout, .. } => {
+            let keep = visible_tokens(&run.tokens, *hide_special);
+            let matrices = match rollout {
+                // One pseudo-head: the rollout through layers 0..=layer.
+                Some(heads) => {
+                    let r = crate::analysis::rollout::rollout(a, heads).swap_remove(*layer_idx);
+                    vec![submatrix(&r, a.seq_len(), &keep, *hide_special)]
+                }
+                None => (0..a.heads())
+                    .map(|h| submatrix(a.head(*layer_idx, h), a.seq_len(), &keep, *hide_special))
+                    .collect(),
+            };
+            DerivedValue::HeadMatrices(Arc::new(HeadMatrices { keep, matrices }))
+        }
+        DeriveKey::Words { .. } => DerivedValue::Words(Arc::new(crate::analysis::words::merge_run(run))),
+        DeriveKey::HeadLines(lines) => {
+            let computed;
+            let m = if let Some(m) = matrices {
+                m
+            } else {
+                let DerivedValue::HeadMatrices(m) = compute(&lines.matrices, run, None) else {
+                    unreachable!("head-view matrices are computed as such")
+                };
+                computed = m;
+                &computed
+            };
+            DerivedValue::HeadLines(Arc::new(head_lines_picture(lines, run, m)))
+        }
+    }
+}
+
+/// Derived results of the shown run, and what is being computed.
+#[derive(Debug, Default)]
+pub struct Derived {
+    values: HashMap<DeriveKey, DerivedValue>,
+    pending: HashSet<DeriveKey>,
+}
+
+impl Derived {
+    /// The result for `key`, if computed.
+    pub fn get(&self, key: &DeriveKey) -> Option<&DerivedValue> {
+        self.values.get(key)
+    }
+
+    /// Whether `key` is being computed.
+    pub fn is_pending(&self, key: &DeriveKey) -> bool {
+        self.pending.contains(key)
+    }
+
+    /// Whether anything is being computed.
+    pub fn any_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Head statistics of the shown run `view_id`.
+    pub fn stats(&self, view_id: u64) -> Option<&Arc<HeadStats>> {
+        match self.get(&DeriveKey::Stats { view_id }) {
+            Some(DerivedValue::Stats(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Rollout after every layer of the shown run `view_id`, `heads` averaged.
+    pub fn rollout(&self, view_id: u64, heads: &[usize]) -> Option<&Arc<Vec<Vec<f32>>>> {
+        match self.get(&DeriveKey::Rollout { view_id, heads: heads.to_vec() }) {
+            Some(DerivedValue::Rollout(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Model-view thumbnails.
+    pub fn thumbnails(&self, view_id: u64, colormap: Colormap) -> Option<&Arc<Thumbnails>> {
+        match self.get(&DeriveKey::Thumbnails { view_id, colormap }) {
+            Some(DerivedValue::Thumbnails(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Head-view matrices for `key` (a [`DeriveKey::HeadMatrices`]).
+    pub fn head_matrices(&self, key: &DeriveKey) -> Option<&Arc<HeadMatrices>> {
+        match self.get(key) {
+            Some(DerivedValue::HeadMatrices(m)) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The picture of a head view's lines for `key` (a [`DeriveKey::HeadLines`]).
+    pub fn head_lines(&self, key: &DeriveKey) -> Option<&Arc<LinesPicture>> {
+        match self.get(key) {
+            Some(DerivedValue::HeadLines(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Marks `key` as being computed; false when it is computed or running already.
+    pub fn start(&mut self, key: &DeriveKey) -> bool {
+        if self.values.contains_key(key) || self.pending.contains(key) {
+            return false;
+        }
+        self.pending.insert(key.clone());
+        true
+    }
+
+    /// Stores a finished result (dropped when it belongs to a run no longer shown; None: the job
+    /// was dropped and may be asked for again).
+    pub fn finish(&mut self, key: DeriveKey, value: Option<DerivedValue>, view_id: u64) {
+        self.pending.remove(&key);
+        if let Some(value) = value.filter(|_| key.view_id().is_none_or(|id| id == view_id)) {
+            self.values.insert(key, value);
+        }
+    }
+
+    /// Forgets results of runs other than `view_id` (and word merges other than `source_ids`).
+    pub fn retain_run(&mut self, view_id: u64, source_ids: &[u64]) {
+        let keep = |key: &DeriveKey| match key {
+            DeriveKey::Words { source_id } => source_ids.contains(source_id),
+            other => other.view_id() == Some(view_id),
+        };
+        self.values.retain(|k, _| keep(k));
+        self.pending.retain(|k| keep(k));
+    }
+}
+
+/// A job for the derive thread: what to compute, from which run (and, for a lines picture, the
+/// matrices already derived).
+type DeriveJob = (DeriveKey, Arc<Run>, Option<Arc<HeadMatrices>>);
+
+/// Handle to the named derive thread.
+pub struct Deriver {
+    jobs: Sender<DeriveJob>,
+    done: Receiver<(DeriveKey, Option<DerivedValue>)>,
+}
+
+impl Deriver {
+    /// Starts the thread; `wake` is called after each result (to repaint the UI).
+    pub fn spawn(wake: impl Fn() + Send + 'static) -> std::io::Result<Self> {
+        let (jobs, job_rx) = channel::<DeriveJob>();
+        let (done_tx, done) = channel();
+        std::thread::Builder::new().name("attnviz-derive".into()).spawn(move || {
+            while let Ok(first) = job_rx.recv() {
+                // Of everything queued, the newest job of each kind (older ones are stale).
+                let mut queued = vec![first];
+                loop {
+                    match job_rx.try_recv() {
+                        Ok(job) => {
+                            let replaced = queued.iter().position(|(k, _, _)| {
+                                k.kind() == job.0.kind() && !matches!(k, DeriveKey::Words { .. })
+                            });
+                            if let Some(i) = replaced {
+                                // Said, so the cache does not wait for it.
+                                let (stale, _, _) = queued.remove(i);
+                                if done_tx.send((stale, None)).is_err() {
+                                    return;
+                                }
+                            }
+                            queued.push(job);
+                        }
+                        Err(TryRecvError::Empty) => break,
+                        Err(TryRecvError::Disconnected) => return,
+                    }
+                }
+                for (key, run, matrices) in queued {
+                    let value = compute(&key, &run, matrices.as_deref());
+                    if done_tx.send((key, Some(value))).is_err() {
+                        return;
+                    }
+                    wake();
+                }
+            }
+        })?;
+        Ok(Self { jobs, done })
+    }
+
+    /// Queues a job (ignored if the thread has stopped, which only happens at exit).
+    pub fn send(&self, key: DeriveKey, run: Arc<Run>, matrices: Option<Arc<HeadMatrices>>) {
+        let _ = self.jobs.send((key, run, matrices));
+    }
+
+    /// A finished result, if any (None: the job was dropped for a newer one of its kind).
+    pub fn try_recv(&self) -> Option<(DeriveKey, Option<DerivedValue>)> {
+        self.done.try_recv().ok()
+    }
+}

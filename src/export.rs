@@ -216,7 +216,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
     }
     let run = run.ok_or(ExportError::NoRun)?;
     let attention = &run.attention;
-    let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.tokens.label(i)).collect();
+    let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.label(i)).collect();
     match figure {
         Figure::Heatmap { .. } => {
             let table = figure_table(Some(run), figure)?;
@@ -410,7 +410,7 @@ fn render_neuron(
 pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportError> {
     let run = run.ok_or(ExportError::NoRun)?;
     let a = &run.attention;
-    let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.tokens.label(i)).collect();
+    let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.label(i)).collect();
     let check_heads = |layer_idx: usize, head_idxs: &[usize]| -> Result<(), ExportError> {
         check("layer", layer_idx, a.layers())?;
         if head_idxs.is_empty() {

@@ -1321,3 +1321,75 @@ fn long_monkey_walk_breaks_nothing() {
     let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
     monkey(steps, clock);
 }
+
+fn tiny_llama() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-llama")
+}
+
+#[test]
+fn continue_streams_the_written_tokens_into_the_views_and_steps_through_them() {
+    let mut h = harness_with(
+        Startup { model_dir: Some(tiny_llama()), text: Some("The cat sat on".into()), text_pair: None, hf_cache: None },
+        None,
+    );
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.run_steps(2);
+    let prompt = tokens(&h).len();
+    h.get_by_label("Continue ▶").click();
+    wait_until(&mut h, "the generation", |a| a.session.generation.as_ref().is_some_and(|g| g.finished.is_some()));
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    let g = h.state().session.generation.clone().unwrap();
+    // 20 asked for; tiny-llama has 32 positions, so it writes until its context is full or eos.
+    assert!(g.written >= 1 && g.written <= 20, "{}", g.written);
+    assert_eq!(run.prompt_len, Some(prompt));
+    assert_eq!(run.tokens.len(), prompt + g.written);
+    assert!(run.is_generated(prompt) && !run.is_generated(prompt - 1));
+    assert!(run.label(prompt).starts_with('✎'), "written tokens are marked: {}", run.label(prompt));
+    assert_eq!(g.steps.len(), g.written);
+    assert!(g.steps.iter().all(|s| s.len() == attnviz::app::worker::TOP_K));
+    // The greedy pick is each step's most probable candidate.
+    for (i, step) in g.steps.iter().enumerate() {
+        assert_eq!(step[0].id, run.tokens.ids[prompt + i]);
+    }
+    // The newest written token is pinned (its lines in the head view); stepping back pins another.
+    assert_eq!(h.state().session.pinned, Some((Side::Query, prompt + g.written - 1)));
+    h.get_by_label("◀").click();
+    h.run_steps(2);
+    assert_eq!(h.state().session.pinned, Some((Side::Query, prompt + g.written - 2)));
+    assert!(h.query_by_label_contains("The model's candidates at this step").is_some());
+    // Typing replaces the generation with a run of the new text.
+    h.get_by_label("Sentence A").click();
+    h.run_steps(1);
+    h.get_by_label("Sentence A").type_text(" the");
+    settled(&mut h);
+    assert_eq!(h.state().settings.text, "The cat sat on the");
+    assert!(h.state().session.generation.is_none());
+    assert_eq!(h.state().session.run.as_ref().unwrap().prompt_len, None);
+}
+
+#[test]
+fn stop_keeps_what_was_written() {
+    // The embedded SmolLM2 writes slowly enough (tenths of a second per token here) to be stopped.
+    let smollm2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct");
+    let mut h = harness_with(
+        Startup { model_dir: Some(smollm2), text: Some("Once upon a time".into()), text_pair: None, hf_cache: None },
+        None,
+    );
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.run_steps(2);
+    h.state_mut().views.generation.max_new = 40;
+    h.get_by_label("Continue ▶").click();
+    wait_until(&mut h, "a first written token", |a| a.session.generation.as_ref().is_some_and(|g| g.written >= 1));
+    h.get_by_label("■ Stop").click();
+    wait_until(&mut h, "the generation to stop", |a| {
+        a.session.generation.as_ref().is_some_and(|g| g.finished.is_some())
+    });
+    settled(&mut h);
+    let g = h.state().session.generation.clone().unwrap();
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(g.finished, Some(attnviz::model::generate::Stop::Stopped));
+    assert!(g.written >= 1 && g.written < 40, "{}", g.written);
+    assert_eq!(run.tokens.len(), run.prompt_len.unwrap() + g.written, "what was written stays");
+    assert!(h.state().session.status.as_ref().is_some_and(|s| s.text.contains("stopped")));
+}

@@ -112,6 +112,13 @@ impl Run {
         (self.causal && key_pos > query_pos) || self.window.is_some_and(|w| key_pos + w <= query_pos)
     }
 
+    /// The label views draw for token `pos`: [`Tokens::label`], marked with ✎ when the model
+    /// wrote it (after a generation's prompt).
+    pub fn label(&self, pos: usize) -> String {
+        let label = self.tokens.label(pos);
+        if self.is_generated(pos) { format!("✎{label}") } else { label }
+    }
+
     /// Whether token `pos` was written by the model (after the prompt of a generation).
     pub fn is_generated(&self, pos: usize) -> bool {
         self.prompt_len.is_some_and(|p| pos >= p)

@@ -14,7 +14,7 @@ use crate::model::hub::CachedModel;
 use crate::render::Theme;
 
 use super::command::{Command, Commands, Setting};
-use super::data::{FlowKey, FlowResult, Status, ViewData};
+use super::data::{FlowKey, FlowResult, Generation, Status, ViewData};
 use super::derive::{DeriveKey, Derived, DerivedValue, Deriver};
 use super::state::{CompareMode, CompareSource, PeFigure, RolloutMode, Settings, Source, ThemeChoice, View};
 use super::views::Views;
@@ -144,6 +144,8 @@ pub struct Session {
     /// Derived data of the shown run, computed on the derive thread.
     pub derived: Derived,
     applied_theme: Option<ThemeChoice>,
+    /// The generation shown or in progress (the shown run is its prompt and continuation).
+    pub generation: Option<Generation>,
 }
 
 impl Session {
@@ -193,6 +195,7 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         status: s.status.as_ref(),
         frame_ms: s.frame_ms,
         derived: &s.derived,
+        generation: s.generation.as_ref(),
     }
 }
 
@@ -271,6 +274,7 @@ impl AttnvizApp {
                 frame_ms: 0.0,
                 derived: Derived::default(),
                 applied_theme: None,
+                generation: None,
             },
             views,
             settings,
@@ -336,10 +340,44 @@ impl AttnvizApp {
             return;
         }
         let id = self.next_id();
+        self.stop_generation(true);
         self.session.requested_run_id = id;
         self.session.worker.send(Job::Run { id, text: input.0.clone(), pair: input.1.clone(), spec: input.2.clone() });
         self.session.in_flight.push((id, input.clone()));
         self.session.requested_input = Some(input);
+    }
+
+    /// Stops the generation in progress; with `forget`, its later progress is dropped too (a new
+    /// input replaces it).
+    fn stop_generation(&mut self, forget: bool) {
+        if let Some(g) = &self.session.generation {
+            g.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        if forget {
+            self.session.generation = None;
+        }
+    }
+
+    /// Lets the loaded model continue the text by `max_new` tokens, streamed into the views.
+    fn start_generation(&mut self, max_new: usize) {
+        let can = self.session.model.as_ref().is_some_and(|m| m.can_generate);
+        if !can || self.settings.source != Source::Pretrained || max_new == 0 {
+            return;
+        }
+        self.stop_generation(true);
+        let id = self.next_id();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        self.session.generation = Some(Generation {
+            id,
+            max_new,
+            written: 0,
+            steps: Arc::new(Vec::new()),
+            finished: None,
+            error: None,
+            seconds: 0.0,
+            stop: stop.clone(),
+        });
+        self.session.worker.send(Job::Generate { id, text: self.settings.text.clone(), max_new, stop });
     }
 
     /// What run B of the comparison is (None: nothing to compare, with the reason).
@@ -452,6 +490,7 @@ impl AttnvizApp {
             || s.requested_compare_id > s.compare_id
             || s.flow_pending.is_some()
             || s.derived.any_pending()
+            || s.generation.as_ref().is_some_and(|g| g.finished.is_none())
     }
 
     fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
@@ -527,6 +566,35 @@ impl AttnvizApp {
                         Err(e) => {
                             self.session.run_id = id;
                             self.session.run_error = Some(e);
+                        }
+                    }
+                }
+                Done::Generated { id, result, steps, finished, seconds } => {
+                    let Some(g) = self.session.generation.as_mut().filter(|g| g.id == id) else { continue };
+                    g.steps = steps;
+                    g.finished = finished;
+                    g.seconds = seconds;
+                    g.written = g.steps.len();
+                    match result {
+                        Ok(run) => {
+                            if let Some(stop) = finished {
+                                let rate = g.written as f64 / seconds.max(1e-9);
+                                let text = format!(
+                                    "Wrote {} tokens in {seconds:.1} s ({rate:.1} tokens/s): {}",
+                                    g.written,
+                                    stop.describe()
+                                );
+                                self.set_status(text, false);
+                            }
+                            self.settings.fit_model(run.attention.layers(), run.attention.heads());
+                            let source_id = self.next_id();
+                            let s = &mut self.session;
+                            s.token_run = Some(TokenRun { source_id, run });
+                            s.run_error = None;
+                        }
+                        Err(e) => {
+                            g.error = Some(e.clone());
+                            self.set_status(format!("Could not continue the text: {e}"), true);
                         }
                     }
                 }
@@ -740,6 +808,8 @@ impl AttnvizApp {
                 self.settings.view = View::Heatmap;
             }
             Command::Pin(selection) => self.session.pinned = selection,
+            Command::Continue(max_new) => self.start_generation(max_new),
+            Command::StopGeneration => self.stop_generation(false),
             Command::Playground(checked) => self.set_playground(checked),
             Command::Derive(key) => {
                 // Only for the run shown now (a view may have asked during a change of run).

@@ -39,6 +39,10 @@ pub enum Command {
     Playground(Result<crate::model::PlaygroundConfig, (&'static str, String)>),
     /// A view needs derived data that is not computed yet (computed off the UI thread).
     Derive(super::derive::DeriveKey),
+    /// Let the model continue the text by this many tokens (streamed; replaces the shown run).
+    Continue(usize),
+    /// Stop the generation in progress (what is written so far stays).
+    StopGeneration,
 }
 
 /// The commands of one frame, in the order they were raised.

@@ -41,6 +41,27 @@ pub struct FlowResult {
     pub ms: f64,
 }
 
+/// A generation: the model continuing the text, streamed into the views.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// Request id.
+    pub id: u64,
+    /// Tokens asked for.
+    pub max_new: usize,
+    /// Tokens written so far.
+    pub written: usize,
+    /// Each step's candidates (step `i` wrote token `prompt_len + i`).
+    pub steps: Arc<Vec<Vec<crate::model::generate::Candidate>>>,
+    /// Why it stopped, once it has.
+    pub finished: Option<crate::model::generate::Stop>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Seconds spent writing.
+    pub seconds: f64,
+    /// Set to stop the worker.
+    pub stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
 /// Everything a view may read in one frame.
 #[derive(Clone, Copy)]
 pub struct ViewData<'a> {
@@ -86,6 +107,8 @@ pub struct ViewData<'a> {
     pub frame_ms: f32,
     /// Derived data of the shown run (statistics, rollout, thumbnails, head-view matrices).
     pub derived: &'a Derived,
+    /// The generation shown or in progress.
+    pub generation: Option<&'a Generation>,
 }
 
 impl ViewData<'_> {

@@ -163,7 +163,7 @@ pub enum DerivedValue {
 /// The picture of every line of the head view `key` asks for (`m`: its matrices).
 pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> LinesPicture {
     let rows = m.keep.len();
-    let labels: Vec<String> = m.keep.iter().map(|&p| run.tokens.label(p)).collect();
+    let labels: Vec<String> = m.keep.iter().map(|&p| run.label(p)).collect();
     let body = crate::render::head_view_layout(&labels, 1.0);
     let min_weight = f32::from_bits(key.min_weight);
     let segments = &run.tokens.segments;

@@ -3,12 +3,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::time::Instant;
 
 use crate::analysis::Run;
 use crate::analysis::pe::table_similarity;
+use crate::model::generate::{Candidate, Generator, Stop};
 use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
+
+/// Candidates kept per generation step.
+pub const TOP_K: usize = 8;
 
 /// Most positions whose similarities are computed (the first ones of a longer table).
 const MAX_SIMILARITY_POSITIONS: usize = 1024;
@@ -45,6 +50,12 @@ pub struct ModelInfo {
     pub max_positions: usize,
     /// Similarities of the learned position table (None when the model has none).
     pub positions: Option<Arc<PositionSimilarity>>,
+    /// Key/value heads (fewer than `heads` with grouped-query attention).
+    pub kv_heads: usize,
+    /// Whether it can continue a text (a causal language model with its head).
+    pub can_generate: bool,
+    /// For GGUF weights: what they were ("GGUF `Q4_1` (210), …, dequantised to f32").
+    pub quantization: Option<String>,
 }
 
 impl ModelInfo {
@@ -68,6 +79,9 @@ impl ModelInfo {
             heads: desc.heads,
             hidden: desc.hidden,
             max_positions: desc.max_len,
+            kv_heads: desc.kv_heads,
+            can_generate: desc.causal && model.decoder.is_none() && model.net.has_lm_head(),
+            quantization: model.quantization.clone(),
         }
     }
 }
@@ -92,6 +106,19 @@ pub enum Job {
         pair: Option<String>,
         /// Which model.
         spec: RunSpec,
+    },
+    /// Continue `text` with the loaded model, greedily, streaming each token as
+    /// [`Done::Generated`]; stops after `max_new` tokens, at the end-of-sequence token, when
+    /// `stop` is set, or when another job arrives.
+    Generate {
+        /// Request id.
+        id: u64,
+        /// The prompt.
+        text: String,
+        /// Most tokens to write.
+        max_new: usize,
+        /// Set by the UI to stop.
+        stop: Arc<AtomicBool>,
     },
     /// Run a model on an input.
     Run {
@@ -138,6 +165,20 @@ pub enum Done {
         /// Time spent in tokenizer + model.
         elapsed_ms: f64,
     },
+    /// A generation made progress: the run so far (prompt and the tokens written), each step's
+    /// candidates; `finished` once it stopped (then `run` is one full pass over everything).
+    Generated {
+        /// Request id.
+        id: u64,
+        /// Prompt and continuation so far, or why it failed.
+        result: Result<Arc<Run>, String>,
+        /// The candidates of each step (step `i` wrote token `prompt_len + i`).
+        steps: Arc<Vec<Vec<Candidate>>>,
+        /// Why it stopped, once it has.
+        finished: Option<Stop>,
+        /// Seconds spent writing so far.
+        seconds: f64,
+    },
     /// A comparison run finished.
     Compared {
         /// Request id.
@@ -183,6 +224,71 @@ fn run_spec(
     run.map(Arc::new).map_err(|e| e.to_string())
 }
 
+/// Writes up to `max_new` tokens after `text`, sending the run after each one; stops early when
+/// `stop` is set or another job arrives (returned, to be handled next). `Err` when the UI is gone.
+fn generate_streaming(
+    model: &LoadedModel,
+    id: u64,
+    text: &str,
+    max_new: usize,
+    stop: &AtomicBool,
+    jobs: &Receiver<Job>,
+    send: &dyn Fn(Done) -> bool,
+) -> Result<Option<Job>, ()> {
+    let start = Instant::now();
+    let failed = |e: crate::model::ModelError| Done::Generated {
+        id,
+        result: Err(e.to_string()),
+        steps: Arc::new(Vec::new()),
+        finished: Some(Stop::Stopped),
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    let mut g = match Generator::start(model, text, TOP_K) {
+        Ok(g) => g,
+        Err(e) => return if send(failed(e)) { Ok(None) } else { Err(()) },
+    };
+    let mut carried = None;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            g.stop();
+        }
+        match jobs.try_recv() {
+            Ok(job) => {
+                carried = Some(job);
+                g.stop();
+            }
+            Err(TryRecvError::Disconnected) => return Err(()),
+            Err(TryRecvError::Empty) => {}
+        }
+        match g.next(max_new) {
+            Ok(Some(_)) => {
+                let progress = Done::Generated {
+                    id,
+                    result: Ok(Arc::new(g.partial_run())),
+                    steps: Arc::new(g.steps.clone()),
+                    finished: None,
+                    seconds: start.elapsed().as_secs_f64(),
+                };
+                if !send(progress) {
+                    return Err(());
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return if send(failed(e)) { Ok(carried) } else { Err(()) },
+        }
+    }
+    // One full pass over prompt and continuation: what the views and exports keep.
+    let result = g.final_run().map(Arc::new).map_err(|e| e.to_string());
+    let done = Done::Generated {
+        id,
+        result,
+        steps: Arc::new(g.steps.clone()),
+        finished: g.stopped(),
+        seconds: start.elapsed().as_secs_f64(),
+    };
+    if send(done) { Ok(carried) } else { Err(()) }
+}
+
 /// Handle to the named inference thread.
 pub struct Worker {
     jobs: Sender<Job>,
@@ -200,15 +306,25 @@ impl Worker {
             let mut playground: Option<(PlaygroundConfig, LoadedModel)> = None;
             // The comparison's other model folder, kept while it stays the same.
             let mut other: Option<(PathBuf, LoadedModel)> = None;
-            while let Ok(first) = job_rx.recv() {
-                // Coalesce: of everything queued, keep the newest load, run and comparison.
-                let (mut load, mut run, mut compare) = (None, None, None);
+            // A job that arrived while a generation was writing (it stopped the generation).
+            let mut carried: Option<Job> = None;
+            loop {
+                let first = match carried.take() {
+                    Some(job) => job,
+                    None => match job_rx.recv() {
+                        Ok(job) => job,
+                        Err(_) => return,
+                    },
+                };
+                // Coalesce: of everything queued, keep the newest load, run, comparison and generation.
+                let (mut load, mut run, mut compare, mut generate) = (None, None, None, None);
                 let mut next = Some(first);
                 while let Some(job) = next {
                     match job {
                         j @ Job::Load { .. } => load = Some(j),
                         j @ Job::Run { .. } => run = Some(j),
                         j @ Job::Compare { .. } => compare = Some(j),
+                        j @ Job::Generate { .. } => generate = Some(j),
                     }
                     next = match job_rx.try_recv() {
                         Ok(j) => Some(j),
@@ -245,6 +361,18 @@ impl Worker {
                         return;
                     }
                     wake();
+                }
+                if let Some(Job::Generate { id, text, max_new, stop }) = generate {
+                    let Some(m) = model.as_ref() else { continue };
+                    let send = |done: Done| {
+                        let ok = done_tx.send(done).is_ok();
+                        wake();
+                        ok
+                    };
+                    match generate_streaming(m, id, &text, max_new, &stop, &job_rx, &send) {
+                        Ok(next) => carried = next,
+                        Err(()) => return,
+                    }
                 }
             }
         })?;

@@ -188,6 +188,12 @@ pub struct Seq2SeqDecoder {
 /// Folder name of the embedded language model under `assets/models/`.
 pub const SMOLLM2_NAME: &str = "SmolLM2-135M-Instruct";
 
+/// Where the embedded `SmolLM2` folder is (beside the embedded `MiniLM`).
+pub fn smollm2_dir() -> PathBuf {
+    let default = default_model_dir();
+    default.parent().map_or_else(|| PathBuf::from(SMOLLM2_NAME), |a| a.join(SMOLLM2_NAME))
+}
+
 /// The embedded models by their short names: `minilm` and `smollm2` (any case).
 fn embedded_model(spec: &Path) -> Option<PathBuf> {
     let name = spec.to_str()?.to_ascii_lowercase();

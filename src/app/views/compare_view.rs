@@ -122,7 +122,7 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
         CompareMode::Difference => {
             let (am, bm) = (run.shown_mean(layer_idx, &heads), b.shown_mean(layer_idx, &heads));
             let diff: Vec<f32> = bm.iter().zip(&am).map(|(bv, av)| bv - av).collect();
-            let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.tokens.label(i)).collect();
+            let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.label(i)).collect();
             let max_abs = diff.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
             ui.label(format!(
                 "B − A: red = B attends more, blue = A attends more; largest change {max_abs:.4}. A: {} · B: {}",
@@ -188,7 +188,7 @@ fn side_by_side_ui(
     let prepared: Vec<(String, Vec<String>, Vec<f32>)> = runs
         .iter()
         .map(|(which, r)| {
-            let labels: Vec<String> = (0..r.tokens.len()).map(|i| r.tokens.label(i)).collect();
+            let labels: Vec<String> = (0..r.tokens.len()).map(|i| r.label(i)).collect();
             (format!("{which}: {}", r.display_name()), labels, r.shown_mean(layer_idx, heads))
         })
         .collect();

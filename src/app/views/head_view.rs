@@ -140,7 +140,7 @@ impl HeadView {
         let heads = heads.to_vec();
         let cache = self;
         let rows = m.keep.len();
-        let labels: Vec<String> = m.keep.iter().map(|&p| run.tokens.label(p)).collect();
+        let labels: Vec<String> = m.keep.iter().map(|&p| run.label(p)).collect();
         // The exported figure's layout at scale 1 (one pixel = one point): the same rows, label
         // columns and line band on screen as in the PNG.
         if cache.layout.as_ref().is_none_or(|(k, _)| k != matrices_key) {
@@ -488,11 +488,8 @@ fn toolbar_ui(
             let what = if side == Side::Query { "query" } else { "key" };
             ui.horizontal_wrapped(|ui| {
                 ui.label(
-                    RichText::new(format!(
-                        "Pinned {what} “{}” — click it again or press Esc to unpin",
-                        run.tokens.label(pos)
-                    ))
-                    .small(),
+                    RichText::new(format!("Pinned {what} “{}” — click it again or press Esc to unpin", run.label(pos)))
+                        .small(),
                 );
                 if side == Side::Query
                     && run.neuron.is_some()

@@ -107,7 +107,7 @@ fn heatmap_view_ui(
         ui.label("Nothing to show: every token is a special token and they are hidden.");
         return;
     }
-    let labels: Vec<String> = cache.keep.iter().map(|&p| run.tokens.label(p)).collect();
+    let labels: Vec<String> = cache.keep.iter().map(|&p| run.label(p)).collect();
     let keep = &cache.keep;
     let hover = |q: usize, k: usize, v: f32| {
         let weight = if v.is_nan() {

@@ -5,6 +5,7 @@
 
 pub mod compare_view;
 pub mod export_dialog;
+pub mod generation_panel;
 pub mod head_view;
 pub mod heatmap_view;
 pub mod input_bar;
@@ -46,6 +47,8 @@ pub struct Views {
     pub rollout: rollout_view::RolloutView,
     /// Comparison view: textures and the typed model folder.
     pub compare: compare_view::CompareView,
+    /// Continue the text and step through what the model wrote.
+    pub generation: generation_panel::GenerationPanel,
 }
 
 impl Views {
@@ -62,6 +65,7 @@ impl Views {
             stats: stats_view::StatsView::default(),
             rollout: rollout_view::RolloutView::default(),
             compare: compare_view::CompareView::default(),
+            generation: generation_panel::GenerationPanel::default(),
         }
     }
 
@@ -70,6 +74,11 @@ impl Views {
         self.input.ui(ui, data, commands);
         self.side.ui(ui, data, commands);
         status_bar_ui(ui, data);
+        if generation_panel::GenerationPanel::shown(data) {
+            egui::Panel::right("generation").resizable(true).default_size(250.0).show(ui, |ui| {
+                egui::ScrollArea::vertical().show(ui, |ui| self.generation.ui(ui, data, commands));
+            });
+        }
         egui::CentralPanel::default_margins().show(ui, |ui| self.central_ui(ui, data, commands));
     }
 

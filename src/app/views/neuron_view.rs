@@ -84,7 +84,7 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
             .small(),
         );
     }
-    let labels: Vec<String> = (0..n).map(|i| run.tokens.label(i)).collect();
+    let labels: Vec<String> = (0..n).map(|i| run.label(i)).collect();
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
         if let Some(picked) = cells_ui(ui, &b, &labels, query, settings.colormap) {
             commands.push(Command::Set(Setting::NeuronQuery(picked)));

@@ -127,7 +127,7 @@ fn rollout_view_ui(
             }
         }
     };
-    let labels: Vec<String> = (0..n).map(|i| run.tokens.label(i)).collect();
+    let labels: Vec<String> = (0..n).map(|i| run.label(i)).collect();
     let range = (0.0, data_range(&values).1.max(1e-6));
     let what = if settings.rollout_mode == RolloutMode::Flow { "flow" } else { "rollout" };
     let hover = |r: usize, c: usize, v: f32| {

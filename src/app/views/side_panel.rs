@@ -52,7 +52,8 @@ impl SidePanel {
                 if let Some((layers, heads)) = shape {
                     layer_picker_ui(ui, &mut settings, layers);
                     ui.add_space(6.0);
-                    head_chips_ui(ui, &mut settings, heads);
+                    let kv = data.model.map_or(heads, |m| m.kv_heads).clamp(1, heads);
+                    head_chips_ui(ui, &mut settings, heads, kv);
                     ui.separator();
                 }
                 appearance_ui(ui, &mut settings);
@@ -98,9 +99,25 @@ impl SidePanel {
                 commands.push(Command::LoadModel(self.model_path_input.trim().into()));
             }
         });
-        if ui.add_enabled(!busy, egui::Button::new("Use embedded model").small()).clicked() {
-            commands.push(Command::LoadModel(default_model_dir()));
-        }
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new("Embedded:").small());
+            if ui
+                .add_enabled(!busy, egui::Button::new("all-MiniLM-L6-v2").small())
+                .on_hover_text("The sentence encoder attnviz opens on (BERT family, 6 layers × 12 heads)")
+                .clicked()
+            {
+                commands.push(Command::LoadModel(default_model_dir()));
+            }
+            let smollm2 = crate::model::loader::smollm2_dir();
+            if smollm2.is_dir()
+                && ui
+                    .add_enabled(!busy, egui::Button::new("SmolLM2-135M-Instruct").small())
+                    .on_hover_text("A small language model that writes (Llama family, 30 layers × 9 heads, Q4_1 GGUF): type a prompt and press Continue")
+                    .clicked()
+            {
+                commands.push(Command::LoadModel(smollm2));
+            }
+        });
         known_models_ui(ui, recent, data, commands, busy);
     }
 }
@@ -182,7 +199,9 @@ fn layer_picker_ui(ui: &mut egui::Ui, settings: &mut Settings, layers: usize) {
 }
 
 /// Head chips in each head's colour: click toggles, double-click solos.
-pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize) {
+/// With grouped-query attention (`kv_heads` < `heads`) the chips are grouped by the key/value
+/// head their queries share, and each chip says which.
+pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize, kv_heads: usize) {
     ui.horizontal(|ui| {
         ui.label(RichText::new("Heads").strong());
         if ui.small_button("All").clicked() {
@@ -193,9 +212,20 @@ pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize) {
         }
     });
     ui.label(RichText::new("click toggles · double-click solos").small().weak());
+    let group = (heads / kv_heads.max(1)).max(1);
+    if group > 1 {
+        ui.label(
+            RichText::new(format!("{heads} query heads share {kv_heads} key/value heads, {group} each (grouped)"))
+                .small()
+                .weak(),
+        );
+    }
     ui.horizontal_wrapped(|ui| {
         ui.spacing_mut().item_spacing = egui::vec2(3.0, 3.0);
         for h in 0..heads.min(settings.heads.len()) {
+            if group > 1 && h > 0 && h % group == 0 {
+                ui.add_space(8.0);
+            }
             let on = settings.heads[h];
             let color = head_color(h, heads);
             let text_color = if on { contrast_text(color) } else { ui.visuals().weak_text_color() };
@@ -203,8 +233,14 @@ pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize) {
                 .fill(if on { color } else { Color32::TRANSPARENT })
                 .stroke(Stroke::new(1.5, color))
                 .sense(Sense::click());
-            let response =
-                ui.add(button).on_hover_text(format!("Head {h}: click to toggle, double-click to show only this head"));
+            let shares = if group > 1 {
+                format!(" (keys and values of key/value head {}, shared with {} other heads)", h / group, group - 1)
+            } else {
+                String::new()
+            };
+            let response = ui
+                .add(button)
+                .on_hover_text(format!("Head {h}{shares}: click to toggle, double-click to show only this head"));
             if response.double_clicked() || response.triple_clicked() {
                 for (i, flag) in settings.heads.iter_mut().enumerate() {
                     *flag = i == h;

@@ -221,8 +221,10 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
         Figure::Heatmap { .. } => {
             let table = figure_table(Some(run), figure)?;
             let mut title = table.title.clone();
-            if run.causal {
-                title.push_str(" · grey: masked (causal)");
+            match (run.causal, run.window) {
+                (_, Some(w)) => title.push_str(&format!(" · grey: masked (causal, sliding window {w})")),
+                (true, None) => title.push_str(" · grey: masked (causal)"),
+                (false, None) => {}
             }
             let (rows, cols) = ("query (attending)", "key (attended to)");
             Ok(table_heatmap(&table, &title, Some((0.0, 1.0)), colormap, theme, scale, rows, cols))
@@ -250,8 +252,8 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
         }
         Figure::ModelGrid => {
             let title = format!("{} · all layers × heads", run.display_name());
-            let causal = run.causal;
-            Ok(render::model_grid(&ModelGridSpec { attention, colormap, theme, scale, title: &title, causal }))
+            let (causal, window) = (run.causal, run.window);
+            Ok(render::model_grid(&ModelGridSpec { attention, colormap, theme, scale, title: &title, causal, window }))
         }
         Figure::Neuron { layer_idx, head_idx, query_pos } => {
             render_neuron(run, *layer_idx, *head_idx, *query_pos, &labels, theme, scale)

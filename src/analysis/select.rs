@@ -83,6 +83,20 @@ pub fn mask_causal(values: &mut [f32], keep: &[usize]) {
     }
 }
 
+/// Marks the cells of a square matrix over token positions `keep` that the causal mask (`causal`:
+/// key after query) or a sliding window (`window`: key `window` or more positions before the query)
+/// hid as NaN: drawn as masked, never as a zero weight.
+pub fn mask_hidden(values: &mut [f32], keep: &[usize], causal: bool, window: Option<usize>) {
+    let m = keep.len();
+    for (r, &q) in keep.iter().enumerate() {
+        for (c, &k) in keep.iter().enumerate() {
+            if (causal && k > q) || window.is_some_and(|w| k + w <= q) {
+                values[r * m + c] = f32::NAN;
+            }
+        }
+    }
+}
+
 /// A copy of an `n × n` matrix over all positions with the causally hidden cells as NaN.
 pub fn causal_masked(matrix: &[f32], n: usize) -> Vec<f32> {
     let mut out = matrix.to_vec();
@@ -111,6 +125,19 @@ pub fn downsample_max(matrix: &[f32], n: usize, size: usize) -> (Vec<f32>, usize
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_sliding_window_masks_keys_too_far_back_as_well_as_later_ones() {
+        let mut v = vec![1.0f32; 16];
+        mask_hidden(&mut v, &[0, 1, 2, 3], true, Some(2));
+        // Query 3 sees keys 2 and 3 only; query 0 sees key 0 only.
+        let hidden: Vec<bool> = v.iter().map(|x| x.is_nan()).collect();
+        assert_eq!(&hidden[12..], &[true, true, false, false]);
+        assert_eq!(&hidden[..4], &[false, true, true, true]);
+        let mut kept = vec![1.0f32; 4];
+        mask_hidden(&mut kept, &[1, 3], true, Some(2));
+        assert!(kept[2].is_nan() && !kept[3].is_nan(), "positions, not indices: {kept:?}");
+    }
     use super::*;
 
     #[test]

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 
-use crate::analysis::select::{PairFilter, causal_masked, downsample_max, submatrix, visible_tokens};
+use crate::analysis::select::{PairFilter, downsample_max, submatrix, visible_tokens};
 use crate::analysis::{HeadStats, Run};
 use crate::render::{Colormap, cells_rgba};
 
@@ -229,8 +229,8 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
             let rgba = (0..a.layers())
                 .flat_map(|l| (0..a.heads()).map(move |h| (l, h)))
                 .map(|(l, h)| {
-                    let (cells, s) = if run.causal {
-                        downsample_max(&causal_masked(a.head(l, h), a.seq_len()), a.seq_len(), THUMB_TEXELS)
+                    let (cells, s) = if run.has_mask() {
+                        downsample_max(&run.masked(a.head(l, h)), a.seq_len(), THUMB_TEXELS)
                     } else {
                         downsample_max(a.head(l, h), a.seq_len(), THUMB_TEXELS)
                     };

@@ -25,6 +25,8 @@ pub struct ModelGridSpec<'a> {
     pub title: &'a str,
     /// Draw keys after the query as masked (a causal model).
     pub causal: bool,
+    /// Draw keys this many positions or more before the query as masked (a sliding window).
+    pub window: Option<usize>,
 }
 
 /// Where everything of the model grid goes, in image pixels.
@@ -178,8 +180,10 @@ pub fn model_grid(spec: &ModelGridSpec) -> RgbaImage {
             let (left, top) = lay.thumb_origin(layer_idx, head_idx);
             if seq_len > 0 {
                 let head = att.head(layer_idx, head_idx);
-                let cells = if spec.causal {
-                    let masked = crate::analysis::select::causal_masked(head, seq_len);
+                let cells = if spec.causal || spec.window.is_some() {
+                    let mut masked = head.to_vec();
+                    let all: Vec<usize> = (0..seq_len).collect();
+                    crate::analysis::select::mask_hidden(&mut masked, &all, spec.causal, spec.window);
                     pool(&masked, seq_len, seq_len, lay.cells, lay.cells)
                 } else {
                     pool(head, seq_len, seq_len, lay.cells, lay.cells)
@@ -218,6 +222,7 @@ mod tests {
             scale: 1.0,
             title: "Model",
             causal: false,
+            window: None,
         }
     }
 

@@ -5,7 +5,7 @@ use egui::RichText;
 
 use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui};
 use crate::analysis::Run;
-use crate::analysis::select::{mask_causal, submatrix, visible_tokens};
+use crate::analysis::select::{mask_hidden, submatrix, visible_tokens};
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
 use crate::render::Colormap;
@@ -42,8 +42,8 @@ impl HeatmapView {
         let mean = a.mean_of_heads(key.layer_idx, &key.heads);
         self.keep = visible_tokens(&run.tokens, key.hide_special);
         self.values = submatrix(&mean, a.seq_len(), &self.keep, key.hide_special);
-        if run.causal {
-            mask_causal(&mut self.values, &self.keep);
+        if run.has_mask() {
+            mask_hidden(&mut self.values, &self.keep, run.causal, run.window);
         }
         self.key = Some(key);
         self.builds += 1;

@@ -222,7 +222,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             let table = figure_table(Some(run), figure)?;
             let mut title = table.title.clone();
             match (run.causal, run.window) {
-                (_, Some(w)) => title.push_str(&format!(" · grey: masked (causal, sliding window {w})")),
+                (_, Some(w)) => title = format!("{title} · grey: masked (causal, sliding window {w})"),
                 (true, None) => title.push_str(" · grey: masked (causal)"),
                 (false, None) => {}
             }

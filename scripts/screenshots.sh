@@ -110,13 +110,15 @@ click 208 261 3
 click 486 76
 xdotool mousemove 1300 800
 shot gpt2 2
-click 1148 76
+# (A language model gets the "Continue the text" panel on the right: the Words toggle wraps to the
+# second row of the view bar.)
+click 383 99
 xdotool mousemove 1300 800
 shot words
 # A DeBERTa-v3 (the tiny random test fixture, pieces again): its neuron view shows the
 # content→position and position→content terms each score sums, beside the score. (With the short
 # name "tiny-gpt2" the side panel's source buttons fit on one line: the path box is 24 px higher.)
-click 1148 76
+click 383 99
 click 90 237
 xdotool key ctrl+a
 xdotool type --delay 20 "$PWD/tests/fixtures/models/tiny-deberta-v3"
@@ -124,3 +126,23 @@ click 208 237 3
 click 573 76
 xdotool mousemove 1300 800
 shot neuron-deberta 2
+
+# SmolLM2 writing: the embedded language model continues a prompt (streamed, written tokens ✎),
+# then a step back to one written token: its lines pinned in the head view, its candidates as bars.
+kill "$APP" 2>/dev/null || true
+sleep 1
+"$BIN" --model smollm2 --text "The capital of France is" >>"$APP_LOG" 2>&1 &
+APP=$!
+WID=$(xdotool search --sync --onlyvisible --name '^attnviz$' | head -1)
+xdotool windowmove --sync "$WID" 0 0
+xdotool windowsize --sync "$WID" 1360 860
+xdotool windowfocus --sync "$WID"
+sleep 6
+nudge 4
+click 316 76
+click 1140 111 10
+xdotool mousemove 1330 820
+shot smollm2-continue 2
+for _ in $(seq 15); do click 1110 181 0.2; done
+xdotool mousemove 1330 820
+shot smollm2-step 1

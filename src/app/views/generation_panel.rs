@@ -123,9 +123,7 @@ impl GenerationPanel {
             let mut order: Vec<usize> = (0..=pos).collect();
             order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
             ui.label(
-                RichText::new(format!("It attends most to (layer {}, {} heads)", layer + 1, heads.len()))
-                    .small()
-                    .weak(),
+                RichText::new(format!("It attends most to (layer {layer}, {} heads)", heads.len())).small().weak(),
             );
             for &k in order.iter().take(5) {
                 ui.label(RichText::new(format!("{:>6.1}%  {}", row[k] * 100.0, run.label(k))).monospace().small());

@@ -377,9 +377,10 @@ fn render_neuron(
         row_axis: "query",
         col_axis: "dimension",
         title: &format!(
-            "{} · layer {layer_idx} · head {head_idx} · query “{}” (#{query_pos}): q",
+            "{} · layer {layer_idx} · head {head_idx} · query “{}” (#{query_pos}): q{}",
             run.display_name(),
-            labels[query_pos]
+            labels[query_pos],
+            if run.neuron.as_ref().is_some_and(|n| n.rotated) { " (q and k after the rotary rotation)" } else { "" }
         ),
         range: None,
         colormap: Colormap::RdBu,
@@ -496,10 +497,12 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
                 values.extend(b.terms.iter().map(|(_, t)| t[j]));
                 values.extend([b.scores[j], b.weights[j]]);
             }
+            let rotated = run.neuron.as_ref().is_some_and(|n| n.rotated);
             let title = format!(
-                "{} · layer {layer_idx} · head {head_idx} · query “{}” (#{query_pos}) · q = {:?}",
+                "{} · layer {layer_idx} · head {head_idx} · query “{}” (#{query_pos}){} · q = {:?}",
                 run.display_name(),
                 labels[*query_pos],
+                if rotated { " · q and k after the rotary rotation" } else { "" },
                 b.query
             );
             Ok(Table { title, row_labels: labels, col_labels, values })

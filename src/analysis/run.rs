@@ -14,6 +14,9 @@ pub struct NeuronData {
     pub queries: HeadVectors,
     /// Key vectors per layer and head.
     pub keys: HeadVectors,
+    /// The vectors are q and k after the rotary position rotation (Llama and its kin): their dot
+    /// product is the score, and views say so.
+    pub rotated: bool,
 }
 
 /// How one query's attention weights arise in one head, for the neuron view.

@@ -464,6 +464,7 @@ impl LoadedModel {
                 terms,
                 queries: HeadVectors::new(layers, heads, seq_len, head_dim, out.queries).map_err(shape)?,
                 keys: HeadVectors::new(layers, heads, seq_len, head_dim, out.keys).map_err(shape)?,
+                rotated: desc.rotary.is_some(),
             })
         } else {
             None

@@ -73,6 +73,14 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
         .small()
         .weak(),
     );
+    if neuron.rotated {
+        ui.label(
+            RichText::new(
+                "q and k are shown after the rotary position rotation (RoPE): their dot product, scaled, is the score.",
+            )
+            .small(),
+        );
+    }
     if !b.terms.is_empty() {
         let names: Vec<&str> = b.terms.iter().map(|(name, _)| name.as_str()).collect();
         ui.label(

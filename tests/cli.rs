@@ -787,46 +787,32 @@ fn encoder_decoders_dump_three_attentions_with_a_target_and_the_encoder_alone_wi
 #[test]
 fn the_neuron_figure_of_a_rotary_model_says_q_and_k_are_rotated() {
     let dir = tmp();
-    let path = dir.path().join("n.json");
     let model = fixture("tiny-llama");
-    let out = attnviz(&[
-        "export",
-        "--model",
-        model.to_str().unwrap(),
-        "--text",
-        "Rotate me.",
-        "--view",
-        "neuron",
-        "--layer",
-        "1",
-        "--head",
-        "2",
-        "--query",
-        "3",
-        "-o",
-        path.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let export = |path: &Path| {
+        let out = attnviz(&[
+            "export",
+            "--model",
+            model.to_str().unwrap(),
+            "--text",
+            "Rotate me.",
+            "--view",
+            "neuron",
+            "--layer",
+            "1",
+            "--head",
+            "2",
+            "--query",
+            "3",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    let path = dir.path().join("n.json");
+    export(&path);
     let json = std::fs::read_to_string(&path).unwrap();
     assert!(json.contains("after the rotary rotation"), "{}", &json[..300.min(json.len())]);
     let png = dir.path().join("n.png");
-    let out = attnviz(&[
-        "export",
-        "--model",
-        model.to_str().unwrap(),
-        "--text",
-        "Rotate me.",
-        "--view",
-        "neuron",
-        "--layer",
-        "1",
-        "--head",
-        "2",
-        "--query",
-        "3",
-        "-o",
-        png.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    export(&png);
     assert!(image::open(&png).is_ok());
 }

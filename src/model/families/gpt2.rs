@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use candle_core::Tensor;
 
-use super::{Family, Keys, Sizes, Tensors, positions, post_ln_encoder, unsupported};
+use super::{Family, Keys, Sizes, Tensors, layer_part, positions, post_ln_encoder, unsupported};
 use crate::model::ModelError;
 use crate::model::describe::{Description, EmbeddingDesc, LmHead, NormPlacement};
 
@@ -78,12 +78,8 @@ fn canonical(tensors: Tensors, desc: &Description) -> Result<Tensors, String> {
             out.insert(canon.to_string(), t);
             continue;
         };
-        let Some((layer, rest)) = rest.split_once('.') else { continue };
-        if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
+        let Some((layer, module, leaf)) = layer_part(rest) else { continue };
         let p = format!("layer.{layer}");
-        let Some((module, leaf)) = rest.rsplit_once('.') else { continue };
         let target = match module {
             "ln_1" => "attn_norm",
             "ln_2" => "ffn_norm",

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use super::decoder::{pre_norm_decoder, rotary, rotary_max_len};
-use super::{BERT_SIZE_KEYS, Family, Keys, Sizes, Tensors, positions};
+use super::{BERT_SIZE_KEYS, Family, Keys, Sizes, Tensors, layer_part, positions};
 use crate::model::ModelError;
 use crate::model::describe::{Biases, Description, FeedForward, NormKind};
 
@@ -57,11 +57,7 @@ fn canonical(tensors: Tensors, desc: &Description) -> Result<Tensors, String> {
             out.insert(canon.to_string(), t);
             continue;
         };
-        let Some((layer, rest)) = rest.split_once('.') else { continue };
-        if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let Some((module, leaf)) = rest.rsplit_once('.') else { continue };
+        let Some((layer, module, leaf)) = layer_part(rest) else { continue };
         if leaf != "weight" && leaf != "bias" {
             continue;
         }

@@ -395,6 +395,17 @@ pub fn rename_one(name: &str, prefixes: &[&str], table: &[(&str, &str)]) -> Opti
     })
 }
 
+/// A checkpoint name inside a list of layers, `{N}.{module}.{leaf}` (after the list's prefix): the
+/// layer number, the module path and the leaf; None for anything else.
+pub fn layer_part(rest: &str) -> Option<(&str, &str, &str)> {
+    let (layer, rest) = rest.split_once('.')?;
+    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (module, leaf) = rest.rsplit_once('.')?;
+    Some((layer, module, leaf))
+}
+
 /// Whether `module` matches `pattern` (with at most one `{}` standing for digits); returns the digits.
 fn match_pattern(module: &str, pattern: &str) -> Option<String> {
     match pattern.split_once("{}") {

@@ -443,6 +443,11 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
         if count.is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
             return Err(bad(path, format!("tensor {name} claims an implausible shape {dims:?}")));
         }
+        // Candle views an empty tensor's (dangling, unaligned) buffer as blocks: undefined
+        // behaviour, an abort in debug builds (found by fuzzing).
+        if count == Some(0) {
+            return Err(bad(path, format!("tensor {name} has no elements (shape {dims:?})")));
+        }
         let Some(canon) = canonical_name(name) else { continue };
         if let Some(shape) = expected.get(&canon).filter(|shape| shape.as_slice() != dims) {
             return Err(bad(path, format!("tensor {name} has shape {dims:?}, but the metadata implies {shape:?}")));

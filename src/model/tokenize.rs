@@ -149,11 +149,17 @@ impl TextTokenizer {
 /// `tokenizer.json` text parsed, a panic inside the `tokenizers` crate (a hostile file can reach
 /// `unwrap`s and index arithmetic there) turned into an error.
 fn parse(json: &str) -> Result<Tokenizer, String> {
-    // Each level costs the crate's deserializer many stack frames (untagged enums are tried in
-    // turn): refuse deep nesting before it can overflow the stack, which no catch_unwind catches.
-    let depth = nesting(json);
+    // Refused before the crate sees them, as they overflow its stack (which no catch_unwind
+    // catches): deep nesting (each level costs its deserializer many frames) and very long strings
+    // (a vocabulary piece of 280,000 characters, found by fuzzing, recursed through its trie).
+    let (depth, longest) = json_shape(json);
     if depth > MAX_NESTING {
         return Err(format!("nested {depth} levels deep (a tokenizer.json nests at most {MAX_NESTING})"));
+    }
+    if longest > MAX_STRING_BYTES {
+        return Err(format!(
+            "it holds a string of {longest} bytes (tokens, patterns and names are at most {MAX_STRING_BYTES})"
+        ));
     }
     match catch_unwind(|| json.parse::<Tokenizer>()) {
         Ok(parsed) => parsed.map_err(|e| e.to_string()),
@@ -163,15 +169,28 @@ fn parse(json: &str) -> Result<Tokenizer, String> {
 
 /// Deepest nesting accepted in `tokenizer.json` (real ones nest about 6 levels).
 const MAX_NESTING: usize = 32;
+/// Longest string accepted in `tokenizer.json` (real tokens are at most a few hundred bytes).
+const MAX_STRING_BYTES: usize = 4096;
 
-/// The deepest nesting of arrays and objects in JSON text (brackets inside strings skipped).
-fn nesting(json: &str) -> usize {
+/// The deepest nesting of arrays and objects in JSON text (brackets inside strings skipped), and
+/// its longest string in bytes (escapes counted as written).
+fn json_shape(json: &str) -> (usize, usize) {
     let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    let (mut length, mut longest) = (0usize, 0);
     for b in json.bytes() {
+        // Counts a string's bytes and its closing quote.
+        length += usize::from(in_string);
         match (in_string, escaped, b) {
             (true, true, _) => escaped = false,
             (true, false, b'\\') => escaped = true,
-            (true, false, b'"') | (false, _, b'"') => in_string = !in_string,
+            (true, false, b'"') => {
+                in_string = false;
+                longest = longest.max(length - 1);
+            }
+            (false, _, b'"') => {
+                in_string = true;
+                length = 0;
+            }
             (false, _, b'[' | b'{') => {
                 depth += 1;
                 deepest = deepest.max(depth);
@@ -180,7 +199,7 @@ fn nesting(json: &str) -> usize {
             _ => {}
         }
     }
-    deepest
+    (deepest, longest)
 }
 
 /// Runs a call into the `tokenizers` crate, a panic in it (a tokenizer that parsed but whose parts
@@ -216,5 +235,18 @@ fn tokens_of(tokenizer: &Tokenizer, encoding: &Encoding) -> Tokens {
         segments,
         type_ids: encoding.get_type_ids().to_vec(),
         special: encoding.get_special_tokens_mask().iter().map(|&m| m != 0).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_skips_brackets_and_escaped_quotes_inside_strings() {
+        assert_eq!(json_shape(r#"{"a": [[1]], "b": "[[[\"{{"}"#), (3, 7));
+        assert_eq!(json_shape("[]"), (1, 0));
+        let err = parse(&format!("{{\"model\": {}}}", "[".repeat(40) + &"]".repeat(40))).unwrap_err();
+        assert!(err.contains("nested 41 levels deep"), "{err}");
     }
 }

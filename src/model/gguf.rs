@@ -93,7 +93,7 @@ fn alignment_of(path: &Path) -> Option<u64> {
         let size = match (ty, fixed_size(ty)) {
             (_, Some(size)) => size,
             (8, None) => length(r, v1)?,
-            (9, None) if depth < 8 => {
+            (9, None) if depth < 64 => {
                 let (item, n) = (u32_of(r)?, length(r, v1)?);
                 // One seek over an array of numbers (a loop over a hostile count would not end);
                 // strings and arrays read their lengths, so a hostile count ends at the file's end.
@@ -116,6 +116,8 @@ fn alignment_of(path: &Path) -> Option<u64> {
     }
     let v1 = u32_of(&mut r)? == 1;
     let (_tensors, entries) = (length(&mut r, v1)?, length(&mut r, v1)?);
+    // Every entry is walked: the last of repeated keys is the one Candle's map keeps.
+    let mut found = None;
     for _ in 0..entries {
         let key_len = length(&mut r, v1)?;
         let key = if key_len == 17 { bytes::<17>(&mut r)? } else { [0; 17] };
@@ -127,17 +129,21 @@ fn alignment_of(path: &Path) -> Option<u64> {
             skip(&mut r, ty, v1, 0)?;
             continue;
         }
-        return match ty {
-            0 => bytes::<1>(&mut r).map(|b| u64::from(b[0])),
-            1 => bytes::<1>(&mut r).and_then(|b| u64::try_from(i8::from_le_bytes(b)).ok()),
-            2 => bytes::<2>(&mut r).map(|b| u64::from(u16::from_le_bytes(b))),
-            3 => bytes::<2>(&mut r).and_then(|b| u64::try_from(i16::from_le_bytes(b)).ok()),
-            4 => u32_of(&mut r).map(u64::from),
-            5 => bytes::<4>(&mut r).and_then(|b| u64::try_from(i32::from_le_bytes(b)).ok()),
-            _ => None,
+        found = match ty {
+            0 => Some(u64::from(bytes::<1>(&mut r)?[0])),
+            1 => u64::try_from(i8::from_le_bytes(bytes::<1>(&mut r)?)).ok(),
+            2 => Some(u64::from(u16::from_le_bytes(bytes::<2>(&mut r)?))),
+            3 => u64::try_from(i16::from_le_bytes(bytes::<2>(&mut r)?)).ok(),
+            4 => Some(u64::from(u32_of(&mut r)?)),
+            5 => u64::try_from(i32::from_le_bytes(bytes::<4>(&mut r)?)).ok(),
+            // Another type: Candle uses its default alignment.
+            _ => {
+                skip(&mut r, ty, v1, 0)?;
+                None
+            }
         };
     }
-    None
+    found
 }
 
 /// Typed access to the metadata, errors naming the key.

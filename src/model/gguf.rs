@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -19,8 +19,7 @@ use super::families::{self, Tensors};
 /// The architectures read (llama.cpp writes Llama, Mistral, `SmolLM` and most fine-tunes as "llama").
 const ARCHITECTURES: &[&str] = &["llama"];
 
-/// Largest element count of one tensor (2³⁴ f32 = 64 GiB): past it the file is broken or hostile.
-const MAX_TENSOR_ELEMENTS: usize = 1 << 34;
+use families::MAX_TENSOR_ELEMENTS;
 
 /// A GGUF file read: its description, canonical f32 tensors, tokenizer JSON and what the weights were.
 pub struct GgufModel {
@@ -40,16 +39,111 @@ fn bad(path: &Path, message: impl Into<String>) -> ModelError {
     ModelError::Weights { path: path.to_path_buf(), message: message.into() }
 }
 
-/// Reads the header; Candle's reader checks counts and lengths against the file size, and a panic
-/// inside it (a zero alignment divides by zero) becomes an error too.
+/// Reads the header; Candle's reader checks counts and lengths against the file size. An alignment
+/// it would divide by zero with is refused first ([`alignment_of`]); any other panic inside it
+/// becomes an error too.
 fn read_content(path: &Path) -> Result<Content, ModelError> {
+    super::loader::regular_file(path)?;
+    if let Some(alignment) = alignment_of(path).filter(|a| !a.is_power_of_two()) {
+        return Err(bad(
+            path,
+            format!("general.alignment = {alignment}: a GGUF file's alignment must be a power of two"),
+        ));
+    }
     let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     let mut reader = BufReader::new(file);
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader))) {
         Ok(Ok(content)) => Ok(content),
-        Ok(Err(e)) => Err(bad(path, format!("not a readable GGUF file: {e}"))),
+        Ok(Err(e)) => Err(bad(path, format!("not a readable GGUF file: {}", first_line(&e)))),
         Err(_) => Err(bad(path, "not a readable GGUF file: its header is inconsistent")),
     }
+}
+
+/// A Candle error's message without the backtrace it carries when `RUST_BACKTRACE` is set.
+pub(crate) fn first_line(e: &candle_core::Error) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// `general.alignment` as Candle would read it (an unsigned or non-negative integer of at most 32
+/// bits), found by walking the metadata before Candle does: Candle divides by it. `None` when the
+/// key is absent, of another type, or the header cannot be walked (Candle then says what is wrong).
+/// Every step reads from the file, so a hostile count ends at its end.
+fn alignment_of(path: &Path) -> Option<u64> {
+    fn bytes<const N: usize>(r: &mut impl Read) -> Option<[u8; N]> {
+        let mut b = [0u8; N];
+        r.read_exact(&mut b).ok().map(|()| b)
+    }
+    fn u32_of(r: &mut impl Read) -> Option<u32> {
+        bytes::<4>(r).map(u32::from_le_bytes)
+    }
+    // Version 1 writes lengths and counts as u32, later versions as u64.
+    fn length(r: &mut impl Read, v1: bool) -> Option<u64> {
+        if v1 { u32_of(r).map(u64::from) } else { bytes::<8>(r).map(u64::from_le_bytes) }
+    }
+    fn fixed_size(ty: u32) -> Option<u64> {
+        match ty {
+            0 | 1 | 7 => Some(1),
+            2 | 3 => Some(2),
+            4..=6 => Some(4),
+            10..=12 => Some(8),
+            _ => None,
+        }
+    }
+    fn skip(r: &mut BufReader<File>, ty: u32, v1: bool, depth: usize) -> Option<()> {
+        let size = match (ty, fixed_size(ty)) {
+            (_, Some(size)) => size,
+            (8, None) => length(r, v1)?,
+            (9, None) if depth < 64 => {
+                let (item, n) = (u32_of(r)?, length(r, v1)?);
+                // One seek over an array of numbers (a loop over a hostile count would not end);
+                // strings and arrays read their lengths, so a hostile count ends at the file's end.
+                if let Some(size) = fixed_size(item) {
+                    n.checked_mul(size)?
+                } else {
+                    for _ in 0..n {
+                        skip(r, item, v1, depth + 1)?;
+                    }
+                    0
+                }
+            }
+            _ => return None,
+        };
+        r.seek_relative(i64::try_from(size).ok()?).ok()
+    }
+    let mut r = BufReader::new(File::open(path).ok()?);
+    if &bytes::<4>(&mut r)? != b"GGUF" {
+        return None;
+    }
+    let v1 = u32_of(&mut r)? == 1;
+    let (_tensors, entries) = (length(&mut r, v1)?, length(&mut r, v1)?);
+    // Every entry is walked: the last of repeated keys is the one Candle's map keeps.
+    let mut found = None;
+    for _ in 0..entries {
+        let key_len = length(&mut r, v1)?;
+        let key = if key_len == 17 { bytes::<17>(&mut r)? } else { [0; 17] };
+        if key_len != 17 {
+            r.seek_relative(i64::try_from(key_len).ok()?).ok()?;
+        }
+        let ty = u32_of(&mut r)?;
+        if &key != b"general.alignment" {
+            skip(&mut r, ty, v1, 0)?;
+            continue;
+        }
+        found = match ty {
+            0 => Some(u64::from(bytes::<1>(&mut r)?[0])),
+            1 => u64::try_from(i8::from_le_bytes(bytes::<1>(&mut r)?)).ok(),
+            2 => Some(u64::from(u16::from_le_bytes(bytes::<2>(&mut r)?))),
+            3 => u64::try_from(i16::from_le_bytes(bytes::<2>(&mut r)?)).ok(),
+            4 => Some(u64::from(u32_of(&mut r)?)),
+            5 => u64::try_from(i32::from_le_bytes(bytes::<4>(&mut r)?)).ok(),
+            // Another type: Candle uses its default alignment.
+            _ => {
+                skip(&mut r, ty, v1, 0)?;
+                None
+            }
+        };
+    }
+    found
 }
 
 /// Typed access to the metadata, errors naming the key.
@@ -336,6 +430,7 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
     let vocab = meta.strings("tokenizer.ggml.tokens")?.map_or(0, |t| t.len());
     let tied = !content.tensor_infos.contains_key("output.weight");
     let (_, desc) = families::describe(&config_of(&meta, arch, vocab, tied)?)?;
+    super::loader::check_memory(path, &desc, 0)?;
     if let Some(dims) = meta.count(&format!("{arch}.rope.dimension_count"))? {
         if dims as usize != desc.head_dim {
             return Err(ModelError::Unsupported {
@@ -345,16 +440,25 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
             });
         }
     }
-    // Check every tensor's size before reading any.
+    // Check every tensor's size, and the shape of each the network reads, before reading any.
+    let expected: HashMap<String, Vec<usize>> = desc.expected_tensors().into_iter().collect();
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for (name, info) in &content.tensor_infos {
-        let count = info.shape.dims().iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        let dims = info.shape.dims();
+        let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
         if count.is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
-            return Err(bad(path, format!("tensor {name} claims an implausible shape {:?}", info.shape.dims())));
+            return Err(bad(path, format!("tensor {name} claims an implausible shape {dims:?}")));
         }
-        if canonical_name(name).is_some() {
-            *kinds.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
+        // Candle views an empty tensor's (dangling, unaligned) buffer as blocks: undefined
+        // behaviour, an abort in debug builds (found by fuzzing).
+        if count == Some(0) {
+            return Err(bad(path, format!("tensor {name} has no elements (shape {dims:?})")));
         }
+        let Some(canon) = canonical_name(name) else { continue };
+        if let Some(shape) = expected.get(&canon).filter(|shape| shape.as_slice() != dims) {
+            return Err(bad(path, format!("tensor {name} has shape {dims:?}, but the metadata implies {shape:?}")));
+        }
+        *kinds.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
     }
     let needed = desc.weight_sets();
     let present = content
@@ -373,7 +477,7 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
     let mut tensors = HashMap::new();
     for name in content.tensor_infos.keys() {
         let Some(canon) = canonical_name(name) else { continue };
-        let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {e}"));
+        let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {}", first_line(&e)));
         let q = content.tensor(&mut reader, name, &Device::Cpu).map_err(failed)?;
         let mut t = q.dequantize(&Device::Cpu).map_err(failed)?;
         if canon.ends_with(".q.weight") {

@@ -85,8 +85,9 @@ pub fn list_in(cache: &Path) -> Vec<CachedModel> {
             let name = e.file_name().to_string_lossy().into_owned();
             let id = name.strip_prefix("models--")?.replace("--", "/");
             let dir = resolve_in(Path::new(&id), cache).ok()?;
-            let summary = std::fs::read_to_string(dir.join("config.json"))
+            let summary = super::loader::read_bounded(&dir.join("config.json"), super::loader::MAX_JSON_BYTES)
                 .map_err(|e| e.to_string())
+                .and_then(|bytes| String::from_utf8(bytes).map_err(|e| e.to_string()))
                 .and_then(|text| super::families::describe(&text).map_err(|e| e.to_string()))
                 .map(|(_, desc)| desc.summary());
             let bytes = folder_bytes(&dir);

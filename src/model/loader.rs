@@ -1,6 +1,8 @@
 //! A model folder → validated config, weights and tokenizer. All checks on untrusted files live here.
 
 use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
@@ -58,8 +60,142 @@ pub struct LoadedModel {
     pub eos: Vec<u32>,
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, ModelError> {
-    std::fs::read(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })
+/// Largest `config.json`, `generation_config.json` or `model.safetensors.index.json` read: real ones
+/// are a few kilobytes (a 70B model's index is about 60 KB).
+pub const MAX_JSON_BYTES: u64 = 16 << 20;
+/// Largest `tokenizer.json` read: the largest real ones (multilingual vocabularies) are about 35 MB.
+pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+/// Largest safetensors header (the `safetensors` crate's own limit).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// The length of a regular file; a device (`/dev/zero`), pipe or folder is refused before it is
+/// opened (reading one would never end, or opening it would wait for a writer).
+pub fn regular_file(path: &Path) -> Result<u64, ModelError> {
+    let meta = std::fs::metadata(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    if !meta.is_file() {
+        return Err(ModelError::Refused {
+            path: path.to_path_buf(),
+            message: "not a regular file (a device, pipe or folder)".into(),
+        });
+    }
+    Ok(meta.len())
+}
+
+/// Reads a regular file of at most `max` bytes; a larger one is refused before it is read.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ModelError> {
+    let too_big = |len: u64| ModelError::Refused {
+        path: path.to_path_buf(),
+        message: format!("it is {len} bytes; the limit for this file is {max} bytes"),
+    };
+    let len = regular_file(path)?;
+    if len > max {
+        return Err(too_big(len));
+    }
+    let io = |source| ModelError::Io { path: path.to_path_buf(), source };
+    let file = File::open(path).map_err(io)?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    // `take`: a file that grows while it is read still stops at the limit.
+    file.take(max + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > max {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// A safetensors file's header checked before its data is read: the header length against the
+/// file, every tensor's shape against [`families::MAX_TENSOR_ELEMENTS`] and its `data_offsets`
+/// against the data that follows. Returns the file's length. (The `safetensors` crate checks the
+/// rest — dtypes, sizes matching shapes, no gaps — once the file is read.)
+fn checked_safetensors_header(path: &Path) -> Result<u64, ModelError> {
+    use serde_json::Value;
+    let bad = |message: String| ModelError::Weights { path: path.to_path_buf(), message };
+    let io = |source| ModelError::Io { path: path.to_path_buf(), source };
+    let len = regular_file(path)?;
+    if len < 8 {
+        return Err(bad(format!("the file is {len} bytes, too short for a safetensors header")));
+    }
+    let mut file = File::open(path).map_err(io)?;
+    let mut prefix = [0u8; 8];
+    file.read_exact(&mut prefix).map_err(io)?;
+    let header_len = u64::from_le_bytes(prefix);
+    if header_len > MAX_HEADER_BYTES || header_len > len - 8 {
+        return Err(bad(format!(
+            "the header length field says {header_len} bytes, but the file has {} bytes after it (and the limit is {MAX_HEADER_BYTES})",
+            len - 8
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header).map_err(io)?;
+    let data_len = len - 8 - header_len;
+    let parsed: Value = serde_json::from_slice(&header).map_err(|e| bad(format!("the header is not JSON: {e}")))?;
+    let Value::Object(entries) = parsed else { return Err(bad("the header is not a JSON object".into())) };
+    let numbers = |v: Option<&Value>| -> Option<Vec<u64>> { v?.as_array()?.iter().map(Value::as_u64).collect() };
+    let mut data_end = 0;
+    for (name, entry) in entries.iter().filter(|(name, _)| *name != "__metadata__") {
+        let Some(shape) = numbers(entry.get("shape")) else {
+            return Err(bad(format!("tensor {name} has no shape (a list of whole numbers)")));
+        };
+        let count = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
+        if count.is_none_or(|c| c > families::MAX_TENSOR_ELEMENTS as u64) {
+            return Err(bad(format!("tensor {name} claims an implausible shape {shape:?}")));
+        }
+        let offsets = numbers(entry.get("data_offsets"));
+        let Some(&[begin, end]) = offsets.as_deref() else {
+            return Err(bad(format!("tensor {name} has no data_offsets [begin, end]")));
+        };
+        if begin > end || end > data_len {
+            return Err(bad(format!(
+                "tensor {name}: data_offsets [{begin}, {end}] point past the end of the file's {data_len} bytes of data"
+            )));
+        }
+        data_end = data_end.max(end);
+    }
+    if data_end != data_len {
+        return Err(bad(format!(
+            "the file has {data_len} bytes of data, but its tensors end at byte {data_end} (a safetensors file ends with its last tensor)"
+        )));
+    }
+    Ok(len)
+}
+
+/// The memory a load may use: `ATTNVIZ_MAX_MEMORY_GB` when set (`true`), else what the system
+/// says can be allocated without swapping (`MemAvailable` of `/proc/meminfo`), else no limit.
+fn memory_budget() -> Option<(u64, bool)> {
+    let set = std::env::var("ATTNVIZ_MAX_MEMORY_GB").ok().and_then(|v| v.trim().parse::<f64>().ok());
+    if let Some(gb) = set.filter(|gb| gb.is_finite() && *gb >= 0.0) {
+        return Some(((gb * f64::from(1u32 << 30)) as u64, true));
+    }
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().strip_suffix("kB")?.trim();
+    Some((kb.parse::<u64>().ok()?.saturating_mul(1024), false))
+}
+
+/// Refuses, before anything is read, a model whose weights as f32 (how the engine holds them, GGUF
+/// dequantised) plus the weight files read alongside would not fit in the memory available.
+/// Refused rather than warned about: past `MemAvailable` the load is either killed by the kernel
+/// (taking the app and its state with it) or pushes the desktop into swap for minutes, and the
+/// error keeps the model already open; `ATTNVIZ_MAX_MEMORY_GB` overrides the limit.
+pub fn check_memory(what: &Path, desc: &Description, file_bytes: u64) -> Result<(), ModelError> {
+    let Some((available_bytes, from_env)) = memory_budget() else { return Ok(()) };
+    let weight_bytes = desc.weight_bytes();
+    let needed_bytes = weight_bytes.saturating_add(file_bytes);
+    if needed_bytes <= available_bytes {
+        return Ok(());
+    }
+    Err(ModelError::OutOfMemory {
+        what: what.display().to_string(),
+        needed_bytes,
+        weight_bytes,
+        file_bytes,
+        available_bytes,
+        from_env,
+    })
+}
+
+/// Whether a folder entry is there at all (a file, or a link to a device or pipe that
+/// [`regular_file`] refuses by name, rather than reading as missing).
+fn present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 /// Names of pickle weight files that are never loaded.
@@ -90,20 +226,33 @@ fn missing_tokenizer(dir: &Path) -> ModelError {
 /// The safetensors files of a folder: `model.safetensors`, or the shards listed in its index.
 fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     let single = dir.join("model.safetensors");
-    if single.is_file() {
+    if present(&single) {
         return Ok(vec![single]);
     }
     let index = dir.join("model.safetensors.index.json");
-    if index.is_file() {
-        let text = read(&index)?;
+    if present(&index) {
+        let text = read_bounded(&index, MAX_JSON_BYTES)?;
         let parsed: serde_json::Value = serde_json::from_slice(&text)
             .map_err(|e| ModelError::Weights { path: index.clone(), message: e.to_string() })?;
-        let shards: BTreeSet<String> = parsed["weight_map"]
-            .as_object()
-            .map(|m| m.values().filter_map(|v| v.as_str().map(str::to_string)).collect())
-            .unwrap_or_default();
-        if shards.is_empty() || shards.iter().any(|s| s.contains('/') || s.contains('\\') || s.starts_with('.')) {
-            return Err(ModelError::Weights { path: index, message: "weight_map lists no usable shard files".into() });
+        let bad = |message: String| ModelError::Weights { path: index.clone(), message };
+        let Some(map) = parsed.get("weight_map").and_then(serde_json::Value::as_object) else {
+            return Err(bad("it has no \"weight_map\" object of tensor name → shard file".into()));
+        };
+        let mut shards = BTreeSet::new();
+        for (tensor, shard) in map {
+            let Some(shard) = shard.as_str() else {
+                return Err(bad(format!("weight_map[\"{tensor}\"] = {shard} is not a file name")));
+            };
+            // A plain file name beside the index: no folders, no "..", nothing hidden.
+            if shard.is_empty() || shard.contains(['/', '\\', ':', '\0']) || shard.starts_with('.') {
+                return Err(bad(format!(
+                    "weight_map[\"{tensor}\"] = \"{shard}\" is not a file name in the model folder"
+                )));
+            }
+            shards.insert(shard.to_string());
+        }
+        if shards.is_empty() {
+            return Err(bad("weight_map lists no shard files".into()));
         }
         return Ok(shards.into_iter().map(|s| dir.join(s)).collect());
     }
@@ -117,19 +266,27 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
     })
 }
 
-/// Reads the safetensors files, renames their tensors through the family's mapping and checks them
-/// against the description; every error names the file and the tensor.
+/// Reads the safetensors files (their headers and the memory they need checked first), renames
+/// their tensors through the family's mapping and checks them against the description (and an
+/// encoder–decoder's decoder); every error names the file and the tensor.
 fn load_weights(
+    dir: &Path,
     files: &[PathBuf],
     family: &Family,
     desc: &Description,
     decoder: Option<&Description>,
 ) -> Result<(Weights, Option<Weights>), ModelError> {
-    let mut tensors = HashMap::new();
+    let mut lengths = Vec::with_capacity(files.len());
     for file in files {
-        let bytes = read(file)?;
+        lengths.push(checked_safetensors_header(file)?);
+    }
+    check_memory(dir, desc, lengths.iter().sum())?;
+    let mut tensors = HashMap::new();
+    for (file, &len) in files.iter().zip(&lengths) {
+        let bytes = read_bounded(file, len)?;
         let bad = |message: String| ModelError::Weights { path: file.clone(), message };
-        let loaded = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| bad(e.to_string()))?;
+        let loaded = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
+            .map_err(|e| bad(super::gguf::first_line(&e)))?;
         for (name, tensor) in loaded {
             tensors.insert(name, tensor);
         }
@@ -230,7 +387,9 @@ fn eos_ids(dir: &Path, config: &str) -> Vec<u32> {
             _ => None,
         }
     };
-    let generation = std::fs::read_to_string(dir.join("generation_config.json")).ok();
+    let generation = read_bounded(&dir.join("generation_config.json"), MAX_JSON_BYTES)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok());
     generation.as_deref().and_then(ids).or_else(|| ids(config)).unwrap_or_default()
 }
 
@@ -260,27 +419,28 @@ impl LoadedModel {
         if !dir.is_dir() {
             return Err(ModelError::NoFolder(dir.to_path_buf()));
         }
-        if !dir.join("config.json").is_file() {
+        if !present(&dir.join("config.json")) {
             if let Some(file) = single_gguf(dir) {
                 return Self::load_gguf(&file);
             }
         }
         let config_path = dir.join("config.json");
-        if !config_path.is_file() {
+        if !present(&config_path) {
             return Err(ModelError::MissingFile {
                 dir: dir.to_path_buf(),
                 file: "config.json",
                 hint: "is this a Hugging Face model folder?",
             });
         }
-        let text = String::from_utf8(read(&config_path)?).map_err(|e| ModelError::Config(e.to_string()))?;
+        let text = String::from_utf8(read_bounded(&config_path, MAX_JSON_BYTES)?)
+            .map_err(|e| ModelError::Config(format!("config.json is not UTF-8 text: {e}")))?;
         let (family, desc, decoder) = families::describe_full(&text)?;
         let tokenizer_path = dir.join("tokenizer.json");
-        if !tokenizer_path.is_file() {
+        if !present(&tokenizer_path) {
             return Err(missing_tokenizer(dir));
         }
         let files = weight_files(dir)?;
-        let (weights, decoder_weights) = load_weights(&files, family, &desc, decoder.as_ref().map(|d| &d.desc))?;
+        let (weights, decoder_weights) = load_weights(dir, &files, family, &desc, decoder.as_ref().map(|d| &d.desc))?;
         let bad = |e: candle_core::Error| ModelError::Weights { path: files[0].clone(), message: e.to_string() };
         let net = Network::load(&desc, weights).map_err(bad)?;
         let decoder = match (decoder, decoder_weights) {

@@ -76,6 +76,37 @@ pub enum ModelError {
         #[source]
         source: std::io::Error,
     },
+    /// A file refused before it was read: not a regular file, or larger than such a file can be.
+    #[error("refused {}: {message}", path.display())]
+    Refused {
+        /// The file.
+        path: PathBuf,
+        /// Why, with the size or kind found.
+        message: String,
+    },
+    /// Loading would need more memory than this machine has available.
+    #[error(
+        "{what} needs about {} of memory ({} of weights as f32{}); this machine has {} available{}",
+        gb(.needed_bytes),
+        gb(.weight_bytes),
+        files_read(.file_bytes),
+        gb(.available_bytes),
+        limit_note(.from_env)
+    )]
+    OutOfMemory {
+        /// The model, as the user named it.
+        what: String,
+        /// Bytes the load would need at its peak (about).
+        needed_bytes: u64,
+        /// Bytes of the weights as f32, as the engine holds them.
+        weight_bytes: u64,
+        /// Bytes of weight files read alongside.
+        file_bytes: u64,
+        /// Bytes available.
+        available_bytes: u64,
+        /// Whether the limit came from `ATTNVIZ_MAX_MEMORY_GB` rather than the system.
+        from_env: bool,
+    },
     /// `config.json` is not valid JSON or lacks a required field.
     #[error("bad config.json: {0}")]
     Config(String),
@@ -114,4 +145,29 @@ pub enum ModelError {
     /// The forward pass failed.
     #[error("inference failed: {0}")]
     Inference(#[from] candle_core::Error),
+}
+
+/// Bytes as gigabytes with one decimal ("2.5 GB"), or megabytes below 1 GB.
+fn gb(bytes: impl std::borrow::Borrow<u64>) -> String {
+    let bytes = *bytes.borrow() as f64;
+    if bytes >= f64::from(1u32 << 30) {
+        format!("{:.1} GB", bytes / f64::from(1u32 << 30))
+    } else {
+        format!("{:.1} MB", bytes / f64::from(1u32 << 20))
+    }
+}
+
+/// " + 2.0 GB of files read", or nothing when no file is read alongside.
+fn files_read(bytes: impl std::borrow::Borrow<u64>) -> String {
+    let bytes = *bytes.borrow();
+    if bytes > 0 { format!(" + {} of files read", gb(bytes)) } else { String::new() }
+}
+
+/// Where the memory limit came from, and how to change it.
+fn limit_note(from_env: impl std::borrow::Borrow<bool>) -> &'static str {
+    if *from_env.borrow() {
+        " (the limit ATTNVIZ_MAX_MEMORY_GB sets)"
+    } else {
+        " (set ATTNVIZ_MAX_MEMORY_GB to change the limit)"
+    }
 }

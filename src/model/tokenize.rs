@@ -1,6 +1,7 @@
 //! `tokenizer.json` through the `tokenizers` crate, with baked-in padding removed and truncation to
 //! the model's positions (keeping the final special token, as `truncation=True` does).
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 
 use tokenizers::{Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
@@ -33,20 +34,24 @@ pub struct Encoded {
 }
 
 impl TextTokenizer {
-    /// Reads `tokenizer.json`, turning off any padding or truncation stored in it.
+    /// Reads `tokenizer.json` (at most [`super::loader::MAX_TOKENIZER_BYTES`]), turning off any
+    /// padding or truncation stored in it.
     pub fn from_file(path: &Path, max_len: usize) -> Result<Self, ModelError> {
-        let plain =
-            Tokenizer::from_file(path).map_err(|e| ModelError::Tokenizer(format!("{}: {e}", path.display())))?;
-        Self::from_tokenizer(plain, max_len)
+        let bytes = super::loader::read_bounded(path, super::loader::MAX_TOKENIZER_BYTES)?;
+        let failed = |e: String| ModelError::Tokenizer(format!("{}: {e}", path.display()));
+        let text = String::from_utf8(bytes).map_err(|e| failed(format!("not UTF-8 text: {e}")))?;
+        Self::from_tokenizer(parse(&text).map_err(failed)?, max_len)
     }
 
     /// Builds from `tokenizer.json` text (a GGUF file's vocabulary, converted).
     pub fn from_json(json: &str, max_len: usize) -> Result<Self, ModelError> {
-        let plain: Tokenizer = json.parse().map_err(|e| ModelError::Tokenizer(format!("tokenizer from GGUF: {e}")))?;
+        let plain = parse(json).map_err(|e| ModelError::Tokenizer(format!("tokenizer from GGUF: {e}")))?;
         Self::from_tokenizer(plain, max_len)
     }
 
     fn from_tokenizer(mut plain: Tokenizer, max_len: usize) -> Result<Self, ModelError> {
+        // `get_vocab_size` walks the vocabulary too: a hostile file must fail here, not in a view.
+        guarded(|| Ok(plain.get_vocab_size(true)))?;
         plain.with_padding(None);
         plain.with_truncation(None).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let mut truncating = plain.clone();
@@ -89,7 +94,7 @@ impl TextTokenizer {
 
     /// Text of token ids, special tokens skipped (what a continuation reads as).
     pub fn decode(&self, ids: &[u32]) -> String {
-        self.plain.decode(ids, true).unwrap_or_default()
+        guarded(|| self.plain.decode(ids, true).map_err(|e| ModelError::Tokenizer(e.to_string()))).unwrap_or_default()
     }
 
     /// The longest input in tokens, special tokens included.
@@ -99,20 +104,25 @@ impl TextTokenizer {
 
     /// Tokenizes a sentence (or a pair), with special tokens, truncated to `max_len` with a notice.
     pub fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoded, ModelError> {
-        let enc = |t: &Tokenizer| match pair {
-            Some(b) => t.encode((text, b), self.add_special),
-            None => t.encode(text, self.add_special),
+        let enc = |t: &Tokenizer| {
+            guarded(|| {
+                match pair {
+                    Some(b) => t.encode((text, b), self.add_special),
+                    None => t.encode(text, self.add_special),
+                }
+                .map_err(|e| ModelError::Tokenizer(e.to_string()))
+            })
         };
-        let full = enc(&self.plain).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let full = enc(&self.plain)?;
         let (encoding, truncation) = if full.len() > self.max_len {
-            let cut = enc(&self.truncating).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            let cut = enc(&self.truncating)?;
             let notice =
                 format!("input truncated to {} tokens (the model's maximum); it had {} tokens", cut.len(), full.len());
             (cut, Some(notice))
         } else {
             (full, None)
         };
-        Ok(Encoded { tokens: tokens_of(&self.plain, &encoding), truncation })
+        Ok(Encoded { tokens: guarded(|| Ok(tokens_of(&self.plain, &encoding)))?, truncation })
     }
 
     /// Tokenizes `text` and keeps exactly `n` tokens (special tokens included), repeating the text
@@ -122,14 +132,82 @@ impl TextTokenizer {
         t.with_truncation(Some(TruncationParams { max_length: n, ..TruncationParams::default() }))
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let mut long = text.to_string();
+        let mut before = 0;
         loop {
-            let e = t.encode(long.as_str(), true).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-            if e.len() >= n || long.len() > 64 * 1024 * 1024 {
-                return Ok(tokens_of(&self.plain, &e));
+            let e = guarded(|| t.encode(long.as_str(), true).map_err(|e| ModelError::Tokenizer(e.to_string())))?;
+            // Doubled each time, and stopped when it stops growing (a template without the text):
+            // adding one copy at a time to such a tokenizer ran for hours.
+            if e.len() >= n || e.len() <= before || long.len() > 64 * 1024 * 1024 {
+                return guarded(|| Ok(tokens_of(&self.plain, &e)));
             }
-            long = format!("{long} {text}");
+            before = e.len();
+            long = format!("{long} {long}");
         }
     }
+}
+
+/// `tokenizer.json` text parsed, a panic inside the `tokenizers` crate (a hostile file can reach
+/// `unwrap`s and index arithmetic there) turned into an error.
+fn parse(json: &str) -> Result<Tokenizer, String> {
+    // Refused before the crate sees them, as they overflow its stack (which no catch_unwind
+    // catches): deep nesting (each level costs its deserializer many frames) and very long strings
+    // (a vocabulary piece of 280,000 characters, found by fuzzing, recursed through its trie).
+    let (depth, longest) = json_shape(json);
+    if depth > MAX_NESTING {
+        return Err(format!("nested {depth} levels deep (a tokenizer.json nests at most {MAX_NESTING})"));
+    }
+    if longest > MAX_STRING_BYTES {
+        return Err(format!(
+            "it holds a string of {longest} bytes (tokens, patterns and names are at most {MAX_STRING_BYTES})"
+        ));
+    }
+    match catch_unwind(|| json.parse::<Tokenizer>()) {
+        Ok(parsed) => parsed.map_err(|e| e.to_string()),
+        Err(_) => Err("the tokenizers crate cannot read this file (it failed inside)".into()),
+    }
+}
+
+/// Deepest nesting accepted in `tokenizer.json` (real ones nest about 6 levels).
+const MAX_NESTING: usize = 32;
+/// Longest string accepted in `tokenizer.json` (real tokens are at most a few hundred bytes).
+const MAX_STRING_BYTES: usize = 4096;
+
+/// The deepest nesting of arrays and objects in JSON text (brackets inside strings skipped), and
+/// its longest string in bytes (escapes counted as written).
+fn json_shape(json: &str) -> (usize, usize) {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0, false, false);
+    let (mut length, mut longest) = (0usize, 0);
+    for b in json.bytes() {
+        // Counts a string's bytes and its closing quote.
+        length += usize::from(in_string);
+        match (in_string, escaped, b) {
+            (true, true, _) => escaped = false,
+            (true, false, b'\\') => escaped = true,
+            (true, false, b'"') => {
+                in_string = false;
+                longest = longest.max(length - 1);
+            }
+            (false, _, b'"') => {
+                in_string = true;
+                length = 0;
+            }
+            (false, _, b'[' | b'{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (false, _, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    (deepest, longest)
+}
+
+/// Runs a call into the `tokenizers` crate, a panic in it (a tokenizer that parsed but whose parts
+/// do not fit together) turned into an error.
+fn guarded<T>(call: impl FnOnce() -> Result<T, ModelError>) -> Result<T, ModelError> {
+    catch_unwind(AssertUnwindSafe(call)).unwrap_or_else(|_| {
+        Err(ModelError::Tokenizer("tokenizer.json does not fit together: the tokenizers crate failed inside".into()))
+    })
 }
 
 /// The plain-data view of an encoding. Segments come from the sequence each token belongs to
@@ -157,5 +235,18 @@ fn tokens_of(tokenizer: &Tokenizer, encoding: &Encoding) -> Tokens {
         segments,
         type_ids: encoding.get_type_ids().to_vec(),
         special: encoding.get_special_tokens_mask().iter().map(|&m| m != 0).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_skips_brackets_and_escaped_quotes_inside_strings() {
+        assert_eq!(json_shape(r#"{"a": [[1]], "b": "[[[\"{{"}"#), (3, 7));
+        assert_eq!(json_shape("[]"), (1, 0));
+        let err = parse(&format!("{{\"model\": {}}}", "[".repeat(40) + &"]".repeat(40))).unwrap_err();
+        assert!(err.contains("nested 41 levels deep"), "{err}");
     }
 }

@@ -36,6 +36,11 @@ const MAX_WIDTH: usize = 1 << 17;
 const MAX_HEADS: usize = 4096;
 const MAX_VOCAB: usize = 1 << 24;
 const MAX_POSITIONS: usize = 1 << 20;
+/// Largest whole number any `config.json` key may hold (far above every real count, id or window;
+/// keeps products of counts, such as `head_dim · heads`, from overflowing).
+const MAX_COUNT: u64 = 1 << 40;
+/// Largest element count of one tensor a description may imply, or a file may hold (2³⁴ f32 = 64 GiB).
+pub const MAX_TENSOR_ELEMENTS: usize = 1 << 34;
 
 /// Tensors by name.
 pub type Tensors = HashMap<String, Tensor>;
@@ -137,7 +142,25 @@ pub fn describe_full(text: &str) -> Result<(&'static Family, Description, Option
         None => None,
     };
     desc.family = model_type;
+    bounded_tensors(&desc)?;
+    if let Some(d) = &decoder {
+        bounded_tensors(&d.desc)?;
+    }
     Ok((family, desc, decoder))
+}
+
+/// Checks every tensor a description implies against [`MAX_TENSOR_ELEMENTS`], whatever keys the
+/// family combined to get its shape (each key is bounded on its own; their products are checked here).
+fn bounded_tensors(desc: &Description) -> Result<(), ModelError> {
+    for (name, shape) in desc.expected_tensors() {
+        let count = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if count.is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
+            return Err(ModelError::Config(format!(
+                "the sizes imply tensor {name} of shape {shape:?}, implausibly large (the limit is {MAX_TENSOR_ELEMENTS} elements)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The keys of one `config.json`, read with errors that name the key.
@@ -157,7 +180,13 @@ impl Keys {
     pub fn opt_usize(&self, key: &str) -> Result<Option<usize>, ModelError> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_u64().map(|n| Some(n as usize)).ok_or_else(|| Self::bad(key, v, "a whole number ≥ 0")),
+            Some(v) => match v.as_u64() {
+                Some(n) if n > MAX_COUNT => {
+                    Err(unsupported(key, n.to_string(), &format!("is implausibly large (the limit is {MAX_COUNT})")))
+                }
+                Some(n) => Ok(Some(n as usize)),
+                None => Err(Self::bad(key, v, "a whole number ≥ 0")),
+            },
         }
     }
 
@@ -165,7 +194,13 @@ impl Keys {
     pub fn opt_i64(&self, key: &str) -> Result<Option<i64>, ModelError> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(v) => v.as_i64().map(Some).ok_or_else(|| Self::bad(key, v, "a whole number")),
+            Some(v) => match v.as_i64() {
+                Some(n) if n.unsigned_abs() > MAX_COUNT => {
+                    Err(unsupported(key, n.to_string(), &format!("is implausibly large (the limit is ±{MAX_COUNT})")))
+                }
+                Some(n) => Ok(Some(n)),
+                None => Err(Self::bad(key, v, "a whole number")),
+            },
         }
     }
 

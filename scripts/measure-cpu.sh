@@ -37,11 +37,16 @@ t0=$(ticks)
 sleep 10
 t1=$(ticks)
 idle=$(awk -v a="$t0" -v b="$t1" -v hz="$hz" 'BEGIN { printf "%.3f", (b - a) / hz / 10 }')
-# Mouse moves over the token labels of the head view (query column), two a second.
+# Mouse moves over the token labels of the head view (query column), two a second: x, the y of
+# the row above the first one moved to, and the row height (MOVE_X, MOVE_Y0, MOVE_DY override them
+# for another layout; the defaults hit the query labels of this version at 1360×860).
+MOVE_X=${MOVE_X:-400}
+MOVE_Y0=${MOVE_Y0:-174}
+MOVE_DY=${MOVE_DY:-18}
 t0=$(ticks)
 moves=20
 for i in $(seq $moves); do
-  xdotool mousemove $((390 + (i % 2) * 3)) $((190 + (i % 8) * 20))
+  xdotool mousemove $((MOVE_X + (i % 2) * 3)) $((MOVE_Y0 + (i % 8) * MOVE_DY))
   sleep 0.5
 done
 t1=$(ticks)

@@ -39,6 +39,8 @@ fn app(text: &str) -> Harness<'static, AttnvizApp> {
         None,
     );
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    // And what the views derive from it off the UI thread (the head view's matrices and lines).
+    settled(&mut h);
     h
 }
 
@@ -327,6 +329,7 @@ fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
     });
     h.state_mut().settings.theme = attnviz::app::state::ThemeChoice::Light;
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
     h
 }
 
@@ -492,6 +495,7 @@ fn playground_hyperparameters_rerun_every_view_and_invalid_ones_are_explained() 
     wait_until(&mut h, "the 3 × 2 playground", |a| {
         a.session.run.as_ref().is_some_and(|r| (r.attention.layers(), r.attention.heads()) == (3, 2))
     });
+    settled(&mut h); // the thumbnails are drawn off the UI thread
     assert!(h.query_by_label("Layer 2 head 1").is_some());
     assert!(h.query_by_label("Layer 1 head 3").is_none(), "the grid has 2 columns now");
     assert_eq!(h.state().settings.heads, [true, true]);
@@ -1106,7 +1110,14 @@ fn check_always(h: &Harness<'static, AttnvizApp>, seed: u64, step: usize) {
             (None, true) => format!("PLAYGROUND — random weights: {}", run.model_name),
             (None, false) => format!("Faithful model: {}", run.model_name),
         };
-        assert!(h.query_by_label(&banner).is_some(), "seed {seed} step {step}: no banner “{banner}”");
+        if h.query_by_label(&banner).is_none() {
+            use egui_kittest::kittest::NodeT;
+            let shown: Vec<String> = h
+                .query_all_by(|n| n.label().is_some_and(|l| l.contains("model") || l.contains("PLAYGROUND")))
+                .filter_map(|n| n.accesskit_node().label())
+                .collect();
+            panic!("seed {seed} step {step}: no banner “{banner}” in view {:?}; labels: {shown:?}", app.settings.view);
+        }
     }
 }
 
@@ -1114,7 +1125,16 @@ fn check_always(h: &Harness<'static, AttnvizApp>, seed: u64, step: usize) {
 /// and the selections fit it.
 fn check_settled(h: &Harness<'static, AttnvizApp>, seed: u64, step: usize) {
     let app = h.state();
-    let at = format!("seed {seed} step {step}");
+    let s = &app.session;
+    let at = format!(
+        "seed {seed} step {step} (source {:?}, words {}, model {:?}, run {:?}, run error {:?}, load error {:?})",
+        app.settings.source,
+        app.settings.words,
+        s.model.as_ref().map(|m| &m.name),
+        s.run.as_ref().map(|r| &r.model_name),
+        s.run_error,
+        s.load_error,
+    );
     assert!(app.session.shown_input_matches(&app.settings), "{at}: the run shown is not of the text and model shown");
     let Some(run) = app.session.run.as_ref() else {
         assert!(app.session.run_error.is_some() || app.session.model.is_none(), "{at}: no run and no reason");
@@ -1299,6 +1319,9 @@ fn monkey(steps: usize, default_seed: u64) {
             }
         }
         h.run_steps(1 + rng.below(2));
+        // Commands raised in a frame change the settings at its end: one more frame without input
+        // draws what the settings now say, and that is what is checked.
+        h.step();
         check_always(&h, seed, step);
         if step % 25 == 24 || step + 1 == steps {
             settle(&mut h, seed, step);

@@ -416,6 +416,8 @@ impl AttnvizApp {
         match self.compare_input() {
             Err(why) => {
                 let s = &mut self.session;
+                // A run B still in flight is no longer wanted.
+                s.compare_id = s.requested_compare_id;
                 s.requested_compare = None;
                 s.token_run_b = None;
                 s.run_b = None;
@@ -564,8 +566,11 @@ impl AttnvizApp {
                             s.run_error = None;
                         }
                         Err(e) => {
+                            // No stale run of another text or model stays on screen (its banner
+                            // would name the wrong model): the error is shown in its place.
                             self.session.run_id = id;
                             self.session.run_error = Some(e);
+                            self.session.token_run = None;
                         }
                     }
                 }
@@ -600,8 +605,8 @@ impl AttnvizApp {
                 }
                 Done::Compared { id, result } => {
                     let s = &mut self.session;
-                    if id <= s.compare_id {
-                        continue;
+                    if id <= s.compare_id || id != s.requested_compare_id {
+                        continue; // older than what is shown, or no longer asked for
                     }
                     s.compare_id = id;
                     match result {
@@ -940,7 +945,8 @@ impl eframe::App for AttnvizApp {
         self.run_commands(&ctx, &mut commands);
         self.views.windows_ui(&ctx, &view_data(&self.settings, &self.session), &mut commands);
         self.run_commands(&ctx, &mut commands);
-        self.sync_view_runs();
+        // The shown runs change only in `logic`, before drawing: what a frame drew is what
+        // `session.run` holds after it.
         self.request_flow_if_needed(&ctx);
         self.request_run_if_changed();
         self.request_compare_if_changed();

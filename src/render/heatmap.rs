@@ -86,11 +86,59 @@ pub(crate) struct HeatmapLayout {
 }
 
 impl HeatmapLayout {
+    /// Where the data cells are.
+    pub fn grid(&self) -> CellGrid {
+        CellGrid {
+            left: self.matrix_x,
+            top: self.matrix_y,
+            cell_w: self.matrix_w / self.cols.max(1) as f32,
+            cell_h: self.matrix_h / self.rows.max(1) as f32,
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+
     /// Centre of data cell (`row`, `col`) in image pixels.
     pub fn cell_center(&self, row: usize, col: usize) -> (f32, f32) {
-        let x = self.matrix_x + (col as f32 + 0.5) * self.matrix_w / self.cols.max(1) as f32;
-        let y = self.matrix_y + (row as f32 + 0.5) * self.matrix_h / self.rows.max(1) as f32;
-        (x, y)
+        self.grid().cell_center(row, col)
+    }
+}
+
+/// Where the cells of a matrix are: the one cell geometry of the exported heatmap (pixels) and
+/// of the app's heatmaps (points).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CellGrid {
+    /// Left edge of column 0.
+    pub left: f32,
+    /// Top edge of row 0.
+    pub top: f32,
+    /// Width of a cell.
+    pub cell_w: f32,
+    /// Height of a cell.
+    pub cell_h: f32,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+}
+
+impl CellGrid {
+    /// Top-left corner of cell (`row`, `col`).
+    pub fn cell_min(&self, row: usize, col: usize) -> (f32, f32) {
+        (self.left + col as f32 * self.cell_w, self.top + row as f32 * self.cell_h)
+    }
+
+    /// Centre of cell (`row`, `col`).
+    pub fn cell_center(&self, row: usize, col: usize) -> (f32, f32) {
+        let (x, y) = self.cell_min(row, col);
+        (x + self.cell_w / 2.0, y + self.cell_h / 2.0)
+    }
+
+    /// The cell at (`x`, `y`), if any.
+    pub fn cell_at(&self, x: f32, y: f32) -> Option<(usize, usize)> {
+        let (col, row) = ((x - self.left) / self.cell_w, (y - self.top) / self.cell_h);
+        (col >= 0.0 && row >= 0.0 && (row as usize) < self.rows && (col as usize) < self.cols)
+            .then_some((row as usize, col as usize))
     }
 }
 
@@ -412,6 +460,15 @@ pub fn heatmap(spec: &HeatmapSpec) -> RgbaImage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cells_and_positions_map_both_ways() {
+        let grid = CellGrid { left: 10.0, top: 20.0, cell_w: 4.0, cell_h: 5.0, rows: 3, cols: 2 };
+        assert_eq!(grid.cell_center(2, 1), (16.0, 32.5));
+        assert_eq!(grid.cell_at(16.0, 32.5), Some((2, 1)));
+        assert_eq!(grid.cell_at(9.9, 21.0), None);
+        assert_eq!(grid.cell_at(18.0, 21.0), None, "right of the last column");
+    }
 
     fn spec<'a>(values: &'a [f32], rows: usize, cols: usize, labels: &'a [String]) -> HeatmapSpec<'a> {
         HeatmapSpec {

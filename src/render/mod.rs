@@ -18,7 +18,7 @@ pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use head_view::{
     HeadLines, HeadViewLayout, HeadViewSpec, Side, draw_lines, head_view, head_view_layout, transparent_image,
 };
-pub use heatmap::{HeatmapSpec, heatmap, symmetric_range};
+pub use heatmap::{CellGrid, HeatmapSpec, heatmap, symmetric_range};
 pub use model_grid::{ModelGridSpec, model_grid};
 pub use pe::{pe_dot, pe_encoding};
 pub use text::{draw_text, fit_text, text_width};

@@ -4,6 +4,7 @@ use egui::{RichText, TextEdit};
 
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
+use crate::app::state::View;
 
 /// The input panel's state.
 pub struct InputBar {
@@ -56,7 +57,9 @@ impl InputBar {
             if let Some(notice) = data.run.and_then(|run| run.truncation.as_ref()) {
                 ui.colored_label(ui.visuals().warn_fg_color, format!("⚠ {notice}. Only the first tokens are shown."));
             }
-            if let Some(err) = data.run_error {
+            // A failed run is explained in the central area in its place; the positional-encoding
+            // view shows no run, so it is said here.
+            if let Some(err) = data.run_error.filter(|_| data.settings.view == View::Positions) {
                 ui.colored_label(ui.visuals().error_fg_color, err);
             }
             ui.add_space(2.0);

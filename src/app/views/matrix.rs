@@ -12,7 +12,7 @@ use egui::{Color32, FontId, Pos2, Rect, Sense, Stroke, TextureHandle, TextureOpt
 
 use super::side_panel::contrast_text;
 pub use crate::render::symmetric_range;
-use crate::render::{Colormap, cell_rgb, cells_rgba};
+use crate::render::{CellGrid, Colormap, cell_rgb, cells_rgba};
 
 /// Longest row or column label in points; longer ones end in "…".
 pub const MAX_LABEL_WIDTH: f32 = 160.0;
@@ -153,22 +153,27 @@ impl MatrixGeometry {
         )
     }
 
+    /// The cells as a grid (the exported heatmap's cell geometry), given the cells' rectangle.
+    pub fn grid(&self, cells: Rect) -> CellGrid {
+        CellGrid {
+            left: cells.left(),
+            top: cells.top(),
+            cell_w: self.cell,
+            cell_h: self.cell,
+            rows: self.rows,
+            cols: self.cols,
+        }
+    }
+
     /// Screen rectangle of cell (`row`, `col`) given the cells' rectangle.
     pub fn screen_from_cell(&self, cells: Rect, row: usize, col: usize) -> Rect {
-        Rect::from_min_size(
-            pos2(cells.left() + col as f32 * self.cell, cells.top() + row as f32 * self.cell),
-            vec2(self.cell, self.cell),
-        )
+        let (x, y) = self.grid(cells).cell_min(row, col);
+        Rect::from_min_size(pos2(x, y), vec2(self.cell, self.cell))
     }
 
     /// The cell under `pos`, if any.
     pub fn cell_from_screen(&self, cells: Rect, pos: Pos2) -> Option<(usize, usize)> {
-        if !cells.contains(pos) || self.rows == 0 || self.cols == 0 {
-            return None;
-        }
-        let row = (((pos.y - cells.top()) / self.cell) as usize).min(self.rows - 1);
-        let col = (((pos.x - cells.left()) / self.cell) as usize).min(self.cols - 1);
-        Some((row, col))
+        self.grid(cells).cell_at(pos.x, pos.y)
     }
 }
 

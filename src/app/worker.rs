@@ -10,7 +10,7 @@ use std::time::Instant;
 use crate::analysis::Run;
 use crate::analysis::pe::table_similarity;
 use crate::model::generate::{Candidate, Generator, Stop};
-use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
+use crate::model::{Interventions, LoadedModel, PlaygroundConfig};
 
 /// Candidates kept per generation step.
 pub const TOP_K: usize = 8;
@@ -205,7 +205,7 @@ fn run_spec(
         RunSpec::Playground(cfg) => {
             if playground.as_ref().is_none_or(|(c, _)| c != cfg) {
                 *playground = None;
-                let built = cfg.build(&default_model_dir().join("tokenizer.json")).map_err(|e| e.to_string())?;
+                let built = cfg.build_default().map_err(|e| e.to_string())?;
                 *playground = Some((cfg.clone(), built));
             }
             let (_, m) = playground.as_ref().expect("built above");

@@ -147,7 +147,7 @@ impl ModelOptions {
                     anyhow::bail!("--playground builds its own random model; leave out --model");
                 }
                 let cfg = PlaygroundConfig::parse(spec).context("--playground")?;
-                cfg.build(&default_model_dir().join("tokenizer.json")).context("building the playground model")?
+                cfg.build_default().context("building the playground model")?
             }
             None => load_model(model_dir)?,
         };

@@ -140,6 +140,11 @@ fn bad(field: &'static str, message: impl Into<String>) -> ModelError {
     ModelError::Playground { field, message: message.into() }
 }
 
+/// The tokenizer the playground reads: the embedded model's (`tokenizer.json` beside it).
+pub fn tokenizer_path() -> std::path::PathBuf {
+    super::default_model_dir().join("tokenizer.json")
+}
+
 impl PlaygroundConfig {
     /// Parses `layers=2,heads=4,d_model=64,pe=none,seed=3` on top of the defaults.
     pub fn parse(spec: &str) -> Result<Self, ModelError> {
@@ -309,6 +314,11 @@ impl PlaygroundConfig {
         }
         let _ = write!(s, " · std {} · seed {}", self.init_std, self.seed);
         s
+    }
+
+    /// Builds the encoder with random weights and the embedded model's `WordPiece` tokenizer.
+    pub fn build_default(&self) -> Result<LoadedModel, ModelError> {
+        self.build(&tokenizer_path())
     }
 
     /// Builds the encoder with random weights, using the tokenizer in `tokenizer_path`.
@@ -527,7 +537,7 @@ mod tests {
         // d_model 63 and head_dim 21: linear layers end in a narrow weight panel (63 and 189
         // outputs are not multiples of 64), heads start at odd offsets of the fused q/k/v rows.
         let cfg = PlaygroundConfig::parse("layers=2,heads=3,d_model=63,pe=none,seed=5").unwrap();
-        let model = cfg.build(&crate::model::default_model_dir().join("tokenizer.json")).unwrap();
+        let model = cfg.build_default().unwrap();
         let faithful = Interventions::default();
         let out = model.net.forward(&[101, 7592, 2088, 102], &[0; 4], Capture::Full, &faithful).unwrap();
         assert_eq!(out.probs.len(), 2 * 3 * 4 * 4);

@@ -112,13 +112,13 @@ xdotool mousemove 1300 800
 shot gpt2 2
 # (A language model gets the "Continue the text" panel on the right: the Words toggle wraps to the
 # second row of the view bar.)
-click 383 99
+click 368 99
 xdotool mousemove 1300 800
 shot words
 # A DeBERTa-v3 (the tiny random test fixture, pieces again): its neuron view shows the
 # content→position and position→content terms each score sums, beside the score. (With the short
 # name "tiny-gpt2" the side panel's source buttons fit on one line: the path box is 24 px higher.)
-click 383 99
+click 368 99
 click 90 237
 xdotool key ctrl+a
 xdotool type --delay 20 "$PWD/tests/fixtures/models/tiny-deberta-v3"

@@ -75,7 +75,7 @@ impl Views {
         self.side.ui(ui, data, commands);
         status_bar_ui(ui, data);
         if generation_panel::GenerationPanel::shown(data) {
-            egui::Panel::right("generation").resizable(true).default_size(250.0).show(ui, |ui| {
+            egui::Panel::right("generation").resizable(false).exact_size(270.0).show(ui, |ui| {
                 egui::ScrollArea::vertical().show(ui, |ui| self.generation.ui(ui, data, commands));
             });
         }

@@ -15,6 +15,7 @@ use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
 mod common;
+use common::Rng;
 
 /// A Hugging Face cache that does not exist: the app lists no cached models, whatever this
 /// machine has downloaded (so the side panel, and its snapshots, are the same everywhere).
@@ -1053,24 +1054,9 @@ fn side_by_side_comparison_stacks_in_a_narrow_window_and_sits_side_by_side_in_a_
     }
 }
 
-/// A small deterministic generator (xorshift64*) for the monkey: the same seed, the same walk.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn point(&mut self, size: egui::Vec2) -> egui::Pos2 {
-        egui::pos2(self.below(size.x as usize) as f32, self.below(size.y as usize) as f32)
-    }
+/// A point inside a window of `size`, for the monkey.
+fn point(rng: &mut Rng, size: egui::Vec2) -> egui::Pos2 {
+    egui::pos2(rng.below(size.x as usize) as f32, rng.below(size.y as usize) as f32)
 }
 
 /// Text a user might type: right-to-left scripts, combining marks, emoji, control characters.
@@ -1253,7 +1239,7 @@ fn monkey(steps: usize, default_seed: u64) {
             }
             // Drag, scroll, hover.
             6 => {
-                let (from, to) = (rng.point(size), rng.point(size));
+                let (from, to) = (point(&mut rng, size), point(&mut rng, size));
                 h.event(egui::Event::PointerMoved(from));
                 let button = |pos, pressed| egui::Event::PointerButton {
                     pos,
@@ -1268,7 +1254,7 @@ fn monkey(steps: usize, default_seed: u64) {
                 h.event(button(to, false));
             }
             7 => {
-                h.event(egui::Event::PointerMoved(rng.point(size)));
+                h.event(egui::Event::PointerMoved(point(&mut rng, size)));
                 h.event(egui::Event::MouseWheel {
                     unit: egui::MouseWheelUnit::Point,
                     delta: egui::vec2(0.0, rng.below(400) as f32 - 200.0),

@@ -26,6 +26,9 @@ use attnviz::model::LoadedModel;
 use attnviz::model::TextTokenizer;
 use serde_json::{Value, json};
 
+mod common;
+use common::Rng;
+
 // ---------------------------------------------------------------------------------------------
 // Memory accounting.
 
@@ -929,30 +932,6 @@ fn a_generation_config_that_never_ends_is_ignored() {
 
 // ---------------------------------------------------------------------------------------------
 // Seeded mutation fuzzing.
-
-/// xorshift64*: small, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 /// Numbers that break parsers: bounds, signs, overflow edges, floats.
 fn interesting_number(rng: &mut Rng) -> Value {

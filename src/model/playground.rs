@@ -10,11 +10,9 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::describe::{
-    Activation, Biases, Description, EmbeddingDesc, FeedForward, LmHead, NormKind, NormPlacement, PositionBias,
-    Positions,
-};
+use super::describe::{Activation, Description, EmbeddingDesc, NormPlacement, Positions};
 use super::engine::{Network, Weights};
+use super::families::Sizes;
 use super::tokenize::TextTokenizer;
 use super::{LoadedModel, ModelError};
 use crate::analysis::pe::{self, PeLayout, PeParams};
@@ -330,56 +328,34 @@ impl PlaygroundConfig {
         let vocab = tokenizer.vocab_size();
         self.validate_for(vocab)?;
         let has_positions = self.pe != PeKind::None;
+        // BERT's shape (post_ln_encoder: every layer biased, LayerNorm, no rotary, no head), then
+        // what the hyperparameters choose.
+        let sizes =
+            Sizes { vocab, hidden: self.d_model, layers: self.layers, heads: self.heads, intermediate: self.d_ff };
+        let base = super::families::post_ln_encoder(&sizes, Activation::Gelu, 1e-5, MAX_POSITIONS);
         let desc = Description {
             family: "playground".into(),
-            vocab_size: vocab,
-            hidden: self.d_model,
-            layers: self.layers,
-            heads: self.heads,
-            kv_heads: self.heads,
-            head_dim: self.d_model / self.heads,
-            intermediate: self.d_ff,
-            activation: Activation::Gelu,
-            feed_forward: FeedForward::Plain,
-            biases: Biases::ALL,
-            norm_kind: NormKind::Layer,
-            rotary: None,
-            qk_norm: false,
-            sliding_window: None,
-            parallel_residual: false,
-            lm_head: LmHead::None,
-            logit_scale: 1.0,
-            logits_bias: false,
-            cross_attention: false,
             embedding: EmbeddingDesc {
-                width: self.d_model,
                 positions: if has_positions {
                     Positions::Table { rows: MAX_POSITIONS, offset: 0 }
                 } else {
                     Positions::None
                 },
-                token_types: 0, // sentence B allowed; there is no segment table, so it changes nothing
                 scale: (self.d_model as f32).sqrt(),
                 norm: false,
                 positions_first: true,
-                projection: None,
-                projection_bias: true,
+                // No segment table (token_types 0): sentence B is allowed and changes nothing.
+                ..base.embedding
             },
-            reads_token_types: false,
-            reads_pairs: true,
             causal: self.causal,
             score_scale: match self.scaling {
                 Scaling::InvSqrtDk => super::families::inverse_sqrt(self.d_model / self.heads),
                 Scaling::None => 1.0,
                 Scaling::Custom => self.custom_scale,
             },
-            position_bias: PositionBias::None,
             norm: self.norm,
-            norm_eps: 1e-5,
             final_norm: self.norm == NormPlacement::Pre,
-            layer_weights: (0..self.layers).collect(),
-            max_len: MAX_POSITIONS,
-            pad_token_id: None,
+            ..base
         };
         let tensors = self.weights(vocab).map_err(ModelError::Inference)?;
         let net = Network::load(&desc, Weights(tensors))?;

@@ -68,6 +68,16 @@ fn steps_json(steps: &[Vec<Candidate>], first: usize) -> Vec<StepJson<'_>> {
         .collect()
 }
 
+/// Prints what `text` (the whole continuation, decoded again each step: a character can span several
+/// byte tokens) adds to what `shown` already printed, and keeps it as `shown`.
+fn echo(err: &mut impl Write, shown: &mut String, text: String) {
+    if let Some(new) = text.strip_prefix(shown.as_str()) {
+        let _ = write!(err, "{new}");
+        let _ = err.flush();
+    }
+    *shown = text;
+}
+
 /// Writes the run as JSON or NPZ.
 fn write(args: &GenerateArgs, run: &Run, json: &GenerateJson<'_>) -> anyhow::Result<()> {
     match args.format {
@@ -81,12 +91,7 @@ fn translate(model: &LoadedModel, args: &GenerateArgs) -> anyhow::Result<()> {
     let mut err = std::io::stderr().lock();
     let mut shown = String::new();
     let t = crate::model::generate::translate(model, &args.text, args.max_new_tokens, args.top_k, |ids| {
-        let text = model.tokenizer.decode(ids);
-        if let Some(new) = text.strip_prefix(shown.as_str()) {
-            let _ = write!(err, "{new}");
-            let _ = err.flush();
-        }
-        shown = text;
+        echo(&mut err, &mut shown, model.tokenizer.decode(ids));
         true
     })
     .context("translating")?;
@@ -118,13 +123,7 @@ pub fn run(model_dir: Option<&Path>, args: &GenerateArgs) -> anyhow::Result<()> 
     let _ = write!(err, "{}", args.text);
     let mut shown = String::new();
     while let Some(_id) = g.next(args.max_new_tokens).context("writing the next token")? {
-        // Decode the whole continuation each time: a character can span several byte tokens.
-        let text = model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..]);
-        if let Some(new) = text.strip_prefix(shown.as_str()) {
-            let _ = write!(err, "{new}");
-            let _ = err.flush();
-        }
-        shown = text;
+        echo(&mut err, &mut shown, model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..]));
     }
     let stop = g.stopped().map_or("", |s| s.describe());
     let _ = writeln!(err, "\n[{} tokens written; {stop}]", g.tokens().len() - g.prompt_len());

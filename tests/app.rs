@@ -313,6 +313,21 @@ fn settings_persist_across_launches() {
     assert_eq!(h2.state().session.model.as_ref().unwrap().name, "tiny-bert");
 }
 
+/// Panels are not filled (software GL would fill the whole window once more per frame); the
+/// window is cleared to the panel colour, so it looks the same.
+#[test]
+fn panels_are_transparent_over_a_window_cleared_to_their_colour() {
+    let h = app("clear");
+    for (theme, egui_visuals) in
+        [(egui::Theme::Dark, egui::Visuals::dark()), (egui::Theme::Light, egui::Visuals::light())]
+    {
+        let visuals = h.ctx.style_of(theme).visuals.clone();
+        assert_eq!(visuals.panel_fill, egui::Color32::TRANSPARENT);
+        let clear = eframe::App::clear_color(h.state(), &visuals);
+        assert_eq!(clear, egui_visuals.panel_fill.to_normalized_gamma_f32());
+    }
+}
+
 /// Small image snapshots (wgpu on a software adapter) where the picture is the point. Timings in
 /// the status bar are masked. `UPDATE_SNAPSHOTS=1 cargo test --test app` rewrites them.
 fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
@@ -325,6 +340,9 @@ fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
                 Startup { model_dir: Some(tiny()), text: Some(text), text_pair: None, hf_cache: Some(no_cache()) },
             );
             cc.egui_ctx.set_theme(egui::ThemePreference::Light);
+            // The app's panels are transparent over a window cleared to the panel colour; the
+            // harness clears to transparent, so paint the panels as the window shows them.
+            cc.egui_ctx.all_styles_mut(|s| s.visuals.panel_fill = attnviz::app::app::panel_colour(&s.visuals));
             app
         }
     });

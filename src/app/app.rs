@@ -226,6 +226,10 @@ impl AttnvizApp {
             // Without a GPU every frame is drawn in software: hover and tooltip changes appear in
             // one frame instead of fading in over several.
             style.animation_time = 0.0;
+            // Software GL fills every panel's pixels once more per frame (a full window: two thirds
+            // of a frame's CPU under Xvfb); the window is cleared to the panel colour instead
+            // (`clear_color`), which looks the same.
+            style.visuals.panel_fill = egui::Color32::TRANSPARENT;
         });
         let wake = ctx.clone();
         let worker = Worker::spawn(move || wake.request_repaint()).expect("cannot start the inference thread");
@@ -906,6 +910,12 @@ fn install_fonts(ctx: &egui::Context) {
     ctx.set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
 }
 
+/// The background of panels in this theme (egui's own panel colour; the app's panels are
+/// transparent over a window cleared to it).
+pub fn panel_colour(visuals: &egui::Visuals) -> egui::Color32 {
+    if visuals.dark_mode { egui::Visuals::dark().panel_fill } else { egui::Visuals::light().panel_fill }
+}
+
 /// Runs `f` on a named thread; a failure to spawn is reported on stderr.
 fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) {
     if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(f) {
@@ -960,6 +970,12 @@ impl eframe::App for AttnvizApp {
         let ms = frame.info().cpu_usage.map_or_else(|| start.elapsed().as_secs_f32() * 1e3, |s| s * 1e3);
         let s = &mut self.session;
         s.frame_ms = if s.frame_ms == 0.0 { ms } else { 0.9 * s.frame_ms + 0.1 * ms };
+    }
+
+    /// The panels' colour: panels are transparent (see [`AttnvizApp::new`]), the cleared window
+    /// is their background.
+    fn clear_color(&self, visuals: &egui::Visuals) -> [f32; 4] {
+        panel_colour(visuals).to_normalized_gamma_f32()
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {

@@ -81,7 +81,7 @@ pub(crate) fn stroke_rect(img: &mut RgbaImage, x: f32, y: f32, width: f32, heigh
 pub(crate) fn draw_line(img: &mut RgbaImage, from: (f32, f32), to: (f32, f32), width: f32, color: [u8; 4], alpha: f32) {
     let (img_w, img_h) = (i64::from(img.width()), i64::from(img.height()));
     let mut band = Band { pixels: img, width: img_w, first_row: 0, rows: img_h };
-    draw_line_in(&mut band, &Segment { from, to, alpha }, width, color);
+    draw_line_in(&mut band, from, to, width, &[(color, alpha)]);
 }
 
 /// A straight line from `from` to `to` (pixels) drawn with opacity `alpha`.
@@ -109,18 +109,29 @@ struct Band<'a> {
 /// Rows per band when drawing many lines: a band of a wide image still fits in the CPU cache.
 const BAND_ROWS: usize = 64;
 
-/// Draws many lines of one colour and width, band by band (bands shared among threads).
-///
-/// Bands keep long steep lines from thrashing the cache; every pixel still sees the lines blended
-/// in slice order, exactly as if they were drawn one after another.
-pub(crate) fn draw_segments(img: &mut RgbaImage, segments: &[Segment], width: f32, color: [u8; 4]) {
-    if segments.is_empty() {
+/// One line drawn in several colours, one after another (the heads of a head view that join the
+/// same two tokens): where they overlap exactly, the line's coverage is computed once.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Stroke {
+    /// Start point (pixels).
+    pub from: (f32, f32),
+    /// End point (pixels).
+    pub to: (f32, f32),
+    /// Each colour with its opacity (0..=1), blended in this order.
+    pub paints: Vec<([u8; 4], f32)>,
+}
+
+/// Draws strokes of one width, band by band (bands shared among threads); every pixel sees the
+/// strokes blended in slice order and each stroke's paints in their order, exactly as if each
+/// paint of each stroke were drawn one line after another.
+pub(crate) fn draw_strokes(img: &mut RgbaImage, strokes: &[Stroke], width: f32) {
+    if strokes.is_empty() {
         return;
     }
     let img_w = i64::from(img.width());
     let reach = width.max(1.0) / 2.0 + 2.0;
     let spans: Vec<(f32, f32)> =
-        segments.iter().map(|s| (s.from.1.min(s.to.1) - reach, s.from.1.max(s.to.1) + reach)).collect();
+        strokes.iter().map(|s| (s.from.1.min(s.to.1) - reach, s.from.1.max(s.to.1) + reach)).collect();
     let row_bytes = img.width() as usize * 4;
     let bands: Vec<Band> = img
         .chunks_mut(row_bytes * BAND_ROWS)
@@ -132,15 +143,15 @@ pub(crate) fn draw_segments(img: &mut RgbaImage, segments: &[Segment], width: f3
         .collect();
     let draw_band = |band: &mut Band| {
         let (top_row, end_row) = (band.first_row as f32, (band.first_row + band.rows) as f32);
-        for (segment, &(top, bottom)) in segments.iter().zip(&spans) {
+        for (stroke, &(top, bottom)) in strokes.iter().zip(&spans) {
             if bottom >= top_row && top < end_row {
-                draw_line_in(band, segment, width, color);
+                draw_line_in(band, stroke.from, stroke.to, width, &stroke.paints);
             }
         }
     };
     let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get).min(8);
     // Threads pay off only when there is real work.
-    if threads == 1 || bands.len() < 2 || segments.len() < 64 {
+    if threads == 1 || bands.len() < 2 || strokes.len() < 64 {
         for mut band in bands {
             draw_band(&mut band);
         }
@@ -157,22 +168,38 @@ pub(crate) fn draw_segments(img: &mut RgbaImage, segments: &[Segment], width: f3
     });
 }
 
-/// Draws the part of an anti-aliased line that falls within `band`.
+/// Most paints one stroke blends without allocating.
+const MAX_PAINTS: usize = 64;
+
+/// Draws the part of an anti-aliased line that falls within `band`, once per paint.
 ///
 /// Walks the longer axis one pixel at a time and covers only the few pixels across the line, so
 /// long lines cost their length, not their bounding box.
-fn draw_line_in(band: &mut Band, segment: &Segment, width: f32, color: [u8; 4]) {
-    let Segment { from: (x0, y0), to: (x1, y1), alpha } = *segment;
-    if ![x0, y0, x1, y1, width, alpha].iter().all(|v| v.is_finite()) || alpha <= 0.0 || width <= 0.0 {
+fn draw_line_in(band: &mut Band, (x0, y0): (f32, f32), (x1, y1): (f32, f32), width: f32, paints: &[([u8; 4], f32)]) {
+    if ![x0, y0, x1, y1, width].iter().all(|v| v.is_finite()) || width <= 0.0 {
         return;
     }
-    let (dx, dy) = (x1 - x0, y1 - y0);
-    let len = dx.hypot(dy);
-    if len < 1e-3 {
+    if paints.len() > MAX_PAINTS {
+        for chunk in paints.chunks(MAX_PAINTS) {
+            draw_line_in(band, (x0, y0), (x1, y1), width, chunk);
+        }
         return;
     }
     // Lines thinner than a pixel are drawn one pixel wide and fainter.
-    let alpha = alpha.min(1.0) * width.min(1.0) * f32::from(color[3]) / 255.0;
+    let mut colors = [([0u8; 4], 0.0f32); MAX_PAINTS];
+    let mut count = 0;
+    for &(color, alpha) in paints {
+        if alpha.is_finite() && alpha > 0.0 {
+            colors[count] = (color, alpha.min(1.0) * width.min(1.0) * f32::from(color[3]) / 255.0);
+            count += 1;
+        }
+    }
+    let colors = &colors[..count];
+    let (dx, dy) = (x1 - x0, y1 - y0);
+    let len = dx.hypot(dy);
+    if colors.is_empty() || len < 1e-3 {
+        return;
+    }
     let half = width.max(1.0) / 2.0;
     let (ux, uy) = (dx / len, dy / len);
     // Coverage fades over the last pixel at both ends of the segment.
@@ -187,7 +214,9 @@ fn draw_line_in(band: &mut Band, segment: &Segment, width: f32, color: [u8; 4]) 
     let mut paint = |x: i64, y: i64, cov: f32| {
         let i = ((y - row_start) as usize * stride + x as usize) * 4;
         if let Some(px) = pixels.get_mut(i..i + 4).and_then(|p| <&mut [u8; 4]>::try_from(p).ok()) {
-            blend_rgba(px, color, cov * alpha);
+            for &(color, alpha) in colors {
+                blend_rgba(px, color, cov * alpha);
+            }
         }
     };
     let major_x = dx.abs() >= dy.abs();
@@ -335,7 +364,26 @@ mod tests {
             draw_line(&mut one_by_one, s.from, s.to, 2.0, [200, 30, 90, 255], s.alpha);
         }
         let mut banded = new_image(64.0, 300.0, [255, 255, 255, 255]);
-        draw_segments(&mut banded, &segments, 2.0, [200, 30, 90, 255]);
+        let strokes: Vec<Stroke> = segments
+            .iter()
+            .map(|s| Stroke { from: s.from, to: s.to, paints: vec![([200, 30, 90, 255], s.alpha)] })
+            .collect();
+        draw_strokes(&mut banded, &strokes, 2.0);
         assert_eq!(one_by_one, banded);
+    }
+
+    #[test]
+    fn a_stroke_of_several_paints_is_the_line_drawn_once_per_paint() {
+        let paints: Vec<([u8; 4], f32)> =
+            (0..70).map(|i| ([(i * 3) as u8, 200 - i as u8, 90, 255], 0.05 + i as f32 / 100.0)).collect();
+        let (from, to) = ((2.0, 3.0), (60.0, 280.0));
+        let mut one_by_one = new_image(64.0, 300.0, [255, 255, 255, 255]);
+        for &(color, alpha) in &paints {
+            draw_line(&mut one_by_one, from, to, 2.5, color, alpha);
+        }
+        let mut stroked = new_image(64.0, 300.0, [255, 255, 255, 255]);
+        // 70 paints: more than one chunk of MAX_PAINTS.
+        draw_strokes(&mut stroked, &[Stroke { from, to, paints }], 2.5);
+        assert_eq!(one_by_one, stroked);
     }
 }

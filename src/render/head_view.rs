@@ -2,7 +2,7 @@
 
 use image::RgbaImage;
 
-use super::canvas::{MAX_SIDE, Segment, draw_segments, fill_rect, new_image};
+use super::canvas::{MAX_SIDE, Segment, Stroke, draw_strokes, fill_rect, new_image};
 use super::colormap::head_colors;
 use super::heatmap::thinned;
 use super::text::{Align, draw_label, fit_text, line_height, text_width};
@@ -211,14 +211,28 @@ pub struct HeadLines {
     pub lines: Vec<Segment>,
 }
 
-/// Draws the lines of a head view, head after head (each head's lines in one colour, opacity =
-/// weight), onto `img`: the same rasterizer for the exported figure and the app's head view, which
-/// draws them into a transparent texture (the result is then premultiplied RGBA).
+/// Draws the lines of a head view (each head's lines in its colour, opacity = weight) onto `img`:
+/// the same rasterizer for the exported figure and the app's head view, which draws them into a
+/// transparent texture (the result is then premultiplied RGBA).
+///
+/// Heads join the same token pairs, so their lines overlap exactly: each pair is one stroke with
+/// one paint per head (in head order), its coverage computed once instead of once per head. Pairs
+/// are drawn in the order they first appear.
 pub fn draw_lines(img: &mut RgbaImage, heads: &[HeadLines], width: f32) {
+    let mut index: std::collections::HashMap<[u32; 4], usize> = std::collections::HashMap::new();
+    let mut strokes: Vec<Stroke> = Vec::new();
     for head in heads {
         let [red, green, blue] = head.color;
-        draw_segments(img, &head.lines, width, [red, green, blue, 255]);
+        for line in &head.lines {
+            let key = [line.from.0, line.from.1, line.to.0, line.to.1].map(f32::to_bits);
+            let i = *index.entry(key).or_insert_with(|| {
+                strokes.push(Stroke { from: line.from, to: line.to, paints: Vec::with_capacity(heads.len()) });
+                strokes.len() - 1
+            });
+            strokes[i].paints.push(([red, green, blue, 255], line.alpha));
+        }
     }
+    draw_strokes(img, &strokes, width);
 }
 
 /// A transparent image of `width × height` pixels (each side clamped to 1..=[`MAX_SIDE`]) for

@@ -109,6 +109,11 @@ pub struct ViewData<'a> {
     pub derived: &'a Derived,
     /// The generation shown or in progress.
     pub generation: Option<&'a Generation>,
+    /// For an encoder–decoder: the attention the views show (encoder, decoder or cross); None
+    /// for every other model.
+    pub stack: Option<crate::analysis::Stack>,
+    /// Why the chosen stack is not shown (no target yet: the encoder is shown alone).
+    pub stack_note: Option<&'a str>,
 }
 
 impl ViewData<'_> {

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 
-use crate::analysis::select::{PairFilter, downsample_max, submatrix, visible_tokens};
+use crate::analysis::select::{PairFilter, square_max, submatrix, submatrix_rect, visible_tokens};
 use crate::analysis::{HeadStats, Run};
 use crate::render::{Colormap, cells_rgba};
 
@@ -137,10 +137,30 @@ pub struct Thumbnails {
 /// The head view's matrices of one layer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeadMatrices {
-    /// Positions of the shown tokens.
+    /// Positions of the shown query tokens (rows, the left column).
     pub keep: Vec<usize>,
-    /// One `m × m` matrix per head (m = shown tokens; one pseudo-head for the rollout).
+    /// Positions of the shown key tokens (columns, the right column): `keep` again except for
+    /// cross-attention, whose keys are the source tokens.
+    pub keep_keys: Vec<usize>,
+    /// One `rows × cols` matrix per head (the shown tokens; one pseudo-head for the rollout).
     pub matrices: Vec<Vec<f32>>,
+}
+
+impl HeadMatrices {
+    /// Shown query tokens (rows).
+    pub fn rows(&self) -> usize {
+        self.keep.len()
+    }
+
+    /// Shown key tokens (columns).
+    pub fn cols(&self) -> usize {
+        self.keep_keys.len()
+    }
+
+    /// The weight shown query row `q` gives shown key column `k` in matrix `head`.
+    pub fn weight(&self, head: usize, q: usize, k: usize) -> f32 {
+        self.matrices[head][q * self.cols() + k]
+    }
 }
 
 /// A derived result.
@@ -162,19 +182,20 @@ pub enum DerivedValue {
 
 /// The picture of every line of the head view `key` asks for (`m`: its matrices).
 pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> LinesPicture {
-    let rows = m.keep.len();
+    let (rows, cols) = (m.rows(), m.cols());
     let labels: Vec<String> = m.keep.iter().map(|&p| run.label(p)).collect();
-    let body = crate::render::head_view_layout(&labels, 1.0);
+    let key_labels: Vec<String> = m.keep_keys.iter().map(|&p| run.key_label(p)).collect();
+    let body = crate::render::head_view_layout_sides(&labels, &key_labels, 1.0);
     let min_weight = f32::from_bits(key.min_weight);
-    let segments = &run.tokens.segments;
-    let admits = |q: usize, k: usize| key.pair_filter.admits(segments[m.keep[q]], segments[m.keep[k]]);
+    let (segments, key_segments) = (&run.tokens.segments, &run.keys().segments);
+    let admits = |q: usize, k: usize| key.pair_filter.admits(segments[m.keep[q]], key_segments[m.keep_keys[k]]);
     // Every line that passes the threshold...
     let mut lines: Vec<(f32, u32, u32, u32)> = Vec::new();
     for &h in &key.heads {
         let Some(matrix) = m.matrices.get(h) else { continue };
         for q in 0..rows {
-            for k in 0..rows {
-                let w = matrix[q * rows + k];
+            for k in 0..cols {
+                let w = matrix[q * cols + k];
                 if w >= min_weight && admits(q, k) {
                     lines.push((w, h as u32, q as u32, k as u32));
                 }
@@ -220,7 +241,7 @@ pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> Li
 pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> DerivedValue {
     let a = &run.attention;
     match key {
-        DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, &run.tokens))),
+        DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, run.keys()))),
         DeriveKey::Rollout { heads, .. } => {
             DerivedValue::Rollout(Arc::new(crate::analysis::rollout::rollout(a, heads)))
         }
@@ -229,10 +250,11 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
             let rgba = (0..a.layers())
                 .flat_map(|l| (0..a.heads()).map(move |h| (l, h)))
                 .map(|(l, h)| {
+                    // Cross-attention (targets × sources) is stretched into a square picture.
                     let (cells, s) = if run.has_mask() {
-                        downsample_max(&run.masked(a.head(l, h)), a.seq_len(), THUMB_TEXELS)
+                        square_max(&run.masked(a.head(l, h)), a.seq_len(), a.keys(), THUMB_TEXELS)
                     } else {
-                        downsample_max(a.head(l, h), a.seq_len(), THUMB_TEXELS)
+                        square_max(a.head(l, h), a.seq_len(), a.keys(), THUMB_TEXELS)
                     };
                     side = s.max(1);
                     if cells.is_empty() { vec![0; 4] } else { cells_rgba(&cells, 0.0, 1.0, *colormap) }
@@ -242,17 +264,19 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
         }
         DeriveKey::HeadMatrices { layer_idx, hide_special, rollout, .. } => {
             let keep = visible_tokens(&run.tokens, *hide_special);
+            let keep_keys = visible_tokens(run.keys(), *hide_special);
             let matrices = match rollout {
-                // One pseudo-head: the rollout through layers 0..=layer.
-                Some(heads) => {
+                // One pseudo-head: the rollout through layers 0..=layer (the view offers it only
+                // for self-attention).
+                Some(heads) if a.is_square() => {
                     let r = crate::analysis::rollout::rollout(a, heads).swap_remove(*layer_idx);
                     vec![submatrix(&r, a.seq_len(), &keep, *hide_special)]
                 }
-                None => (0..a.heads())
-                    .map(|h| submatrix(a.head(*layer_idx, h), a.seq_len(), &keep, *hide_special))
+                _ => (0..a.heads())
+                    .map(|h| submatrix_rect(a.head(*layer_idx, h), a.keys(), &keep, &keep_keys, *hide_special))
                     .collect(),
             };
-            DerivedValue::HeadMatrices(Arc::new(HeadMatrices { keep, matrices }))
+            DerivedValue::HeadMatrices(Arc::new(HeadMatrices { keep, keep_keys, matrices }))
         }
         DeriveKey::Words { .. } => DerivedValue::Words(Arc::new(crate::analysis::words::merge_run(run))),
         DeriveKey::HeadLines(lines) => {

@@ -619,3 +619,38 @@ pub fn export_png(run: Option<&Run>, figure: &Figure, style: Style, path: &Path)
     crate::atomic::write_bytes_atomic(path, &bytes)?;
     Ok(image.dimensions())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::stack::{CROSS_ROLLOUT_REFUSAL, Stack, fixture::seq2seq_run, stack_run};
+
+    #[test]
+    fn cross_attention_tables_have_target_rows_and_source_columns_and_rollout_is_refused() {
+        let run = stack_run(&seq2seq_run(), Stack::Cross).unwrap();
+        let table = figure_table(Some(&run), &Figure::Heatmap { layer_idx: 1, head_idxs: vec![0] }).unwrap();
+        assert_eq!(table.row_labels, ["</s>", "Hallo"]);
+        assert_eq!(table.col_labels, ["<s>", "Hello", "</s>"]);
+        assert_eq!(table.values, seq2seq_run().decoder.unwrap().cross.head(1, 0));
+        let rollout = Figure::Rollout { layer_idx: 0, head_idxs: vec![0], flow: None };
+        let err = figure_table(Some(&run), &rollout).unwrap_err().to_string();
+        assert_eq!(err, CROSS_ROLLOUT_REFUSAL);
+        assert!(render_figure(Some(&run), &rollout, Style::default()).is_err());
+        // Every other figure draws, with the key side's own labels.
+        for figure in [
+            Figure::HeadView {
+                layer_idx: 0,
+                head_idxs: vec![0, 1],
+                selected_token: Some((Side::Key, 2)),
+                threshold: 0.0,
+            },
+            Figure::Heatmap { layer_idx: 0, head_idxs: vec![0, 1] },
+            Figure::ModelGrid,
+            Figure::Stats(Statistic::Entropy),
+        ] {
+            render_figure(Some(&run), &figure, Style::default()).unwrap();
+        }
+        let stats = figure_table(Some(&run), &Figure::Stats(Statistic::SelfToken)).unwrap();
+        assert!(stats.values.iter().all(|v| v.is_nan()), "self is not defined across two sequences");
+    }
+}

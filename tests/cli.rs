@@ -846,7 +846,11 @@ fn export_stack_cross_labels_target_rows_and_source_columns_and_refuses_rollout(
     assert_ne!(rows.len(), cols.len(), "the fixture's source and target differ in length");
     // The cross head, target × source (the export writes f32 values widened to f64).
     let as_f32 = |v: &serde_json::Value| -> Vec<Vec<f32>> {
-        v.as_array().unwrap().iter().map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()).collect()
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+            .collect()
     };
     assert_eq!(as_f32(&t["values"]), as_f32(&d["cross_attentions"][1][2]));
     assert!(t["title"].as_str().unwrap().contains("cross-attention"), "{}", t["title"]);

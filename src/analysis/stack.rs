@@ -84,14 +84,13 @@ pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
         return Ok(run);
     }
     let Some(dec) = &run.decoder else { return Err(no_target_reason(run, stack)) };
-    let (attention, key_tokens, causal) = match stack {
-        Stack::Decoder => (dec.attention.clone(), None, true),
-        _ => {
-            let c = &dec.cross;
-            let a = Attention::rectangular(c.layers(), c.heads(), c.targets(), c.sources(), c.as_slice().to_vec())
-                .map_err(|e| e.to_string())?;
-            (a, Some(run.tokens.clone()), false)
-        }
+    let (attention, key_tokens, causal) = if stack == Stack::Decoder {
+        (dec.attention.clone(), None, true)
+    } else {
+        let c = &dec.cross;
+        let a = Attention::rectangular(c.layers(), c.heads(), c.targets(), c.sources(), c.as_slice().to_vec())
+            .map_err(|e| e.to_string())?;
+        (a, Some(run.tokens.clone()), false)
     };
     let model_name = format!("{} · {}", run.model_name, stack.describe());
     Ok(Run {
@@ -112,13 +111,12 @@ pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
     })
 }
 
+/// Test data: a 2-layer, 2-head encoder–decoder run with 3 source and 2 target tokens.
 #[cfg(test)]
-#[allow(clippy::float_cmp)] // the projection copies values exactly
-mod tests {
-    use super::*;
-    use crate::analysis::{CrossAttention, DecoderRun, Tokens};
+pub(crate) mod fixture {
+    use crate::analysis::{Attention, CrossAttention, DecoderRun, Run, Tokens};
 
-    fn tokens(words: &[&str]) -> Tokens {
+    fn test_tokens(words: &[&str]) -> Tokens {
         let n = words.len();
         Tokens {
             tokens: words.iter().map(|w| (*w).to_string()).collect(),
@@ -140,7 +138,7 @@ mod tests {
         let cross_data: Vec<f32> = (0..layers * heads * t * s).map(|i| i as f32 / 100.0).collect();
         Run {
             model_name: "tiny".into(),
-            tokens: tokens(&["<s>", "Hello", "</s>"]),
+            tokens: test_tokens(&["<s>", "Hello", "</s>"]),
             attention: enc,
             neuron: None,
             last_hidden: Vec::new(),
@@ -151,7 +149,7 @@ mod tests {
             window: None,
             prompt_len: None,
             decoder: Some(DecoderRun {
-                tokens: tokens(&["</s>", "Hallo"]),
+                tokens: test_tokens(&["</s>", "Hallo"]),
                 attention: Attention::new(layers, heads, t, dec_data).unwrap(),
                 cross: CrossAttention::new(layers, heads, t, s, cross_data).unwrap(),
                 last_hidden: Vec::new(),
@@ -160,6 +158,13 @@ mod tests {
             key_tokens: None,
         }
     }
+}
+
+#[cfg(test)]
+#[allow(clippy::float_cmp)] // the projection copies values exactly
+mod tests {
+    use super::*;
+    use fixture::seq2seq_run;
 
     #[test]
     fn cross_rows_are_target_tokens_columns_source_tokens_values_the_cross_heads() {

@@ -227,7 +227,9 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
             .token_run
             .as_ref()
             .filter(|t| {
-                t.run.decoder.is_none() && settings.source == Source::Pretrained && s.model.as_ref().is_some_and(|m| m.seq2seq)
+                t.run.decoder.is_none()
+                    && settings.source == Source::Pretrained
+                    && s.model.as_ref().is_some_and(|m| m.seq2seq)
             })
             .map(|_| NO_TARGET_NOTE),
     }
@@ -452,7 +454,12 @@ impl AttnvizApp {
                                 (ablate a head, temperature, …) to compare it with the faithful model."
                         .into());
                 }
-                Ok((self.settings.text.clone(), pair, target, RunSpec::Pretrained(crate::model::Interventions::default())))
+                Ok((
+                    self.settings.text.clone(),
+                    pair,
+                    target,
+                    RunSpec::Pretrained(crate::model::Interventions::default()),
+                ))
             }
             CompareSource::Model => match &self.settings.compare.model_b {
                 Some(dir) => Ok((self.settings.text.clone(), pair, target, RunSpec::Folder(dir.clone()))),
@@ -537,6 +544,13 @@ impl AttnvizApp {
                 s.shown_b_from = wanted_b;
             }
             s.run_b = shown;
+        }
+        // A pin past the shown tokens (another stack, a shorter target) is dropped.
+        if let (Some((side, pos)), Some(run)) = (s.pinned, &s.run) {
+            let count = if side == crate::render::Side::Key { run.keys().len() } else { run.tokens.len() };
+            if pos >= count {
+                s.pinned = None;
+            }
         }
         let sources: Vec<u64> = [&s.token_run, &s.token_run_b].into_iter().flatten().map(|t| t.source_id).collect();
         s.derived.retain_run(s.view_id, &sources);
@@ -633,7 +647,7 @@ impl AttnvizApp {
                     }
                 }
                 Done::Generated { id, result, steps, finished, seconds, target } => {
-                    if !self.session.generation.as_ref().is_some_and(|g| g.id == id) {
+                    if self.session.generation.as_ref().is_none_or(|g| g.id != id) {
                         continue;
                     }
                     if let Some(target) = target.filter(|_| result.is_ok()) {

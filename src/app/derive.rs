@@ -447,3 +447,39 @@ impl Deriver {
         self.done.try_recv().ok()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::float_cmp)] // the derived matrices copy values exactly
+mod tests {
+    use super::*;
+    use crate::analysis::stack::{Stack, fixture::seq2seq_run, stack_run};
+
+    #[test]
+    fn cross_attention_derives_target_rows_source_columns_and_square_thumbnails() {
+        let run = stack_run(&seq2seq_run(), Stack::Cross).unwrap();
+        let key = DeriveKey::HeadMatrices { view_id: 1, layer_idx: 1, hide_special: false, rollout: Some(vec![0]) };
+        let DerivedValue::HeadMatrices(m) = compute(&key, &run, None) else { panic!("head matrices") };
+        // No rollout pseudo-layer for cross-attention: the layer's own heads.
+        assert_eq!((m.rows(), m.cols(), m.matrices.len()), (2, 3, 2));
+        assert_eq!(m.matrices[1], run.attention.head(1, 1));
+        assert_eq!(m.weight(1, 1, 2), run.attention.get(1, 1, 1, 2));
+        let lines = HeadLinesKey {
+            matrices: key,
+            heads: vec![0, 1],
+            n_heads: 2,
+            min_weight: 0.0f32.to_bits(),
+            pair_filter: PairFilter::All,
+            pixels: (1.0f32.to_bits(), 1.0f32.to_bits()),
+        };
+        let picture = head_lines_picture(&lines, &run, &m);
+        assert_eq!(picture.line_count, 2 * 2 * 3, "a line per head, target and source token");
+        let DerivedValue::Thumbnails(t) =
+            compute(&DeriveKey::Thumbnails { view_id: 1, colormap: Colormap::Viridis }, &run, None)
+        else {
+            panic!("thumbnails")
+        };
+        assert_eq!((t.side, t.rgba.len(), t.rgba[0].len()), (3, 4, 3 * 3 * 4));
+        let DerivedValue::Stats(s) = compute(&DeriveKey::Stats { view_id: 1 }, &run, None) else { panic!("stats") };
+        assert_eq!(s.tokens, 2);
+    }
+}

@@ -42,9 +42,7 @@ impl GenerationPanel {
         let translates = data.model.is_some_and(|m| m.can_translate);
         ui.label(RichText::new(if translates { "Translate the source" } else { "Continue the text" }).strong());
         if translates {
-            ui.label(
-                RichText::new("Pick Decoder or Cross above to step through what it wrote.").small().weak(),
-            );
+            ui.label(RichText::new("Pick Decoder or Cross above to step through what it wrote.").small().weak());
         }
         if let Some(q) = data.model.and_then(|m| m.quantization.as_deref()) {
             ui.label(RichText::new(format!("Weights: {q} — the attention shown is this file's.")).small().weak());

@@ -125,7 +125,10 @@ fn heatmap_view_ui(
         } else {
             format!("weight {v:.6}")
         };
-        format!("{row_name} “{}” (#{})\n{col_name} “{}” (#{})\n{weight}", labels[q], keep[q], key_labels[k], keep_keys[k])
+        format!(
+            "{row_name} “{}” (#{})\n{col_name} “{}” (#{})\n{weight}",
+            labels[q], keep[q], key_labels[k], keep_keys[k]
+        )
     };
     let spec = MatrixSpec {
         id: "heatmap",

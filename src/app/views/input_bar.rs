@@ -78,9 +78,9 @@ impl InputBar {
 /// The Target box of an encoder–decoder (what its decoder reads; Sentence A is the source), with
 /// "Translate" when the model has its language-model head.
 fn target_row_ui(ui: &mut egui::Ui, data: &ViewData<'_>, target: &mut String, commands: &mut Commands) {
-    let label = ui.label(RichText::new("Target").strong()).on_hover_text(
-        "What the decoder reads: its start token, then this text's tokens. Sentence A is the source.",
-    );
+    let label = ui
+        .label(RichText::new("Target").strong())
+        .on_hover_text("What the decoder reads: its start token, then this text's tokens. Sentence A is the source.");
     ui.horizontal(|ui| {
         let can_translate = data.model.is_some_and(|m| m.can_translate);
         let writing = data.generation.is_some_and(|g| g.finished.is_none() && g.error.is_none());

@@ -37,10 +37,7 @@ fn rollout_view_ui(
     let a = &run.attention;
     if !a.is_square() {
         ui.label(RichText::new(format!("Rollout / flow of the {}", crate::analysis::Stack::Cross.describe())).strong());
-        ui.colored_label(
-            ui.visuals().warn_fg_color,
-            super::capitalised(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL),
-        );
+        ui.colored_label(ui.visuals().warn_fg_color, super::capitalised(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL));
         return;
     }
     let (layer_idx, heads) = data.selection();
@@ -166,4 +163,3 @@ fn rollout_view_ui(
         );
     });
 }
-

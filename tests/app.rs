@@ -1480,10 +1480,25 @@ fn encoder_decoder_target_box_switches_encoder_decoder_cross_and_exports_the_cro
     let cache = &h.state().views.heatmap;
     assert_eq!((cache.keep.len(), cache.keep_keys.len()), (target.len(), source.len()));
     assert!(h.query_by_label_contains("rows: target tokens · columns: source tokens").is_some());
-    // Rollout is not defined for cross-attention: the view says so instead of drawing.
+    // Rollout (and flow) are not defined for cross-attention: the view says so instead of drawing,
+    // nothing is computed, and an export is refused with the reason.
+    h.state_mut().settings.rollout_mode = attnviz::app::state::RolloutMode::Flow;
     h.get_by_label("Rollout / flow").click();
     settled(&mut h);
     assert!(h.query_by_label_contains("not defined for cross-attention").is_some());
+    assert!(h.state().session.flow.is_none() && h.state().session.flow_pending.is_none());
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    retype(&mut h, "Export path", dir.path().join("rollout.png").to_str().unwrap());
+    h.state_mut().session.status = None;
+    h.get_by_label("Save").click();
+    wait_until(&mut h, "the refused export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    let status = h.state().session.status.clone().unwrap();
+    assert!(status.is_error && status.text.contains("not defined for cross-attention"), "{status:?}");
+    assert!(!dir.path().join("rollout.png").exists());
+    h.key_press(Key::Escape);
+    h.run_steps(2);
+    assert!(!h.state().views.export.open);
     // Statistics and the model view say which stack they are about.
     h.get_by_label("Head statistics").click();
     settled(&mut h);

@@ -742,18 +742,24 @@ impl AttnvizApp {
 
     /// The figure the current view would export.
     pub fn current_figure(&self) -> Figure {
-        let heads = self.settings.selected_heads();
+        // What the views show: the layer and heads limited to the shown run (an encoder–decoder's
+        // decoder may have fewer layers than its encoder).
+        let (layer_idx, heads) = if self.session.run.is_some() {
+            self.view_data().selection()
+        } else {
+            (self.settings.layer_idx, self.settings.selected_heads())
+        };
         match self.settings.view {
             View::Head => Figure::HeadView {
-                layer_idx: self.settings.layer_idx,
+                layer_idx,
                 head_idxs: heads,
                 selected_token: self.session.pinned,
                 threshold: self.settings.threshold,
             },
             View::Model => Figure::ModelGrid,
-            View::Heatmap => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
+            View::Heatmap => Figure::Heatmap { layer_idx, head_idxs: heads },
             View::Neuron => Figure::Neuron {
-                layer_idx: self.settings.layer_idx,
+                layer_idx,
                 head_idx: heads.first().copied().unwrap_or(0),
                 query_pos: self.settings.neuron_query,
             },
@@ -765,18 +771,18 @@ impl AttnvizApp {
                     }
                     _ => None,
                 };
-                Figure::Rollout { layer_idx: self.settings.layer_idx, head_idxs: heads, flow }
+                Figure::Rollout { layer_idx, head_idxs: heads, flow }
             }
             View::Compare => match &self.session.run_b {
                 Some(b) => Figure::Compare {
-                    layer_idx: self.settings.layer_idx,
+                    layer_idx,
                     head_idxs: heads,
                     other: crate::export::SharedRun(Arc::clone(b)),
                     // As in the view: different tokens fall back to side by side.
                     difference: self.settings.compare.mode == CompareMode::Difference
                         && self.session.run.as_ref().is_some_and(|a| a.tokens.tokens == b.tokens.tokens),
                 },
-                None => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
+                None => Figure::Heatmap { layer_idx, head_idxs: heads },
             },
             View::Positions => {
                 let learned = |cosine: bool| match &self.session.model {
@@ -812,8 +818,8 @@ impl AttnvizApp {
             return;
         }
         let Some(run) = self.session.run.clone() else { return };
-        if crate::analysis::rollout::flow_refusal(run.attention.seq_len()).is_some() {
-            return; // the view says why
+        if !run.attention.is_square() || crate::analysis::rollout::flow_refusal(run.attention.seq_len()).is_some() {
+            return; // the view says why (cross-attention has no flow)
         }
         let key = self.flow_key();
         if key.heads.is_empty()

@@ -242,6 +242,9 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
     let a = &run.attention;
     match key {
         DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, run.keys()))),
+        // Not defined for cross-attention (the rollout view says so and never asks): one empty
+        // matrix per layer rather than a product of rectangles.
+        DeriveKey::Rollout { .. } if !a.is_square() => DerivedValue::Rollout(Arc::new(vec![Vec::new(); a.layers()])),
         DeriveKey::Rollout { heads, .. } => {
             DerivedValue::Rollout(Arc::new(crate::analysis::rollout::rollout(a, heads)))
         }

@@ -278,8 +278,11 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
 
     let (bx, by) = (frame.body_x, frame.body_y);
     let cap_y = by + 6.0 * s + line_height(caption_px(s)) / 2.0;
-    draw_label(&mut img, "query", bx + lay.left_text_right, cap_y, caption_px(s), Align::Right, muted);
-    draw_label(&mut img, "key", bx + lay.right_text_left, cap_y, caption_px(s), Align::Left, muted);
+    // Cross-attention: the target's tokens attend to the source's.
+    let (query_caption, key_caption) =
+        if spec.key_labels.is_some() { ("target (query)", "source (key)") } else { ("query", "key") };
+    draw_label(&mut img, query_caption, bx + lay.left_text_right, cap_y, caption_px(s), Align::Right, muted);
+    draw_label(&mut img, key_caption, bx + lay.right_text_left, cap_y, caption_px(s), Align::Left, muted);
     if seq_len == 0 {
         draw_label(&mut img, "no tokens", bx + lay.width / 2.0, cap_y, caption_px(s), Align::Center, muted);
         return img;

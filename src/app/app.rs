@@ -65,16 +65,6 @@ type RunInput = (String, Option<String>, Option<String>, RunSpec);
 /// Said above every view when an encoder–decoder has no target yet.
 pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no target yet. Type a Target (or press      Translate) to see the decoder's self-attention and its cross-attention to the source.";
 
-/// The run the views show for `stack`: the decoder's or cross-attention of an encoder–decoder
-/// run ([`crate::analysis::stack::stack_run`]); the encoder (the run itself) when the run has no
-/// decoder side.
-fn stack_shown(run: &Arc<Run>, stack: Stack) -> Arc<Run> {
-    if run.decoder.is_none() {
-        return Arc::clone(run);
-    }
-    crate::analysis::stack::stack_run(run, stack).map_or_else(|_| Arc::clone(run), Arc::new)
-}
-
 /// The model a run of `settings` uses (`playground`: the last valid playground hyperparameters).
 fn run_spec(settings: &Settings, playground: &PlaygroundConfig) -> RunSpec {
     match settings.source {
@@ -105,7 +95,8 @@ pub struct Session {
     token_run: Option<TokenRun>,
     /// Changes whenever `run` does (a new run, or the word toggle): what view caches key on.
     pub view_id: u64,
-    /// What `run` was made from: the token run's id and the word toggle (None while merging).
+    /// What `run` was made from: the token run's id, the word toggle and the stack (None while
+    /// merging).
     shown_from: Option<(u64, bool, Stack)>,
     /// The comparison's run B as the views show it (merged into words with the toggle).
     pub run_b: Option<Arc<Run>>,
@@ -205,7 +196,7 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         compare_error: s.compare_error.as_deref(),
         run_error: s.run_error.as_deref(),
         run_pending: s.requested_run_id > s.run_id,
-        merging: settings.words && s.run.is_none() && s.token_run.is_some(),
+        merging: s.run.is_none() && s.token_run.is_some(),
         inference_ms: s.inference_ms,
         model: s.model.as_ref(),
         loading: s.loading.as_deref(),
@@ -506,8 +497,9 @@ impl AttnvizApp {
         }
     }
 
-    /// Keeps the shown runs in step with the model's runs and the word toggle. Word merges are
-    /// computed on the derive thread; until one is ready, no run is shown (the view says "merging").
+    /// Keeps the shown runs in step with the model's runs, the word toggle and the stack. Word
+    /// merges and an encoder–decoder's stacks are taken on the derive thread; until one is ready,
+    /// no run is shown (the view says so).
     fn sync_view_runs(&mut self) {
         let words = self.settings.words;
         let stack = self.settings.stack;
@@ -515,12 +507,7 @@ impl AttnvizApp {
         // The decoder's side is shown at token level (word pieces are merged on the source only).
         let wanted = s.token_run.as_ref().map(|t| (t.source_id, words, stack));
         if s.shown_from != wanted {
-            let shown = match &s.token_run {
-                None => None,
-                Some(t) if stack != Stack::Encoder && t.run.decoder.is_some() => Some(stack_shown(&t.run, stack)),
-                Some(t) if !words => Some(stack_shown(&t.run, stack)),
-                Some(t) => merged(&mut s.derived, &s.deriver, t),
-            };
+            let shown = s.token_run.as_ref().and_then(|t| shown_run(&mut s.derived, &s.deriver, t, words, stack));
             if shown.is_some() || wanted.is_none() {
                 s.run = shown;
                 s.shown_from = wanted;
@@ -534,12 +521,7 @@ impl AttnvizApp {
         }
         let wanted_b = s.token_run_b.as_ref().map(|t| (t.source_id, words, stack));
         if s.shown_b_from != wanted_b {
-            let shown = match &s.token_run_b {
-                None => None,
-                Some(t) if stack != Stack::Encoder && t.run.decoder.is_some() => Some(stack_shown(&t.run, stack)),
-                Some(t) if !words => Some(stack_shown(&t.run, stack)),
-                Some(t) => merged(&mut s.derived, &s.deriver, t),
-            };
+            let shown = s.token_run_b.as_ref().and_then(|t| shown_run(&mut s.derived, &s.deriver, t, words, stack));
             if shown.is_some() || wanted_b.is_none() {
                 s.shown_b_from = wanted_b;
             }
@@ -968,10 +950,26 @@ impl AttnvizApp {
     }
 }
 
-/// The word-level run of `token`, if merged already; else asks the derive thread for it.
-fn merged(derived: &mut Derived, deriver: &Deriver, token: &TokenRun) -> Option<Arc<Run>> {
-    let key = DeriveKey::Words { source_id: token.source_id };
-    if let Some(DerivedValue::Words(run)) = derived.get(&key) {
+/// The run the views show of `token` for the word toggle and the stack: the token run itself, its
+/// merge into words or one stack of an encoder–decoder run ([`crate::analysis::stack::stack_run`];
+/// the decoder's side stays at token level) — if derived already; else asks the derive thread for
+/// it (copying a run's matrices is no work for the UI thread).
+fn shown_run(
+    derived: &mut Derived,
+    deriver: &Deriver,
+    token: &TokenRun,
+    words: bool,
+    stack: Stack,
+) -> Option<Arc<Run>> {
+    let source_id = token.source_id;
+    let key = if token.run.decoder.is_some() && (stack != Stack::Encoder || !words) {
+        DeriveKey::Stack { source_id, stack }
+    } else if words {
+        DeriveKey::Words { source_id }
+    } else {
+        return Some(Arc::clone(&token.run));
+    };
+    if let Some(DerivedValue::ShownRun(run)) = derived.get(&key) {
         return Some(Arc::clone(run));
     }
     if derived.start(&key) {

@@ -81,7 +81,8 @@ pub struct ViewData<'a> {
     pub run_error: Option<&'a str>,
     /// Whether a newer run than the shown one is on its way.
     pub run_pending: bool,
-    /// Whether a word-level run is being merged.
+    /// Whether the run to show is being derived from the model's (merged into words, or one
+    /// stack of an encoder–decoder taken).
     pub merging: bool,
     /// Tokenizer + model time of the run shown.
     pub inference_ms: f64,

@@ -55,6 +55,14 @@ pub enum DeriveKey {
         /// Id of the token-level run.
         source_id: u64,
     },
+    /// The run the views show for one attention of an encoder–decoder run
+    /// ([`crate::analysis::stack::stack_run`]; `source_id` names the token-level run).
+    Stack {
+        /// Id of the token-level run.
+        source_id: u64,
+        /// Encoder, decoder or cross-attention.
+        stack: crate::analysis::Stack,
+    },
 }
 
 impl DeriveKey {
@@ -66,7 +74,7 @@ impl DeriveKey {
             | Self::Thumbnails { view_id, .. }
             | Self::HeadMatrices { view_id, .. } => Some(*view_id),
             Self::HeadLines(key) => key.matrices.view_id(),
-            Self::Words { .. } => None,
+            Self::Words { .. } | Self::Stack { .. } => None,
         }
     }
 
@@ -78,6 +86,7 @@ impl DeriveKey {
             Self::Thumbnails { .. } => 2,
             Self::HeadMatrices { .. } => 3,
             Self::Words { .. } => 4,
+            Self::Stack { .. } => 6,
             Self::HeadLines(_) => 5,
         }
     }
@@ -174,8 +183,8 @@ pub enum DerivedValue {
     Thumbnails(Arc<Thumbnails>),
     /// Head-view matrices.
     HeadMatrices(Arc<HeadMatrices>),
-    /// A run merged into words.
-    Words(Arc<Run>),
+    /// A run merged into words, or one stack of an encoder–decoder run: a run to show.
+    ShownRun(Arc<Run>),
     /// The picture of a head view's lines.
     HeadLines(Arc<LinesPicture>),
 }
@@ -281,7 +290,11 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
             };
             DerivedValue::HeadMatrices(Arc::new(HeadMatrices { keep, keep_keys, matrices }))
         }
-        DeriveKey::Words { .. } => DerivedValue::Words(Arc::new(crate::analysis::words::merge_run(run))),
+        DeriveKey::Words { .. } => DerivedValue::ShownRun(Arc::new(crate::analysis::words::merge_run(run))),
+        // Without a decoder side only the encoder is shown (the view says why).
+        DeriveKey::Stack { stack, .. } => DerivedValue::ShownRun(Arc::new(
+            crate::analysis::stack::stack_run(run, *stack).unwrap_or_else(|_| run.clone()),
+        )),
         DeriveKey::HeadLines(lines) => {
             let computed;
             let m = if let Some(m) = matrices {
@@ -382,7 +395,7 @@ impl Derived {
     /// Forgets results of runs other than `view_id` (and word merges other than `source_ids`).
     pub fn retain_run(&mut self, view_id: u64, source_ids: &[u64]) {
         let keep = |key: &DeriveKey| match key {
-            DeriveKey::Words { source_id } => source_ids.contains(source_id),
+            DeriveKey::Words { source_id } | DeriveKey::Stack { source_id, .. } => source_ids.contains(source_id),
             other => other.view_id() == Some(view_id),
         };
         self.values.retain(|k, _| keep(k));
@@ -413,7 +426,8 @@ impl Deriver {
                     match job_rx.try_recv() {
                         Ok(job) => {
                             let replaced = queued.iter().position(|(k, _, _)| {
-                                k.kind() == job.0.kind() && !matches!(k, DeriveKey::Words { .. })
+                                // Runs A and B are both merged (or projected): never one for the other.
+                                k.kind() == job.0.kind() && k.view_id().is_some()
                             });
                             if let Some(i) = replaced {
                                 // Said, so the cache does not wait for it.

@@ -146,8 +146,10 @@ impl Views {
                     ui.spinner();
                     ui.label(if data.loading.is_some() {
                         "Loading the model…"
-                    } else if data.merging {
+                    } else if data.merging && settings.words {
                         "Merging word pieces into words…"
+                    } else if data.merging {
+                        "Taking the chosen attention…"
                     } else {
                         "Running the model…"
                     });

@@ -24,6 +24,17 @@ sleep 4 # model load + first run
 nudge() { for _ in $(seq "${1:-3}"); do xdotool mousemove_relative 1 0; sleep 0.15; xdotool mousemove_relative -- -1 0; sleep 0.15; done; }
 click() { xdotool mousemove "$1" "$2"; sleep 0.2; xdotool click 1; nudge 2; sleep "${3:-0.3}"; }
 shot() { sleep "${2:-1}"; nudge 4; import -window root "$OUT/$1.png"; echo "wrote $OUT/$1.png"; }
+# Restarts the app with these arguments (same window place and size).
+relaunch() {
+  kill "$APP" 2>/dev/null || true
+  sleep 1
+  "$BIN" "$@" >>"$APP_LOG" 2>&1 &
+  APP=$!
+  WID=$(xdotool search --sync --onlyvisible --name '^attnviz$' | head -1)
+  xdotool windowmove --sync "$WID" 0 0
+  xdotool windowsize --sync "$WID" 1360 860
+  xdotool windowfocus --sync "$WID"
+}
 
 # The sentence box has focus at launch: type into it, the views follow.
 xdotool key --delay 40 End BackSpace
@@ -129,14 +140,7 @@ shot neuron-deberta 2
 
 # SmolLM2 writing: the embedded language model continues a prompt (streamed, written tokens ✎),
 # then a step back to one written token: its lines pinned in the head view, its candidates as bars.
-kill "$APP" 2>/dev/null || true
-sleep 1
-"$BIN" --model smollm2 --text "The capital of France is" >>"$APP_LOG" 2>&1 &
-APP=$!
-WID=$(xdotool search --sync --onlyvisible --name '^attnviz$' | head -1)
-xdotool windowmove --sync "$WID" 0 0
-xdotool windowsize --sync "$WID" 1360 860
-xdotool windowfocus --sync "$WID"
+relaunch --model smollm2 --text "The capital of France is"
 sleep 6
 nudge 4
 click 316 76
@@ -146,3 +150,20 @@ shot smollm2-continue 2
 for _ in $(seq 15); do click 1110 181 0.2; done
 xdotool mousemove 1330 820
 shot smollm2-step 1
+
+# An encoder–decoder (the tiny random BART test fixture: no real translation model is needed
+# offline): a target typed in the Target box, Cross picked: target tokens on the left, source tokens
+# on the right; then one target token pinned, its lines and per-head bars over the source.
+relaunch --model "$PWD/tests/fixtures/models/tiny-bart" --text "The cat sat on the mat."
+sleep 4
+nudge 3
+click 770 64
+xdotool key ctrl+a
+xdotool type --delay 40 "Le chat est assis sur le tapis."
+sleep 1.5
+click 667 123 1
+xdotool mousemove 1300 800
+shot seq2seq-cross 1
+click 403 311
+xdotool mousemove 1300 800
+shot seq2seq-cross-pinned 1

@@ -217,6 +217,8 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
     let run = run.ok_or(ExportError::NoRun)?;
     let attention = &run.attention;
     let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.label(i)).collect();
+    let key_labels: Option<Vec<String>> =
+        run.key_tokens.as_ref().map(|keys| (0..keys.len()).map(|i| run.key_label(i)).collect());
     match figure {
         Figure::Heatmap { .. } => {
             let table = figure_table(Some(run), figure)?;
@@ -226,7 +228,11 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 (true, None) => title.push_str(" · grey: masked (causal)"),
                 (false, None) => {}
             }
-            let (rows, cols) = ("query (attending)", "key (attended to)");
+            let (rows, cols) = if run.key_tokens.is_some() {
+                ("target token (attending)", "source token (attended to)")
+            } else {
+                ("query (attending)", "key (attended to)")
+            };
             Ok(table_heatmap(&table, &title, Some((0.0, 1.0)), colormap, theme, scale, rows, cols))
         }
         Figure::HeadView { layer_idx, head_idxs, selected_token, threshold } => {
@@ -234,14 +240,15 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             for &h in head_idxs {
                 check("head", h, attention.heads())?;
             }
-            if let Some((_, pos)) = selected_token {
-                check("token", *pos, attention.seq_len())?;
+            if let Some((side, pos)) = selected_token {
+                check("token", *pos, if *side == Side::Key { attention.keys() } else { attention.seq_len() })?;
             }
             let title = format!("{} · layer {layer_idx}", run.display_name());
             Ok(render::head_view(&HeadViewSpec {
                 attention,
                 layer_idx: *layer_idx,
                 labels: &labels,
+                key_labels: key_labels.as_deref(),
                 heads: head_idxs,
                 selected_token: *selected_token,
                 threshold: *threshold,
@@ -329,7 +336,7 @@ fn neuron_breakdown(
     check("token", query_pos, a.seq_len())?;
     let neuron = run.neuron.as_ref().ok_or_else(|| {
         ExportError::Unavailable(
-            "the neuron view needs query and key vectors, which word-level runs do not have".into(),
+            "the neuron view needs query and key vectors, which word-level runs and the decoder side of an encoder–decoder do not have".into(),
         )
     })?;
     Ok(neuron.breakdown(a, layer_idx, head_idx, query_pos, |j| run.is_masked(query_pos, j)))
@@ -414,6 +421,8 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
     let run = run.ok_or(ExportError::NoRun)?;
     let a = &run.attention;
     let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.label(i)).collect();
+    let key_labels: Vec<String> = (0..a.keys()).map(|i| run.key_label(i)).collect();
+    let cross = !a.is_square();
     let check_heads = |layer_idx: usize, head_idxs: &[usize]| -> Result<(), ExportError> {
         check("layer", layer_idx, a.layers())?;
         if head_idxs.is_empty() {
@@ -428,10 +437,10 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
             check_heads(*layer_idx, head_idxs)?;
             let values = run.shown_mean(*layer_idx, head_idxs);
             let title = format!("{} · layer {layer_idx} · {}", run.display_name(), heads_text(head_idxs));
-            Ok(Table { title, row_labels: labels.clone(), col_labels: labels, values })
+            Ok(Table { title, row_labels: labels, col_labels: key_labels, values })
         }
         Figure::Stats(stat) => {
-            let stats = HeadStats::compute(a, &run.tokens);
+            let stats = HeadStats::compute(a, run.keys());
             let title = format!("{} · {} per head: {}", run.display_name(), stat.label(), stat.description());
             Ok(Table {
                 title,
@@ -441,6 +450,9 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
             })
         }
         Figure::Rollout { layer_idx, head_idxs, flow } => {
+            if cross {
+                return Err(ExportError::Unavailable(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL.into()));
+            }
             check_heads(*layer_idx, head_idxs)?;
             let (what, values) = match flow {
                 Some(values) if values.len() == n * n => ("Attention flow", values.to_vec()),
@@ -454,6 +466,11 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
         Figure::Compare { layer_idx, head_idxs, other, .. } => {
             let b = &other.0;
             check_heads(*layer_idx, head_idxs)?;
+            if cross || !b.attention.is_square() {
+                return Err(ExportError::Unavailable(
+                    "the difference of cross-attention is not offered: show A and B side by side".into(),
+                ));
+            }
             let bt = &b.attention;
             if bt.layers() <= *layer_idx || head_idxs.iter().any(|&h| h >= bt.heads()) {
                 return Err(ExportError::Unavailable(format!(
@@ -516,7 +533,7 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
 pub fn export_table(run: Option<&Run>, figure: &Figure, path: &Path) -> Result<(), ExportError> {
     let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     if let (Figure::Stats(_), Some(run)) = (figure, run) {
-        let stats = HeadStats::compute(&run.attention, &run.tokens);
+        let stats = HeadStats::compute(&run.attention, run.keys());
         let bytes = match ext.as_str() {
             "csv" => Some(stats.to_csv().into_bytes()),
             "json" => {
@@ -601,4 +618,39 @@ pub fn export_png(run: Option<&Run>, figure: &Figure, style: Style, path: &Path)
     let bytes = png_bytes(&image)?;
     crate::atomic::write_bytes_atomic(path, &bytes)?;
     Ok(image.dimensions())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::stack::{CROSS_ROLLOUT_REFUSAL, Stack, fixture::seq2seq_run, stack_run};
+
+    #[test]
+    fn cross_attention_tables_have_target_rows_and_source_columns_and_rollout_is_refused() {
+        let run = stack_run(&seq2seq_run(), Stack::Cross).unwrap();
+        let table = figure_table(Some(&run), &Figure::Heatmap { layer_idx: 1, head_idxs: vec![0] }).unwrap();
+        assert_eq!(table.row_labels, ["</s>", "Hallo"]);
+        assert_eq!(table.col_labels, ["<s>", "Hello", "</s>"]);
+        assert_eq!(table.values, seq2seq_run().decoder.unwrap().cross.head(1, 0));
+        let rollout = Figure::Rollout { layer_idx: 0, head_idxs: vec![0], flow: None };
+        let err = figure_table(Some(&run), &rollout).unwrap_err().to_string();
+        assert_eq!(err, CROSS_ROLLOUT_REFUSAL);
+        assert!(render_figure(Some(&run), &rollout, Style::default()).is_err());
+        // Every other figure draws, with the key side's own labels.
+        for figure in [
+            Figure::HeadView {
+                layer_idx: 0,
+                head_idxs: vec![0, 1],
+                selected_token: Some((Side::Key, 2)),
+                threshold: 0.0,
+            },
+            Figure::Heatmap { layer_idx: 0, head_idxs: vec![0, 1] },
+            Figure::ModelGrid,
+            Figure::Stats(Statistic::Entropy),
+        ] {
+            render_figure(Some(&run), &figure, Style::default()).unwrap();
+        }
+        let stats = figure_table(Some(&run), &Figure::Stats(Statistic::SelfToken)).unwrap();
+        assert!(stats.values.iter().all(|v| v.is_nan()), "self is not defined across two sequences");
+    }
 }

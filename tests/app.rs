@@ -1420,3 +1420,139 @@ fn stop_keeps_what_was_written() {
     assert_eq!(run.tokens.len(), run.prompt_len.unwrap() + g.written, "what was written stays");
     assert!(h.state().session.status.as_ref().is_some_and(|s| s.text.contains("stopped")));
 }
+
+fn tiny_bart() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-bart")
+}
+
+/// Opens tiny-bart on `source`, with no target yet.
+fn seq2seq_app(source: &str) -> Harness<'static, AttnvizApp> {
+    let mut h = harness_with(
+        Startup { model_dir: Some(tiny_bart()), text: Some(source.into()), text_pair: None, hf_cache: None },
+        None,
+    );
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
+    h
+}
+
+/// Clicks the stack switch's button `label` and waits for what it shows.
+fn pick_stack(h: &mut Harness<'static, AttnvizApp>, label: &str) {
+    h.get_by_label(label).click();
+    settled(h);
+}
+
+#[test]
+fn encoder_decoder_target_box_switches_encoder_decoder_cross_and_exports_the_cross_head_view() {
+    use attnviz::analysis::Stack;
+    let mut h = seq2seq_app("The cat sat on the mat.");
+    let source = tokens(&h);
+    // Without a target: the encoder alone, and the view says so (also when Cross is picked).
+    assert!(h.query_by_label_contains("Encoder alone").is_some());
+    pick_stack(&mut h, "Cross");
+    assert_eq!(h.state().settings.stack, Stack::Cross);
+    assert_eq!(tokens(&h), source);
+    assert!(h.state().session.run.as_ref().unwrap().key_tokens.is_none());
+    pick_stack(&mut h, "Encoder");
+    // Typing a target re-runs with the decoder side.
+    h.get_by_label("Target").click();
+    h.run_steps(1);
+    h.get_by_label("Target").type_text("Le chat.");
+    wait_until(&mut h, "the run with a target", |a| a.view_data().stack_note.is_none() && !a.is_busy());
+    settled(&mut h);
+    assert_eq!(h.state().settings.target, "Le chat.");
+    assert!(h.query_by_label_contains("Encoder alone").is_none());
+    assert_eq!(tokens(&h), source, "the encoder's tokens are the source");
+    assert!(h.query_by_label(&format!("key 1: {}", attnviz::analysis::tokens::pretty_label(&source[1]))).is_some());
+
+    // Decoder: the target's tokens (the start token first), causal.
+    pick_stack(&mut h, "Decoder");
+    let run = h.state().session.run.clone().unwrap();
+    let target = run.tokens.tokens.clone();
+    assert_ne!(target, source);
+    assert!(run.causal && run.key_tokens.is_none() && run.model_name.contains("decoder self-attention"));
+    assert_eq!(h.state().view_data().stack, Some(Stack::Decoder));
+    assert!(h.query_by_label(&format!("query 1: {}", run.label(1))).is_some());
+
+    // Cross: target tokens on the left (queries), source tokens on the right (keys).
+    pick_stack(&mut h, "Cross");
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(run.tokens.tokens, target);
+    assert_eq!(run.keys().tokens, source);
+    assert_eq!((run.attention.seq_len(), run.attention.keys()), (target.len(), source.len()));
+    let last_key = source.len() - 1;
+    assert!(h.query_by_label(&format!("key {last_key}: {}", run.key_label(last_key))).is_some());
+    assert!(h.query_by_label(&format!("query {last_key}: {}", run.key_label(last_key))).is_none());
+    assert!(h.query_by_label(&format!("query 1: {}", run.label(1))).is_some());
+    // A source token pinned on the key side: only its lines.
+    h.get_by_label(&format!("key {last_key}: {}", run.key_label(last_key))).click();
+    h.run_steps(2);
+    assert_eq!(h.state().session.pinned, Some((Side::Key, last_key)));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cross head view.png");
+    export_through_dialog(&mut h, &path);
+    assert_png_matches_figure(&h, &path);
+    // The heatmap labels target rows and source columns.
+    h.get_by_label("Heatmap").click();
+    settled(&mut h);
+    let cache = &h.state().views.heatmap;
+    assert_eq!((cache.keep.len(), cache.keep_keys.len()), (target.len(), source.len()));
+    assert!(h.query_by_label_contains("rows: target tokens · columns: source tokens").is_some());
+    // Rollout (and flow) are not defined for cross-attention: the view says so instead of drawing,
+    // nothing is computed, and an export is refused with the reason.
+    h.state_mut().settings.rollout_mode = attnviz::app::state::RolloutMode::Flow;
+    h.get_by_label("Rollout / flow").click();
+    settled(&mut h);
+    assert!(h.query_by_label_contains("not defined for cross-attention").is_some());
+    assert!(h.state().session.flow.is_none() && h.state().session.flow_pending.is_none());
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    retype(&mut h, "Export path", dir.path().join("rollout.png").to_str().unwrap());
+    h.state_mut().session.status = None;
+    h.get_by_label("Save").click();
+    wait_until(&mut h, "the refused export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    let status = h.state().session.status.clone().unwrap();
+    assert!(status.is_error && status.text.contains("not defined for cross-attention"), "{status:?}");
+    assert!(!dir.path().join("rollout.png").exists());
+    h.key_press(Key::Escape);
+    h.run_steps(2);
+    assert!(!h.state().views.export.open);
+    // Statistics and the model view say which stack they are about.
+    h.get_by_label("Head statistics").click();
+    settled(&mut h);
+    assert!(h.query_by_label_contains("Statistics of the cross-attention").is_some());
+    h.get_by_label("Model view").click();
+    settled(&mut h);
+    assert!(h.query_by_label_contains("All layers × heads of the cross-attention").is_some());
+    // Back to the encoder: the source again, remembered as a setting.
+    pick_stack(&mut h, "Encoder");
+    assert_eq!(tokens(&h), source);
+    assert_eq!(h.state().settings.stack, Stack::Encoder);
+}
+
+#[test]
+fn translate_fills_the_target_greedily_and_streams_it_into_the_views() {
+    let source = "The cat sat on the mat.";
+    let mut h = seq2seq_app(source);
+    // Both buttons (beside the Target box and in the panel) ask for as many tokens.
+    h.state_mut().views.generation.max_new = attnviz::app::views::input_bar::TRANSLATE_TOKENS;
+    h.get_all_by_label("Translate ▶").next().unwrap().click();
+    wait_until(&mut h, "the translation", |a| a.session.generation.as_ref().is_some_and(|g| g.finished.is_some()));
+    settled(&mut h);
+    let g = h.state().session.generation.clone().expect("the translation stays: no re-run of the filled target");
+    assert!(g.error.is_none(), "{:?}", g.error);
+    // What transformers' greedy generate writes (the library's translate, checked by the parity tests).
+    let model = attnviz::model::LoadedModel::load(&tiny_bart()).unwrap();
+    let want = attnviz::model::generate::translate(&model, source, 64, 8, |_| true).unwrap();
+    let want_ids = &want.run.decoder.as_ref().unwrap().tokens.ids;
+    assert_eq!(g.written, want_ids.len() - 1);
+    assert_eq!(g.steps.len(), g.written);
+    assert_eq!(h.state().settings.target, model.tokenizer.decode(&want_ids[1..]));
+    // The decoder side shows the written tokens, marked ✎ after the start token.
+    h.get_by_label("Decoder").click();
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(&run.tokens.ids, want_ids);
+    assert!(run.label(1).starts_with('✎') && !run.label(0).starts_with('✎'));
+    assert!(h.state().session.generation.is_some());
+}

@@ -816,3 +816,61 @@ fn the_neuron_figure_of_a_rotary_model_says_q_and_k_are_rotated() {
     export(&png);
     assert!(image::open(&png).is_ok());
 }
+
+#[test]
+fn export_stack_cross_labels_target_rows_and_source_columns_and_refuses_rollout() {
+    let model = fixture("tiny-bart");
+    let model = model.to_str().unwrap();
+    let dir = tmp();
+    let (source, target) = ("The cat sat on the mat.", "Le chat.");
+    let dump = dir.path().join("three.json");
+    let out = attnviz(&["dump", "--model", model, "--text", source, "--target", target, "-o", dump.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let d: serde_json::Value = serde_json::from_slice(&std::fs::read(&dump).unwrap()).unwrap();
+    // The heatmap's numbers: target tokens as rows, source tokens as columns, the cross head's values.
+    let json = dir.path().join("cross.json");
+    let export = |stack: &str, view: &str, path: &Path, with_target: bool| {
+        let mut args = vec!["export", "--model", model, "--text", source, "--stack", stack, "--view", view];
+        if with_target {
+            args.extend(["--target", target]);
+        }
+        args.extend(["--layer", "1", "--head", "2", "-o", path.to_str().unwrap()]);
+        attnviz(&args)
+    };
+    let out = export("cross", "heatmap", &json, true);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (rows, cols) = (t["row_labels"].as_array().unwrap(), t["col_labels"].as_array().unwrap());
+    assert_eq!(rows.len(), d["target_tokens"].as_array().unwrap().len());
+    assert_eq!(cols.len(), d["tokens"].as_array().unwrap().len());
+    assert_ne!(rows.len(), cols.len(), "the fixture's source and target differ in length");
+    // The cross head, target × source (the export writes f32 values widened to f64).
+    let as_f32 = |v: &serde_json::Value| -> Vec<Vec<f32>> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+            .collect()
+    };
+    assert_eq!(as_f32(&t["values"]), as_f32(&d["cross_attentions"][1][2]));
+    assert!(t["title"].as_str().unwrap().contains("cross-attention"), "{}", t["title"]);
+    // The head view as PNG decodes.
+    let png = dir.path().join("cross.png");
+    let out = export("cross", "heads", &png, true);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let image = image::open(&png).unwrap();
+    assert!(image.width() > 100 && image.height() > 100);
+    // Decoder self-attention is causal: the masked cells are null.
+    let out = export("decoder", "heatmap", &json, true);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(t["values"][0][1].is_null() && t["values"][1][0].is_number());
+    // Cross-attention rollout is not defined: refused with the reason, nothing written.
+    let refused = dir.path().join("rollout.png");
+    assert_error(&export("cross", "rollout", &refused, true), "not defined for cross-attention");
+    assert_error(&export("cross", "flow", &refused, true), "not defined for cross-attention");
+    assert!(!refused.exists());
+    // The decoder and cross-attention need a target.
+    assert_error(&export("cross", "heads", &refused, false), "--stack cross needs --target");
+    assert!(!refused.exists());
+}

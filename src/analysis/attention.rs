@@ -19,12 +19,14 @@ pub struct ShapeError {
 /// Layers × heads × queries × keys matrices (row-major, rows are queries), all `f32`.
 ///
 /// Used for attention probabilities (every row sums to 1) and, with the same layout, for the
-/// pre-softmax scaled scores.
+/// pre-softmax scaled scores. Queries and keys are the same tokens except for an encoder–decoder's
+/// cross-attention ([`Self::rectangular`]: target queries over source keys).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Attention {
     layers: usize,
     heads: usize,
     seq_len: usize,
+    keys: usize,
     data: Vec<f32>,
 }
 
@@ -40,7 +42,28 @@ impl Attention {
                 got: data.len(),
             });
         }
-        Ok(Self { layers, heads, seq_len, data })
+        Ok(Self { layers, heads, seq_len, keys: seq_len, data })
+    }
+
+    /// Wraps `data` laid out as `[layer][head][query][key]` with `queries` rows and `keys`
+    /// columns (cross-attention: target tokens over source tokens).
+    pub fn rectangular(
+        layers: usize,
+        heads: usize,
+        queries: usize,
+        keys: usize,
+        data: Vec<f32>,
+    ) -> Result<Self, ShapeError> {
+        let expected = layers * heads * queries * keys;
+        if data.len() != expected {
+            return Err(ShapeError {
+                what: "attention",
+                shape: format!("{layers}×{heads}×{queries}×{keys}"),
+                expected,
+                got: data.len(),
+            });
+        }
+        Ok(Self { layers, heads, seq_len: queries, keys, data })
     }
 
     /// Number of layers.
@@ -53,9 +76,19 @@ impl Attention {
         self.heads
     }
 
-    /// Number of tokens (queries = keys).
+    /// Number of query tokens (rows); also the number of keys unless [`Self::is_square`] is false.
     pub fn seq_len(&self) -> usize {
         self.seq_len
+    }
+
+    /// Number of key tokens (columns).
+    pub fn keys(&self) -> usize {
+        self.keys
+    }
+
+    /// Whether queries and keys are the same tokens (self-attention).
+    pub fn is_square(&self) -> bool {
+        self.seq_len == self.keys
     }
 
     /// All values, `[layer][head][query][key]`.
@@ -63,16 +96,16 @@ impl Attention {
         &self.data
     }
 
-    /// One head's `seq_len × seq_len` matrix, row-major with queries as rows.
+    /// One head's `seq_len × keys` matrix, row-major with queries as rows.
     pub fn head(&self, layer_idx: usize, head_idx: usize) -> &[f32] {
-        let n2 = self.seq_len * self.seq_len;
+        let n2 = self.seq_len * self.keys;
         let start = (layer_idx * self.heads + head_idx) * n2;
         &self.data[start..start + n2]
     }
 
     /// The weights one query gives to every key.
     pub fn row(&self, layer_idx: usize, head_idx: usize, query_pos: usize) -> &[f32] {
-        let n = self.seq_len;
+        let n = self.keys;
         &self.head(layer_idx, head_idx)[query_pos * n..(query_pos + 1) * n]
     }
 
@@ -83,7 +116,7 @@ impl Attention {
 
     /// Mean over `head_idxs` of one layer's matrices (zeros when the list is empty).
     pub fn mean_of_heads(&self, layer_idx: usize, head_idxs: &[usize]) -> Vec<f32> {
-        let mut out = vec![0.0f32; self.seq_len * self.seq_len];
+        let mut out = vec![0.0f32; self.seq_len * self.keys];
         if head_idxs.is_empty() {
             return out;
         }
@@ -104,7 +137,7 @@ impl Attention {
         (0..self.layers)
             .map(|l| {
                 (0..self.heads)
-                    .map(|h| self.head(l, h).chunks(self.seq_len.max(1)).map(<[f32]>::to_vec).collect())
+                    .map(|h| self.head(l, h).chunks(self.keys.max(1)).map(<[f32]>::to_vec).collect())
                     .collect()
             })
             .collect()
@@ -117,11 +150,11 @@ impl Attention {
 
     /// Largest `|1 - row sum|` over all rows (0 for perfect probabilities).
     pub fn max_row_sum_error(&self) -> f32 {
-        if self.seq_len == 0 {
+        if self.keys == 0 {
             return 0.0;
         }
         self.data
-            .chunks(self.seq_len)
+            .chunks(self.keys)
             .map(|row| (row.iter().map(|&v| f64::from(v)).sum::<f64>() - 1.0).abs() as f32)
             .fold(0.0, f32::max)
     }
@@ -150,7 +183,7 @@ impl serde::Serialize for Nested<'_> {
         impl serde::Serialize for Heads<'_> {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 let a = self.0;
-                serializer.collect_seq((0..a.heads).map(|h| Rows(a.head(self.1, h), a.seq_len)))
+                serializer.collect_seq((0..a.heads).map(|h| Rows(a.head(self.1, h), a.keys)))
             }
         }
         let a = self.0;
@@ -232,6 +265,16 @@ mod tests {
         let a = two_heads();
         assert_eq!(a.mean_of_heads(0, &[0, 1]), vec![0.375, 0.625, 0.5, 0.5]);
         assert_eq!(a.max_row_sum_error(), 0.0);
+    }
+
+    #[test]
+    fn rectangular_rows_are_queries_and_columns_keys() {
+        let a = Attention::rectangular(1, 1, 2, 3, vec![0.5, 0.25, 0.25, 0.0, 0.0, 1.0]).unwrap();
+        assert!(!a.is_square() && a.seq_len() == 2 && a.keys() == 3);
+        assert_eq!(a.row(0, 0, 1), &[0.0, 0.0, 1.0]);
+        assert_eq!(a.max_row_sum_error(), 0.0);
+        assert_eq!(serde_json::to_string(&a.nested()).unwrap(), "[[[[0.5,0.25,0.25],[0.0,0.0,1.0]]]]");
+        assert!(Attention::rectangular(1, 1, 2, 3, vec![0.0; 5]).is_err());
     }
 
     #[test]

@@ -107,6 +107,9 @@ pub struct Run {
     /// For an encoder–decoder run with a target: the decoder's side (`tokens` and `attention`
     /// above are the encoder's).
     pub decoder: Option<super::DecoderRun>,
+    /// For a cross-attention run ([`super::stack::stack_run`]): the tokens attended to (the
+    /// source; the columns), when they are not `tokens` (the target; the rows).
+    pub key_tokens: Option<Tokens>,
 }
 
 impl Run {
@@ -122,6 +125,20 @@ impl Run {
         if self.is_generated(pos) { format!("✎{label}") } else { label }
     }
 
+    /// The label views draw for key (column) `pos`: the source token of a cross-attention run,
+    /// else [`Self::label`].
+    pub fn key_label(&self, pos: usize) -> String {
+        match &self.key_tokens {
+            Some(keys) => keys.label(pos),
+            None => self.label(pos),
+        }
+    }
+
+    /// The key (column) tokens: the source of a cross-attention run, else `tokens`.
+    pub fn keys(&self) -> &Tokens {
+        self.key_tokens.as_ref().unwrap_or(&self.tokens)
+    }
+
     /// Whether token `pos` was written by the model (after the prompt of a generation).
     pub fn is_generated(&self, pos: usize) -> bool {
         self.prompt_len.is_some_and(|p| pos >= p)
@@ -134,7 +151,7 @@ impl Run {
 
     /// A copy of an `n × n` matrix of this run with the masked cells as NaN.
     pub fn masked(&self, matrix: &[f32]) -> Vec<f32> {
-        let n = self.attention.seq_len();
+        let n = self.attention.keys();
         let mut out = matrix.to_vec();
         if self.has_mask() {
             for (q, row) in out.chunks_mut(n.max(1)).enumerate() {

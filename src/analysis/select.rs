@@ -54,12 +54,23 @@ pub fn visible_tokens(tokens: &Tokens, hide_special: bool) -> Vec<usize> {
 /// The rows and columns `keep` of an `n × n` matrix; when `renormalise`, each row is divided by its
 /// sum so it sums to 1 again (a row that kept nothing stays zero).
 pub fn submatrix(matrix: &[f32], n: usize, keep: &[usize], renormalise: bool) -> Vec<f32> {
-    let m = keep.len();
-    let mut out = Vec::with_capacity(m * m);
-    for &q in keep {
-        let row = &matrix[q * n..(q + 1) * n];
+    submatrix_rect(matrix, n, keep, keep, renormalise)
+}
+
+/// The rows `keep_rows` and columns `keep_cols` of a matrix with `cols` columns (cross-attention:
+/// target rows, source columns), rows renormalised as in [`submatrix`].
+pub fn submatrix_rect(
+    matrix: &[f32],
+    cols: usize,
+    keep_rows: &[usize],
+    keep_cols: &[usize],
+    renormalise: bool,
+) -> Vec<f32> {
+    let mut out = Vec::with_capacity(keep_rows.len() * keep_cols.len());
+    for &q in keep_rows {
+        let row = &matrix[q * cols..(q + 1) * cols];
         let start = out.len();
-        out.extend(keep.iter().map(|&k| row[k]));
+        out.extend(keep_cols.iter().map(|&k| row[k]));
         if renormalise {
             let sum: f32 = out[start..].iter().sum();
             if sum > 0.0 {
@@ -123,8 +134,49 @@ pub fn downsample_max(matrix: &[f32], n: usize, size: usize) -> (Vec<f32>, usize
     (out, size)
 }
 
+/// A `rows × cols` matrix as a square picture of at most `size × size` cells (a model-view
+/// thumbnail of cross-attention): each cell the maximum of the block it covers, rows or columns
+/// repeated where there are fewer than cells. Returns the cells and the side.
+pub fn square_max(matrix: &[f32], rows: usize, cols: usize, size: usize) -> (Vec<f32>, usize) {
+    if rows == cols {
+        return downsample_max(matrix, rows, size);
+    }
+    let side = rows.max(cols).min(size.max(1));
+    if rows == 0 || cols == 0 {
+        return (Vec::new(), 0);
+    }
+    // The source range of output index `o` along an axis of `n` items.
+    let span = |o: usize, n: usize| {
+        let lo = o * n / side;
+        lo..((o + 1) * n / side).max(lo + 1).min(n)
+    };
+    let mut out = vec![f32::NAN; side * side];
+    for oq in 0..side {
+        for ok in 0..side {
+            let cell = &mut out[oq * side + ok];
+            for q in span(oq, rows) {
+                for k in span(ok, cols) {
+                    *cell = cell.max(matrix[q * cols + k]);
+                }
+            }
+        }
+    }
+    (out, side)
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn rectangular_pictures_and_submatrices_keep_rows_and_columns_apart() {
+        let m = [0.1, 0.2, 0.7, 0.5, 0.5, 0.0];
+        assert_eq!(super::submatrix_rect(&m, 3, &[1], &[0, 2], false), vec![0.5, 0.0]);
+        let (cells, side) = super::square_max(&m, 2, 3, 128);
+        assert_eq!(side, 3);
+        // Row 0 of 2 covers output rows 0 (and row 1 covers 1–2); columns map one to one.
+        assert_eq!(&cells[..3], &[0.1, 0.2, 0.7]);
+        assert_eq!(&cells[6..], &[0.5, 0.5, 0.0]);
+    }
 
     #[test]
     fn a_sliding_window_masks_keys_too_far_back_as_well_as_later_ones() {

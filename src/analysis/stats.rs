@@ -115,11 +115,15 @@ pub struct StatsRow {
 }
 
 impl HeadStats {
-    /// Computes every statistic of every head, averaging over all query rows.
+    /// Computes every statistic of every head, averaging over all query rows; `tokens` are the
+    /// keys (the source, for cross-attention, where the shares to the token itself and its
+    /// neighbours are not defined and are NaN).
     pub fn compute(attention: &Attention, tokens: &Tokens) -> Self {
         let n = attention.seq_len();
-        let cls: Vec<bool> = (0..n).map(|i| tokens.special[i] && i == 0).collect();
-        let sep: Vec<bool> = (0..n).map(|i| tokens.special[i] && i != 0).collect();
+        let keys = attention.keys().min(tokens.len());
+        let square = attention.is_square();
+        let cls: Vec<bool> = (0..keys).map(|i| tokens.special[i] && i == 0).collect();
+        let sep: Vec<bool> = (0..keys).map(|i| tokens.special[i] && i != 0).collect();
         let punct: Vec<bool> = tokens.tokens.iter().map(|t| is_punctuation(t)).collect();
         let mut values = Vec::with_capacity(attention.layers() * attention.heads());
         for l in 0..attention.layers() {
@@ -142,9 +146,13 @@ impl HeadStats {
                     sums[1] += share(&cls);
                     sums[2] += share(&sep);
                     sums[3] += share(&punct);
-                    sums[4] += f64::from(row[q]);
-                    sums[5] += if q > 0 { f64::from(row[q - 1]) } else { 0.0 };
-                    sums[6] += if q + 1 < n { f64::from(row[q + 1]) } else { 0.0 };
+                    if square {
+                        sums[4] += f64::from(row[q]);
+                        sums[5] += if q > 0 { f64::from(row[q - 1]) } else { 0.0 };
+                        sums[6] += if q + 1 < n { f64::from(row[q + 1]) } else { 0.0 };
+                    } else {
+                        sums[4..].fill(f64::NAN);
+                    }
                 }
                 let count = n.max(1) as f64;
                 values.push(sums.map(|s| (s / count) as f32));

@@ -154,6 +154,7 @@ pub fn merge_run(run: &Run) -> Run {
         prompt_len: run.prompt_len.map(|p| spans.iter().take_while(|s| s.end <= p).count()),
         // Word merging covers the source; the decoder side stays at token level.
         decoder: run.decoder.clone(),
+        key_tokens: None,
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
 
-use crate::analysis::Run;
+use crate::analysis::{Run, Stack};
 use crate::export::{Figure, Style, export_png};
 use crate::model::default_model_dir;
 use crate::model::hub::CachedModel;
@@ -59,8 +59,11 @@ struct TokenRun {
     run: Arc<Run>,
 }
 
-/// What a run is of: sentence A, sentence B, the model.
-type RunInput = (String, Option<String>, RunSpec);
+/// What a run is of: sentence A, sentence B, an encoder–decoder's target, the model.
+type RunInput = (String, Option<String>, Option<String>, RunSpec);
+
+/// Said above every view when an encoder–decoder has no target yet.
+pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no target yet. Type a Target (or press      Translate) to see the decoder's self-attention and its cross-attention to the source.";
 
 /// The model a run of `settings` uses (`playground`: the last valid playground hyperparameters).
 fn run_spec(settings: &Settings, playground: &PlaygroundConfig) -> RunSpec {
@@ -92,19 +95,20 @@ pub struct Session {
     token_run: Option<TokenRun>,
     /// Changes whenever `run` does (a new run, or the word toggle): what view caches key on.
     pub view_id: u64,
-    /// What `run` was made from: the token run's id and the word toggle (None while merging).
-    shown_from: Option<(u64, bool)>,
+    /// What `run` was made from: the token run's id, the word toggle and the stack (None while
+    /// merging).
+    shown_from: Option<(u64, bool, Stack)>,
     /// The comparison's run B as the views show it (merged into words with the toggle).
     pub run_b: Option<Arc<Run>>,
     /// Run B as it came.
     token_run_b: Option<TokenRun>,
     /// What `run_b` was made from.
-    shown_b_from: Option<(u64, bool)>,
+    shown_b_from: Option<(u64, bool, Stack)>,
     /// Id of run B shown, and of the newest asked for.
     pub compare_id: u64,
     /// Newest comparison requested.
     pub requested_compare_id: u64,
-    requested_compare: Option<(String, Option<String>, RunSpec)>,
+    requested_compare: Option<RunInput>,
     /// Why run B failed, or why there is none.
     pub compare_error: Option<String>,
     /// Attention flow computed in the background.
@@ -155,9 +159,19 @@ impl Session {
         if self.run.is_none() || self.run_error.is_some() {
             return true;
         }
-        let wanted =
-            (settings.text.clone(), settings.pair().map(str::to_string), run_spec(settings, &self.playground_active));
+        let wanted = (
+            settings.text.clone(),
+            settings.pair().map(str::to_string),
+            self.run_target(settings),
+            run_spec(settings, &self.playground_active),
+        );
         self.shown_input.as_ref() == Some(&wanted)
+    }
+
+    /// The target the next run's decoder reads: the Target box, for a loaded encoder–decoder.
+    fn run_target(&self, settings: &Settings) -> Option<String> {
+        let seq2seq = self.model.as_ref().is_some_and(|m| m.seq2seq) && settings.source == Source::Pretrained;
+        (seq2seq && !settings.target.trim().is_empty()).then(|| settings.target.clone())
     }
 }
 
@@ -182,7 +196,7 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         compare_error: s.compare_error.as_deref(),
         run_error: s.run_error.as_deref(),
         run_pending: s.requested_run_id > s.run_id,
-        merging: settings.words && s.run.is_none() && s.token_run.is_some(),
+        merging: s.run.is_none() && s.token_run.is_some(),
         inference_ms: s.inference_ms,
         model: s.model.as_ref(),
         loading: s.loading.as_deref(),
@@ -196,6 +210,19 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         frame_ms: s.frame_ms,
         derived: &s.derived,
         generation: s.generation.as_ref(),
+        stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
+            let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
+            if has_target { settings.stack } else { Stack::Encoder }
+        }),
+        stack_note: s
+            .token_run
+            .as_ref()
+            .filter(|t| {
+                t.run.decoder.is_none()
+                    && settings.source == Source::Pretrained
+                    && s.model.as_ref().is_some_and(|m| m.seq2seq)
+            })
+            .map(|_| NO_TARGET_NOTE),
     }
 }
 
@@ -339,14 +366,21 @@ impl AttnvizApp {
         if self.session.model.is_none() && matches!(spec, RunSpec::Pretrained(_)) {
             return;
         }
-        let input = (self.settings.text.clone(), self.settings.pair().map(str::to_string), spec);
+        let target = self.session.run_target(&self.settings);
+        let input = (self.settings.text.clone(), self.settings.pair().map(str::to_string), target, spec);
         if self.session.requested_input.as_ref() == Some(&input) {
             return;
         }
         let id = self.next_id();
         self.stop_generation(true);
         self.session.requested_run_id = id;
-        self.session.worker.send(Job::Run { id, text: input.0.clone(), pair: input.1.clone(), spec: input.2.clone() });
+        self.session.worker.send(Job::Run {
+            id,
+            text: input.0.clone(),
+            pair: input.1.clone(),
+            target: input.2.clone(),
+            spec: input.3.clone(),
+        });
         self.session.in_flight.push((id, input.clone()));
         self.session.requested_input = Some(input);
     }
@@ -364,7 +398,7 @@ impl AttnvizApp {
 
     /// Lets the loaded model continue the text by `max_new` tokens, streamed into the views.
     fn start_generation(&mut self, max_new: usize) {
-        let can = self.session.model.as_ref().is_some_and(|m| m.can_generate);
+        let can = self.session.model.as_ref().is_some_and(|m| m.can_generate || m.can_translate);
         if !can || self.settings.source != Source::Pretrained || max_new == 0 {
             return;
         }
@@ -384,15 +418,27 @@ impl AttnvizApp {
         self.session.worker.send(Job::Generate { id, text: self.settings.text.clone(), max_new, stop });
     }
 
+    /// Puts what a translation wrote in the Target box without running the model again: the shown
+    /// run (the translation's) is already the run of that target.
+    fn adopt_target(&mut self, target: String) {
+        self.settings.target = target;
+        let wanted = self.session.run_target(&self.settings);
+        for input in [&mut self.session.requested_input, &mut self.session.shown_input].into_iter().flatten() {
+            input.2.clone_from(&wanted);
+        }
+    }
+
     /// What run B of the comparison is (None: nothing to compare, with the reason).
-    fn compare_input(&self) -> Result<(String, Option<String>, RunSpec), String> {
+    fn compare_input(&self) -> Result<RunInput, String> {
         let pair = self.settings.pair().map(str::to_string);
+        // B is read with the same target: its decoder and cross-attention compare too.
+        let target = self.session.run_target(&self.settings);
         match self.settings.compare.source {
             CompareSource::Sentence => {
                 if self.settings.compare.text_b.trim().is_empty() {
                     return Err("Type sentence B above to compare.".into());
                 }
-                Ok((self.settings.compare.text_b.clone(), None, self.run_spec()))
+                Ok((self.settings.compare.text_b.clone(), None, target, self.run_spec()))
             }
             CompareSource::Interventions => {
                 if self.settings.source == Source::Playground {
@@ -403,10 +449,15 @@ impl AttnvizApp {
                                 (ablate a head, temperature, …) to compare it with the faithful model."
                         .into());
                 }
-                Ok((self.settings.text.clone(), pair, RunSpec::Pretrained(crate::model::Interventions::default())))
+                Ok((
+                    self.settings.text.clone(),
+                    pair,
+                    target,
+                    RunSpec::Pretrained(crate::model::Interventions::default()),
+                ))
             }
             CompareSource::Model => match &self.settings.compare.model_b {
-                Some(dir) => Ok((self.settings.text.clone(), pair, RunSpec::Folder(dir.clone()))),
+                Some(dir) => Ok((self.settings.text.clone(), pair, target, RunSpec::Folder(dir.clone()))),
                 None => Err("Choose a second model folder above (it must use the same tokenizer).".into()),
             },
         }
@@ -432,7 +483,7 @@ impl AttnvizApp {
                 if self.session.requested_compare.as_ref() == Some(&input) {
                     return;
                 }
-                if self.session.model.is_none() && !matches!(input.2, RunSpec::Playground(_)) {
+                if self.session.model.is_none() && !matches!(input.3, RunSpec::Playground(_)) {
                     return;
                 }
                 let id = self.next_id();
@@ -442,25 +493,25 @@ impl AttnvizApp {
                     id,
                     text: input.0.clone(),
                     pair: input.1.clone(),
-                    spec: input.2.clone(),
+                    target: input.2.clone(),
+                    spec: input.3.clone(),
                 });
                 self.session.requested_compare = Some(input);
             }
         }
     }
 
-    /// Keeps the shown runs in step with the model's runs and the word toggle. Word merges are
-    /// computed on the derive thread; until one is ready, no run is shown (the view says "merging").
+    /// Keeps the shown runs in step with the model's runs, the word toggle and the stack. Word
+    /// merges and an encoder–decoder's stacks are taken on the derive thread; until one is ready,
+    /// no run is shown (the view says so).
     fn sync_view_runs(&mut self) {
         let words = self.settings.words;
+        let stack = self.settings.stack;
         let s = &mut self.session;
-        let wanted = s.token_run.as_ref().map(|t| (t.source_id, words));
+        // The decoder's side is shown at token level (word pieces are merged on the source only).
+        let wanted = s.token_run.as_ref().map(|t| (t.source_id, words, stack));
         if s.shown_from != wanted {
-            let shown = match &s.token_run {
-                None => None,
-                Some(t) if !words => Some(Arc::clone(&t.run)),
-                Some(t) => merged(&mut s.derived, &s.deriver, t),
-            };
+            let shown = s.token_run.as_ref().and_then(|t| shown_run(&mut s.derived, &s.deriver, t, words, stack));
             if shown.is_some() || wanted.is_none() {
                 s.run = shown;
                 s.shown_from = wanted;
@@ -472,17 +523,20 @@ impl AttnvizApp {
                 s.view_id += 1;
             }
         }
-        let wanted_b = s.token_run_b.as_ref().map(|t| (t.source_id, words));
+        let wanted_b = s.token_run_b.as_ref().map(|t| (t.source_id, words, stack));
         if s.shown_b_from != wanted_b {
-            let shown = match &s.token_run_b {
-                None => None,
-                Some(t) if !words => Some(Arc::clone(&t.run)),
-                Some(t) => merged(&mut s.derived, &s.deriver, t),
-            };
+            let shown = s.token_run_b.as_ref().and_then(|t| shown_run(&mut s.derived, &s.deriver, t, words, stack));
             if shown.is_some() || wanted_b.is_none() {
                 s.shown_b_from = wanted_b;
             }
             s.run_b = shown;
+        }
+        // A pin past the shown tokens (another stack, a shorter target) is dropped.
+        if let (Some((side, pos)), Some(run)) = (s.pinned, &s.run) {
+            let count = if side == crate::render::Side::Key { run.keys().len() } else { run.tokens.len() };
+            if pos >= count {
+                s.pinned = None;
+            }
         }
         let sources: Vec<u64> = [&s.token_run, &s.token_run_b].into_iter().flatten().map(|t| t.source_id).collect();
         s.derived.retain_run(s.view_id, &sources);
@@ -578,7 +632,13 @@ impl AttnvizApp {
                         }
                     }
                 }
-                Done::Generated { id, result, steps, finished, seconds } => {
+                Done::Generated { id, result, steps, finished, seconds, target } => {
+                    if self.session.generation.as_ref().is_none_or(|g| g.id != id) {
+                        continue;
+                    }
+                    if let Some(target) = target.filter(|_| result.is_ok()) {
+                        self.adopt_target(target);
+                    }
                     let Some(g) = self.session.generation.as_mut().filter(|g| g.id == id) else { continue };
                     g.steps = steps;
                     g.finished = finished;
@@ -668,18 +728,24 @@ impl AttnvizApp {
 
     /// The figure the current view would export.
     pub fn current_figure(&self) -> Figure {
-        let heads = self.settings.selected_heads();
+        // What the views show: the layer and heads limited to the shown run (an encoder–decoder's
+        // decoder may have fewer layers than its encoder).
+        let (layer_idx, heads) = if self.session.run.is_some() {
+            self.view_data().selection()
+        } else {
+            (self.settings.layer_idx, self.settings.selected_heads())
+        };
         match self.settings.view {
             View::Head => Figure::HeadView {
-                layer_idx: self.settings.layer_idx,
+                layer_idx,
                 head_idxs: heads,
                 selected_token: self.session.pinned,
                 threshold: self.settings.threshold,
             },
             View::Model => Figure::ModelGrid,
-            View::Heatmap => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
+            View::Heatmap => Figure::Heatmap { layer_idx, head_idxs: heads },
             View::Neuron => Figure::Neuron {
-                layer_idx: self.settings.layer_idx,
+                layer_idx,
                 head_idx: heads.first().copied().unwrap_or(0),
                 query_pos: self.settings.neuron_query,
             },
@@ -691,18 +757,18 @@ impl AttnvizApp {
                     }
                     _ => None,
                 };
-                Figure::Rollout { layer_idx: self.settings.layer_idx, head_idxs: heads, flow }
+                Figure::Rollout { layer_idx, head_idxs: heads, flow }
             }
             View::Compare => match &self.session.run_b {
                 Some(b) => Figure::Compare {
-                    layer_idx: self.settings.layer_idx,
+                    layer_idx,
                     head_idxs: heads,
                     other: crate::export::SharedRun(Arc::clone(b)),
                     // As in the view: different tokens fall back to side by side.
                     difference: self.settings.compare.mode == CompareMode::Difference
                         && self.session.run.as_ref().is_some_and(|a| a.tokens.tokens == b.tokens.tokens),
                 },
-                None => Figure::Heatmap { layer_idx: self.settings.layer_idx, head_idxs: heads },
+                None => Figure::Heatmap { layer_idx, head_idxs: heads },
             },
             View::Positions => {
                 let learned = |cosine: bool| match &self.session.model {
@@ -738,8 +804,8 @@ impl AttnvizApp {
             return;
         }
         let Some(run) = self.session.run.clone() else { return };
-        if crate::analysis::rollout::flow_refusal(run.attention.seq_len()).is_some() {
-            return; // the view says why
+        if !run.attention.is_square() || crate::analysis::rollout::flow_refusal(run.attention.seq_len()).is_some() {
+            return; // the view says why (cross-attention has no flow)
         }
         let key = self.flow_key();
         if key.heads.is_empty()
@@ -773,8 +839,10 @@ impl AttnvizApp {
     pub fn run_command(&mut self, ctx: &egui::Context, command: Command) {
         match command {
             Command::Set(setting) => {
-                if matches!(setting, Setting::Words(w) if w != self.settings.words) {
-                    // Positions change meaning between tokens and words.
+                if matches!(setting, Setting::Words(w) if w != self.settings.words)
+                    || matches!(setting, Setting::Stack(st) if st != self.settings.stack)
+                {
+                    // Positions change meaning between tokens and words, and between stacks.
                     self.session.pinned = None;
                 }
                 setting.apply(&mut self.settings);
@@ -886,10 +954,26 @@ impl AttnvizApp {
     }
 }
 
-/// The word-level run of `token`, if merged already; else asks the derive thread for it.
-fn merged(derived: &mut Derived, deriver: &Deriver, token: &TokenRun) -> Option<Arc<Run>> {
-    let key = DeriveKey::Words { source_id: token.source_id };
-    if let Some(DerivedValue::Words(run)) = derived.get(&key) {
+/// The run the views show of `token` for the word toggle and the stack: the token run itself, its
+/// merge into words or one stack of an encoder–decoder run ([`crate::analysis::stack::stack_run`];
+/// the decoder's side stays at token level) — if derived already; else asks the derive thread for
+/// it (copying a run's matrices is no work for the UI thread).
+fn shown_run(
+    derived: &mut Derived,
+    deriver: &Deriver,
+    token: &TokenRun,
+    words: bool,
+    stack: Stack,
+) -> Option<Arc<Run>> {
+    let source_id = token.source_id;
+    let key = if token.run.decoder.is_some() && (stack != Stack::Encoder || !words) {
+        DeriveKey::Stack { source_id, stack }
+    } else if words {
+        DeriveKey::Words { source_id }
+    } else {
+        return Some(Arc::clone(&token.run));
+    };
+    if let Some(DerivedValue::ShownRun(run)) = derived.get(&key) {
         return Some(Arc::clone(run));
     }
     if derived.start(&key) {

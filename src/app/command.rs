@@ -136,6 +136,8 @@ settings_fields! {
     rollout_mode => RolloutMode: super::state::RolloutMode,
     head_rollout => HeadRollout: bool,
     compare => Compare: super::state::CompareSettings,
+    target => Target: String,
+    stack => Stack: crate::analysis::Stack,
 }
 
 #[cfg(test)]

@@ -81,7 +81,8 @@ pub struct ViewData<'a> {
     pub run_error: Option<&'a str>,
     /// Whether a newer run than the shown one is on its way.
     pub run_pending: bool,
-    /// Whether a word-level run is being merged.
+    /// Whether the run to show is being derived from the model's (merged into words, or one
+    /// stack of an encoder–decoder taken).
     pub merging: bool,
     /// Tokenizer + model time of the run shown.
     pub inference_ms: f64,
@@ -109,6 +110,11 @@ pub struct ViewData<'a> {
     pub derived: &'a Derived,
     /// The generation shown or in progress.
     pub generation: Option<&'a Generation>,
+    /// For an encoder–decoder: the attention the views show (encoder, decoder or cross); None
+    /// for every other model.
+    pub stack: Option<crate::analysis::Stack>,
+    /// Why the chosen stack is not shown (no target yet: the encoder is shown alone).
+    pub stack_note: Option<&'a str>,
 }
 
 impl ViewData<'_> {

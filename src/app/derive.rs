@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 
-use crate::analysis::select::{PairFilter, downsample_max, submatrix, visible_tokens};
+use crate::analysis::select::{PairFilter, square_max, submatrix, submatrix_rect, visible_tokens};
 use crate::analysis::{HeadStats, Run};
 use crate::render::{Colormap, cells_rgba};
 
@@ -55,6 +55,14 @@ pub enum DeriveKey {
         /// Id of the token-level run.
         source_id: u64,
     },
+    /// The run the views show for one attention of an encoder–decoder run
+    /// ([`crate::analysis::stack::stack_run`]; `source_id` names the token-level run).
+    Stack {
+        /// Id of the token-level run.
+        source_id: u64,
+        /// Encoder, decoder or cross-attention.
+        stack: crate::analysis::Stack,
+    },
 }
 
 impl DeriveKey {
@@ -66,7 +74,7 @@ impl DeriveKey {
             | Self::Thumbnails { view_id, .. }
             | Self::HeadMatrices { view_id, .. } => Some(*view_id),
             Self::HeadLines(key) => key.matrices.view_id(),
-            Self::Words { .. } => None,
+            Self::Words { .. } | Self::Stack { .. } => None,
         }
     }
 
@@ -78,6 +86,7 @@ impl DeriveKey {
             Self::Thumbnails { .. } => 2,
             Self::HeadMatrices { .. } => 3,
             Self::Words { .. } => 4,
+            Self::Stack { .. } => 6,
             Self::HeadLines(_) => 5,
         }
     }
@@ -137,10 +146,30 @@ pub struct Thumbnails {
 /// The head view's matrices of one layer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HeadMatrices {
-    /// Positions of the shown tokens.
+    /// Positions of the shown query tokens (rows, the left column).
     pub keep: Vec<usize>,
-    /// One `m × m` matrix per head (m = shown tokens; one pseudo-head for the rollout).
+    /// Positions of the shown key tokens (columns, the right column): `keep` again except for
+    /// cross-attention, whose keys are the source tokens.
+    pub keep_keys: Vec<usize>,
+    /// One `rows × cols` matrix per head (the shown tokens; one pseudo-head for the rollout).
     pub matrices: Vec<Vec<f32>>,
+}
+
+impl HeadMatrices {
+    /// Shown query tokens (rows).
+    pub fn rows(&self) -> usize {
+        self.keep.len()
+    }
+
+    /// Shown key tokens (columns).
+    pub fn cols(&self) -> usize {
+        self.keep_keys.len()
+    }
+
+    /// The weight shown query row `q` gives shown key column `k` in matrix `head`.
+    pub fn weight(&self, head: usize, q: usize, k: usize) -> f32 {
+        self.matrices[head][q * self.cols() + k]
+    }
 }
 
 /// A derived result.
@@ -154,27 +183,28 @@ pub enum DerivedValue {
     Thumbnails(Arc<Thumbnails>),
     /// Head-view matrices.
     HeadMatrices(Arc<HeadMatrices>),
-    /// A run merged into words.
-    Words(Arc<Run>),
+    /// A run merged into words, or one stack of an encoder–decoder run: a run to show.
+    ShownRun(Arc<Run>),
     /// The picture of a head view's lines.
     HeadLines(Arc<LinesPicture>),
 }
 
 /// The picture of every line of the head view `key` asks for (`m`: its matrices).
 pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> LinesPicture {
-    let rows = m.keep.len();
+    let (rows, cols) = (m.rows(), m.cols());
     let labels: Vec<String> = m.keep.iter().map(|&p| run.label(p)).collect();
-    let body = crate::render::head_view_layout(&labels, 1.0);
+    let key_labels: Vec<String> = m.keep_keys.iter().map(|&p| run.key_label(p)).collect();
+    let body = crate::render::head_view_layout_sides(&labels, &key_labels, 1.0);
     let min_weight = f32::from_bits(key.min_weight);
-    let segments = &run.tokens.segments;
-    let admits = |q: usize, k: usize| key.pair_filter.admits(segments[m.keep[q]], segments[m.keep[k]]);
+    let (segments, key_segments) = (&run.tokens.segments, &run.keys().segments);
+    let admits = |q: usize, k: usize| key.pair_filter.admits(segments[m.keep[q]], key_segments[m.keep_keys[k]]);
     // Every line that passes the threshold...
     let mut lines: Vec<(f32, u32, u32, u32)> = Vec::new();
     for &h in &key.heads {
         let Some(matrix) = m.matrices.get(h) else { continue };
         for q in 0..rows {
-            for k in 0..rows {
-                let w = matrix[q * rows + k];
+            for k in 0..cols {
+                let w = matrix[q * cols + k];
                 if w >= min_weight && admits(q, k) {
                     lines.push((w, h as u32, q as u32, k as u32));
                 }
@@ -220,7 +250,10 @@ pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> Li
 pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> DerivedValue {
     let a = &run.attention;
     match key {
-        DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, &run.tokens))),
+        DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, run.keys()))),
+        // Not defined for cross-attention (the rollout view says so and never asks): one empty
+        // matrix per layer rather than a product of rectangles.
+        DeriveKey::Rollout { .. } if !a.is_square() => DerivedValue::Rollout(Arc::new(vec![Vec::new(); a.layers()])),
         DeriveKey::Rollout { heads, .. } => {
             DerivedValue::Rollout(Arc::new(crate::analysis::rollout::rollout(a, heads)))
         }
@@ -229,10 +262,11 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
             let rgba = (0..a.layers())
                 .flat_map(|l| (0..a.heads()).map(move |h| (l, h)))
                 .map(|(l, h)| {
+                    // Cross-attention (targets × sources) is stretched into a square picture.
                     let (cells, s) = if run.has_mask() {
-                        downsample_max(&run.masked(a.head(l, h)), a.seq_len(), THUMB_TEXELS)
+                        square_max(&run.masked(a.head(l, h)), a.seq_len(), a.keys(), THUMB_TEXELS)
                     } else {
-                        downsample_max(a.head(l, h), a.seq_len(), THUMB_TEXELS)
+                        square_max(a.head(l, h), a.seq_len(), a.keys(), THUMB_TEXELS)
                     };
                     side = s.max(1);
                     if cells.is_empty() { vec![0; 4] } else { cells_rgba(&cells, 0.0, 1.0, *colormap) }
@@ -242,19 +276,25 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
         }
         DeriveKey::HeadMatrices { layer_idx, hide_special, rollout, .. } => {
             let keep = visible_tokens(&run.tokens, *hide_special);
+            let keep_keys = visible_tokens(run.keys(), *hide_special);
             let matrices = match rollout {
-                // One pseudo-head: the rollout through layers 0..=layer.
-                Some(heads) => {
+                // One pseudo-head: the rollout through layers 0..=layer (the view offers it only
+                // for self-attention).
+                Some(heads) if a.is_square() => {
                     let r = crate::analysis::rollout::rollout(a, heads).swap_remove(*layer_idx);
                     vec![submatrix(&r, a.seq_len(), &keep, *hide_special)]
                 }
-                None => (0..a.heads())
-                    .map(|h| submatrix(a.head(*layer_idx, h), a.seq_len(), &keep, *hide_special))
+                _ => (0..a.heads())
+                    .map(|h| submatrix_rect(a.head(*layer_idx, h), a.keys(), &keep, &keep_keys, *hide_special))
                     .collect(),
             };
-            DerivedValue::HeadMatrices(Arc::new(HeadMatrices { keep, matrices }))
+            DerivedValue::HeadMatrices(Arc::new(HeadMatrices { keep, keep_keys, matrices }))
         }
-        DeriveKey::Words { .. } => DerivedValue::Words(Arc::new(crate::analysis::words::merge_run(run))),
+        DeriveKey::Words { .. } => DerivedValue::ShownRun(Arc::new(crate::analysis::words::merge_run(run))),
+        // Without a decoder side only the encoder is shown (the view says why).
+        DeriveKey::Stack { stack, .. } => DerivedValue::ShownRun(Arc::new(
+            crate::analysis::stack::stack_run(run, *stack).unwrap_or_else(|_| run.clone()),
+        )),
         DeriveKey::HeadLines(lines) => {
             let computed;
             let m = if let Some(m) = matrices {
@@ -355,7 +395,7 @@ impl Derived {
     /// Forgets results of runs other than `view_id` (and word merges other than `source_ids`).
     pub fn retain_run(&mut self, view_id: u64, source_ids: &[u64]) {
         let keep = |key: &DeriveKey| match key {
-            DeriveKey::Words { source_id } => source_ids.contains(source_id),
+            DeriveKey::Words { source_id } | DeriveKey::Stack { source_id, .. } => source_ids.contains(source_id),
             other => other.view_id() == Some(view_id),
         };
         self.values.retain(|k, _| keep(k));
@@ -386,7 +426,8 @@ impl Deriver {
                     match job_rx.try_recv() {
                         Ok(job) => {
                             let replaced = queued.iter().position(|(k, _, _)| {
-                                k.kind() == job.0.kind() && !matches!(k, DeriveKey::Words { .. })
+                                // Runs A and B are both merged (or projected): never one for the other.
+                                k.kind() == job.0.kind() && k.view_id().is_some()
                             });
                             if let Some(i) = replaced {
                                 // Said, so the cache does not wait for it.
@@ -421,5 +462,41 @@ impl Deriver {
     /// A finished result, if any (None: the job was dropped for a newer one of its kind).
     pub fn try_recv(&self) -> Option<(DeriveKey, Option<DerivedValue>)> {
         self.done.try_recv().ok()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::float_cmp)] // the derived matrices copy values exactly
+mod tests {
+    use super::*;
+    use crate::analysis::stack::{Stack, fixture::seq2seq_run, stack_run};
+
+    #[test]
+    fn cross_attention_derives_target_rows_source_columns_and_square_thumbnails() {
+        let run = stack_run(&seq2seq_run(), Stack::Cross).unwrap();
+        let key = DeriveKey::HeadMatrices { view_id: 1, layer_idx: 1, hide_special: false, rollout: Some(vec![0]) };
+        let DerivedValue::HeadMatrices(m) = compute(&key, &run, None) else { panic!("head matrices") };
+        // No rollout pseudo-layer for cross-attention: the layer's own heads.
+        assert_eq!((m.rows(), m.cols(), m.matrices.len()), (2, 3, 2));
+        assert_eq!(m.matrices[1], run.attention.head(1, 1));
+        assert_eq!(m.weight(1, 1, 2), run.attention.get(1, 1, 1, 2));
+        let lines = HeadLinesKey {
+            matrices: key,
+            heads: vec![0, 1],
+            n_heads: 2,
+            min_weight: 0.0f32.to_bits(),
+            pair_filter: PairFilter::All,
+            pixels: (1.0f32.to_bits(), 1.0f32.to_bits()),
+        };
+        let picture = head_lines_picture(&lines, &run, &m);
+        assert_eq!(picture.line_count, 2 * 2 * 3, "a line per head, target and source token");
+        let DerivedValue::Thumbnails(t) =
+            compute(&DeriveKey::Thumbnails { view_id: 1, colormap: Colormap::Viridis }, &run, None)
+        else {
+            panic!("thumbnails")
+        };
+        assert_eq!((t.side, t.rgba.len(), t.rgba[0].len()), (3, 4, 3 * 3 * 4));
+        let DerivedValue::Stats(s) = compute(&DeriveKey::Stats { view_id: 1 }, &run, None) else { panic!("stats") };
+        assert_eq!(s.tokens, 2);
     }
 }

@@ -220,6 +220,10 @@ pub struct Settings {
     pub head_rollout: bool,
     /// Comparison view settings.
     pub compare: CompareSettings,
+    /// The target an encoder–decoder's decoder reads (its source is sentence A).
+    pub target: String,
+    /// Which attention of an encoder–decoder every view and export shows.
+    pub stack: crate::analysis::Stack,
 }
 
 /// How many recently opened models the side panel remembers.
@@ -265,6 +269,8 @@ impl Default for Settings {
             rollout_mode: RolloutMode::Rollout,
             head_rollout: false,
             compare: CompareSettings::default(),
+            target: String::new(),
+            stack: crate::analysis::Stack::Encoder,
         }
     }
 }

@@ -54,6 +54,10 @@ pub struct ModelInfo {
     pub kv_heads: usize,
     /// Whether it can continue a text (a causal language model with its head).
     pub can_generate: bool,
+    /// Whether it is an encoder–decoder (BART, Marian, T5…): it reads a target too.
+    pub seq2seq: bool,
+    /// Whether it can translate (an encoder–decoder with its language-model head).
+    pub can_translate: bool,
     /// For GGUF weights: what they were ("GGUF `Q4_1` (210), …, dequantised to f32").
     pub quantization: Option<String>,
 }
@@ -81,6 +85,8 @@ impl ModelInfo {
             max_positions: desc.max_len,
             kv_heads: desc.kv_heads,
             can_generate: desc.causal && model.decoder.is_none() && model.net.has_lm_head(),
+            seq2seq: model.decoder.is_some(),
+            can_translate: model.decoder.as_ref().is_some_and(|d| d.net.has_lm_head()),
             quantization: model.quantization.clone(),
         }
     }
@@ -104,6 +110,8 @@ pub enum Job {
         text: String,
         /// Sentence B of input B.
         pair: Option<String>,
+        /// The target an encoder–decoder's decoder reads.
+        target: Option<String>,
         /// Which model.
         spec: RunSpec,
     },
@@ -128,6 +136,8 @@ pub enum Job {
         text: String,
         /// Sentence B.
         pair: Option<String>,
+        /// The target an encoder–decoder's decoder reads (ignored by other models).
+        target: Option<String>,
         /// Which model, and how it is modified.
         spec: RunSpec,
     },
@@ -178,6 +188,8 @@ pub enum Done {
         finished: Option<Stop>,
         /// Seconds spent writing so far.
         seconds: f64,
+        /// For a translation: the target written so far, decoded (it fills the Target box).
+        target: Option<String>,
     },
     /// A comparison run finished.
     Compared {
@@ -191,15 +203,14 @@ pub enum Done {
 /// Runs `text` on the model `spec` names, building or loading (and caching) it if needed.
 fn run_spec(
     spec: &RunSpec,
-    text: &str,
-    pair: Option<&str>,
+    (text, pair, target): (&str, Option<&str>, Option<&str>),
     model: Option<&LoadedModel>,
     playground: &mut Option<(PlaygroundConfig, LoadedModel)>,
     other: &mut Option<(PathBuf, LoadedModel)>,
 ) -> Result<Arc<Run>, String> {
     let run = match spec {
         RunSpec::Pretrained(iv) => match model {
-            Some(m) => m.run_with(text, pair, iv),
+            Some(m) => m.run_with(text, pair, iv).and_then(|run| with_decoder(m, run, target)),
             None => return Err("no model is loaded".to_string()),
         },
         RunSpec::Playground(cfg) => {
@@ -218,10 +229,105 @@ fn run_spec(
                 *other = Some((dir.clone(), loaded));
             }
             let (_, m) = other.as_ref().expect("loaded above");
-            m.run(text, pair)
+            m.run(text, pair).and_then(|run| with_decoder(m, run, target))
         }
     };
     run.map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// For an encoder–decoder with a target: `run` with its decoder side (what the decoder reads
+/// when it writes the target); other models and an empty target leave the run as it is.
+fn with_decoder(model: &LoadedModel, mut run: Run, target: Option<&str>) -> Result<Run, crate::model::ModelError> {
+    if let (Some(target), Some(_)) = (target.filter(|t| !t.trim().is_empty()), &model.decoder) {
+        let (tokens, truncation) = model.decoder_input(target)?;
+        run.decoder = Some(model.run_decoder(tokens, truncation, &run.last_hidden)?);
+    }
+    Ok(run)
+}
+
+/// An encoder–decoder translates `text` greedily ([`crate::model::generate::translate`]),
+/// sending the run over source and target so far after each token; stops like
+/// [`generate_streaming`].
+fn translate_streaming(
+    model: &LoadedModel,
+    id: u64,
+    text: &str,
+    max_new: usize,
+    stop: &AtomicBool,
+    jobs: &Receiver<Job>,
+    send: &dyn Fn(Done) -> bool,
+) -> Result<Option<Job>, ()> {
+    let start = Instant::now();
+    let failed = |e: String| Done::Generated {
+        id,
+        result: Err(e),
+        steps: Arc::new(Vec::new()),
+        finished: Some(Stop::Stopped),
+        seconds: start.elapsed().as_secs_f64(),
+        target: None,
+    };
+    // The encoder once, for the partial runs streamed while the decoder writes.
+    let encoder = match model.run(text, None) {
+        Ok(run) => run,
+        Err(e) => return if send(failed(e.to_string())) { Ok(None) } else { Err(()) },
+    };
+    let mut carried = None;
+    let mut gone = false;
+    let result = crate::model::generate::translate(model, text, max_new, TOP_K, |ids| {
+        match jobs.try_recv() {
+            Ok(job) => {
+                carried = Some(job);
+                return false;
+            }
+            Err(TryRecvError::Disconnected) => {
+                gone = true;
+                return false;
+            }
+            Err(TryRecvError::Empty) => {}
+        }
+        let tokens = crate::model::generate::decoder_tokens(model, ids.to_vec());
+        let mut run = encoder.clone();
+        run.prompt_len = Some(run.tokens.len());
+        match model.run_decoder(tokens, None, &encoder.last_hidden) {
+            Ok(decoder) => run.decoder = Some(decoder),
+            Err(_) => return false, // the final run says what failed
+        }
+        let written = ids.len() - 1;
+        let progress = Done::Generated {
+            id,
+            result: Ok(Arc::new(run)),
+            // The candidates come with the final run; meanwhile one empty step per token.
+            steps: Arc::new(vec![Vec::new(); written]),
+            finished: None,
+            seconds: start.elapsed().as_secs_f64(),
+            target: Some(model.tokenizer.decode(&ids[1..])),
+        };
+        if !send(progress) {
+            gone = true;
+            return false;
+        }
+        !stop.load(Ordering::Relaxed)
+    });
+    if gone {
+        return Err(());
+    }
+    let done = match result {
+        Ok(t) => {
+            let mut run = t.run;
+            run.prompt_len = Some(run.tokens.len());
+            let target = run.decoder.as_ref().map(|d| model.tokenizer.decode(d.tokens.ids.get(1..).unwrap_or(&[])));
+            Done::Generated {
+                id,
+                result: Ok(Arc::new(run)),
+                steps: Arc::new(t.steps),
+                finished: Some(t.stop),
+                seconds: start.elapsed().as_secs_f64(),
+                target,
+            }
+        }
+        Err(e) => failed(e.to_string()),
+    };
+    if send(done) { Ok(carried) } else { Err(()) }
 }
 
 /// Writes up to `max_new` tokens after `text`, sending the run after each one; stops early when
@@ -242,6 +348,7 @@ fn generate_streaming(
         steps: Arc::new(Vec::new()),
         finished: Some(Stop::Stopped),
         seconds: start.elapsed().as_secs_f64(),
+        target: None,
     };
     let mut g = match Generator::start(model, text, TOP_K) {
         Ok(g) => g,
@@ -268,6 +375,7 @@ fn generate_streaming(
                     steps: Arc::new(g.steps.clone()),
                     finished: None,
                     seconds: start.elapsed().as_secs_f64(),
+                    target: None,
                 };
                 if !send(progress) {
                     return Err(());
@@ -285,6 +393,7 @@ fn generate_streaming(
         steps: Arc::new(g.steps.clone()),
         finished: g.stopped(),
         seconds: start.elapsed().as_secs_f64(),
+        target: None,
     };
     if send(done) { Ok(carried) } else { Err(()) }
 }
@@ -346,17 +455,19 @@ impl Worker {
                     }
                     wake();
                 }
-                if let Some(Job::Run { id, text, pair, spec }) = run {
+                if let Some(Job::Run { id, text, pair, target, spec }) = run {
                     let start = Instant::now();
-                    let result = run_spec(&spec, &text, pair.as_deref(), model.as_ref(), &mut playground, &mut other);
+                    let input = (text.as_str(), pair.as_deref(), target.as_deref());
+                    let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
                     let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
                     if done_tx.send(Done::Ran { id, result, elapsed_ms }).is_err() {
                         return;
                     }
                     wake();
                 }
-                if let Some(Job::Compare { id, text, pair, spec }) = compare {
-                    let result = run_spec(&spec, &text, pair.as_deref(), model.as_ref(), &mut playground, &mut other);
+                if let Some(Job::Compare { id, text, pair, target, spec }) = compare {
+                    let input = (text.as_str(), pair.as_deref(), target.as_deref());
+                    let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
                     if done_tx.send(Done::Compared { id, result }).is_err() {
                         return;
                     }
@@ -369,7 +480,8 @@ impl Worker {
                         wake();
                         ok
                     };
-                    match generate_streaming(m, id, &text, max_new, &stop, &job_rx, &send) {
+                    let streaming = if m.decoder.is_some() { translate_streaming } else { generate_streaming };
+                    match streaming(m, id, &text, max_new, &stop, &job_rx, &send) {
                         Ok(next) => carried = next,
                         Err(()) => return,
                     }

@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 
 use super::pe::PeOptions;
-use crate::analysis::Statistic;
+use crate::analysis::{Stack, Statistic};
 use crate::export::{Figure, Style, export_png, export_table};
 use crate::render::{Colormap, Theme};
 
@@ -31,6 +31,27 @@ pub enum ViewArg {
     Rollout,
     /// Attention flow through layers 0..=--layer (all heads, or --head).
     Flow,
+}
+
+/// Which attention of an encoder–decoder to draw.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum StackArg {
+    /// Encoder self-attention (source × source); every other model has only this one.
+    Encoder,
+    /// Decoder self-attention (target × target, causal); needs --target.
+    Decoder,
+    /// Cross-attention (target rows × source columns); needs --target.
+    Cross,
+}
+
+impl From<StackArg> for Stack {
+    fn from(s: StackArg) -> Self {
+        match s {
+            StackArg::Encoder => Self::Encoder,
+            StackArg::Decoder => Self::Decoder,
+            StackArg::Cross => Self::Cross,
+        }
+    }
 }
 
 /// A statistic on the command line.
@@ -85,6 +106,12 @@ pub struct ExportArgs {
     /// An optional second sentence (B).
     #[arg(long)]
     pub text_pair: Option<String>,
+    /// For an encoder–decoder: the target the decoder reads (needed for --stack decoder|cross).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// For an encoder–decoder: which attention to draw.
+    #[arg(long, value_enum, default_value_t = StackArg::Encoder)]
+    pub stack: StackArg,
     /// What to draw.
     #[arg(long, value_enum)]
     pub view: ViewArg,
@@ -144,10 +171,23 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
         colormap: args.colormap,
     };
     let figure_needs_run = !matches!(args.view, ViewArg::Pe | ViewArg::PeDot);
+    let stack = Stack::from(args.stack);
+    if stack != Stack::Encoder {
+        if args.target.is_none() {
+            anyhow::bail!("--stack {} needs --target (the text the decoder reads)", stack.name());
+        }
+        if args.words {
+            anyhow::bail!("--words merges the source's word pieces only: leave it out with --stack {}", stack.name());
+        }
+        if stack == Stack::Cross && matches!(args.view, ViewArg::Rollout | ViewArg::Flow) {
+            anyhow::bail!(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL);
+        }
+    }
     let run = if figure_needs_run {
         let text = args.text.as_deref().with_context(|| format!("--text is required for --view {:?}", args.view))?;
-        let run = args.model.run(model_dir, text, args.text_pair.as_deref())?;
-        Some(if args.words { crate::analysis::words::merge_run(&run) } else { run })
+        let (run, _) = args.model.run_noting(model_dir, text, args.text_pair.as_deref(), args.target.as_deref())?;
+        let run = if args.words { crate::analysis::words::merge_run(&run) } else { run };
+        Some(crate::analysis::stack::stack_run(&run, stack).map_err(anyhow::Error::msg)?)
     } else {
         None
     };

@@ -231,6 +231,7 @@ impl<'m> Generator<'m> {
             window: desc.sliding_window,
             prompt_len: Some(self.prompt_len),
             decoder: None,
+            key_tokens: None,
         }
     }
 
@@ -304,15 +305,19 @@ pub fn translate(
             break Stop::Stopped;
         }
     };
-    let tokens = Tokens {
+    run.decoder = Some(model.run_decoder(decoder_tokens(model, ids), None, &run.last_hidden)?);
+    Ok(Translation { run, steps, stop })
+}
+
+/// The decoder's tokens for ids it wrote (the start token first, marked special).
+pub fn decoder_tokens(model: &LoadedModel, ids: Vec<u32>) -> Tokens {
+    Tokens {
         tokens: ids.iter().map(|&i| model.tokenizer.token_of(i)).collect(),
         segments: vec![0; ids.len()],
         type_ids: vec![0; ids.len()],
         special: ids.iter().enumerate().map(|(i, &id)| i == 0 || model.tokenizer.is_special(id)).collect(),
         ids,
-    };
-    run.decoder = Some(model.run_decoder(tokens, None, &run.last_hidden)?);
-    Ok(Translation { run, steps, stop })
+    }
 }
 
 #[cfg(test)]

@@ -642,6 +642,7 @@ impl LoadedModel {
             window: desc.sliding_window,
             prompt_len: None,
             decoder: None,
+            key_tokens: None,
         })
     }
 }

@@ -28,6 +28,9 @@ pub struct HeadViewSpec<'a> {
     pub layer_idx: usize,
     /// One label per token (missing ones are shown as numbers).
     pub labels: &'a [String],
+    /// Labels of the key column when the keys are other tokens (cross-attention: the source);
+    /// None: the same as `labels`.
+    pub key_labels: Option<&'a [String]>,
     /// Heads to draw, sorted; others are left out of lines and legend.
     pub heads: &'a [usize],
     /// When set, only lines from this query (or into this key) are drawn, and its label is highlighted.
@@ -88,8 +91,14 @@ fn caption_px(s: f32) -> f32 {
 
 /// Rows and columns of the head view for these labels: text is measured for the column widths.
 pub fn head_view_layout(labels: &[String], scale: f32) -> HeadViewLayout {
+    head_view_layout_sides(labels, labels, scale)
+}
+
+/// [`head_view_layout`] with other tokens on the key side (cross-attention: target queries on the
+/// left, source keys on the right); both columns start at row 0, rows fit the longer one.
+pub fn head_view_layout_sides(labels: &[String], key_labels: &[String], scale: f32) -> HeadViewLayout {
     let s = clamp_scale(scale);
-    let n = labels.len();
+    let n = labels.len().max(key_labels.len());
     let pad = 12.0 * s;
     let top = (6.0 * s + line_height(caption_px(s)) + 8.0 * s).round();
     let bottom = 10.0 * s;
@@ -97,9 +106,10 @@ pub fn head_view_layout(labels: &[String], scale: f32) -> HeadViewLayout {
     let row_height = if n == 0 { 18.0 * s } else { (18.0 * s).min(room / n as f32) };
     let label_px = (row_height * 0.75).min(13.5 * s).max(7.0);
     let label_step = thinned(n, row_height, line_height(label_px));
-    let label_width = (0..n)
-        .step_by(label_step)
-        .map(|i| text_width(&fit_text(&labels[i], label_px, MAX_LABEL * s), label_px))
+    let label_width = [labels, key_labels]
+        .into_iter()
+        .flat_map(|side| side.iter().step_by(label_step))
+        .map(|label| text_width(&fit_text(label, label_px, MAX_LABEL * s), label_px))
         .fold(24.0 * s, f32::max)
         .ceil();
     let left_text_right = pad + label_width;
@@ -159,6 +169,7 @@ fn legend(heads: &[usize], s: f32, max_width: f32) -> (Vec<Chip>, f32, f32) {
 pub(crate) struct HeadViewFrame {
     pub layout: HeadViewLayout,
     pub labels: Vec<String>,
+    pub key_labels: Vec<String>,
     pub heads: Vec<usize>,
     pub body_x: f32,
     pub body_y: f32,
@@ -174,7 +185,11 @@ pub(crate) fn head_view_frame(spec: &HeadViewSpec) -> HeadViewFrame {
     let att = spec.attention;
     let n = att.seq_len();
     let labels: Vec<String> = (0..n).map(|i| label_or_index(spec.labels, i)).collect();
-    let layout = head_view_layout(&labels, s);
+    let key_labels: Vec<String> = match spec.key_labels {
+        Some(keys) => (0..att.keys()).map(|i| label_or_index(keys, i)).collect(),
+        None => labels.clone(),
+    };
+    let layout = head_view_layout_sides(&labels, &key_labels, s);
     let mut heads: Vec<usize> = spec.heads.iter().copied().filter(|&h| h < att.heads()).collect();
     heads.sort_unstable();
     heads.dedup();
@@ -198,6 +213,7 @@ pub(crate) fn head_view_frame(spec: &HeadViewSpec) -> HeadViewFrame {
         legend_y,
         layout,
         labels,
+        key_labels,
         heads,
     }
 }
@@ -276,14 +292,18 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
 
     let (bx, by) = (frame.body_x, frame.body_y);
     let cap_y = by + 6.0 * s + line_height(caption_px(s)) / 2.0;
-    draw_label(&mut img, "query", bx + lay.left_text_right, cap_y, caption_px(s), Align::Right, muted);
-    draw_label(&mut img, "key", bx + lay.right_text_left, cap_y, caption_px(s), Align::Left, muted);
+    // Cross-attention: the target's tokens attend to the source's.
+    let (query_caption, key_caption) =
+        if spec.key_labels.is_some() { ("target (query)", "source (key)") } else { ("query", "key") };
+    draw_label(&mut img, query_caption, bx + lay.left_text_right, cap_y, caption_px(s), Align::Right, muted);
+    draw_label(&mut img, key_caption, bx + lay.right_text_left, cap_y, caption_px(s), Align::Left, muted);
     if seq_len == 0 {
         draw_label(&mut img, "no tokens", bx + lay.width / 2.0, cap_y, caption_px(s), Align::Center, muted);
         return img;
     }
 
-    let selected = spec.selected_token.filter(|&(_, i)| i < seq_len);
+    let keys = att.keys();
+    let selected = spec.selected_token.filter(|&(side, i)| i < if side == Side::Key { keys } else { seq_len });
     if let Some((side, i)) = selected {
         let x = match side {
             Side::Query => bx + lay.left_text_right - lay.label_width - 4.0 * s,
@@ -292,15 +312,18 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
         let y = by + lay.top + i as f32 * lay.row_height;
         fill_rect(&mut img, x, y, lay.label_width + 8.0 * s, lay.row_height, theme.highlight());
     }
-    for (i, label) in frame.labels.iter().enumerate() {
-        let is_selected = selected.is_some_and(|(_, sel)| sel == i);
-        if i % lay.label_step != 0 && !is_selected {
-            continue;
+    for (side, labels, x, align) in [
+        (Side::Query, &frame.labels, bx + lay.left_text_right, Align::Right),
+        (Side::Key, &frame.key_labels, bx + lay.right_text_left, Align::Left),
+    ] {
+        for (i, label) in labels.iter().enumerate() {
+            let is_selected = selected.is_some_and(|(sel_side, sel)| sel == i && (sel_side == side || att.is_square()));
+            if i % lay.label_step != 0 && !is_selected {
+                continue;
+            }
+            let text = fit_text(label, lay.label_px, MAX_LABEL * s);
+            draw_label(&mut img, &text, x, by + lay.row_y(i), lay.label_px, align, fg);
         }
-        let text = fit_text(label, lay.label_px, MAX_LABEL * s);
-        let y = by + lay.row_y(i);
-        draw_label(&mut img, &text, bx + lay.left_text_right, y, lay.label_px, Align::Right, fg);
-        draw_label(&mut img, &text, bx + lay.right_text_left, y, lay.label_px, Align::Left, fg);
     }
 
     if spec.layer_idx >= att.layers() {
@@ -360,6 +383,7 @@ mod tests {
             attention: att,
             layer_idx: 0,
             labels,
+            key_labels: None,
             heads,
             selected_token: None,
             threshold: 0.0,
@@ -434,6 +458,26 @@ mod tests {
         let img = head_view(&spec(&att, &[], &[0]));
         assert!(img.height() <= MAX_SIDE);
         assert!(head_view_layout(&labels(n), 4.0).label_step > 1);
+    }
+
+    #[test]
+    fn cross_attention_puts_other_tokens_on_the_key_side() {
+        // 2 target queries over 5 source keys: query 1 attends fully to key 4.
+        let mut data = vec![0.0f32; 2 * 5];
+        data[0] = 1.0;
+        data[5 + 4] = 1.0;
+        let att = Attention::rectangular(1, 1, 2, 5, data).unwrap();
+        let (targets, sources) = (labels(2), labels(5));
+        let spec = HeadViewSpec { key_labels: Some(&sources), ..spec(&att, &targets, &[0]) };
+        let img = head_view(&spec);
+        let frame = head_view_frame(&spec);
+        assert_eq!((frame.labels.len(), frame.key_labels.len()), (2, 5));
+        let lay = frame.layout;
+        let x = frame.body_x + f32::midpoint(lay.line_x0, lay.line_x1);
+        let y = frame.body_y + f32::midpoint(lay.row_y(1), lay.row_y(4));
+        assert_eq!(img.get_pixel(x as u32, y as u32).0[..3], head_colors(1)[0]);
+        // Selecting a key past the queries' count is allowed, and draws.
+        head_view(&HeadViewSpec { selected_token: Some((Side::Key, 4)), ..spec });
     }
 
     #[test]

@@ -16,7 +16,8 @@ pub use canvas::{MAX_SIDE, Segment, cell_text_rgb, stack};
 pub use colorbar::format_cell_value;
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use head_view::{
-    HeadLines, HeadViewLayout, HeadViewSpec, Side, draw_lines, head_view, head_view_layout, transparent_image,
+    HeadLines, HeadViewLayout, HeadViewSpec, Side, draw_lines, head_view, head_view_layout, head_view_layout_sides,
+    transparent_image,
 };
 pub use heatmap::{CellGrid, HeatmapSpec, heatmap, symmetric_range};
 pub use model_grid::{ModelGridSpec, model_grid};

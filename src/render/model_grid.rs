@@ -61,7 +61,8 @@ impl GridLayout {
 pub(crate) fn grid_layout(spec: &ModelGridSpec) -> GridLayout {
     let s = clamp_scale(spec.scale);
     let att = spec.attention;
-    let (layers, heads, n) = (att.layers(), att.heads(), att.seq_len());
+    // Cross-attention (targets × sources) is drawn in a square thumbnail of its longer side.
+    let (layers, heads, n) = (att.layers(), att.heads(), att.seq_len().max(att.keys()));
     let margin = 16.0 * s;
     let gap = (6.0 * s).round();
     let title_px = TITLE_PX * s;
@@ -178,7 +179,7 @@ pub fn model_grid(spec: &ModelGridSpec) -> RgbaImage {
     for layer_idx in 0..layers {
         for head_idx in 0..heads {
             let (left, top) = lay.thumb_origin(layer_idx, head_idx);
-            if seq_len > 0 {
+            if seq_len > 0 && att.keys() > 0 {
                 let head = att.head(layer_idx, head_idx);
                 let cells = if spec.causal || spec.window.is_some() {
                     let mut masked = head.to_vec();
@@ -186,7 +187,7 @@ pub fn model_grid(spec: &ModelGridSpec) -> RgbaImage {
                     crate::analysis::select::mask_hidden(&mut masked, &all, spec.causal, spec.window);
                     pool(&masked, seq_len, seq_len, lay.cells, lay.cells)
                 } else {
-                    pool(head, seq_len, seq_len, lay.cells, lay.cells)
+                    pool(head, seq_len, att.keys(), lay.cells, lay.cells)
                 };
                 let max = cells.iter().copied().filter(|v| v.is_finite()).fold(0.0, f32::max);
                 let hi = if max > 0.0 { max } else { 1.0 };

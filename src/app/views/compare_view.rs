@@ -100,7 +100,11 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
         );
         return;
     }
-    let difference = crate::analysis::tokens::token_difference(&run.tokens, &b.tokens);
+    let difference = if run.attention.is_square() && b.attention.is_square() {
+        crate::analysis::tokens::token_difference(&run.tokens, &b.tokens)
+    } else {
+        Some("the difference of cross-attention is not offered".to_string())
+    };
     let same_tokens = difference.is_none();
     let heads_text = heads.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
     ui.label(RichText::new(format!("Layer {layer_idx} · heads {heads_text} (synced for A and B)")).strong());
@@ -185,20 +189,22 @@ fn side_by_side_ui(
     cell: f32,
     base_key: &impl std::hash::Hash,
 ) {
-    let prepared: Vec<(String, Vec<String>, Vec<f32>)> = runs
+    // Rows are the queries, columns the keys (the source tokens of cross-attention).
+    let prepared: Vec<(String, [Vec<String>; 2], Vec<f32>)> = runs
         .iter()
         .map(|(which, r)| {
             let labels: Vec<String> = (0..r.tokens.len()).map(|i| r.label(i)).collect();
-            (format!("{which}: {}", r.display_name()), labels, r.shown_mean(layer_idx, heads))
+            let key_labels: Vec<String> = (0..r.attention.keys()).map(|i| r.key_label(i)).collect();
+            (format!("{which}: {}", r.display_name()), [labels, key_labels], r.shown_mean(layer_idx, heads))
         })
         .collect();
     let hovers: Vec<HoverText<'_>> = runs
         .iter()
         .zip(&prepared)
-        .map(|((which, _), (_, labels, _))| {
+        .map(|((which, _), (_, [labels, key_labels], _))| {
             Box::new(move |q: usize, k: usize, v: f32| {
                 let w = if v.is_nan() { "masked (causal)".to_string() } else { format!("weight {v:.6}") };
-                format!("{which}: query “{}” → key “{}”\n{w}", labels[q], labels[k])
+                format!("{which}: query “{}” → key “{}”\n{w}", labels[q], key_labels[k])
             }) as HoverText<'_>
         })
         .collect();
@@ -206,13 +212,13 @@ fn side_by_side_ui(
         .iter()
         .zip(&hovers)
         .enumerate()
-        .map(|(i, ((_, labels, values), hover))| MatrixSpec {
+        .map(|(i, ((_, [labels, key_labels], values), hover))| MatrixSpec {
             id: if i == 0 { "compare-a" } else { "compare-b" },
             values,
             rows: labels.len(),
-            cols: labels.len(),
+            cols: key_labels.len(),
             row_labels: labels,
-            col_labels: labels,
+            col_labels: key_labels,
             range: (0.0, 1.0),
             colormap,
             cell,

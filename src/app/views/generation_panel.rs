@@ -33,12 +33,17 @@ impl Default for GenerationPanel {
 impl GenerationPanel {
     /// Whether the panel shows: the loaded model can write and the pretrained model is shown.
     pub fn shown(data: &ViewData<'_>) -> bool {
-        data.model.is_some_and(|m| m.can_generate) && data.settings.source == crate::app::state::Source::Pretrained
+        data.model.is_some_and(|m| m.can_generate || m.can_translate)
+            && data.settings.source == crate::app::state::Source::Pretrained
     }
 
     /// Draws the panel.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
-        ui.label(RichText::new("Continue the text").strong());
+        let translates = data.model.is_some_and(|m| m.can_translate);
+        ui.label(RichText::new(if translates { "Translate the source" } else { "Continue the text" }).strong());
+        if translates {
+            ui.label(RichText::new("Pick Decoder or Cross above to step through what it wrote.").small().weak());
+        }
         if let Some(q) = data.model.and_then(|m| m.quantization.as_deref()) {
             ui.label(RichText::new(format!("Weights: {q} — the attention shown is this file's.")).small().weak());
         }
@@ -49,7 +54,7 @@ impl GenerationPanel {
                     commands.push(Command::StopGeneration);
                 }
             } else if ui
-                .button("Continue ▶")
+                .button(if translates { "Translate ▶" } else { "Continue ▶" })
                 .on_hover_text("The model writes the next tokens greedily (the most probable each time)")
                 .clicked()
             {
@@ -117,16 +122,18 @@ impl GenerationPanel {
         if layer < run.attention.layers() && !heads.is_empty() {
             let row: Vec<f32> = {
                 let mean = run.attention.mean_of_heads(layer, &heads);
-                let n = run.attention.seq_len();
+                let n = run.attention.keys();
                 mean[pos * n..(pos + 1) * n].to_vec()
             };
-            let mut order: Vec<usize> = (0..=pos).collect();
+            // Causal self-attention: the tokens up to this one; cross-attention: every source token.
+            let keys = if run.attention.is_square() { pos + 1 } else { run.attention.keys() };
+            let mut order: Vec<usize> = (0..keys).collect();
             order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
             ui.label(
                 RichText::new(format!("It attends most to (layer {layer}, {} heads)", heads.len())).small().weak(),
             );
             for &k in order.iter().take(5) {
-                ui.label(RichText::new(format!("{:>6.1}%  {}", row[k] * 100.0, run.label(k))).monospace().small());
+                ui.label(RichText::new(format!("{:>6.1}%  {}", row[k] * 100.0, run.key_label(k))).monospace().small());
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::derive::{BAND_PAD, DeriveKey, HeadLinesKey, HeadMatrices, LINE_WIDTH};
 use crate::app::state::{Settings, View};
-use crate::render::{HeadViewLayout, Side, head_view_layout};
+use crate::render::{HeadViewLayout, Side, head_view_layout_sides};
 
 pub use crate::app::derive::LINE_BUDGET;
 /// Room for per-head bars beside a column.
@@ -112,7 +112,7 @@ impl HeadView {
             return;
         }
         // The rollout pseudo-layer is one "head" drawn in one colour.
-        let rollout = settings.head_rollout.then(|| selected.clone());
+        let rollout = (settings.head_rollout && run.attention.is_square()).then(|| selected.clone());
         let (heads, n_heads) = if rollout.is_some() { (vec![0], 1) } else { (selected, run.attention.heads()) };
         let matrices_key =
             DeriveKey::HeadMatrices { view_id: data.view_id, layer_idx, hide_special: settings.hide_special, rollout };
@@ -139,12 +139,20 @@ impl HeadView {
         let Some(run) = data.run else { return };
         let heads = heads.to_vec();
         let cache = self;
-        let rows = m.keep.len();
+        // Rows are the queries (left), columns the keys (right): the same tokens, except for
+        // cross-attention (target tokens left, source tokens right).
+        let (rows, cols) = (m.rows(), m.cols());
         let labels: Vec<String> = m.keep.iter().map(|&p| run.label(p)).collect();
+        let key_labels: Vec<String> = m.keep_keys.iter().map(|&p| run.key_label(p)).collect();
+        // The shown position and label of row `row` of a column, if that column has one.
+        let token_at = |side: Side, row: usize| match side {
+            Side::Query => m.keep.get(row).map(|&p| (p, &labels[row])),
+            Side::Key => m.keep_keys.get(row).map(|&p| (p, &key_labels[row])),
+        };
         // The exported figure's layout at scale 1 (one pixel = one point): the same rows, label
         // columns and line band on screen as in the PNG.
         if cache.layout.as_ref().is_none_or(|(k, _)| k != matrices_key) {
-            cache.layout = Some((matrices_key.clone(), head_view_layout(&labels, 1.0)));
+            cache.layout = Some((matrices_key.clone(), head_view_layout_sides(&labels, &key_labels, 1.0)));
         }
         let Some((_, body)) = cache.layout else { return };
         let font = FontId::proportional(body.label_px);
@@ -161,16 +169,16 @@ impl HeadView {
             // Every visible token is a clickable, labelled widget: hover shows its lines, click pins.
             let mut hovered = None;
             let mut clicked = None;
-            for row in (0..rows).filter(|&r| visible_rows(r)) {
-                let pos = m.keep[row];
+            for row in (0..rows.max(cols)).filter(|&r| visible_rows(r)) {
                 let y = layout.row_y(row);
                 for (side, x0, what) in [
                     (Side::Query, layout.left_text_right - label_width - 2.0, "query"),
                     (Side::Key, layout.right_text_left - 2.0, "key"),
                 ] {
+                    let Some((pos, text)) = token_at(side, row) else { continue };
                     let hit = Rect::from_min_size(pos2(x0, y - row_height / 2.0), vec2(label_width + 4.0, row_height));
                     let response = ui.interact(hit, ui.scope_id().with(("head-view-token", what, pos)), Sense::click());
-                    let label = format!("{what} {pos}: {}", labels[row]);
+                    let label = format!("{what} {pos}: {text}");
                     response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &label));
                     if response.hovered() {
                         hovered = Some((side, pos));
@@ -191,14 +199,19 @@ impl HeadView {
             };
             let selection = pinned.or(hovered);
             let painter = ui.painter_at(rect);
-            let segments = &run.tokens.segments;
+            let (segments, key_segments) = (&run.tokens.segments, &run.keys().segments);
             let keep = &m.keep;
-            let admits = |q: usize, k: usize| settings.pair_filter.admits(segments[keep[q]], segments[keep[k]]);
+            let admits =
+                |q: usize, k: usize| settings.pair_filter.admits(segments[keep[q]], key_segments[m.keep_keys[k]]);
             let min_weight = settings.threshold.max(1.0 / 255.0);
             // Lines.
-            if let Some((side, row)) =
-                selection.and_then(|(side, pos)| keep.iter().position(|&p| p == pos).map(|row| (side, row)))
-            {
+            let row_of = |side: Side, pos: usize| {
+                let shown = if side == Side::Query { keep } else { &m.keep_keys };
+                shown.iter().position(|&p| p == pos)
+            };
+            if let Some((side, row)) = selection.and_then(|(side, pos)| row_of(side, pos).map(|row| (side, row))) {
+                // The tokens of the other column, which the selected token's lines join.
+                let others = if side == Side::Query { cols } else { rows };
                 // The selected token's lines, rasterized like all lines but over the visible part of the
                 // band only, and again only when the selection or the scroll position changes.
                 let visible = Rect::from_min_max(
@@ -222,10 +235,10 @@ impl HeadView {
                             .iter()
                             .map(|&h| {
                                 let m = &m.matrices[h];
-                                let lines = (0..rows)
+                                let lines = (0..others)
                                     .filter_map(|other| {
                                         let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
-                                        let w = m[q * rows + k];
+                                        let w = m[q * cols + k];
                                         (w >= min_weight && admits(q, k)).then(|| crate::render::Segment {
                                             from: to_px(layout.line_x0, layout.row_y(q)),
                                             to: to_px(layout.line_x1, layout.row_y(k)),
@@ -251,8 +264,10 @@ impl HeadView {
                 }
                 bars_ui(&painter, &layout, m, &heads, n_heads, side, row, &visible_rows);
                 // Each row of bars tells its numbers on hover (pin the token first to reach them).
-                for other in (0..rows).filter(|&r| visible_rows(r)) {
+                for other in (0..others).filter(|&r| visible_rows(r)) {
                     let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
+                    let other_side = if side == Side::Query { Side::Key } else { Side::Query };
+                    let Some((other_pos, other_label)) = token_at(other_side, other) else { continue };
                     let x = if side == Side::Query {
                         layout.right_text_left + label_width + 6.0
                     } else {
@@ -262,19 +277,17 @@ impl HeadView {
                     let hit = Rect::from_min_size(pos2(x, y), vec2(BARS_WIDTH - 10.0, row_height));
                     let id = ui.scope_id().with(("head-view-bars", other));
                     let what = format!(
-                        "weights of {} {}: {}",
+                        "weights of {} {other_pos}: {other_label}",
                         if side == Side::Query { "key" } else { "query" },
-                        keep[other],
-                        labels[other]
                     );
                     let response = ui.interact(hit, id, Sense::hover());
                     response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &what));
                     response.on_hover_ui_at_pointer(|ui| {
-                        ui.label(RichText::new(format!("“{}” → “{}”", labels[q], labels[k])).strong());
+                        ui.label(RichText::new(format!("“{}” → “{}”", labels[q], key_labels[k])).strong());
                         for &h in &heads {
                             let name =
                                 if n_heads == 1 && heads.len() == 1 { "rollout".to_string() } else { format!("H{h}") };
-                            ui.label(format!("{name}: {:.4}", m.matrices[h][q * rows + k]));
+                            ui.label(format!("{name}: {:.4}", m.weight(h, q, k)));
                         }
                     });
                 }
@@ -340,16 +353,16 @@ impl HeadView {
             let highlight = ui.visuals().selection.bg_fill;
             // Every label, or every few when rows are too thin for text (as in the exported figure).
             let step = layout.body.label_step.max(1);
-            for row in (0..rows).filter(|&r| visible_rows(r) && r % step == 0) {
+            for row in (0..rows.max(cols)).filter(|&r| visible_rows(r) && r % step == 0) {
                 let y = layout.row_y(row);
-                let pos = keep[row];
                 for (side, x, align) in [
                     (Side::Query, layout.left_text_right, egui::Align2::RIGHT_CENTER),
                     (Side::Key, layout.right_text_left, egui::Align2::LEFT_CENTER),
                 ] {
+                    let Some((pos, text)) = token_at(side, row) else { continue };
                     let selected = selection == Some((side, pos));
                     let pinned = pinned == Some((side, pos));
-                    let galley = super::matrix::fitted_label(&painter, &labels[row], &font, text_color, label_width);
+                    let galley = super::matrix::fitted_label(&painter, text, &font, text_color, label_width);
                     let w = galley.size().x.min(label_width);
                     let text_rect = align.anchor_size(pos2(x, y), vec2(w, row_height - 2.0));
                     if selected {
@@ -363,8 +376,8 @@ impl HeadView {
                             egui::StrokeKind::Outside,
                         );
                     }
-                    let segment_color =
-                        if run.tokens.segments[pos] == 1 { ui.visuals().hyperlink_color } else { text_color };
+                    let segment = if side == Side::Query { segments[pos] } else { key_segments[pos] };
+                    let segment_color = if segment == 1 { ui.visuals().hyperlink_color } else { text_color };
                     painter.with_clip_rect(text_rect.expand(1.0)).galley(
                         text_rect.left_top() + vec2(0.0, (text_rect.height() - galley.size().y) / 2.0),
                         galley,
@@ -416,14 +429,14 @@ fn bars_ui(
     row: usize,
     visible: &dyn Fn(usize) -> bool,
 ) {
-    let rows = m.keep.len();
+    let others = if side == Side::Query { m.cols() } else { m.rows() };
     let label_width = layout.label_width();
     let bar_h = ((layout.row_height() - 4.0) / heads.len() as f32).clamp(1.0, 6.0);
-    for other in (0..rows).filter(|&r| visible(r)) {
+    for other in (0..others).filter(|&r| visible(r)) {
         let y0 = layout.row_y(other) - bar_h * heads.len() as f32 / 2.0;
         for (i, &h) in heads.iter().enumerate() {
             let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
-            let w = m.matrices[h][q * rows + k];
+            let w = m.weight(h, q, k);
             let len = w.clamp(0.0, 1.0) * (BARS_WIDTH - 10.0);
             let y = y0 + i as f32 * bar_h;
             let rect = if side == Side::Query {
@@ -448,15 +461,19 @@ fn toolbar_ui(
     commands: &mut Commands,
 ) {
     ui.horizontal_wrapped(|ui| {
-        let title = if settings.head_rollout {
+        let title = if settings.head_rollout && run.key_tokens.is_none() {
             format!("Rollout through layers 0–{} (pseudo-layer)", settings.layer_idx)
         } else {
             format!("Layer {}", settings.layer_idx)
         };
         ui.label(RichText::new(title).strong());
-        ui.checkbox(&mut settings.head_rollout, "Rollout pseudo-layer").on_hover_text(
-            "Show attention rollout up to this layer (selected heads averaged, residual added) as one pseudo-layer",
-        );
+        if run.key_tokens.is_none() {
+            ui.checkbox(&mut settings.head_rollout, "Rollout pseudo-layer").on_hover_text(
+                "Show attention rollout up to this layer (selected heads averaged, residual added) as one pseudo-layer",
+            );
+        } else {
+            ui.label(RichText::new("target tokens (queries) left · source tokens (keys) right").small().weak());
+        }
         ui.separator();
         ui.add(egui::Slider::new(&mut settings.threshold, 0.0..=0.5).text("hide lines below"));
         ui.separator();
@@ -484,12 +501,12 @@ fn toolbar_ui(
         ui.label(RichText::new(shown).small().italics());
     }
     match pinned {
-        Some((side, pos)) if pos < run.tokens.len() => {
+        Some((side, pos)) if pos < if side == Side::Key { run.keys().len() } else { run.tokens.len() } => {
             let what = if side == Side::Query { "query" } else { "key" };
+            let label = if side == Side::Query { run.label(pos) } else { run.key_label(pos) };
             ui.horizontal_wrapped(|ui| {
                 ui.label(
-                    RichText::new(format!("Pinned {what} “{}” — click it again or press Esc to unpin", run.label(pos)))
-                        .small(),
+                    RichText::new(format!("Pinned {what} “{label}” — click it again or press Esc to unpin")).small(),
                 );
                 if side == Side::Query
                     && run.neuron.is_some()

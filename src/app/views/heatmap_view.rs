@@ -5,7 +5,7 @@ use egui::RichText;
 
 use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui};
 use crate::analysis::Run;
-use crate::analysis::select::{mask_hidden, submatrix, visible_tokens};
+use crate::analysis::select::{mask_hidden, submatrix_rect, visible_tokens};
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
 use crate::render::Colormap;
@@ -25,10 +25,12 @@ struct HeatKey {
 pub struct HeatmapView {
     key: Option<HeatKey>,
     texture: MatrixTexture,
-    /// Shown values, `m × m`.
+    /// Shown values, rows × columns.
     pub values: Vec<f32>,
-    /// Token positions of the rows/columns.
+    /// Token positions of the rows (queries).
     pub keep: Vec<usize>,
+    /// Token positions of the columns (keys: the source tokens for cross-attention).
+    pub keep_keys: Vec<usize>,
     /// How many times the texture was built.
     pub builds: usize,
 }
@@ -41,7 +43,8 @@ impl HeatmapView {
         let a = &run.attention;
         let mean = a.mean_of_heads(key.layer_idx, &key.heads);
         self.keep = visible_tokens(&run.tokens, key.hide_special);
-        self.values = submatrix(&mean, a.seq_len(), &self.keep, key.hide_special);
+        self.keep_keys = visible_tokens(run.keys(), key.hide_special);
+        self.values = submatrix_rect(&mean, a.keys(), &self.keep, &self.keep_keys, key.hide_special);
         if run.has_mask() {
             mask_hidden(&mut self.values, &self.keep, run.causal, run.window);
         }
@@ -51,7 +54,7 @@ impl HeatmapView {
 
     /// The value at (query row, key column) of the shown matrix.
     pub fn value(&self, row: usize, col: usize) -> f32 {
-        self.values[row * self.keep.len() + col]
+        self.values[row * self.keep_keys.len() + col]
     }
 }
 
@@ -88,7 +91,12 @@ fn heatmap_view_ui(
         ui.separator();
         ui.add(egui::Slider::new(&mut settings.cell_size, 2.0..=80.0).text("cell size").logarithmic(true));
         ui.checkbox(&mut settings.hide_special, "Hide special tokens");
-        ui.label(RichText::new("rows attend to columns · Ctrl+scroll zooms · drag pans").small().weak());
+        let axes = if run.key_tokens.is_some() {
+            "rows: target tokens · columns: source tokens"
+        } else {
+            "rows attend to columns"
+        };
+        ui.label(RichText::new(format!("{axes} · Ctrl+scroll zooms · drag pans")).small().weak());
     });
     if heads.is_empty() {
         ui.label("No head selected: pick heads in the side panel.");
@@ -102,28 +110,33 @@ fn heatmap_view_ui(
         colormap: settings.colormap,
     };
     cache.update(key, run);
-    let m = cache.keep.len();
-    if m == 0 {
+    let (m, cols) = (cache.keep.len(), cache.keep_keys.len());
+    if m == 0 || cols == 0 {
         ui.label("Nothing to show: every token is a special token and they are hidden.");
         return;
     }
     let labels: Vec<String> = cache.keep.iter().map(|&p| run.label(p)).collect();
-    let keep = &cache.keep;
+    let key_labels: Vec<String> = cache.keep_keys.iter().map(|&p| run.key_label(p)).collect();
+    let (keep, keep_keys) = (&cache.keep, &cache.keep_keys);
+    let (row_name, col_name) = if run.key_tokens.is_some() { ("target", "source") } else { ("query", "key") };
     let hover = |q: usize, k: usize, v: f32| {
         let weight = if v.is_nan() {
             "masked: the causal mask hides keys after the query".to_string()
         } else {
             format!("weight {v:.6}")
         };
-        format!("query “{}” (#{})\nkey “{}” (#{})\n{weight}", labels[q], keep[q], labels[k], keep[k])
+        format!(
+            "{row_name} “{}” (#{})\n{col_name} “{}” (#{})\n{weight}",
+            labels[q], keep[q], key_labels[k], keep_keys[k]
+        )
     };
     let spec = MatrixSpec {
         id: "heatmap",
         values: &cache.values,
         rows: m,
-        cols: m,
+        cols,
         row_labels: &labels,
-        col_labels: &labels,
+        col_labels: &key_labels,
         range: (0.0, 1.0),
         colormap: settings.colormap,
         cell: settings.cell_size,

@@ -2,9 +2,12 @@
 
 use egui::{RichText, TextEdit};
 
-use crate::app::command::Commands;
+use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
-use crate::app::state::View;
+use crate::app::state::{Source, View};
+
+/// Most tokens one "Translate" writes.
+pub const TRANSLATE_TOKENS: usize = 64;
 
 /// The input panel's state.
 pub struct InputBar {
@@ -47,6 +50,10 @@ impl InputBar {
                     ui.label(RichText::new("(single sentence)").weak());
                 }
                 ui.end_row();
+                if data.model.is_some_and(|m| m.seq2seq) && settings.source == Source::Pretrained {
+                    target_row_ui(ui, data, &mut settings.target, commands);
+                    ui.end_row();
+                }
             });
             if settings.text.trim().is_empty() && settings.pair().is_none() {
                 ui.label(
@@ -66,4 +73,38 @@ impl InputBar {
         });
         commands.set_changed(data.settings, &settings);
     }
+}
+
+/// The Target box of an encoder–decoder (what its decoder reads; Sentence A is the source), with
+/// "Translate" when the model has its language-model head.
+fn target_row_ui(ui: &mut egui::Ui, data: &ViewData<'_>, target: &mut String, commands: &mut Commands) {
+    let label = ui
+        .label(RichText::new("Target").strong())
+        .on_hover_text("What the decoder reads: its start token, then this text's tokens. Sentence A is the source.");
+    ui.horizontal(|ui| {
+        let can_translate = data.model.is_some_and(|m| m.can_translate);
+        let writing = data.generation.is_some_and(|g| g.finished.is_none() && g.error.is_none());
+        if can_translate {
+            if writing {
+                if ui.button("■ Stop").on_hover_text("Stop translating; what is written stays").clicked() {
+                    commands.push(Command::StopGeneration);
+                }
+            } else if ui
+                .button("Translate ▶")
+                .on_hover_text("The model writes the target greedily from the source, token by token")
+                .clicked()
+            {
+                commands.push(Command::Continue(TRANSLATE_TOKENS));
+            }
+        }
+        let edit = TextEdit::singleline(target)
+            .hint_text(if can_translate {
+                "The target the decoder reads — type it, or press Translate"
+            } else {
+                "The target the decoder reads (this model has no language-model head to translate)"
+            })
+            .desired_width(f32::INFINITY)
+            .id_salt("target");
+        ui.add(edit).labelled_by(label.id);
+    });
 }

@@ -123,6 +123,9 @@ impl Views {
                 if words != settings.words {
                     commands.push(Command::Set(super::command::Setting::Words(words)));
                 }
+                if data.stack.is_some() {
+                    stack_switch_ui(ui, settings, commands);
+                }
             }
         });
         ui.separator();
@@ -131,6 +134,9 @@ impl Views {
             return;
         }
         shown_model_banner(ui, data, commands);
+        if let Some(note) = data.stack_note {
+            ui.colored_label(ui.visuals().warn_fg_color, note);
+        }
         if data.run.is_none() {
             ui.vertical_centered(|ui| {
                 ui.add_space(40.0);
@@ -140,8 +146,10 @@ impl Views {
                     ui.spinner();
                     ui.label(if data.loading.is_some() {
                         "Loading the model…"
-                    } else if data.merging {
+                    } else if data.merging && settings.words {
                         "Merging word pieces into words…"
+                    } else if data.merging {
+                        "Taking the chosen attention…"
                     } else {
                         "Running the model…"
                     });
@@ -159,6 +167,30 @@ impl Views {
             View::Compare => self.compare.ui(ui, data, commands),
             View::Positions => {}
         }
+    }
+}
+
+/// The Encoder / Decoder / Cross switch of an encoder–decoder: which attention every view and
+/// export shows.
+fn stack_switch_ui(ui: &mut egui::Ui, settings: &Settings, commands: &mut Commands) {
+    use crate::analysis::Stack;
+    ui.separator();
+    ui.label("Attention:");
+    for stack in Stack::ALL {
+        let hint = match stack {
+            Stack::Encoder => "Encoder self-attention: source tokens attending to source tokens",
+            Stack::Decoder => "Decoder self-attention: target tokens attending to earlier target tokens (causal)",
+            Stack::Cross => "Cross-attention: target tokens (left, rows) attending to source tokens (right, columns)",
+        };
+        if ui.selectable_label(settings.stack == stack, stack.label()).on_hover_text(hint).clicked()
+            && settings.stack != stack
+        {
+            commands.push(Command::Set(super::command::Setting::Stack(stack)));
+        }
+    }
+    if settings.words && settings.stack != Stack::Encoder {
+        ui.label(RichText::new("(words: source only)").small().weak())
+            .on_hover_text("Word pieces are merged on the encoder side; the target stays in tokens");
     }
 }
 

@@ -25,6 +25,14 @@ impl ModelView {
         let settings = data.settings;
         let a = &run.attention;
         let (layers, heads) = (a.layers(), a.heads());
+        if let Some(stack) = data.stack {
+            // The switch above the views picks which of the three stacks the grid shows.
+            let hint = match stack {
+                crate::analysis::Stack::Cross => " — rows of each thumbnail: target tokens, columns: source tokens",
+                _ => "",
+            };
+            ui.label(RichText::new(format!("All layers × heads of the {}{hint}", stack.describe())).strong());
+        }
         ui.label(
             RichText::new(
                 "Every layer (rows) × head (columns). Hover to name a head, click to open it in the heatmap view.",

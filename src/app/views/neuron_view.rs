@@ -59,9 +59,12 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
         }
     });
     let Some(neuron) = run.neuron.as_ref() else {
-        ui.label(
-            "The neuron view shows the query and key vectors of single tokens: turn off “Words” (above) to see it.",
-        );
+        ui.label(if data.stack.is_some_and(|s| s != crate::analysis::Stack::Encoder) {
+            "The neuron view shows the encoder's query and key vectors (the decoder's are not recorded): \
+             pick Encoder above to see it."
+        } else {
+            "The neuron view shows the query and key vectors of single tokens: turn off “Words” (above) to see it."
+        });
         return;
     };
     let b = neuron.breakdown(a, layer_idx, head_idx, query, |j| run.is_masked(query, j));

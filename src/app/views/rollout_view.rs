@@ -35,8 +35,16 @@ fn rollout_view_ui(
 ) {
     let Some(run) = data.run else { return };
     let a = &run.attention;
+    if !a.is_square() {
+        ui.label(RichText::new(format!("Rollout / flow of the {}", crate::analysis::Stack::Cross.describe())).strong());
+        ui.colored_label(ui.visuals().warn_fg_color, super::capitalised(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL));
+        return;
+    }
     let (layer_idx, heads) = data.selection();
     ui.horizontal_wrapped(|ui| {
+        if let Some(stack) = data.stack {
+            ui.label(RichText::new(format!("Of the {}:", stack.describe())).strong());
+        }
         ui.selectable_value(&mut settings.rollout_mode, RolloutMode::Rollout, RichText::new("Rollout").strong())
             .on_hover_text("Products of the residual-augmented attention (A + I)/2 through the layers");
         ui.selectable_value(&mut settings.rollout_mode, RolloutMode::Flow, RichText::new("Flow").strong())

@@ -39,6 +39,19 @@ impl StatsView {
     fn grid_ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, stats: &HeadStats, commands: &mut Commands) {
         let settings = data.settings;
         let cache = self;
+        if let Some(stack) = data.stack {
+            ui.label(RichText::new(format!("Statistics of the {}", stack.describe())).strong());
+            if stack == crate::analysis::Stack::Cross {
+                ui.label(
+                    RichText::new(
+                        "Shares to [CLS]/[SEP]/punctuation are over the source tokens; the token itself, the \
+                         previous and the next token are not defined across two sequences (shown as masked).",
+                    )
+                    .small()
+                    .weak(),
+                );
+            }
+        }
         ui.label(
             RichText::new(format!(
                 "{}, averaged over the {} query tokens. After Clark et al. 2019, “What does BERT look at?”. \

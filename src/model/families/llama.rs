@@ -81,7 +81,7 @@ fn llama_like(keys: &Keys, variant: Variant) -> Result<Description, ModelError> 
             "Qwen's per-layer sliding windows are not supported",
         )?;
     }
-    let s = Sizes::read(keys, BERT_SIZE_KEYS, None)?;
+    let s = Sizes::read_with_head_dim(keys, BERT_SIZE_KEYS, None, Some("head_dim"))?;
     let kv = kv_heads(keys, s.heads)?;
     let hd = match variant {
         // GemmaConfig's default head width.

@@ -302,6 +302,18 @@ impl Sizes {
     /// Reads the sizes under the family's key names (`[vocab, hidden, layers, heads, intermediate]`),
     /// `intermediate` defaulting to `default_intermediate(hidden)` when absent.
     pub fn read(keys: &Keys, names: [&str; 5], default_intermediate: Option<usize>) -> Result<Self, ModelError> {
+        Self::read_with_head_dim(keys, names, default_intermediate, None)
+    }
+
+    /// [`Sizes::read`] for a family whose config may state the head size under `head_dim_key`
+    /// (T5's `d_kv`, Llama's `head_dim`): when it does, heads × head size need not equal the
+    /// hidden size (mT5-small: 6 heads of 64 over 512), so `hidden` need not divide by `heads`.
+    pub fn read_with_head_dim(
+        keys: &Keys,
+        names: [&str; 5],
+        default_intermediate: Option<usize>,
+        head_dim_key: Option<&str>,
+    ) -> Result<Self, ModelError> {
         let [vocab, hidden, layers, heads, intermediate] = names;
         let sizes = Self {
             vocab: keys.usize(vocab)?,
@@ -322,7 +334,11 @@ impl Sizes {
         ] {
             bounded(key, value, 1, max)?;
         }
-        if sizes.hidden % sizes.heads != 0 {
+        let head_dim_given = match head_dim_key {
+            Some(key) => keys.opt_usize(key)?.is_some(),
+            None => false,
+        };
+        if !head_dim_given && sizes.hidden % sizes.heads != 0 {
             return Err(unsupported(
                 heads,
                 sizes.heads.to_string(),
@@ -467,6 +483,23 @@ mod tests {
         assert_eq!(r("encoder.layer..attention.self.query.weight"), None);
         assert_eq!(r("pooler.dense.weight"), None);
         assert_eq!(r("embeddings.position_ids"), None);
+    }
+
+    #[test]
+    fn a_stated_head_size_need_not_divide_the_hidden_size() {
+        // mT5-small's shape: 6 heads of 64 over a 512-wide stream.
+        let t5 = r#"{"model_type":"t5","vocab_size":100,"d_model":512,"num_layers":1,"num_heads":6,"d_kv":64,
+            "d_ff":64,"decoder_start_token_id":0}"#;
+        let (_, enc, dec) = describe_full(t5).unwrap();
+        assert_eq!((enc.heads, enc.head_dim, enc.hidden), (6, 64, 512));
+        assert_eq!(dec.unwrap().desc.head_dim, 64);
+        // Without d_kv the head size is hidden / heads, which must then divide.
+        let err = describe(&t5.replace(r#""d_kv":64,"#, "")).unwrap_err().to_string();
+        assert!(err.contains("num_heads") && err.contains("divisible"), "{err}");
+        let llama = r#"{"model_type":"llama","vocab_size":100,"hidden_size":60,"num_hidden_layers":1,
+            "num_attention_heads":7,"head_dim":8,"intermediate_size":64}"#;
+        assert_eq!(describe(llama).unwrap().1.head_dim, 8);
+        assert!(describe(&llama.replace(r#""head_dim":8,"#, "")).is_err());
     }
 
     #[test]

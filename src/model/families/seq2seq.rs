@@ -130,7 +130,12 @@ fn bart_like(keys: &Keys, variant: Variant, decoder: bool) -> Result<Description
 fn t5_like(keys: &Keys, decoder: bool) -> Result<Description, ModelError> {
     let layers_key =
         if decoder && keys.opt_usize("num_decoder_layers")?.is_some() { "num_decoder_layers" } else { "num_layers" };
-    let s = Sizes::read(keys, ["vocab_size", "d_model", layers_key, "num_heads", "d_ff"], None)?;
+    let s = Sizes::read_with_head_dim(
+        keys,
+        ["vocab_size", "d_model", layers_key, "num_heads", "d_ff"],
+        None,
+        Some("d_kv"),
+    )?;
     let head_dim = bounded("d_kv", keys.opt_usize("d_kv")?.unwrap_or(s.hidden / s.heads), 1, 1 << 14)?;
     let proj = keys.opt_str("feed_forward_proj")?.unwrap_or("relu");
     let (gated, act) = match proj.strip_prefix("gated-") {

@@ -24,10 +24,13 @@ sleep 4 # model load + first run
 nudge() { for _ in $(seq "${1:-3}"); do xdotool mousemove_relative 1 0; sleep 0.15; xdotool mousemove_relative -- -1 0; sleep 0.15; done; }
 click() { xdotool mousemove "$1" "$2"; sleep 0.2; xdotool click 1; nudge 2; sleep "${3:-0.3}"; }
 shot() { sleep "${2:-1}"; nudge 4; import -window root "$OUT/$1.png"; echo "wrote $OUT/$1.png"; }
-# Restarts the app with these arguments (same window place and size).
+# Restarts the app with these arguments and fresh settings (what the earlier shots left behind, such
+# as a ticked Sentence B, is not carried over), same window place and size.
 relaunch() {
   kill "$APP" 2>/dev/null || true
   sleep 1
+  HOME=$(mktemp -d)
+  XDG_DATA_HOME="$HOME/.local/share"
   "$BIN" "$@" >>"$APP_LOG" 2>&1 &
   APP=$!
   WID=$(xdotool search --sync --onlyvisible --name '^attnviz$' | head -1)
@@ -108,7 +111,7 @@ shot playground 2
 # Light theme (back on the pretrained model).
 click 97 94 1.5
 click 316 76
-click 147 557
+click 147 585
 click 1300 800
 shot head-view-light
 # A GPT-2-style model (the tiny random test fixture): causal, its masked triangle drawn as masked;

@@ -54,8 +54,13 @@ pub fn token_difference(a: &Tokens, b: &Tokens) -> Option<String> {
     Some(format!("the tokens differ: token {i} is “{}” in A and “{}” in B", a.label(i), b.label(i)))
 }
 
-/// Makes a token readable in a diagram: `Ġ`/`▁` word starts dropped, invisible characters escaped.
+/// Makes a token readable in a diagram: `Ġ`/`▁` word starts dropped (a token of spaces alone shows
+/// `␣`), invisible characters escaped.
 pub fn pretty_label(token: &str) -> String {
+    // A token that is only spaces (byte-level `Ġ`, SentencePiece `▁`) shows them, one `␣` each.
+    if !token.is_empty() && token.chars().all(|c| c == 'Ġ' || c == '▁') {
+        return "␣".repeat(token.chars().count());
+    }
     let trimmed = token.strip_prefix('Ġ').or_else(|| token.strip_prefix('▁')).unwrap_or(token);
     let mut out = String::with_capacity(trimmed.len());
     for c in trimmed.chars() {
@@ -95,6 +100,9 @@ mod tests {
     fn labels_drop_bpe_markers_and_show_invisible_characters() {
         assert_eq!(pretty_label("Ġthe"), "the");
         assert_eq!(pretty_label("▁word"), "word");
+        assert_eq!(pretty_label("Ġ"), "␣");
+        assert_eq!(pretty_label("ĠĠ"), "␣␣");
+        assert_eq!(pretty_label("▁"), "␣");
         assert_eq!(pretty_label("##ing"), "##ing");
         assert_eq!(pretty_label("a\u{200B}"), "aU+200B");
         assert_eq!(pretty_label("Ġ"), "Ġ");

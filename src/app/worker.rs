@@ -273,7 +273,7 @@ fn translate_streaming(
     };
     let mut carried = None;
     let mut gone = false;
-    let result = crate::model::generate::translate(model, text, max_new, TOP_K, |ids| {
+    let result = crate::model::generate::translate(model, text, max_new, TOP_K, |ids, steps| {
         match jobs.try_recv() {
             Ok(job) => {
                 carried = Some(job);
@@ -292,12 +292,10 @@ fn translate_streaming(
             Ok(decoder) => run.decoder = Some(decoder),
             Err(_) => return false, // the final run says what failed
         }
-        let written = ids.len() - 1;
         let progress = Done::Generated {
             id,
             result: Ok(Arc::new(run)),
-            // The candidates come with the final run; meanwhile one empty step per token.
-            steps: Arc::new(vec![Vec::new(); written]),
+            steps: Arc::new(steps.to_vec()),
             finished: None,
             seconds: start.elapsed().as_secs_f64(),
             target: Some(model.tokenizer.decode(&ids[1..])),

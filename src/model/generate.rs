@@ -263,13 +263,13 @@ pub struct Translation {
 
 /// Greedy decoding of an encoder–decoder (`generate(do_sample=False, num_beams=1)`): the encoder
 /// runs once, the decoder once per step over everything written so far. `on_token` sees the
-/// decoder's ids after each step and returns false to stop.
+/// decoder's ids and each step's candidates after each step, and returns false to stop.
 pub fn translate(
     model: &LoadedModel,
     source: &str,
     max_new: usize,
     candidates: usize,
-    mut on_token: impl FnMut(&[u32]) -> bool,
+    mut on_token: impl FnMut(&[u32], &[Vec<Candidate>]) -> bool,
 ) -> Result<Translation, ModelError> {
     let decoder = model.seq2seq()?;
     let net = &decoder.net;
@@ -301,7 +301,7 @@ pub fn translate(
         if model.eos.contains(&id) {
             break Stop::EndOfSequence;
         }
-        if !on_token(&ids) {
+        if !on_token(&ids, &steps) {
             break Stop::Stopped;
         }
     };

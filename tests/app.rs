@@ -1215,6 +1215,10 @@ fn monkey(steps: usize, default_seed: u64) {
         fixtures.join("tiny-bert"),
         fixtures.join("tiny-bert-relu"),
         fixtures.join("tiny-gpt2"),
+        // A decoder with a head (Continue, step-through) and an encoder–decoder (Target box,
+        // Translate, the Encoder / Decoder / Cross switch).
+        fixtures.join("tiny-llama"),
+        fixtures.join("tiny-bart"),
         broken.path().to_path_buf(),
         PathBuf::from("/nonexistent-model"),
     ];

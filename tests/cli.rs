@@ -566,6 +566,10 @@ fn an_error_names_its_reason_once() {
     assert_error(&out, "d_model must be a positive even number");
     assert_eq!(stderr(&out).matches("d_model must be").count(), 1, "{}", stderr(&out));
     assert!(!out_path.exists());
+    // A mistyped size is refused before 100 GB are asked for (found by the app's monkey).
+    let out = attnviz(&["export", "--view", "pe", "--positions", "99999999", "-o", out_path.to_str().unwrap()]);
+    assert_error(&out, "positions must be at most 4096, got 99999999");
+    assert!(!out_path.exists());
 }
 
 #[test]

@@ -33,10 +33,25 @@ pub enum PeError {
     /// No positions asked for.
     #[error("positions must be at least 1, got {0}")]
     Positions(usize),
+    /// More positions or dimensions than an encoding and its dot products fit in memory for.
+    #[error("{what} must be at most {max}, got {got}")]
+    TooLarge {
+        /// `d_model` or `positions`.
+        what: &'static str,
+        /// The largest allowed.
+        max: usize,
+        /// What was asked for.
+        got: usize,
+    },
     /// The base is not a finite number above 1.
     #[error("base must be a finite number greater than 1, got {0}")]
     Base(f64),
 }
+
+/// Largest `d_model` of a computed encoding.
+pub const MAX_D_MODEL: usize = 4096;
+/// Most positions of a computed encoding.
+pub const MAX_POSITIONS: usize = 4096;
 
 /// Parameters of a sinusoidal positional encoding.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -65,6 +80,13 @@ impl PeParams {
         }
         if self.positions == 0 {
             return Err(PeError::Positions(self.positions));
+        }
+        // The encoding (positions × d_model) and its dot products (positions²) are computed in f64:
+        // at these limits 134 MB each, not the terabytes a mistyped number would ask for.
+        for (what, max, got) in [("d_model", MAX_D_MODEL, self.d_model), ("positions", MAX_POSITIONS, self.positions)] {
+            if got > max {
+                return Err(PeError::TooLarge { what, max, got });
+            }
         }
         if !self.base.is_finite() || self.base <= 1.0 {
             return Err(PeError::Base(self.base));
@@ -185,6 +207,17 @@ mod tests {
                 assert!(close(pe.encoding[p * 8 + 2 * i + 1], angle.cos()));
             }
         }
+    }
+
+    #[test]
+    fn sizes_beyond_memory_are_refused_before_allocating() {
+        let p = |d_model, positions| PeParams { d_model, positions, base: 10_000.0, layout: PeLayout::Interleaved };
+        // 99,999,999 positions × 128 would be 102 GB of f64 (a number the app's monkey typed).
+        let err = sinusoidal(p(128, 99_999_999)).unwrap_err();
+        assert_eq!(err, PeError::TooLarge { what: "positions", max: MAX_POSITIONS, got: 99_999_999 });
+        assert!(err.to_string().contains("positions must be at most 4096"), "{err}");
+        assert!(matches!(encoding(p(1 << 20, 4)), Err(PeError::TooLarge { what: "d_model", .. })));
+        assert!(sinusoidal(p(MAX_D_MODEL, 4)).is_ok() && encoding(p(4, MAX_POSITIONS)).is_ok());
     }
 
     #[test]

@@ -1110,9 +1110,9 @@ fn check_always(h: &Harness<'static, AttnvizApp>, seed: u64, step: usize) {
     }
     if app.settings.view != View::Positions {
         let banner = match (&run.intervention, run.playground) {
-            (Some(how), _) => format!("MODIFIED MODEL — {how} — not the faithful {}", run.model_name),
-            (None, true) => format!("PLAYGROUND — random weights: {}", run.model_name),
-            (None, false) => format!("Faithful model: {}", run.model_name),
+            (Some(how), _) => format!("MODIFIED MODEL — {how} — not the faithful {}", run.shown_name()),
+            (None, true) => format!("PLAYGROUND — random weights: {}", run.shown_name()),
+            (None, false) => format!("Faithful model: {}", run.shown_name()),
         };
         if h.query_by_label(&banner).is_none() {
             use egui_kittest::kittest::NodeT;
@@ -1474,7 +1474,7 @@ fn encoder_decoder_target_box_switches_encoder_decoder_cross_and_exports_the_cro
     let run = h.state().session.run.clone().unwrap();
     let target = run.tokens.tokens.clone();
     assert_ne!(target, source);
-    assert!(run.causal && run.key_tokens.is_none() && run.model_name.contains("decoder self-attention"));
+    assert!(run.causal && run.key_tokens.is_none() && run.shown_name().contains("decoder self-attention"));
     assert_eq!(h.state().view_data().stack, Some(Stack::Decoder));
     assert!(h.query_by_label(&format!("query 1: {}", run.label(1))).is_some());
 

@@ -110,6 +110,9 @@ pub struct Run {
     /// For a cross-attention run ([`super::stack::stack_run`]): the tokens attended to (the
     /// source; the columns), when they are not `tokens` (the target; the rows).
     pub key_tokens: Option<Tokens>,
+    /// Which attention of an encoder–decoder run this is (the encoder's, the decoder's, the cross
+    /// attention), once [`super::stack::stack_run`] picked one; titles name it after the model.
+    pub stack: Option<super::Stack>,
 }
 
 impl Run {
@@ -174,8 +177,18 @@ impl Run {
 impl Run {
     /// The model's name, followed by "MODIFIED: …" for a modified run: the name every title uses.
     pub fn display_name(&self) -> String {
+        let name = self.shown_name();
         match &self.intervention {
-            Some(how) => format!("{} · MODIFIED: {how}", self.model_name),
+            Some(how) => format!("{name} · MODIFIED: {how}"),
+            None => name,
+        }
+    }
+
+    /// The model's name, followed by the attention shown for an encoder–decoder (`tiny-bart ·
+    /// cross-attention (target → source)`).
+    pub fn shown_name(&self) -> String {
+        match self.stack {
+            Some(stack) => format!("{} · {}", self.model_name, stack.describe()),
             None => self.model_name.clone(),
         }
     }

@@ -79,7 +79,7 @@ pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
     if stack == Stack::Encoder {
         let mut run = run.clone();
         if run.decoder.is_some() {
-            run.model_name = format!("{} · {}", run.model_name, stack.describe());
+            run.stack = Some(stack);
         }
         return Ok(run);
     }
@@ -92,9 +92,9 @@ pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
             .map_err(|e| e.to_string())?;
         (a, Some(run.tokens.clone()), false)
     };
-    let model_name = format!("{} · {}", run.model_name, stack.describe());
     Ok(Run {
-        model_name,
+        model_name: run.model_name.clone(),
+        stack: Some(stack),
         tokens: dec.tokens.clone(),
         attention,
         neuron: None,
@@ -156,6 +156,7 @@ pub(crate) mod fixture {
                 truncation: None,
             }),
             key_tokens: None,
+            stack: None,
         }
     }
 }
@@ -182,7 +183,7 @@ mod tests {
         assert_eq!(cross.key_label(1), "Hello");
         assert_eq!(cross.label(1), "Hallo");
         assert!(!cross.has_mask());
-        assert!(cross.model_name.contains("cross-attention"));
+        assert!(cross.shown_name().contains("cross-attention") && cross.model_name == "tiny");
     }
 
     #[test]
@@ -194,7 +195,7 @@ mod tests {
         assert_eq!(dec.keys(), &dec.tokens);
         let enc = stack_run(&run, Stack::Encoder).unwrap();
         assert_eq!(enc.tokens, run.tokens);
-        assert!(enc.model_name.ends_with("encoder self-attention"));
+        assert!(enc.shown_name().ends_with("encoder self-attention") && enc.model_name == run.model_name);
         assert_eq!(enc.attention, run.attention);
     }
 

@@ -155,6 +155,7 @@ pub fn merge_run(run: &Run) -> Run {
         // Word merging covers the source; the decoder side stays at token level.
         decoder: run.decoder.clone(),
         key_tokens: None,
+        stack: run.stack,
     }
 }
 

@@ -232,6 +232,7 @@ impl<'m> Generator<'m> {
             prompt_len: Some(self.prompt_len),
             decoder: None,
             key_tokens: None,
+            stack: None,
         }
     }
 

@@ -643,6 +643,7 @@ impl LoadedModel {
             prompt_len: None,
             decoder: None,
             key_tokens: None,
+            stack: None,
         })
     }
 }

@@ -235,10 +235,10 @@ fn shown_model_banner(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
     let visuals = ui.visuals().clone();
     let (text, color, reset) = match (&run.intervention, run.playground) {
         (Some(how), _) => {
-            (format!("MODIFIED MODEL — {how} — not the faithful {}", run.model_name), visuals.warn_fg_color, true)
+            (format!("MODIFIED MODEL — {how} — not the faithful {}", run.shown_name()), visuals.warn_fg_color, true)
         }
-        (None, true) => (format!("PLAYGROUND — random weights: {}", run.model_name), visuals.hyperlink_color, false),
-        (None, false) => (format!("Faithful model: {}", run.model_name), visuals.weak_text_color(), false),
+        (None, true) => (format!("PLAYGROUND — random weights: {}", run.shown_name()), visuals.hyperlink_color, false),
+        (None, false) => (format!("Faithful model: {}", run.shown_name()), visuals.weak_text_color(), false),
     };
     ui.horizontal_wrapped(|ui| {
         ui.label(RichText::new(text).color(color).strong());

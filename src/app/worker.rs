@@ -245,6 +245,18 @@ fn with_decoder(model: &LoadedModel, mut run: Run, target: Option<&str>) -> Resu
     Ok(run)
 }
 
+/// What a generation that failed (`error`) after starting at `start` reports.
+fn failed_generation(id: u64, start: Instant, error: String) -> Done {
+    Done::Generated {
+        id,
+        result: Err(error),
+        steps: Arc::new(Vec::new()),
+        finished: Some(Stop::Stopped),
+        seconds: start.elapsed().as_secs_f64(),
+        target: None,
+    }
+}
+
 /// An encoder–decoder translates `text` greedily ([`crate::model::generate::translate`]),
 /// sending the run over source and target so far after each token; stops like
 /// [`generate_streaming`].
@@ -258,14 +270,7 @@ fn translate_streaming(
     send: &dyn Fn(Done) -> bool,
 ) -> Result<Option<Job>, ()> {
     let start = Instant::now();
-    let failed = |e: String| Done::Generated {
-        id,
-        result: Err(e),
-        steps: Arc::new(Vec::new()),
-        finished: Some(Stop::Stopped),
-        seconds: start.elapsed().as_secs_f64(),
-        target: None,
-    };
+    let failed = |e: String| failed_generation(id, start, e);
     // The encoder once, for the partial runs streamed while the decoder writes.
     let encoder = match model.run(text, None) {
         Ok(run) => run,
@@ -340,14 +345,7 @@ fn generate_streaming(
     send: &dyn Fn(Done) -> bool,
 ) -> Result<Option<Job>, ()> {
     let start = Instant::now();
-    let failed = |e: crate::model::ModelError| Done::Generated {
-        id,
-        result: Err(e.to_string()),
-        steps: Arc::new(Vec::new()),
-        finished: Some(Stop::Stopped),
-        seconds: start.elapsed().as_secs_f64(),
-        target: None,
-    };
+    let failed = |e: crate::model::ModelError| failed_generation(id, start, e.to_string());
     let mut g = match Generator::start(model, text, TOP_K) {
         Ok(g) => g,
         Err(e) => return if send(failed(e)) { Ok(None) } else { Err(()) },

@@ -139,26 +139,37 @@ pub struct Nested<'a>(&'a Attention);
 
 impl serde::Serialize for Nested<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
+        let a = self.0;
+        let per_layer = a.heads * a.seq_len * a.seq_len;
+        serializer.collect_seq((0..a.layers).map(|l| NestedLayer::new(&a.data[l * per_layer..][..per_layer], a.heads, a.seq_len)))
+    }
+}
+
+/// Serializes one layer's matrices (`heads × n × n` values, `[head][query][key]`) as nested
+/// arrays `[head][query][key]`: an element of [`Nested`], written as a layer arrives.
+pub struct NestedLayer<'a> {
+    data: &'a [f32],
+    heads: usize,
+    seq_len: usize,
+}
+
+impl<'a> NestedLayer<'a> {
+    /// One layer's values, `heads × seq_len × seq_len`.
+    pub fn new(data: &'a [f32], heads: usize, seq_len: usize) -> Self {
+        Self { data, heads, seq_len }
+    }
+}
+
+impl serde::Serialize for NestedLayer<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         struct Rows<'a>(&'a [f32], usize);
         impl serde::Serialize for Rows<'_> {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.collect_seq(self.0.chunks(self.1.max(1)))
             }
         }
-        struct Heads<'a>(&'a Attention, usize);
-        impl serde::Serialize for Heads<'_> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let a = self.0;
-                serializer.collect_seq((0..a.heads).map(|h| Rows(a.head(self.1, h), a.seq_len)))
-            }
-        }
-        let a = self.0;
-        let mut seq = serializer.serialize_seq(Some(a.layers))?;
-        for l in 0..a.layers {
-            seq.serialize_element(&Heads(a, l))?;
-        }
-        seq.end()
+        let (n, n2) = (self.seq_len, self.seq_len * self.seq_len);
+        serializer.collect_seq((0..self.heads).map(|h| Rows(&self.data[h * n2..(h + 1) * n2], n)))
     }
 }
 

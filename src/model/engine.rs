@@ -64,6 +64,26 @@ fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
     }
 }
 
+/// Rows per block when a mask lets attention skip keys.
+const ROW_BLOCK: usize = 64;
+
+/// Blocks of query rows (`n` of them, the first at position `mask.first`) and the keys any row of
+/// the block sees, out of `total`: all rows and keys in one block when the mask hides nothing,
+/// else blocks of [`ROW_BLOCK`] rows (a causal mask hides the keys after the block's last query, a
+/// window those before its first query's window), blocks that see no key left out.
+fn visible_blocks(
+    mask: kernels::Mask,
+    n: usize,
+    total: usize,
+) -> impl Iterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let block = if mask.causal || mask.window.is_some() { ROW_BLOCK } else { n.max(1) };
+    (0..n).step_by(block).filter_map(move |start| {
+        let end = (start + block).min(n);
+        let keys = mask.visible(start, total).start..mask.visible(end - 1, total).end;
+        (!keys.is_empty()).then_some((start..end, keys))
+    })
+}
+
 /// Canonical tensors by name, taken out as they are loaded.
 pub struct Weights(pub HashMap<String, Tensor>);
 
@@ -1482,8 +1502,13 @@ impl Network {
             if how.ablated.contains(&h) {
                 context.fill(0.0);
             } else {
-                let v = MatRef::rows(&v_all[desc.kv_head_of(h) * d..], total, d, kv_stride);
-                matmul(MatMut::rows(context, n, d, d), MatRef::rows(probs, n, total, total), v, 1.0, false);
+                // probs · v over the keys each block of rows sees (the others weigh exactly 0).
+                let g = desc.kv_head_of(h);
+                for (r, ks) in visible_blocks(how.mask, n, total) {
+                    let p = MatRef::rows(&probs[r.start * total + ks.start..], r.len(), ks.len(), total);
+                    let v = MatRef::rows(&v_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
+                    matmul(MatMut::rows(&mut context[r.start * d..], r.len(), d, d), p, v, 1.0, false);
+                }
             }
             if own.capacity() > 0 {
                 scratch.give(own);
@@ -1526,7 +1551,19 @@ impl Network {
         let q = MatRef::rows(&qkv[h * d..], n, d, row);
         let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
         let HeadRecords { scores, mut terms, queries, keys } = records;
-        matmul(MatMut::rows(probs, n, total, total), q, k.t(), self.desc.score_scale, false);
+        if matches!(relative, Relative::None) {
+            // Only the keys some query of each block of rows sees: a causal mask or a window
+            // hides the rest, and the softmax below overwrites those cells with -inf before it
+            // reads them (with position terms every cell is computed, as they are recorded).
+            for (r, ks) in visible_blocks(how.mask, n, total) {
+                let q = MatRef::rows(&qkv[r.start * row + h * d..], r.len(), d, row);
+                let k = MatRef::rows(&k_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
+                let dst = MatMut::rows(&mut probs[r.start * total + ks.start..], r.len(), ks.len(), total);
+                matmul(dst, q, k.t(), self.desc.score_scale, false);
+            }
+        } else {
+            matmul(MatMut::rows(probs, n, total, total), q, k.t(), self.desc.score_scale, false);
+        }
         self.add_position_terms(layer, h, n, (q, k), relative, probs, &mut terms);
         if how.temperature.to_bits() != 1.0f32.to_bits() {
             let inv = 1.0 / how.temperature;

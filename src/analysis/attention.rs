@@ -141,7 +141,9 @@ impl serde::Serialize for Nested<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let a = self.0;
         let per_layer = a.heads * a.seq_len * a.seq_len;
-        serializer.collect_seq((0..a.layers).map(|l| NestedLayer::new(&a.data[l * per_layer..][..per_layer], a.heads, a.seq_len)))
+        serializer.collect_seq(
+            (0..a.layers).map(|l| NestedLayer::new(&a.data[l * per_layer..][..per_layer], a.heads, a.seq_len)),
+        )
     }
 }
 

@@ -53,7 +53,7 @@ impl<W: Write + Seek> NpzWriter<W> {
     pub fn f32_streamed(
         &mut self,
         name: &str,
-        shape: Vec<usize>,
+        shape: &[usize],
         fill: impl FnOnce(&mut F32Sink<'_>) -> std::io::Result<()>,
     ) -> std::io::Result<()>
     where
@@ -61,7 +61,7 @@ impl<W: Write + Seek> NpzWriter<W> {
     {
         let expected: usize = shape.iter().product();
         self.start(name)?;
-        write_npy_header(&mut self.zip, "<f4", &shape)?;
+        write_npy_header(&mut self.zip, "<f4", shape)?;
         let mut sink = F32Sink { w: &mut self.zip, written: 0 };
         fill(&mut sink)?;
         if sink.written != expected {
@@ -186,12 +186,11 @@ mod tests {
         .unwrap()
         .into_inner();
         let mut npz = NpzWriter::new(std::io::Cursor::new(Vec::new()));
-        npz.f32_streamed("attentions", vec![10, 100], |sink| values.chunks(100).try_for_each(|c| sink.write(c)))
-            .unwrap();
+        npz.f32_streamed("attentions", &[10, 100], |sink| values.chunks(100).try_for_each(|c| sink.write(c))).unwrap();
         npz.array("tokens", &NpyArray::Str(&tokens)).unwrap();
         assert_eq!(npz.finish().unwrap().into_inner(), whole);
         let mut short = NpzWriter::new(std::io::Cursor::new(Vec::new()));
-        let err = short.f32_streamed("a", vec![2, 2], |sink| sink.write(&[1.0])).unwrap_err();
+        let err = short.f32_streamed("a", &[2, 2], |sink| sink.write(&[1.0])).unwrap_err();
         assert!(err.to_string().contains("1 values written"), "{err}");
     }
 

@@ -59,14 +59,31 @@ fn check_rows(probs: &[f32], n: usize) -> candle_core::Result<usize> {
     Ok(probs.len() / n.max(1))
 }
 
+/// Where the time of a lazy run went, in milliseconds.
+#[derive(Debug, Default, Clone, Copy)]
+#[allow(clippy::struct_field_names)] // units in names
+struct LazyTimes {
+    /// The pass that keeps the streams.
+    streams_ms: f64,
+    /// Every layer's queries and keys, from its stream.
+    layers_ms: f64,
+    /// Every head's attention, from its layer's queries and keys.
+    heads_ms: f64,
+}
+
 /// Produces every layer × head's attention of `tokens` once, as `mode` says; returns the rows
-/// checked (layers × heads × n, whatever the mode).
-fn produce(model: &LoadedModel, tokens: &crate::analysis::Tokens, mode: BenchMode) -> anyhow::Result<usize> {
+/// checked (layers × heads × n, whatever the mode), and in the lazy mode where the time went.
+fn produce(
+    model: &LoadedModel,
+    tokens: &crate::analysis::Tokens,
+    mode: BenchMode,
+) -> anyhow::Result<(usize, LazyTimes)> {
+    let mut times = LazyTimes::default();
     let faithful = Interventions::default();
     let n = tokens.len();
     let (ids, types) = (&tokens.ids, &tokens.type_ids);
     let net = &model.net;
-    Ok(match mode {
+    let rows = match mode {
         BenchMode::Record => {
             let run = model.run_tokens(tokens.clone(), None, Capture::Attention, &faithful)?;
             let rows = check_rows(run.attention.as_slice(), n)?;
@@ -95,19 +112,26 @@ fn produce(model: &LoadedModel, tokens: &crate::analysis::Tokens, mode: BenchMod
             checked.into_inner().map_err(|_| anyhow::anyhow!("a head's check panicked"))??
         }
         BenchMode::Lazy => {
+            let start = Instant::now();
             let streams = net.forward_streams(ids, types, &faithful)?;
+            times.streams_ms = start.elapsed().as_secs_f64() * 1e3;
             let mut probs = vec![0.0; n * n];
             let mut rows = 0;
             for l in 0..streams.layers() {
+                let start = Instant::now();
                 let layer = net.layer_attention(&streams, l)?;
+                times.layers_ms += start.elapsed().as_secs_f64() * 1e3;
                 for h in 0..net.description().heads {
+                    let start = Instant::now();
                     layer.head_into(h, &mut probs);
+                    times.heads_ms += start.elapsed().as_secs_f64() * 1e3;
                     rows += check_rows(&probs, n)?;
                 }
             }
             rows
         }
-    })
+    };
+    Ok((rows, times))
 }
 
 /// Runs `attnviz bench`.
@@ -127,10 +151,10 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
         produce(&model, &tokens, args.mode)?;
     }
     let mut times_ms = Vec::with_capacity(args.runs);
-    let mut rows = 0;
+    let (mut rows, mut lazy) = (0, LazyTimes::default());
     for _ in 0..args.runs {
         let start = Instant::now();
-        rows = produce(&model, &tokens, args.mode)?;
+        (rows, lazy) = produce(&model, &tokens, args.mode)?;
         times_ms.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let d = model.description();
@@ -144,6 +168,16 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
         "tokens={} runs={} median_ms={median_ms:.3} min_ms={:.3} mode={mode} rows_checked={rows}",
         args.tokens, args.runs, times_ms[0]
     );
+    if args.mode == BenchMode::Lazy {
+        // The last run: the pass that kept the streams, then per layer and per head on demand.
+        let (layers, heads) = (d.layers as f64, (d.layers * d.heads) as f64);
+        println!(
+            "streams_pass_ms={:.3} layer_qk_ms={:.3} head_ms={:.3}",
+            lazy.streams_ms,
+            lazy.layers_ms / layers,
+            lazy.heads_ms / heads
+        );
+    }
     if model.net.has_lm_head() && args.generate > 0 {
         // Greedy decoding with the key/value cache after the one-sentence prompt: tokens written
         // per second, the prompt's own pass not counted.

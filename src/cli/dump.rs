@@ -208,10 +208,7 @@ impl Streamed<'_> {
     }
 
     /// Runs the model, handing each layer's attention to `write`; the first I/O error stops it.
-    fn each_layer(
-        &self,
-        mut write: impl FnMut(&[f32]) -> std::io::Result<()> + Send,
-    ) -> anyhow::Result<()> {
+    fn each_layer(&self, mut write: impl FnMut(&[f32]) -> std::io::Result<()> + Send) -> anyhow::Result<()> {
         let mut io_error = None;
         let ran = self.model.stream_layers(self.tokens, self.interventions, &mut |_, probs| {
             write(probs).map_err(|e| {
@@ -234,7 +231,7 @@ impl Streamed<'_> {
         let (n, heads) = (self.tokens.len(), self.model.description().heads);
         let mut npz = NpzWriter::new(w);
         let mut result = Ok(());
-        let streamed = npz.f32_streamed("attentions", vec![self.layers(), heads, n, n], |sink| {
+        let streamed = npz.f32_streamed("attentions", &[self.layers(), heads, n, n], |sink| {
             result = self.each_layer(|probs| sink.write(probs));
             // An unfinished array stops the archive; `result` says why.
             if result.is_ok() { Ok(()) } else { Err(std::io::Error::other("stopped")) }

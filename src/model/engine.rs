@@ -474,13 +474,16 @@ enum Keep<'a> {
     /// layer has run; the next layer overwrites them.
     EachLayer(&'a mut (dyn FnMut(usize, &[f32]) -> candle_core::Result<()> + Send)),
     /// No probabilities: each head's are computed in a scratch buffer (handed to the visitor, if
-    /// any, from the pool's threads) and dropped; the residual stream entering each layer is kept.
+    /// any, from the pool's threads) and dropped; without a visitor the residual stream entering
+    /// each layer is kept.
     Streams(&'a mut Kept, Option<&'a HeadVisitor<'a>>),
 }
 
 /// What a [`Keep::Streams`] pass keeps.
 #[derive(Default)]
 struct Kept {
+    /// Whether to keep the streams (a pass that only hands heads over keeps none).
+    streams: bool,
     /// The residual stream entering each layer, `[layer][token][hidden]`.
     entering: Vec<f32>,
     /// Bytes of the pass's working buffers at its end (the head scratch included).
@@ -921,7 +924,9 @@ impl Network {
         interventions: &Interventions,
     ) -> candle_core::Result<ForwardOutput> {
         // Run our own parallel kernels on candle's worker pool too: one pool, not two, on few cores.
-        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, Keep::All(capture), interventions, None, None))
+        candle_core::utils::with_threadpool(|| {
+            self.forward_in_pool(ids, type_ids, Keep::All(capture), interventions, None, None)
+        })
     }
 
     /// Runs a decoder (a network with cross-attention) on `ids` attending to an encoder's output
@@ -962,7 +967,14 @@ impl Network {
         }
         let zeros = vec![0; ids.len()];
         candle_core::utils::with_threadpool(|| {
-            self.forward_in_pool(ids, &zeros, Keep::All(Capture::Attention), &Interventions::default(), Some(cache), None)
+            self.forward_in_pool(
+                ids,
+                &zeros,
+                Keep::All(Capture::Attention),
+                &Interventions::default(),
+                Some(cache),
+                None,
+            )
         })
     }
 
@@ -1026,6 +1038,7 @@ impl Network {
         })
     }
 
+    /// A pass recording no attention: each head to `visit`, or (without one) the streams kept.
     fn forward_kept(
         &self,
         ids: &[u32],
@@ -1034,7 +1047,7 @@ impl Network {
         visit: Option<&HeadVisitor<'_>>,
     ) -> candle_core::Result<(ForwardOutput, Kept)> {
         self.refuse_cross("be streamed")?;
-        let mut kept = Kept::default();
+        let mut kept = Kept { streams: visit.is_none(), ..Kept::default() };
         let keep = Keep::Streams(&mut kept, visit);
         let out = candle_core::utils::with_threadpool(|| {
             self.forward_in_pool(ids, type_ids, keep, interventions, None, None)
@@ -1255,7 +1268,9 @@ impl Network {
         let mut terms: Vec<_> = out.terms.chunks_mut(term_block.max(1)).map(|t| t.chunks_mut(per_layer)).collect();
         let mask = kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: past };
         for l in 0..run_layers {
-            if let Keep::Streams(kept, _) = &mut keep {
+            if let Keep::Streams(kept, _) = &mut keep
+                && kept.streams
+            {
                 kept.entering.extend_from_slice(&x);
             }
             let ablated: Vec<usize> = iv.ablated.iter().filter(|&&(al, _)| al == l).map(|&(_, h)| h).collect();
@@ -1264,7 +1279,8 @@ impl Network {
                 Keep::EachLayer(_) => (Some(&mut layer_probs[..]), None),
                 Keep::Streams(_, visit) => (None, visit.map(|v| (l, v))),
             };
-            let how = LayerRun { temperature: iv.temperature, mask, ablated: &ablated, rope: rope.as_ref(), visit_head };
+            let how =
+                LayerRun { temperature: iv.temperature, mask, ablated: &ablated, rope: rope.as_ref(), visit_head };
             let rec = Recorded {
                 probs,
                 scores: scores.as_mut().and_then(Iterator::next),
@@ -1488,12 +1504,11 @@ impl Network {
         tasks.into_par_iter().enumerate().for_each(|(h, t)| {
             let HeadOut { probs, context, records } = t;
             let mut own = Vec::new();
-            let probs = match probs {
-                Some(p) => p,
-                None => {
-                    own = scratch.take(n * total);
-                    &mut own[..]
-                }
+            let probs = if let Some(p) = probs {
+                p
+            } else {
+                own = scratch.take(n * total);
+                &mut own[..]
             };
             self.head_probs(layer, h, &rows, relative, how, probs, records);
             if let Some((l, visit)) = how.visit_head {
@@ -1567,7 +1582,9 @@ impl Network {
         self.add_position_terms(layer, h, n, (q, k), relative, probs, &mut terms);
         if how.temperature.to_bits() != 1.0f32.to_bits() {
             let inv = 1.0 / how.temperature;
-            probs.iter_mut().for_each(|s| *s *= inv);
+            for s in probs.iter_mut() {
+                *s *= inv;
+            }
         }
         kernels::softmax_rows(probs, total, how.mask, scores);
         if let Some(recorded) = queries {

@@ -18,7 +18,7 @@ gguf=assets/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 peer=${PEER:-../shared/peer/torch_forward.py}
 runs_for() { if [ "$1" -le 128 ]; then echo 10; elif [ "$1" -le 512 ]; then echo 3; else echo 1; fi; }
 range() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (lo == hi) printf "%.0f", lo; else printf "%.0f – %.0f", lo, hi }'; }
-printf "| tokens | attnviz %s (ms) | PyTorch (ms) | attnviz / PyTorch | attnviz peak RSS | PyTorch peak RSS |\n" "$mode"
+printf "| tokens | attnviz %s (ms) | PyTorch (ms) | attnviz / PyTorch | attnviz peak RSS (GiB) | PyTorch peak RSS (GiB) |\n" "$mode"
 printf "|---:|---:|---:|---:|---:|---:|\n"
 for n in ${sizes//,/ }; do
   runs=$(runs_for "$n")
@@ -33,7 +33,7 @@ for n in ${sizes//,/ }; do
     p_kb=$(grep -o 'rss_kb=[0-9]*' <<<"$p" | cut -d= -f2)
   done
   r=$(printf "%s\n" "${ratios[@]}" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (lo == hi) print lo; else print lo " – " hi }')
-  printf "| %d | %s | %s | %s | %.2f GB | %.2f GB |\n" "$n" "$(printf "%s\n" "${a_ms[@]}" | range)" \
+  printf "| %d | %s | %s | %s | %.2f | %.2f |\n" "$n" "$(printf "%s\n" "${a_ms[@]}" | range)" \
     "$(printf "%s\n" "${p_ms[@]}" | range)" "$r" "$(awk -v k="$a_kb" 'BEGIN { print k / 1048576 }')" \
     "$(awk -v k="$p_kb" 'BEGIN { print k / 1048576 }')"
 done

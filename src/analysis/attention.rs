@@ -172,26 +172,43 @@ pub struct Nested<'a>(&'a Attention);
 
 impl serde::Serialize for Nested<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
+        let a = self.0;
+        let per_layer = a.heads * a.seq_len * a.keys;
+        serializer.collect_seq((0..a.layers).map(|l| NestedLayer {
+            data: &a.data[l * per_layer..][..per_layer],
+            heads: a.heads,
+            queries: a.seq_len,
+            keys: a.keys,
+        }))
+    }
+}
+
+/// Serializes one layer's matrices (`heads × n × n` values, `[head][query][key]`) as nested
+/// arrays `[head][query][key]`: an element of [`Nested`], written as a layer arrives.
+pub struct NestedLayer<'a> {
+    data: &'a [f32],
+    heads: usize,
+    queries: usize,
+    keys: usize,
+}
+
+impl<'a> NestedLayer<'a> {
+    /// One layer's values, `heads × seq_len × seq_len`.
+    pub fn new(data: &'a [f32], heads: usize, seq_len: usize) -> Self {
+        Self { data, heads, queries: seq_len, keys: seq_len }
+    }
+}
+
+impl serde::Serialize for NestedLayer<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         struct Rows<'a>(&'a [f32], usize);
         impl serde::Serialize for Rows<'_> {
             fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
                 serializer.collect_seq(self.0.chunks(self.1.max(1)))
             }
         }
-        struct Heads<'a>(&'a Attention, usize);
-        impl serde::Serialize for Heads<'_> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let a = self.0;
-                serializer.collect_seq((0..a.heads).map(|h| Rows(a.head(self.1, h), a.keys)))
-            }
-        }
-        let a = self.0;
-        let mut seq = serializer.serialize_seq(Some(a.layers))?;
-        for l in 0..a.layers {
-            seq.serialize_element(&Heads(a, l))?;
-        }
-        seq.end()
+        let n2 = self.queries * self.keys;
+        serializer.collect_seq((0..self.heads).map(|h| Rows(&self.data[h * n2..(h + 1) * n2], self.keys)))
     }
 }
 
@@ -258,6 +275,13 @@ mod tests {
         assert_eq!(a.to_nested()[0][1][1], vec![0.0, 1.0]);
         let json = serde_json::to_string(&a.nested()).unwrap();
         assert_eq!(json, "[[[[0.25,0.75],[1.0,0.0]],[[0.5,0.5],[0.0,1.0]]]]");
+    }
+
+    #[test]
+    fn rectangular_matrices_serialize_rows_of_keys() {
+        let a = Attention::rectangular(1, 1, 2, 3, (0..6).map(|v| v as f32).collect()).unwrap();
+        let json = serde_json::to_string(&a.nested()).unwrap();
+        assert_eq!(json, "[[[[0.0,1.0,2.0],[3.0,4.0,5.0]]]]");
     }
 
     #[test]

@@ -1,12 +1,30 @@
-//! `attnviz bench`: median and minimum time of the forward pass with attention capture, and for
-//! a language model the tokens per second of greedy generation.
+//! `attnviz bench`: median and minimum time of the forward pass with attention capture (every
+//! layer × head's attention produced once: recorded whole, or streamed layer by layer, head by head,
+//! or computed again from the residual streams), and for a language model the tokens per second of
+//! greedy generation.
 
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Instant;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
-use crate::model::Capture;
+use crate::model::{Capture, Interventions, LoadedModel};
+
+/// How `bench` produces every layer × head's attention.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum BenchMode {
+    /// One pass recording every layer's attention (what the app holds): layers × heads × n².
+    Record,
+    /// One pass handing each layer's attention over as it is computed (checked, then overwritten by
+    /// the next layer's): heads × n² at a time.
+    Layers,
+    /// One pass handing each head's attention over as it is computed: one n² matrix per thread.
+    Heads,
+    /// A pass keeping only the residual stream entering each layer, then every layer's queries and
+    /// keys and every head's attention computed again from it (the lazy path views use).
+    Lazy,
+}
 
 /// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
 pub const BENCH_TEXT: &str = "The animal didn't cross the street because it was too tired. ";
@@ -17,12 +35,104 @@ pub struct BenchArgs {
     /// Input length in tokens, special tokens included.
     #[arg(long, default_value_t = 128)]
     pub tokens: usize,
-    /// Timed runs (after 3 warm-up runs).
+    /// Timed runs (after 3 warm-up runs; none when only one run is timed).
     #[arg(long, default_value_t = 20)]
     pub runs: usize,
     /// For a language model, also time writing this many tokens greedily (0: skip).
     #[arg(long, default_value_t = 32)]
     pub generate: usize,
+    /// How every layer × head's attention is produced: record (all held at once), layers, heads
+    /// (streamed, each row checked to sum to 1, then dropped) or lazy (computed again from the
+    /// residual streams, checked the same way).
+    #[arg(long, value_enum, default_value_t = BenchMode::Record)]
+    pub mode: BenchMode,
+}
+
+/// Checks that every row of `probs` (rows of `n`) sums to 1 — consuming the attention so that no
+/// step can be skipped — and returns how many rows it checked.
+fn check_rows(probs: &[f32], n: usize) -> candle_core::Result<usize> {
+    for (i, row) in probs.chunks(n.max(1)).enumerate() {
+        let sum: f32 = row.iter().sum();
+        if (sum - 1.0).abs() > 1e-3 {
+            return Err(candle_core::Error::Msg(format!("row {i} sums to {sum}, not 1")));
+        }
+    }
+    Ok(probs.len() / n.max(1))
+}
+
+/// Where the time of a lazy run went, in milliseconds.
+#[derive(Debug, Default, Clone, Copy)]
+#[allow(clippy::struct_field_names)] // units in names
+struct LazyTimes {
+    /// The pass that keeps the streams.
+    streams_ms: f64,
+    /// Every layer's queries and keys, from its stream.
+    layers_ms: f64,
+    /// Every head's attention, from its layer's queries and keys.
+    heads_ms: f64,
+}
+
+/// Produces every layer × head's attention of `tokens` once, as `mode` says; returns the rows
+/// checked (layers × heads × n, whatever the mode), and in the lazy mode where the time went.
+fn produce(
+    model: &LoadedModel,
+    tokens: &crate::analysis::Tokens,
+    mode: BenchMode,
+) -> anyhow::Result<(usize, LazyTimes)> {
+    let mut times = LazyTimes::default();
+    let faithful = Interventions::default();
+    let n = tokens.len();
+    let (ids, types) = (&tokens.ids, &tokens.type_ids);
+    let net = &model.net;
+    let rows = match mode {
+        BenchMode::Record => {
+            // Held whole, so nothing can be skipped: not checked, so that its figures stay those of
+            // the benchmark before the streaming modes.
+            let run = model.run_tokens(tokens.clone(), None, Capture::Attention, &faithful)?;
+            run.attention.as_slice().len() / n.max(1)
+        }
+        BenchMode::Layers => {
+            let mut rows = 0;
+            net.forward_each_layer(ids, types, &faithful, &mut |_, probs| {
+                rows += check_rows(probs, n)?;
+                Ok(())
+            })?;
+            rows
+        }
+        BenchMode::Heads => {
+            let checked: Mutex<candle_core::Result<usize>> = Mutex::new(Ok(0));
+            net.forward_each_head(ids, types, &faithful, &|_, _, probs| {
+                let rows = check_rows(probs, n);
+                if let Ok(mut c) = checked.lock() {
+                    *c = match (std::mem::replace(&mut *c, Ok(0)), rows) {
+                        (Ok(a), Ok(b)) => Ok(a + b),
+                        (Err(e), _) | (_, Err(e)) => Err(e),
+                    };
+                }
+            })?;
+            checked.into_inner().map_err(|_| anyhow::anyhow!("a head's check panicked"))??
+        }
+        BenchMode::Lazy => {
+            let start = Instant::now();
+            let streams = net.forward_streams(ids, types, &faithful)?;
+            times.streams_ms = start.elapsed().as_secs_f64() * 1e3;
+            let mut probs = vec![0.0; n * n];
+            let mut rows = 0;
+            for l in 0..streams.layers() {
+                let start = Instant::now();
+                let layer = net.layer_attention(&streams, l)?;
+                times.layers_ms += start.elapsed().as_secs_f64() * 1e3;
+                for h in 0..net.description().heads {
+                    let start = Instant::now();
+                    layer.head_into(h, &mut probs);
+                    times.heads_ms += start.elapsed().as_secs_f64() * 1e3;
+                    rows += check_rows(&probs, n)?;
+                }
+            }
+            rows
+        }
+    };
+    Ok((rows, times))
 }
 
 /// Runs `attnviz bench`.
@@ -37,23 +147,38 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
     }
     let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, args.tokens)?;
     anyhow::ensure!(tokens.len() == args.tokens, "could only make {} tokens", tokens.len());
-    let faithful = crate::model::Interventions::default();
-    for _ in 0..3 {
-        model.run_tokens(tokens.clone(), None, Capture::Attention, &faithful)?;
+    let warm_up = if args.runs == 1 { 0 } else { 3 };
+    for _ in 0..warm_up {
+        produce(&model, &tokens, args.mode)?;
     }
     let mut times_ms = Vec::with_capacity(args.runs);
+    let (mut rows, mut lazy) = (0, LazyTimes::default());
     for _ in 0..args.runs {
-        let input = tokens.clone();
         let start = Instant::now();
-        let run = model.run_tokens(input, None, Capture::Attention, &faithful)?;
+        (rows, lazy) = produce(&model, &tokens, args.mode)?;
         times_ms.push(start.elapsed().as_secs_f64() * 1e3);
-        drop(run);
     }
+    let d = model.description();
+    anyhow::ensure!(rows == d.layers * d.heads * args.tokens, "checked {rows} rows, not every layer × head × query");
     times_ms.sort_by(f64::total_cmp);
     let mid = times_ms.len() / 2;
     let median_ms =
         if times_ms.len() % 2 == 1 { times_ms[mid] } else { f64::midpoint(times_ms[mid - 1], times_ms[mid]) };
-    println!("tokens={} runs={} median_ms={median_ms:.3} min_ms={:.3}", args.tokens, args.runs, times_ms[0]);
+    let mode = args.mode.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
+    println!(
+        "tokens={} runs={} median_ms={median_ms:.3} min_ms={:.3} mode={mode} rows_checked={rows}",
+        args.tokens, args.runs, times_ms[0]
+    );
+    if args.mode == BenchMode::Lazy {
+        // The last run: the pass that kept the streams, then per layer and per head on demand.
+        let (layers, heads) = (d.layers as f64, (d.layers * d.heads) as f64);
+        println!(
+            "streams_pass_ms={:.3} layer_qk_ms={:.3} head_ms={:.3}",
+            lazy.streams_ms,
+            lazy.layers_ms / layers,
+            lazy.heads_ms / heads
+        );
+    }
     if model.net.has_lm_head() && args.generate > 0 {
         // Greedy decoding with the key/value cache after the one-sentence prompt: tokens written
         // per second, the prompt's own pass not counted.

@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::analysis::npz::{NpyArray, write_npz};
-use crate::analysis::{Attention, Run};
+use crate::analysis::attention::NestedLayer;
+use crate::analysis::npz::{NpyArray, NpzWriter};
+use crate::analysis::{Attention, Run, Tokens};
 use crate::atomic::write_atomic;
+use crate::model::{Interventions, LoadedModel};
 
 /// Output format of `dump`.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -103,7 +105,6 @@ pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
     let n = a.seq_len();
     let intervention: Vec<String> = run.intervention.iter().cloned().collect();
     write_atomic(path, |w| {
-        let mut cursor = std::io::Cursor::new(Vec::new());
         let mut arrays = vec![
             ("attentions", NpyArray::F32 { shape: vec![a.layers(), a.heads(), n, n], data: a.as_slice() }),
             ("tokens", NpyArray::Str(&run.tokens.tokens)),
@@ -131,21 +132,192 @@ pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
                 NpyArray::F32 { shape: vec![layers, heads, t, s], data: d.cross.as_slice() },
             ));
         }
-        write_npz(&mut cursor, &arrays)?;
-        w.write_all(cursor.get_ref())
+        crate::analysis::npz::write_npz(w, &arrays)?;
+        Ok(())
     })?;
     Ok(())
 }
 
-/// Runs `attnviz dump`.
+/// Runs `attnviz dump`. Without a decoder side the file is written while the model runs, one
+/// layer at a time, so a long input never holds every layer's attention in memory; the bytes are
+/// those of [`write_run_npz`] / [`DumpJson`] on the recorded run.
 pub fn run(model_dir: Option<&Path>, args: &DumpArgs) -> anyhow::Result<()> {
     if args.format == DumpFormat::Npz && args.output == Path::new("-") {
         anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
     }
-    let (run, quantization) =
-        args.model.run_noting(model_dir, &args.text, args.text_pair.as_deref(), args.target.as_deref())?;
+    if args.target.is_some() {
+        let (run, quantization) =
+            args.model.run_noting(model_dir, &args.text, args.text_pair.as_deref(), args.target.as_deref())?;
+        return match args.format {
+            DumpFormat::Json => write_json(&args.output, &DumpJson::of(&run, quantization.as_deref())),
+            DumpFormat::Npz => write_run_npz(&args.output, &run),
+        };
+    }
+    let interventions = args.model.interventions()?;
+    let model = args.model.load(model_dir)?;
+    let encoded = model.tokenizer.encode(&args.text, args.text_pair.as_deref().filter(|p| !p.is_empty()))?;
+    super::warn_truncation(encoded.truncation.as_ref());
+    model.check_tokens(&encoded.tokens, &interventions)?;
+    if model.decoder.is_some() {
+        super::note_encoder_only(&model);
+    }
+    let dump = Streamed { model: &model, tokens: &encoded.tokens, interventions: &interventions };
     match args.format {
-        DumpFormat::Json => write_json(&args.output, &DumpJson::of(&run, quantization.as_deref())),
-        DumpFormat::Npz => write_run_npz(&args.output, &run),
+        DumpFormat::Json if args.output == Path::new("-") => {
+            let mut out = std::io::BufWriter::new(std::io::stdout());
+            dump.write_json(&mut out)?;
+            writeln!(out)?;
+            out.flush()?;
+        }
+        format => {
+            let mut failed = None;
+            let written = write_atomic(&args.output, |w| {
+                dump.write(w, format).map_err(|e| match e.downcast::<std::io::Error>() {
+                    Ok(io) => io,
+                    Err(other) => {
+                        failed = Some(other);
+                        std::io::Error::other("the model failed")
+                    }
+                })
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            written?;
+        }
+    }
+    super::note_run(&model, interventions.describe().as_deref());
+    Ok(())
+}
+
+/// A dump written as the model runs (no decoder side).
+struct Streamed<'a> {
+    model: &'a LoadedModel,
+    tokens: &'a Tokens,
+    interventions: &'a Interventions,
+}
+
+impl Streamed<'_> {
+    /// Runs the model and writes the dump to `w`, each layer as it is computed. An I/O error comes
+    /// back as a `std::io::Error`, a failure of the model as its own error.
+    fn write<W: Write + std::io::Seek + Send>(&self, w: &mut W, format: DumpFormat) -> anyhow::Result<()> {
+        match format {
+            DumpFormat::Json => self.write_json(w),
+            DumpFormat::Npz => self.write_npz(w),
+        }
+    }
+
+    /// Runs the model, handing each layer's attention to `write`; the first I/O error stops it.
+    fn each_layer(&self, mut write: impl FnMut(&[f32]) -> std::io::Result<()> + Send) -> anyhow::Result<()> {
+        let mut io_error = None;
+        let ran = self.model.stream_layers(self.tokens, self.interventions, &mut |_, probs| {
+            write(probs).map_err(|e| {
+                io_error = Some(e);
+                candle_core::Error::Msg("write failed".into())
+            })
+        });
+        match (ran, io_error) {
+            (_, Some(io)) => Err(io.into()),
+            (Err(e), None) => Err(anyhow::Error::new(e).context("running the model")),
+            (Ok(_), None) => Ok(()),
+        }
+    }
+
+    fn layers(&self) -> usize {
+        self.interventions.first_layers.unwrap_or(self.model.description().layers)
+    }
+
+    fn write_npz<W: Write + std::io::Seek + Send>(&self, w: &mut W) -> anyhow::Result<()> {
+        let (n, heads) = (self.tokens.len(), self.model.description().heads);
+        let mut npz = NpzWriter::new(w);
+        let mut result = Ok(());
+        let streamed = npz.f32_streamed("attentions", &[self.layers(), heads, n, n], |sink| {
+            result = self.each_layer(|probs| sink.write(probs));
+            // An unfinished array stops the archive; `result` says why.
+            if result.is_ok() { Ok(()) } else { Err(std::io::Error::other("stopped")) }
+        });
+        result?;
+        streamed?;
+        npz.array("tokens", &NpyArray::Str(&self.tokens.tokens))?;
+        let segments = self.tokens.segments.iter().map(|&s| i64::from(s)).collect();
+        npz.array("segments", &NpyArray::I64 { shape: vec![n], data: segments })?;
+        if let Some(how) = self.interventions.describe() {
+            npz.array("intervention", &NpyArray::Str(&[how]))?;
+        }
+        npz.finish()?;
+        Ok(())
+    }
+
+    /// The JSON of [`DumpJson`], key by key, the attentions layer by layer.
+    fn write_json(&self, w: &mut (impl Write + Send)) -> anyhow::Result<()> {
+        let (n, heads) = (self.tokens.len(), self.model.description().heads);
+        w.write_all(b"{\"model\":")?;
+        json(w, &self.model.name)?;
+        if let Some(q) = &self.model.quantization {
+            w.write_all(b",\"quantization\":")?;
+            json(w, q)?;
+        }
+        w.write_all(b",\"tokens\":")?;
+        json(w, &self.tokens.tokens)?;
+        w.write_all(b",\"segments\":")?;
+        json(w, &self.tokens.segments)?;
+        w.write_all(b",\"attentions\":[")?;
+        let mut first = true;
+        self.each_layer(|probs| {
+            if !std::mem::take(&mut first) {
+                w.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut *w, &NestedLayer::new(probs, heads, n)).map_err(std::io::Error::other)
+        })?;
+        w.write_all(b"]")?;
+        if let Some(how) = self.interventions.describe() {
+            w.write_all(b",\"intervention\":")?;
+            json(w, &how)?;
+        }
+        w.write_all(b"}")?;
+        Ok(())
+    }
+}
+
+/// Writes `value` as JSON to `w`.
+fn json(w: &mut impl Write, value: &(impl Serialize + ?Sized)) -> std::io::Result<()> {
+    serde_json::to_writer(w, value).map_err(std::io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The streamed dump and the dump of the recorded run, byte for byte: JSON and NPZ, a
+    /// sentence pair on an encoder, a decoder with a window, a GGUF (its quantization key), a
+    /// modified run.
+    #[test]
+    fn streamed_dumps_are_the_bytes_of_the_recorded_ones() {
+        let models = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models");
+        let modified = Interventions { temperature: 0.5, first_layers: Some(1), ..Interventions::default() };
+        let cases = [
+            ("tiny-bert", Some("It purred."), Interventions::default()),
+            ("tiny-mistral", None, Interventions::default()),
+            ("tiny-llama-gguf/tiny-llama.Q8_0.gguf", None, Interventions::default()),
+            ("tiny-gpt2", None, modified),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (name, pair, iv) in cases {
+            let model = LoadedModel::load(&models.join(name)).unwrap();
+            let run = model.run_with("The cat sat on the mat.", pair, &iv).unwrap();
+            let encoded = model.tokenizer.encode("The cat sat on the mat.", pair).unwrap();
+            let dump = Streamed { model: &model, tokens: &encoded.tokens, interventions: &iv };
+
+            let mut json = Vec::new();
+            dump.write_json(&mut json).unwrap();
+            let recorded = serde_json::to_vec(&DumpJson::of(&run, model.quantization.as_deref())).unwrap();
+            assert_eq!(String::from_utf8(json).unwrap(), String::from_utf8(recorded).unwrap(), "{name}: JSON");
+
+            let path = dir.path().join("recorded.npz");
+            write_run_npz(&path, &run).unwrap();
+            let mut npz = std::io::Cursor::new(Vec::new());
+            dump.write(&mut npz, DumpFormat::Npz).unwrap();
+            assert!(npz.get_ref() == &std::fs::read(&path).unwrap(), "{name}: NPZ");
+        }
     }
 }

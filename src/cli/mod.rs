@@ -141,16 +141,7 @@ impl ModelOptions {
         target: Option<&str>,
     ) -> anyhow::Result<(Run, Option<String>)> {
         let interventions = self.interventions()?;
-        let model = match &self.playground {
-            Some(spec) => {
-                if model_dir.is_some() {
-                    anyhow::bail!("--playground builds its own random model; leave out --model");
-                }
-                let cfg = PlaygroundConfig::parse(spec).context("--playground")?;
-                cfg.build_default().context("building the playground model")?
-            }
-            None => load_model(model_dir)?,
-        };
+        let model = self.load(model_dir)?;
         let mut run = model.run_with(text, pair, &interventions).context("running the model")?;
         warn_truncation(run.truncation.as_ref());
         match (target, &model.decoder) {
@@ -161,19 +152,44 @@ impl ModelOptions {
                 run.decoder = Some(decoder);
             }
             (Some(_), None) => anyhow::bail!("--target: {} is not an encoder–decoder; leave --target out", model.name),
-            (None, Some(_)) => eprintln!(
-                "note: {} is an encoder–decoder; without --target only its encoder ran (give --target for the decoder and cross-attention)",
-                model.name
-            ),
+            (None, Some(_)) => note_encoder_only(&model),
             (None, None) => {}
         }
-        if let Some(how) = &run.intervention {
-            eprintln!("note: modified run ({how}), not the faithful model");
-        }
-        if let Some(q) = &model.quantization {
-            eprintln!("note: weights are {q}: the attention is that file's, not the unquantised model's");
-        }
+        note_run(&model, run.intervention.as_deref());
         Ok((run, model.quantization))
+    }
+
+    /// Loads the model: `--playground`'s random one, `--model`, or the embedded one.
+    pub fn load(&self, model_dir: Option<&Path>) -> anyhow::Result<LoadedModel> {
+        match &self.playground {
+            Some(spec) => {
+                if model_dir.is_some() {
+                    anyhow::bail!("--playground builds its own random model; leave out --model");
+                }
+                let cfg = PlaygroundConfig::parse(spec).context("--playground")?;
+                cfg.build_default().context("building the playground model")
+            }
+            None => load_model(model_dir),
+        }
+    }
+}
+
+/// Says on stderr that only the encoder of an encoder–decoder ran.
+pub fn note_encoder_only(model: &LoadedModel) {
+    eprintln!(
+        "note: {} is an encoder–decoder; without --target only its encoder ran (give --target for the decoder and cross-attention)",
+        model.name
+    );
+}
+
+/// Says on stderr what a run's numbers are not: the faithful model (a modified run), the
+/// unquantised weights (GGUF).
+pub fn note_run(model: &LoadedModel, intervention: Option<&str>) {
+    if let Some(how) = intervention {
+        eprintln!("note: modified run ({how}), not the faithful model");
+    }
+    if let Some(q) = &model.quantization {
+        eprintln!("note: weights are {q}: the attention is that file's, not the unquantised model's");
     }
 }
 

@@ -64,6 +64,26 @@ fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
     }
 }
 
+/// Rows per block when a mask lets attention skip keys.
+const ROW_BLOCK: usize = 64;
+
+/// Blocks of query rows (`n` of them, the first at position `mask.first`) and the keys any row of
+/// the block sees, out of `total`: all rows and keys in one block when the mask hides nothing,
+/// else blocks of [`ROW_BLOCK`] rows (a causal mask hides the keys after the block's last query, a
+/// window those before its first query's window), blocks that see no key left out.
+fn visible_blocks(
+    mask: kernels::Mask,
+    n: usize,
+    total: usize,
+) -> impl Iterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let block = if mask.causal || mask.window.is_some() { ROW_BLOCK } else { n.max(1) };
+    (0..n).step_by(block).filter_map(move |start| {
+        let end = (start + block).min(n);
+        let keys = mask.visible(start, total).start..mask.visible(end - 1, total).end;
+        (!keys.is_empty()).then_some((start..end, keys))
+    })
+}
+
 /// Canonical tensors by name, taken out as they are loaded.
 pub struct Weights(pub HashMap<String, Tensor>);
 
@@ -430,6 +450,7 @@ impl Layer {
 
 /// The relative-position terms of one forward pass: what depends on the input length only,
 /// computed once and shared by every layer.
+#[derive(Debug, Clone)]
 enum Relative {
     None,
     /// MPNet: head `h` adds `bucket_bias[bucket[query][key] · heads + h]` (the network's table).
@@ -445,6 +466,30 @@ enum Relative {
     },
 }
 
+/// What a pass keeps of the attention it computes.
+enum Keep<'a> {
+    /// Every layer's probabilities (and with [`Capture::Full`] the neuron data): [`ForwardOutput`].
+    All(Capture),
+    /// One layer's probabilities at a time (`heads × n × total`), handed to the visitor once the
+    /// layer has run; the next layer overwrites them.
+    EachLayer(&'a mut (dyn FnMut(usize, &[f32]) -> candle_core::Result<()> + Send)),
+    /// No probabilities: each head's are computed in a scratch buffer (handed to the visitor, if
+    /// any, from the pool's threads) and dropped; without a visitor the residual stream entering
+    /// each layer is kept.
+    Streams(&'a mut Kept, Option<&'a HeadVisitor<'a>>),
+}
+
+/// What a [`Keep::Streams`] pass keeps.
+#[derive(Default)]
+struct Kept {
+    /// Whether to keep the streams (a pass that only hands heads over keeps none).
+    streams: bool,
+    /// The residual stream entering each layer, `[layer][token][hidden]`.
+    entering: Vec<f32>,
+    /// Bytes of the pass's working buffers at its end (the head scratch included).
+    working_bytes: usize,
+}
+
 /// How one layer runs: what to change, and where its queries sit.
 struct LayerRun<'a> {
     temperature: f32,
@@ -454,21 +499,76 @@ struct LayerRun<'a> {
     ablated: &'a [usize],
     /// The rotation of this pass's positions (rotary models; None when positions are switched off).
     rope: Option<&'a RopeTable>,
+    /// Handed each head's probabilities (`layer`, `head`, `n × total`) as soon as they are computed,
+    /// when the pass does not record them.
+    visit_head: Option<(usize, &'a HeadVisitor<'a>)>,
 }
 
-/// One head's share of a layer's outputs.
-struct HeadOut<'a> {
-    probs: &'a mut [f32],
-    context: &'a mut [f32],
+/// What [`Network::forward_each_head`] hands every head's probabilities to: `(layer, head, n × n)`.
+pub type HeadVisitor<'a> = dyn Fn(usize, usize, &[f32]) + Sync + 'a;
+
+/// What one head records besides its probabilities (each when asked).
+#[derive(Default)]
+struct HeadRecords<'a> {
     scores: Option<&'a mut [f32]>,
     terms: Vec<&'a mut [f32]>,
     queries: Option<&'a mut [f32]>,
     keys: Option<&'a mut [f32]>,
 }
 
+/// One head's share of a layer's outputs: its probabilities go to its slice of the recorded
+/// attention, or (None) to a scratch buffer of the pass that is reused once the head is done.
+struct HeadOut<'a> {
+    probs: Option<&'a mut [f32]>,
+    context: &'a mut [f32],
+    records: HeadRecords<'a>,
+}
+
+/// A layer's fused q/k/v rows and where each head finds its keys: what [`Network::head_probs`]
+/// reads.
+struct QkRows<'a> {
+    /// `n` rows of `row` values: queries, then keys, then values (after the norms and rotation).
+    qkv: &'a [f32],
+    row: usize,
+    n: usize,
+    /// The keys (this pass's rows, or a cache's), `total` rows `kv_stride` apart.
+    k_all: &'a [f32],
+    kv_stride: usize,
+    total: usize,
+}
+
+/// Per-head probability buffers of a pass that records none: one per head running at a time.
+#[derive(Default)]
+struct HeadScratch(std::sync::Mutex<Vec<Vec<f32>>>);
+
+impl HeadScratch {
+    fn take(&self, len: usize) -> Vec<f32> {
+        let kept = self.0.lock().ok().and_then(|mut v| v.pop());
+        match kept {
+            Some(mut b) => {
+                b.resize(len, 0.0);
+                b
+            }
+            None => vec![0.0; len],
+        }
+    }
+
+    fn give(&self, buffer: Vec<f32>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(buffer);
+        }
+    }
+
+    /// Bytes of the buffers kept.
+    fn bytes(&self) -> usize {
+        self.0.lock().map_or(0, |v| v.iter().map(|b| b.capacity() * size_of::<f32>()).sum())
+    }
+}
+
 /// One layer's slices of the recorded outputs (`heads` matrices or vector sets each).
 struct Recorded<'a> {
-    probs: &'a mut [f32],
+    /// None: the probabilities are not recorded (each head's go to scratch, see [`HeadOut`]).
+    probs: Option<&'a mut [f32]>,
     scores: Option<&'a mut [f32]>,
     /// One slice per score term.
     terms: Vec<&'a mut [f32]>,
@@ -497,9 +597,27 @@ struct Buffers {
     summed: Vec<f32>,
     /// A linear layer's product, panel by panel, before its bias: `n × out` for the widest layer.
     panels: Vec<f32>,
+    /// Probabilities of heads a pass does not record.
+    scratch: HeadScratch,
 }
 
 impl Buffers {
+    /// Bytes held, the head scratch included.
+    fn bytes(&self) -> usize {
+        let vecs = [
+            &self.normed,
+            &self.qkv,
+            &self.context_by_head,
+            &self.context,
+            &self.attended,
+            &self.inner,
+            &self.gated,
+            &self.summed,
+            &self.panels,
+        ];
+        vecs.iter().map(|v| v.capacity() * size_of::<f32>()).sum::<usize>() + self.scratch.bytes()
+    }
+
     fn new(n: usize, d: &Description) -> Self {
         let (hidden, attn, qkv) = (d.hidden, d.query_width(), d.query_width() + 2 * d.kv_width());
         let gated = d.feed_forward == FeedForward::Gated;
@@ -514,6 +632,7 @@ impl Buffers {
             gated: if gated { vec![0.0; n * d.intermediate] } else { Vec::new() },
             summed: if d.parallel_residual { vec![0.0; n * hidden] } else { Vec::new() },
             panels: vec![0.0; n * qkv.max(inner).max(hidden)],
+            scratch: HeadScratch::default(),
         }
     }
 }
@@ -536,6 +655,164 @@ impl KvCache {
     /// Whether nothing is cached yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+/// The residual stream entering each layer of one pass ([`Network::forward_streams`]) and the
+/// settings its attention ran with: enough to compute any layer's attention again, exactly.
+#[derive(Debug, Clone)]
+pub struct Streams {
+    n: usize,
+    hidden: usize,
+    layers: usize,
+    /// `[layer][token][hidden]`.
+    entering: Vec<f32>,
+    last_hidden: Vec<f32>,
+    /// Bytes of the pass's working buffers at its end (not kept).
+    working_bytes: usize,
+    temperature: f32,
+    mask: kernels::Mask,
+    rope: Option<RopeTable>,
+    relative: Relative,
+}
+
+impl Streams {
+    /// Tokens of the pass.
+    pub fn seq_len(&self) -> usize {
+        self.n
+    }
+
+    /// Layers that ran (and whose attention can be computed).
+    pub fn layers(&self) -> usize {
+        self.layers
+    }
+
+    /// The residual stream entering layer `layer_idx`, `n × hidden`.
+    pub fn entering(&self, layer_idx: usize) -> &[f32] {
+        let size = self.n * self.hidden;
+        &self.entering[layer_idx * size..(layer_idx + 1) * size]
+    }
+
+    /// The last hidden state, `n × hidden` (after the final norm, as [`ForwardOutput::last_hidden`]).
+    pub fn last_hidden(&self) -> &[f32] {
+        &self.last_hidden
+    }
+
+    /// Bytes these streams hold: the per-layer streams, the last hidden state and the position
+    /// tables the attention is computed again with.
+    pub fn held_bytes(&self) -> usize {
+        let f = size_of::<f32>();
+        let relative = match &self.relative {
+            Relative::None => 0,
+            Relative::Buckets { bucket } => bucket.capacity() * size_of::<u32>(),
+            Relative::Disentangled { c2p, p2c, .. } => (c2p.capacity() + p2c.capacity()) * size_of::<u32>(),
+        };
+        (self.entering.capacity() + self.last_hidden.capacity()) * f
+            + self.rope.as_ref().map_or(0, RopeTable::bytes)
+            + relative
+    }
+
+    /// Bytes the pass that made these streams worked in (its buffers, one `n × n` scratch per
+    /// head running at a time), freed when it ended.
+    pub fn working_bytes(&self) -> usize {
+        self.working_bytes
+    }
+}
+
+/// One layer's queries and keys, computed again from the stream that entered it: each head's
+/// attention follows by the code a recording pass runs ([`Network::layer_attention`]).
+pub struct LayerAttention<'a> {
+    net: &'a Network,
+    streams: &'a Streams,
+    layer_idx: usize,
+    /// The layer's fused q/k/v rows, as its pass had them.
+    qkv: Vec<f32>,
+}
+
+/// One head's attention and how it arose (the neuron view's data), computed again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadDetail {
+    /// Probabilities, `n × n`.
+    pub probs: Vec<f32>,
+    /// The scores the softmax was applied to, `n × n`.
+    pub scores: Vec<f32>,
+    /// The terms the scores sum, named by [`Network::score_terms`] (empty for plain scores).
+    pub terms: Vec<Vec<f32>>,
+    /// Query vectors, `n × head_dim`.
+    pub queries: Vec<f32>,
+    /// Key vectors, `n × head_dim`.
+    pub keys: Vec<f32>,
+}
+
+impl LayerAttention<'_> {
+    /// The layer it belongs to.
+    pub fn layer_idx(&self) -> usize {
+        self.layer_idx
+    }
+
+    fn rows(&self) -> QkRows<'_> {
+        let d = &self.net.desc;
+        let (attn, row, n) = (d.query_width(), d.query_width() + 2 * d.kv_width(), self.streams.n);
+        QkRows { qkv: &self.qkv, row, n, k_all: &self.qkv[attn..], kv_stride: row, total: n }
+    }
+
+    fn run(&self) -> LayerRun<'_> {
+        let s = self.streams;
+        LayerRun { temperature: s.temperature, mask: s.mask, ablated: &[], rope: s.rope.as_ref(), visit_head: None }
+    }
+
+    fn compute(&self, head_idx: usize, probs: &mut [f32], records: HeadRecords<'_>) {
+        let layer = &self.net.layers[self.net.desc.layer_weights[self.layer_idx]];
+        let rows = self.rows();
+        self.net.head_probs(layer, head_idx, &rows, &self.streams.relative, &self.run(), probs, records);
+    }
+
+    /// Head `head_idx`'s probabilities into `probs` (`n × n`, rows are queries).
+    ///
+    /// # Panics
+    /// When `probs` does not hold `n × n` values or the head does not exist.
+    pub fn head_into(&self, head_idx: usize, probs: &mut [f32]) {
+        let n = self.streams.n;
+        assert!(head_idx < self.net.desc.heads && probs.len() == n * n, "one head's n × n matrix");
+        self.compute(head_idx, probs, HeadRecords::default());
+    }
+
+    /// Head `head_idx`'s probabilities, `n × n`.
+    pub fn head(&self, head_idx: usize) -> Vec<f32> {
+        let n = self.streams.n;
+        let mut probs = vec![0.0; n * n];
+        self.head_into(head_idx, &mut probs);
+        probs
+    }
+
+    /// Every head's probabilities, `heads × n × n` (heads in parallel, as in a pass).
+    pub fn all(&self) -> Vec<f32> {
+        let n = self.streams.n;
+        let mut probs = vec![0.0; self.net.desc.heads * n * n];
+        candle_core::utils::with_threadpool(|| {
+            probs.par_chunks_mut((n * n).max(1)).enumerate().for_each(|(h, p)| self.head_into(h, p));
+        });
+        probs
+    }
+
+    /// Head `head_idx`'s probabilities with its scores, score terms, queries and keys.
+    pub fn head_detail(&self, head_idx: usize) -> HeadDetail {
+        let (n, d) = (self.streams.n, self.net.desc.head_dim);
+        let mut detail = HeadDetail {
+            probs: vec![0.0; n * n],
+            scores: vec![0.0; n * n],
+            terms: vec![vec![0.0; n * n]; self.net.score_terms().len()],
+            queries: vec![0.0; n * d],
+            keys: vec![0.0; n * d],
+        };
+        let records = HeadRecords {
+            scores: Some(&mut detail.scores),
+            terms: detail.terms.iter_mut().map(Vec::as_mut_slice).collect(),
+            queries: Some(&mut detail.queries),
+            keys: Some(&mut detail.keys),
+        };
+        self.compute(head_idx, &mut detail.probs, records);
+        detail
     }
 }
 
@@ -647,7 +924,9 @@ impl Network {
         interventions: &Interventions,
     ) -> candle_core::Result<ForwardOutput> {
         // Run our own parallel kernels on candle's worker pool too: one pool, not two, on few cores.
-        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, capture, interventions, None, None))
+        candle_core::utils::with_threadpool(|| {
+            self.forward_in_pool(ids, type_ids, Keep::All(capture), interventions, None, None)
+        })
     }
 
     /// Runs a decoder (a network with cross-attention) on `ids` attending to an encoder's output
@@ -666,7 +945,7 @@ impl Network {
         }
         let zeros = vec![0; ids.len()];
         candle_core::utils::with_threadpool(|| {
-            self.forward_in_pool(ids, &zeros, capture, &Interventions::default(), None, Some(encoder_hidden))
+            self.forward_in_pool(ids, &zeros, Keep::All(capture), &Interventions::default(), None, Some(encoder_hidden))
         })
     }
 
@@ -688,8 +967,140 @@ impl Network {
         }
         let zeros = vec![0; ids.len()];
         candle_core::utils::with_threadpool(|| {
-            self.forward_in_pool(ids, &zeros, Capture::Attention, &Interventions::default(), Some(cache), None)
+            self.forward_in_pool(
+                ids,
+                &zeros,
+                Keep::All(Capture::Attention),
+                &Interventions::default(),
+                Some(cache),
+                None,
+            )
         })
+    }
+
+    /// Runs the network like [`Self::forward`] without recording the attention of every layer:
+    /// one layer's probabilities (`heads × n × n`, `[head][query][key]`) are handed to `visit` as
+    /// soon as that layer has run, and overwritten by the next layer's. Memory holds one layer's
+    /// attention, not all of them. Returns the last hidden state. An error from `visit` stops the
+    /// pass and is returned.
+    pub fn forward_each_layer(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        interventions: &Interventions,
+        visit: &mut (dyn FnMut(usize, &[f32]) -> candle_core::Result<()> + Send),
+    ) -> candle_core::Result<Vec<f32>> {
+        self.refuse_cross("be streamed")?;
+        let keep = Keep::EachLayer(visit);
+        candle_core::utils::with_threadpool(|| self.forward_in_pool(ids, type_ids, keep, interventions, None, None))
+            .map(|out| out.last_hidden)
+    }
+
+    /// Runs the network recording no attention: each head's probabilities (`n × n`) are handed
+    /// to `visit(layer, head, probs)` as they are computed — from the pool's threads, heads of a
+    /// layer in any order — in a scratch buffer reused once the head is done, so memory holds
+    /// one `n × n` matrix per thread. Returns the last hidden state.
+    pub fn forward_each_head(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        interventions: &Interventions,
+        visit: &HeadVisitor<'_>,
+    ) -> candle_core::Result<Vec<f32>> {
+        self.forward_kept(ids, type_ids, interventions, Some(visit)).map(|(out, _)| out.last_hidden)
+    }
+
+    /// Runs the network keeping only the residual stream entering each layer (`n × hidden` per
+    /// layer) and the settings its attention ran with: any layer's or head's attention can then
+    /// be computed again from it with [`Self::layer_attention`], bit for bit what a recording pass
+    /// gives. No attention is recorded.
+    pub fn forward_streams(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        interventions: &Interventions,
+    ) -> candle_core::Result<Streams> {
+        let (out, kept) = self.forward_kept(ids, type_ids, interventions, None)?;
+        let d = &self.desc;
+        let n = ids.len();
+        let positions_on = !interventions.zero_positions;
+        Ok(Streams {
+            n,
+            hidden: d.hidden,
+            layers: interventions.first_layers.unwrap_or(d.layers),
+            entering: kept.entering,
+            last_hidden: out.last_hidden,
+            working_bytes: kept.working_bytes,
+            temperature: interventions.temperature,
+            mask: kernels::Mask { causal: d.causal || interventions.causal, window: d.sliding_window, first: 0 },
+            rope: d.rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, 0, n, n)),
+            relative: self.relative(n),
+        })
+    }
+
+    /// A pass recording no attention: each head to `visit`, or (without one) the streams kept.
+    fn forward_kept(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        interventions: &Interventions,
+        visit: Option<&HeadVisitor<'_>>,
+    ) -> candle_core::Result<(ForwardOutput, Kept)> {
+        self.refuse_cross("be streamed")?;
+        let mut kept = Kept { streams: visit.is_none(), ..Kept::default() };
+        let keep = Keep::Streams(&mut kept, visit);
+        let out = candle_core::utils::with_threadpool(|| {
+            self.forward_in_pool(ids, type_ids, keep, interventions, None, None)
+        })?;
+        Ok((out, kept))
+    }
+
+    /// An error for a decoder with cross-attention (it needs its encoder's output).
+    fn refuse_cross(&self, what: &str) -> candle_core::Result<()> {
+        if self.desc.cross_attention {
+            return Err(candle_core::Error::Msg(format!(
+                "{}'s decoder attends to its encoder: it cannot {what} alone",
+                self.desc.family
+            )));
+        }
+        Ok(())
+    }
+
+    /// Layer `layer_idx`'s queries and keys, computed from the residual stream that entered it
+    /// in `streams` (which this network must have produced): its heads' attention follows from
+    /// them with [`LayerAttention::head_into`], by the same code a recording pass runs.
+    pub fn layer_attention<'a>(
+        &'a self,
+        streams: &'a Streams,
+        layer_idx: usize,
+    ) -> candle_core::Result<LayerAttention<'a>> {
+        if layer_idx >= streams.layers || streams.hidden != self.desc.hidden {
+            return Err(candle_core::Error::Msg(format!(
+                "layer {layer_idx} is not among the {} layers these streams hold for this network",
+                streams.layers
+            )));
+        }
+        let d = &self.desc;
+        let n = streams.n;
+        let row = d.query_width() + 2 * d.kv_width();
+        let layer = &self.layers[d.layer_weights[layer_idx]];
+        let entering = streams.entering(layer_idx);
+        let mut qkv = vec![0.0; n * row];
+        candle_core::utils::with_threadpool(|| {
+            let mut panels = vec![0.0; n * row];
+            // What the attention reads: the stream itself (post-LN) or its norm (pre-LN).
+            let normed: Vec<f32>;
+            let input = if d.norm == NormPlacement::Post {
+                entering
+            } else {
+                let mut x = entering.to_vec();
+                layer.attn_norm.forward_in_place(&mut x);
+                normed = x;
+                &normed
+            };
+            self.project_qk(layer, input, streams.rope.as_ref(), &mut panels, &mut qkv);
+        });
+        Ok(LayerAttention { net: self, streams, layer_idx, qkv })
     }
 
     /// Next-token logits from one row of the final hidden state (after the final norm), or None
@@ -804,7 +1215,7 @@ impl Network {
         &self,
         ids: &[u32],
         type_ids: &[u32],
-        capture: Capture,
+        mut keep: Keep<'_>,
         iv: &Interventions,
         mut cache: Option<&mut KvCache>,
         encoder: Option<&[f32]>,
@@ -820,19 +1231,25 @@ impl Network {
         let per_layer = heads * n * total;
         let vectors_per_layer = heads * n * d.head_dim;
         let term_count = self.score_terms().len();
+        let (record_all, capture) = match keep {
+            Keep::All(capture) => (true, capture),
+            _ => (false, Capture::Attention),
+        };
         // The layers write every recorded value: probabilities and scores reuse the buffers of
         // dropped runs (whatever they hold), other buffers are zeroed straight from the OS. A
         // cached step records attention only.
         let full = capture == Capture::Full && cache.is_none();
         let mut out = ForwardOutput {
             last_hidden: Vec::new(),
-            probs: spare::take(per_layer * run_layers),
+            probs: if record_all { spare::take(per_layer * run_layers) } else { Vec::new() },
             scores: if full { spare::take(per_layer * run_layers) } else { Vec::new() },
             terms: if full { vec![0.0; term_count * per_layer * run_layers] } else { Vec::new() },
             queries: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
             keys: if full { vec![0.0; vectors_per_layer * run_layers] } else { Vec::new() },
             cross: Vec::new(),
         };
+        // One layer's probabilities at a time, when they are handed over layer by layer.
+        let mut layer_probs = if matches!(keep, Keep::EachLayer(..)) { vec![0.0; per_layer] } else { Vec::new() };
         let source = encoder.map_or(0, |e| e.len() / d.hidden.max(1));
         let per_layer_cross = heads * n * source;
         out.cross = vec![0.0; per_layer_cross * run_layers];
@@ -842,6 +1259,7 @@ impl Network {
         let relative = self.relative(n);
         let rope = d.rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, past, n, total));
         let mut bufs = Buffers::new(n, d);
+        let mut all_probs = out.probs.chunks_mut(per_layer.max(1));
         let mut scores = full.then(|| out.scores.chunks_mut(per_layer));
         let mut queries = full.then(|| out.queries.chunks_mut(vectors_per_layer));
         let mut keys = full.then(|| out.keys.chunks_mut(vectors_per_layer));
@@ -849,9 +1267,20 @@ impl Network {
         let term_block = per_layer * run_layers;
         let mut terms: Vec<_> = out.terms.chunks_mut(term_block.max(1)).map(|t| t.chunks_mut(per_layer)).collect();
         let mask = kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: past };
-        for (l, probs) in out.probs.chunks_mut(per_layer).enumerate().take(run_layers) {
+        for l in 0..run_layers {
+            if let Keep::Streams(kept, _) = &mut keep
+                && kept.streams
+            {
+                kept.entering.extend_from_slice(&x);
+            }
             let ablated: Vec<usize> = iv.ablated.iter().filter(|&&(al, _)| al == l).map(|&(_, h)| h).collect();
-            let how = LayerRun { temperature: iv.temperature, mask, ablated: &ablated, rope: rope.as_ref() };
+            let (probs, visit_head) = match &keep {
+                Keep::All(_) => (all_probs.next(), None),
+                Keep::EachLayer(_) => (Some(&mut layer_probs[..]), None),
+                Keep::Streams(_, visit) => (None, visit.map(|v| (l, v))),
+            };
+            let how =
+                LayerRun { temperature: iv.temperature, mask, ablated: &ablated, rope: rope.as_ref(), visit_head };
             let rec = Recorded {
                 probs,
                 scores: scores.as_mut().and_then(Iterator::next),
@@ -863,6 +1292,9 @@ impl Network {
             let layer = &self.layers[d.layer_weights[l]];
             let cross_rec = encoder.zip(cross.next());
             self.layer_forward(layer, &mut x, &how, rec, &relative, &mut bufs, kv, cross_rec);
+            if let Keep::EachLayer(visit) = &mut keep {
+                visit(l, &layer_probs)?;
+            }
         }
         if let Some(c) = cache {
             c.len = total;
@@ -871,6 +1303,9 @@ impl Network {
             norm.forward_in_place(&mut x);
         }
         out.last_hidden = x;
+        if let Keep::Streams(kept, _) = keep {
+            kept.working_bytes = bufs.bytes();
+        }
         Ok(out)
     }
 
@@ -1008,9 +1443,10 @@ impl Network {
     /// `eager_attention_forward`: softmax(q·kᵀ · scale + position terms) · v, then the output
     /// dense (plus `residual` when given) into `out` (the caller places the norm). Each head's
     /// scores are computed straight into its slice of the recorded probabilities and normalised
-    /// there; heads run in parallel; query head `h` reads key/value head `kv_head_of(h)`. With a
-    /// `cache`, this pass's keys and values are appended to it and the queries attend to all of
-    /// it. Heads in `how.ablated` have their output zeroed.
+    /// there (or into a scratch buffer when the pass records none); heads run in parallel; query
+    /// head `h` reads key/value head `kv_head_of(h)`. With a `cache`, this pass's keys and values
+    /// are appended to it and the queries attend to all of it. Heads in `how.ablated` have their
+    /// output zeroed.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
@@ -1027,9 +1463,7 @@ impl Network {
         let desc = &self.desc;
         let (d, attn, kv) = (desc.head_dim, desc.query_width(), desc.kv_width());
         let n = x.len() / desc.hidden.max(1);
-        // (n, attn + 2·kv): every query, then every key, then every value, head after head.
-        layer.qkv.forward_into(x, None, &mut bufs.panels, &mut bufs.qkv);
-        self.prepare_qk(layer, &mut bufs.qkv, how.rope);
+        self.project_qk(layer, x, how.rope, &mut bufs.panels, &mut bufs.qkv);
         let row = attn + 2 * kv;
         let qkv = &bufs.qkv[..];
         // Keys and values: this pass's rows, or the cache they are appended to.
@@ -1044,50 +1478,55 @@ impl Network {
             }
             None => (&qkv[attn..], &qkv[attn + kv..], row, n),
         };
-        let scale = desc.score_scale;
+        let rows = QkRows { qkv, row, n, k_all, kv_stride, total };
         let Recorded { probs, scores, terms, queries, keys } = rec;
+        let mut probs = probs.map(|p| p.chunks_mut(n * total));
         let mut scores = scores.map(|s| s.chunks_mut(n * total));
         let mut queries = queries.map(|q| q.chunks_mut(n * d));
         let mut keys = keys.map(|k| k.chunks_mut(total * d));
         let mut terms: Vec<_> = terms.into_iter().map(|t| t.chunks_mut(n * total)).collect();
-        let tasks: Vec<HeadOut<'_>> = probs
-            .chunks_mut(n * total)
-            .zip(bufs.context_by_head.chunks_mut(n * d))
-            .map(|(probs, context)| HeadOut {
-                probs,
+        let tasks: Vec<HeadOut<'_>> = bufs
+            .context_by_head
+            .chunks_mut(n * d)
+            .take(desc.heads)
+            .map(|context| HeadOut {
+                probs: probs.as_mut().and_then(Iterator::next),
                 context,
-                scores: scores.as_mut().and_then(Iterator::next),
-                terms: terms.iter_mut().filter_map(Iterator::next).collect(),
-                queries: queries.as_mut().and_then(Iterator::next),
-                keys: keys.as_mut().and_then(Iterator::next),
+                records: HeadRecords {
+                    scores: scores.as_mut().and_then(Iterator::next),
+                    terms: terms.iter_mut().filter_map(Iterator::next).collect(),
+                    queries: queries.as_mut().and_then(Iterator::next),
+                    keys: keys.as_mut().and_then(Iterator::next),
+                },
             })
             .collect();
-        tasks.into_par_iter().enumerate().for_each(|(h, mut t)| {
-            let g = desc.kv_head_of(h);
-            let q = MatRef::rows(&qkv[h * d..], n, d, row);
-            let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
-            let v = MatRef::rows(&v_all[g * d..], total, d, kv_stride);
-            matmul(MatMut::rows(t.probs, n, total, total), q, k.t(), scale, false);
-            self.add_position_terms(layer, h, n, (q, k), relative, &mut t);
-            if how.temperature.to_bits() != 1.0f32.to_bits() {
-                let inv = 1.0 / how.temperature;
-                t.probs.iter_mut().for_each(|s| *s *= inv);
-            }
-            kernels::softmax_rows(t.probs, total, how.mask, t.scores);
-            if let Some(recorded) = t.queries {
-                for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
-                    dst.copy_from_slice(&src[h * d..(h + 1) * d]);
-                }
-            }
-            if let Some(recorded) = t.keys {
-                for (dst, src) in recorded.chunks_mut(d).zip(k_all.chunks(kv_stride)) {
-                    dst.copy_from_slice(&src[g * d..(g + 1) * d]);
-                }
+        let scratch = &bufs.scratch;
+        tasks.into_par_iter().enumerate().for_each(|(h, t)| {
+            let HeadOut { probs, context, records } = t;
+            let mut own = Vec::new();
+            let probs = if let Some(p) = probs {
+                p
+            } else {
+                own = scratch.take(n * total);
+                &mut own[..]
+            };
+            self.head_probs(layer, h, &rows, relative, how, probs, records);
+            if let Some((l, visit)) = how.visit_head {
+                visit(l, h, probs);
             }
             if how.ablated.contains(&h) {
-                t.context.fill(0.0);
+                context.fill(0.0);
             } else {
-                matmul(MatMut::rows(t.context, n, d, d), MatRef::rows(t.probs, n, total, total), v, 1.0, false);
+                // probs · v over the keys each block of rows sees (the others weigh exactly 0).
+                let g = desc.kv_head_of(h);
+                for (r, ks) in visible_blocks(how.mask, n, total) {
+                    let p = MatRef::rows(&probs[r.start * total + ks.start..], r.len(), ks.len(), total);
+                    let v = MatRef::rows(&v_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
+                    matmul(MatMut::rows(&mut context[r.start * d..], r.len(), d, d), p, v, 1.0, false);
+                }
+            }
+            if own.capacity() > 0 {
+                scratch.give(own);
             }
         });
         // (heads, n, d) → (n, heads·d), then the output dense.
@@ -1099,13 +1538,75 @@ impl Network {
         layer.output.forward_into(&bufs.context[..n * attn], residual, &mut bufs.panels, out);
     }
 
-    /// Adds head `h`'s relative-position terms to its content scores in `t.probs` (recording the
-    /// content and each term in `t.terms` when asked).
+    /// The fused q/k/v rows of `x` (`n × (attn + 2·kv)`: every query, then every key, then every
+    /// value, head after head) into `qkv`, with Qwen3's head norms and the rotation applied.
+    fn project_qk(&self, layer: &Layer, x: &[f32], rope: Option<&RopeTable>, panels: &mut [f32], qkv: &mut [f32]) {
+        layer.qkv.forward_into(x, None, panels, qkv);
+        self.prepare_qk(layer, qkv, rope);
+    }
+
+    /// One head's attention probabilities into `probs` (`n × total`): q·kᵀ · scale, the
+    /// relative-position terms, the temperature, the mask and the softmax (recording the scores,
+    /// the terms, q and k where `records` asks). The one place a head's attention is computed: a
+    /// recording pass and the lazy path ([`LayerAttention`]) both call it, so they agree bit for bit.
+    #[allow(clippy::too_many_arguments)]
+    fn head_probs(
+        &self,
+        layer: &Layer,
+        h: usize,
+        rows: &QkRows<'_>,
+        relative: &Relative,
+        how: &LayerRun<'_>,
+        probs: &mut [f32],
+        records: HeadRecords<'_>,
+    ) {
+        let d = self.desc.head_dim;
+        let QkRows { qkv, row, n, k_all, kv_stride, total } = *rows;
+        let g = self.desc.kv_head_of(h);
+        let q = MatRef::rows(&qkv[h * d..], n, d, row);
+        let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
+        let HeadRecords { scores, mut terms, queries, keys } = records;
+        if matches!(relative, Relative::None) {
+            // Only the keys some query of each block of rows sees: a causal mask or a window
+            // hides the rest, and the softmax below overwrites those cells with -inf before it
+            // reads them (with position terms every cell is computed, as they are recorded).
+            for (r, ks) in visible_blocks(how.mask, n, total) {
+                let q = MatRef::rows(&qkv[r.start * row + h * d..], r.len(), d, row);
+                let k = MatRef::rows(&k_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
+                let dst = MatMut::rows(&mut probs[r.start * total + ks.start..], r.len(), ks.len(), total);
+                matmul(dst, q, k.t(), self.desc.score_scale, false);
+            }
+        } else {
+            matmul(MatMut::rows(probs, n, total, total), q, k.t(), self.desc.score_scale, false);
+        }
+        self.add_position_terms(layer, h, n, (q, k), relative, probs, &mut terms);
+        if how.temperature.to_bits() != 1.0f32.to_bits() {
+            let inv = 1.0 / how.temperature;
+            for s in probs.iter_mut() {
+                *s *= inv;
+            }
+        }
+        kernels::softmax_rows(probs, total, how.mask, scores);
+        if let Some(recorded) = queries {
+            for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
+                dst.copy_from_slice(&src[h * d..(h + 1) * d]);
+            }
+        }
+        if let Some(recorded) = keys {
+            for (dst, src) in recorded.chunks_mut(d).zip(k_all.chunks(kv_stride)) {
+                dst.copy_from_slice(&src[g * d..(g + 1) * d]);
+            }
+        }
+    }
+
+    /// Adds head `h`'s relative-position terms to its content scores in `probs` (recording the
+    /// content and each term in `terms` when asked).
     ///
     /// MPNet (`MPNetSelfAttention`): `+ position_bias[h][q][k]`. DeBERTa
     /// (`DisentangledSelfAttention.disentangled_attention_bias`): c2p `q_q · pos_key[c2p[q][k]]`,
     /// p2c `k_k · pos_query[p2c[k][q]]` (gathered per key, then transposed), each scaled like the
     /// content score.
+    #[allow(clippy::too_many_arguments)]
     fn add_position_terms(
         &self,
         layer: &Layer,
@@ -1113,18 +1614,19 @@ impl Network {
         n: usize,
         (q, k): (MatRef<'_>, MatRef<'_>),
         relative: &Relative,
-        t: &mut HeadOut<'_>,
+        probs: &mut [f32],
+        terms: &mut [&mut [f32]],
     ) {
-        let mut terms = t.terms.iter_mut();
+        let mut terms = terms.iter_mut();
         if let Some(content) = terms.next() {
-            content.copy_from_slice(t.probs);
+            content.copy_from_slice(probs);
         }
         match relative {
             Relative::None => {}
             Relative::Buckets { bucket } => {
                 let (bias, heads) = (&self.bucket_bias, self.desc.heads);
                 let mut record = terms.next();
-                for (i, (s, &b)) in t.probs.iter_mut().zip(bucket).enumerate() {
+                for (i, (s, &b)) in probs.iter_mut().zip(bucket).enumerate() {
                     let v = bias[b as usize * heads + h];
                     *s += v;
                     if let Some(r) = record.as_deref_mut() {
@@ -1150,7 +1652,7 @@ impl Network {
                         for b in 0..n {
                             let (i, j) = if transposed { (b, a) } else { (a, b) };
                             let v = product[a * span2 + index[a * n + b] as usize];
-                            t.probs[i * n + j] += v;
+                            probs[i * n + j] += v;
                             if let Some(r) = record.as_deref_mut() {
                                 r[i * n + j] = v;
                             }

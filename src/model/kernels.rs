@@ -355,13 +355,16 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// `SiLU` in place: `x / (1 + e^(−x))`, as `PyTorch`'s CPU kernel computes it.
+/// `SiLU` in place: `x / (1 + e^(−x))`, as `PyTorch`'s CPU kernel computes it. Through pulp's
+/// dispatch like the other activations: outside it `exp_f32`'s fused multiply-adds were calls to
+/// libm's software `fmaf` (13 % of a SmolLM2 pass at 512 tokens; the same values, as FMA rounds once
+/// either way).
 pub fn silu_in_place(values: &mut [f32]) {
-    values.par_chunks_mut(MIN_CHUNK).for_each(|chunk| {
-        for v in chunk {
-            *v /= 1.0 + exp_f32(-*v);
-        }
-    });
+    map_in_place(
+        values,
+        #[inline(always)]
+        |x| x / (1.0 + exp_f32(-x)),
+    );
 }
 
 #[cfg(test)]

@@ -565,14 +565,8 @@ impl LoadedModel {
         })
     }
 
-    /// Runs already tokenized input.
-    pub fn run_tokens(
-        &self,
-        tokens: Tokens,
-        truncation: Option<String>,
-        capture: Capture,
-        interventions: &Interventions,
-    ) -> Result<Run, ModelError> {
+    /// Checks tokenized input (and interventions) against the model: what a run refuses.
+    pub fn check_tokens(&self, tokens: &Tokens, interventions: &Interventions) -> Result<(), ModelError> {
         let desc = self.description();
         let seq_len = tokens.len();
         interventions.validate(desc.layers, desc.heads).map_err(ModelError::Intervention)?;
@@ -604,6 +598,41 @@ impl LoadedModel {
                 why: "this model has no segment embedding for sentence B; enter one sentence".into(),
             });
         }
+        Ok(())
+    }
+
+    /// Runs already tokenized input like [`Self::run_tokens`] without holding every layer's
+    /// attention: each layer's (`heads × n × n`) is handed to `visit(layer, probs)` as soon as it
+    /// is computed, then overwritten by the next. Returns the last hidden state.
+    pub fn stream_layers(
+        &self,
+        tokens: &Tokens,
+        interventions: &Interventions,
+        visit: &mut (dyn FnMut(usize, &[f32]) -> candle_core::Result<()> + Send),
+    ) -> Result<Vec<f32>, ModelError> {
+        self.check_tokens(tokens, interventions)?;
+        Ok(self.net.forward_each_layer(&tokens.ids, &tokens.type_ids, interventions, visit)?)
+    }
+
+    /// Runs already tokenized input keeping only the residual stream entering each layer: any
+    /// layer's or head's attention is then computed on demand with
+    /// [`Network::layer_attention`], exactly as [`Self::run_tokens`] records it.
+    pub fn run_streams(&self, tokens: &Tokens, interventions: &Interventions) -> Result<super::Streams, ModelError> {
+        self.check_tokens(tokens, interventions)?;
+        Ok(self.net.forward_streams(&tokens.ids, &tokens.type_ids, interventions)?)
+    }
+
+    /// Runs already tokenized input.
+    pub fn run_tokens(
+        &self,
+        tokens: Tokens,
+        truncation: Option<String>,
+        capture: Capture,
+        interventions: &Interventions,
+    ) -> Result<Run, ModelError> {
+        self.check_tokens(&tokens, interventions)?;
+        let desc = self.description();
+        let seq_len = tokens.len();
         let out = self.net.forward(&tokens.ids, &tokens.type_ids, capture, interventions)?;
         let layers = interventions.first_layers.unwrap_or(desc.layers);
         let (heads, head_dim) = (desc.heads, desc.head_dim);

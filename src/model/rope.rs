@@ -95,6 +95,11 @@ pub struct RopeTable {
 }
 
 impl RopeTable {
+    /// Bytes the table holds.
+    pub fn bytes(&self) -> usize {
+        (self.cos.capacity() + self.sin.capacity()) * size_of::<f32>()
+    }
+
     /// The table for `count` positions from `first`, in a run of `seq_len` tokens in all.
     pub fn new(r: &Rotary, first: usize, count: usize, seq_len: usize) -> Self {
         let (freqs, scaling) = inv_freq(r, seq_len);

@@ -1,0 +1,200 @@
+//! Attention computed where it is looked at (issue 16): the lazy path (the residual stream entering
+//! each layer, a layer's or head's attention computed again from it) and the streaming passes
+//! (one layer, or one head per thread, at a time) give exactly — bit for bit — what a recording
+//! pass records, for every family of the fixtures, on random inputs, with and without
+//! interventions; and a long input holds the bytes it should.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use attnviz::model::{Capture, Interventions, LoadedModel, Network};
+use common::{Rng, root};
+
+/// Every fixture model (each family's folder, the rope scalings, each GGUF file).
+fn fixtures() -> Vec<PathBuf> {
+    let list = |dir: &Path| -> Vec<PathBuf> { std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect() };
+    let mut dirs = Vec::new();
+    for p in list(&root().join("tests/fixtures/models")) {
+        if p.join("config.json").is_file() {
+            dirs.push(p);
+        } else if p.is_dir() {
+            dirs.extend(list(&p).into_iter().filter(|f| f.extension().is_some_and(|e| e == "gguf")));
+        }
+    }
+    dirs.sort();
+    assert!(dirs.len() >= 20, "the fixture families are there");
+    dirs
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// A random input for `net`: 1 to `max_len` random vocabulary ids (and random token types where
+/// the model reads them).
+fn random_input(net: &Network, rng: &mut Rng) -> (Vec<u32>, Vec<u32>) {
+    let d = net.description();
+    let n = 1 + rng.below(d.max_len.min(24));
+    let ids = (0..n).map(|_| rng.below(d.vocab_size) as u32).collect();
+    let types = d.embedding.token_types.max(1);
+    let type_ids = (0..n).map(|_| if d.reads_token_types { rng.below(types) as u32 } else { 0 }).collect();
+    (ids, type_ids)
+}
+
+/// The interventions a case runs with: none, or a random mix.
+fn random_interventions(net: &Network, rng: &mut Rng) -> Interventions {
+    let d = net.description();
+    if rng.below(2) == 0 {
+        return Interventions::default();
+    }
+    let mut iv = Interventions::default();
+    if rng.below(2) == 0 {
+        iv.ablated.insert((rng.below(d.layers), rng.below(d.heads)));
+    }
+    if rng.below(2) == 0 {
+        iv.temperature = 0.5 + rng.below(4) as f32 * 0.5;
+    }
+    iv.causal = rng.below(3) == 0;
+    iv.zero_positions = rng.below(3) == 0;
+    if rng.below(3) == 0 {
+        iv.first_layers = Some(1 + rng.below(d.layers));
+    }
+    iv
+}
+
+/// Checks every way of computing attention against the recording pass on one input.
+fn check_case(name: &str, net: &Network, ids: &[u32], type_ids: &[u32], iv: &Interventions) {
+    let d = net.description();
+    let n = ids.len();
+    let (heads, head_dim) = (d.heads, d.head_dim);
+    let full = net.forward(ids, type_ids, Capture::Full, iv).unwrap();
+    let layers = iv.first_layers.unwrap_or(d.layers);
+    let per_layer = heads * n * n;
+    let per_head = n * n;
+    let terms = net.score_terms().len();
+    let what = format!("{name}, {n} tokens, {iv:?}");
+
+    // Lazy: streams, then every layer and head computed again.
+    let streams = net.forward_streams(ids, type_ids, iv).unwrap();
+    assert_eq!(streams.layers(), layers, "{what}");
+    assert_eq!(bits(streams.last_hidden()), bits(&full.last_hidden), "{what}: last hidden state");
+    for l in 0..layers {
+        let layer = net.layer_attention(&streams, l).unwrap();
+        let expected = &full.probs[l * per_layer..(l + 1) * per_layer];
+        assert_eq!(bits(&layer.all()), bits(expected), "{what}: layer {l}, all heads");
+        for h in 0..heads {
+            let at = l * per_layer + h * per_head;
+            let detail = layer.head_detail(h);
+            assert_eq!(bits(&detail.probs), bits(&full.probs[at..at + per_head]), "{what}: {l}:{h} probs");
+            assert_eq!(bits(&detail.scores), bits(&full.scores[at..at + per_head]), "{what}: {l}:{h} scores");
+            assert_eq!(detail.terms.len(), terms, "{what}");
+            for (t, term) in detail.terms.iter().enumerate() {
+                let block = t * layers * per_layer + at;
+                assert_eq!(bits(term), bits(&full.terms[block..block + per_head]), "{what}: {l}:{h} term {t}");
+            }
+            let v = (l * heads + h) * n * head_dim;
+            assert_eq!(bits(&detail.queries), bits(&full.queries[v..v + n * head_dim]), "{what}: {l}:{h} q");
+            assert_eq!(bits(&detail.keys), bits(&full.keys[v..v + n * head_dim]), "{what}: {l}:{h} k");
+        }
+    }
+    assert!(net.layer_attention(&streams, layers).is_err(), "{what}: past the layers that ran");
+
+    // Streaming, one layer at a time.
+    let mut seen = Vec::new();
+    let last = net
+        .forward_each_layer(ids, type_ids, iv, &mut |l, probs| {
+            assert_eq!(probs.len(), per_layer);
+            assert_eq!(l, seen.len() / per_layer.max(1));
+            seen.extend_from_slice(probs);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(bits(&seen), bits(&full.probs), "{what}: layer by layer");
+    assert_eq!(bits(&last), bits(&full.last_hidden), "{what}");
+
+    // Streaming, one head at a time (from the pool's threads, in any order within a layer).
+    let heads_seen = Mutex::new(vec![0.0f32; full.probs.len()]);
+    let count = Mutex::new(0usize);
+    net.forward_each_head(ids, type_ids, iv, &|l, h, probs| {
+        let at = l * per_layer + h * per_head;
+        heads_seen.lock().unwrap()[at..at + per_head].copy_from_slice(probs);
+        *count.lock().unwrap() += 1;
+    })
+    .unwrap();
+    assert_eq!(*count.lock().unwrap(), layers * heads, "{what}: every head once");
+    assert_eq!(bits(&heads_seen.into_inner().unwrap()), bits(&full.probs), "{what}: head by head");
+}
+
+#[test]
+fn lazy_and_streamed_attention_equal_the_recorded_attention_bit_for_bit_in_every_family() {
+    let mut rng = Rng(0x16_1e55_0d00_2026);
+    for dir in fixtures() {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let model = LoadedModel::load(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // A real sentence (the longest the model reads), then random inputs and interventions.
+        let encoded = model.tokenizer.encode("The animal didn't cross the street because it was too tired.", None);
+        let tokens = encoded.unwrap().tokens;
+        check_case(&name, &model.net, &tokens.ids, &tokens.type_ids, &Interventions::default());
+        for _ in 0..3 {
+            let (ids, type_ids) = random_input(&model.net, &mut rng);
+            let iv = random_interventions(&model.net, &mut rng);
+            check_case(&name, &model.net, &ids, &type_ids, &iv);
+        }
+        if let Some(decoder) = &model.decoder {
+            let err = decoder.net.forward_streams(&[0, 1], &[0, 0], &Interventions::default()).unwrap_err();
+            assert!(err.to_string().contains("encoder"), "{name}: {err}");
+        }
+    }
+}
+
+/// A copy of the tiny Llama whose config allows `positions` tokens.
+fn tiny_llama_with_positions(positions: usize) -> tempfile::TempDir {
+    let src = root().join("tests/fixtures/models/tiny-llama");
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["tokenizer.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    config["max_position_embeddings"] = positions.into();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
+#[test]
+fn a_long_input_in_the_lazy_mode_holds_its_streams_not_its_attention() {
+    let dir = tiny_llama_with_positions(4096);
+    let model = LoadedModel::load(Path::new(dir.path())).unwrap();
+    let d = model.net.description().clone();
+    let n = 2048;
+    let mut rng = Rng(2048);
+    let ids: Vec<u32> = (0..n).map(|_| rng.below(d.vocab_size) as u32).collect();
+    let streams = model.net.forward_streams(&ids, &vec![0; n], &Interventions::default()).unwrap();
+    let f = size_of::<f32>();
+    // What it keeps: the stream entering each layer and the last hidden state, plus the rotary
+    // table (n positions × head_dim/2 cos and sin) — nothing of size n².
+    let streams_bytes = (d.layers + 1) * n * d.hidden * f;
+    let rope_bytes = n * d.head_dim * f;
+    assert_eq!(streams.held_bytes(), streams_bytes + rope_bytes);
+    let recorded_bytes = d.layers * d.heads * n * n * f;
+    assert!(streams.held_bytes() * 100 < recorded_bytes, "{} vs {recorded_bytes}", streams.held_bytes());
+    // While it ran: its buffers plus one n × n scratch matrix per head running at a time (at most
+    // one per thread of the pool), never a layer's heads × n × n.
+    let threads = candle_core::utils::get_num_threads().max(1);
+    let scratch_bound = threads.min(d.heads) * n * n * f;
+    let buffers_bound = 16 * n * d.hidden.max(d.intermediate) * f;
+    assert!(streams.working_bytes() <= scratch_bound + buffers_bound, "{}", streams.working_bytes());
+    assert!(streams.working_bytes() < d.heads * n * n * f || threads >= d.heads);
+    // And what it gives back is the attention, computed on demand: rows sum to 1, the causal
+    // triangle is exactly zero.
+    let layer = model.net.layer_attention(&streams, d.layers - 1).unwrap();
+    let probs = layer.head(d.heads - 1);
+    for (q, row) in probs.chunks(n).enumerate() {
+        let sum: f64 = row.iter().map(|&v| f64::from(v)).sum();
+        assert!((sum - 1.0).abs() < 1e-4, "row {q} sums to {sum}");
+        assert!(row[q + 1..].iter().all(|&v| v == 0.0), "row {q}: keys after the query are masked");
+    }
+}

@@ -158,9 +158,9 @@ shot smollm2-step 1
 # offline): a target typed in the Target box, Cross picked: target tokens on the left, source tokens
 # on the right; then one target token pinned, its lines and per-head bars over the source.
 relaunch --model "$PWD/tests/fixtures/models/tiny-bart" --text "The cat sat on the mat."
-sleep 4
+sleep 6
 nudge 3
-click 770 64
+click 770 64 1
 xdotool key ctrl+a
 xdotool type --delay 40 "Le chat est assis sur le tapis."
 sleep 1.5

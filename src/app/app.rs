@@ -63,7 +63,7 @@ struct TokenRun {
 type RunInput = (String, Option<String>, Option<String>, RunSpec);
 
 /// Said above every view when an encoder–decoder has no target yet.
-pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no target yet. Type a Target (or press      Translate) to see the decoder's self-attention and its cross-attention to the source.";
+pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no target yet. Type a Target (or press Translate) to see the decoder's self-attention and its cross-attention to the source.";
 
 /// The model a run of `settings` uses (`playground`: the last valid playground hyperparameters).
 fn run_spec(settings: &Settings, playground: &PlaygroundConfig) -> RunSpec {

@@ -822,6 +822,22 @@ fn the_neuron_figure_of_a_rotary_model_says_q_and_k_are_rotated() {
 }
 
 #[test]
+fn a_second_sentence_is_refused_by_models_that_read_one_text_saying_where_it_goes() {
+    let dir = tmp();
+    let out_path = dir.path().join("never.json");
+    for (model, needle) in [
+        ("tiny-bart", "an encoder–decoder reads one source text (its target goes in the Target box)"),
+        ("tiny-llama", "a language model reads one text: untick Sentence B"),
+    ] {
+        let model = fixture(model);
+        let args = ["dump", "--model", model.to_str().unwrap(), "--text", "One.", "--text-pair", "Two."];
+        let out = attnviz(&[&args[..], &["-o", out_path.to_str().unwrap()]].concat());
+        assert_error(&out, needle);
+        assert!(!out_path.exists());
+    }
+}
+
+#[test]
 fn export_stack_cross_labels_target_rows_and_source_columns_and_refuses_rollout() {
     let model = fixture("tiny-bart");
     let model = model.to_str().unwrap();

@@ -586,9 +586,12 @@ impl LoadedModel {
             )));
         }
         if !desc.reads_pairs && tokens.is_pair() {
-            return Err(ModelError::Tokenizer(
-                "a language model reads one text: untick Sentence B (or put both sentences in one)".into(),
-            ));
+            let what = if self.decoder.is_some() {
+                "an encoder–decoder reads one source text (its target goes in the Target box)"
+            } else {
+                "a language model reads one text"
+            };
+            return Err(ModelError::Tokenizer(format!("{what}: untick Sentence B (or put both sentences in one)")));
         }
         let types = desc.embedding.token_types;
         if desc.reads_token_types && types > 0 && tokens.type_ids.iter().any(|&t| t as usize >= types) {

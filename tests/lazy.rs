@@ -198,3 +198,32 @@ fn a_long_input_in_the_lazy_mode_holds_its_streams_not_its_attention() {
         assert!(row[q + 1..].iter().all(|&v| v == 0.0), "row {q}: keys after the query are masked");
     }
 }
+
+/// A recorded run (what the app and `export` make) is cut to the tokens whose attention fits in a
+/// third of the memory available, with a notice saying why, instead of failing to allocate
+/// (SmolLM2's 8,192 positions would record 145 GB); with room for everything nothing is cut.
+#[test]
+fn a_recorded_run_is_cut_to_what_fits_in_memory_with_a_notice() {
+    let model = LoadedModel::load(&root().join("tests/fixtures/models/tiny-gpt2")).unwrap();
+    let d = model.description();
+    assert_eq!((d.layers, d.heads, d.head_dim, d.max_len), (2, 4, 8, 32));
+    // Probabilities and scores (2 · n²) and q, k (2 · n · head_dim) per head, f32:
+    // 16 tokens take 2 · 4 · (2 · 256 + 2 · 16 · 8) · 4 = 24,576 bytes.
+    let (n, why) = model.token_limit(Some(3 * 24_576)).unwrap();
+    assert_eq!(n, 16);
+    assert!(why.contains("2 layers × 4 heads") && why.contains("attnviz dump"), "{why}");
+    assert_eq!(model.token_limit(Some(3 * 24_576 - 1)).unwrap().0, 15);
+    assert!(model.token_limit(Some(1 << 30)).is_none(), "everything fits: the model's own maximum applies");
+    assert!(model.token_limit(None).is_none());
+    let text =
+        "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen";
+    let cut = model.tokenizer.encode_within(text, None, Some((n, why.as_str()))).unwrap();
+    assert_eq!(cut.tokens.len(), 16);
+    let notice = cut.truncation.unwrap();
+    assert!(notice.starts_with("input truncated to 16 tokens (recording all 2 layers"), "{notice}");
+    let full = model.tokenizer.encode(text, None).unwrap();
+    assert!(full.tokens.len() > 16);
+    assert_eq!(full.tokens.ids[..16], cut.tokens.ids[..], "the first tokens, unchanged");
+    // A short input is not touched.
+    assert!(model.tokenizer.encode_within("one two", None, Some((n, why.as_str()))).unwrap().truncation.is_none());
+}

@@ -20,6 +20,9 @@ pub enum Stop {
     MaxTokens,
     /// The model's positions are used up.
     ContextFull,
+    /// Recording attention over more tokens would not fit in the memory available
+    /// ([`LoadedModel::token_limit`]).
+    MemoryFull,
     /// The caller stopped it.
     Stopped,
 }
@@ -31,6 +34,7 @@ impl Stop {
             Self::EndOfSequence => "the model ended the text",
             Self::MaxTokens => "reached the number of tokens asked for",
             Self::ContextFull => "the model's context is full",
+            Self::MemoryFull => "recording attention over more tokens would not fit in memory",
             Self::Stopped => "stopped",
         }
     }
@@ -63,6 +67,9 @@ pub struct Generator<'m> {
     pub steps: Vec<Vec<Candidate>>,
     top_k: usize,
     stop: Option<Stop>,
+    /// Most tokens (prompt + continuation) whose attention fits in memory, when fewer than the
+    /// model's positions.
+    memory_limit: Option<usize>,
 }
 
 impl std::fmt::Debug for Generator<'_> {
@@ -114,7 +121,8 @@ impl<'m> Generator<'m> {
                 ),
             });
         }
-        let encoded = model.tokenizer.encode(prompt, None)?;
+        let limit = model.token_limit(super::loader::memory_budget().map(|(bytes, _)| bytes));
+        let encoded = model.tokenizer.encode_within(prompt, None, limit.as_ref().map(|(n, why)| (*n, why.as_str())))?;
         let tokens = encoded.tokens;
         if tokens.is_empty() {
             return Err(ModelError::Tokenizer("no tokens to continue: type a prompt".into()));
@@ -143,6 +151,7 @@ impl<'m> Generator<'m> {
             steps: Vec::new(),
             top_k,
             stop: None,
+            memory_limit: limit.map(|(n, _)| n),
         })
     }
 
@@ -179,6 +188,10 @@ impl<'m> Generator<'m> {
         }
         if self.tokens.len() >= desc.max_len {
             self.stop = Some(Stop::ContextFull);
+            return Ok(None);
+        }
+        if self.memory_limit.is_some_and(|n| self.tokens.len() >= n) {
+            self.stop = Some(Stop::MemoryFull);
             return Ok(None);
         }
         let tokenizer = &self.model.tokenizer;

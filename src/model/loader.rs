@@ -160,7 +160,7 @@ fn checked_safetensors_header(path: &Path) -> Result<u64, ModelError> {
 
 /// The memory a load may use: `ATTNVIZ_MAX_MEMORY_GB` when set (`true`), else what the system
 /// says can be allocated without swapping (`MemAvailable` of `/proc/meminfo`), else no limit.
-fn memory_budget() -> Option<(u64, bool)> {
+pub(crate) fn memory_budget() -> Option<(u64, bool)> {
     let set = std::env::var("ATTNVIZ_MAX_MEMORY_GB").ok().and_then(|v| v.trim().parse::<f64>().ok());
     if let Some(gb) = set.filter(|gb| gb.is_finite() && *gb >= 0.0) {
         return Some(((gb * f64::from(1u32 << 30)) as u64, true));
@@ -491,8 +491,46 @@ impl LoadedModel {
 
     /// Like [`Self::run`], with interventions on the forward pass.
     pub fn run_with(&self, text: &str, pair: Option<&str>, interventions: &Interventions) -> Result<Run, ModelError> {
-        let encoded = self.tokenizer.encode(text, pair.filter(|p| !p.is_empty()))?;
+        let limit = self.token_limit(memory_budget().map(|(bytes, _)| bytes));
+        let limit = limit.as_ref().map(|(n, why)| (*n, why.as_str()));
+        let encoded = self.tokenizer.encode_within(text, pair.filter(|p| !p.is_empty()), limit)?;
         self.run_tokens(encoded.tokens, encoded.truncation, Capture::Full, interventions)
+    }
+
+    /// The most tokens a recorded run (every layer × head's probabilities and scores, q and k) fits
+    /// in a third of `available` bytes — the app holds the run shown, the one being computed and
+    /// what its views derive — when that is fewer than the model's positions: `(tokens, why)`.
+    /// Longer inputs are cut there with that notice instead of failing to allocate (SmolLM2's 8,192
+    /// positions would record 145 GB); `attnviz dump` streams and is not limited.
+    pub fn token_limit(&self, available: Option<u64>) -> Option<(usize, String)> {
+        let budget = available? / 3;
+        let d = self.description();
+        let terms = self.net.score_terms().len() as u64;
+        let (layers, heads, hd) = (d.layers as u64, d.heads as u64, d.head_dim as u64);
+        let bytes = |n: u64| {
+            let per_head = (2 + terms).saturating_mul(n).saturating_mul(n).saturating_add(2 * n * hd);
+            layers.saturating_mul(heads).saturating_mul(per_head).saturating_mul(4)
+        };
+        // The largest n ≤ max_len whose recording fits: bytes(n) grows with n.
+        let (mut lo, mut hi) = (0u64, d.max_len as u64);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if bytes(mid) <= budget { lo = mid } else { hi = mid - 1 }
+        }
+        let n = lo as usize;
+        (n < d.max_len).then(|| {
+            let gb = |b: u64| b as f64 / f64::from(1u32 << 30);
+            (
+                n.max(1),
+                format!(
+                    "recording all {} layers × {} heads of attention for more would take over {:.1} GB, a third of the {:.1} GB of memory available; `attnviz dump` streams longer inputs",
+                    d.layers,
+                    d.heads,
+                    gb(budget),
+                    gb(available.unwrap_or(0))
+                ),
+            )
+        })
     }
 
     /// Runs an encoder–decoder: the encoder on `source`, and with a `target` the decoder on what

@@ -104,6 +104,17 @@ impl TextTokenizer {
 
     /// Tokenizes a sentence (or a pair), with special tokens, truncated to `max_len` with a notice.
     pub fn encode(&self, text: &str, pair: Option<&str>) -> Result<Encoded, ModelError> {
+        self.encode_within(text, pair, None)
+    }
+
+    /// [`Self::encode`], cut to `limit.0` tokens when that is fewer than the model's maximum, the
+    /// notice giving `limit.1` as the reason (what the memory available lets a run record).
+    pub fn encode_within(
+        &self,
+        text: &str,
+        pair: Option<&str>,
+        limit: Option<(usize, &str)>,
+    ) -> Result<Encoded, ModelError> {
         let enc = |t: &Tokenizer| {
             guarded(|| {
                 match pair {
@@ -114,6 +125,14 @@ impl TextTokenizer {
             })
         };
         let full = enc(&self.plain)?;
+        if let Some((limit, why)) = limit.filter(|&(limit, _)| limit < self.max_len && full.len() > limit) {
+            let mut t = self.plain.clone();
+            t.with_truncation(Some(TruncationParams { max_length: limit, ..TruncationParams::default() }))
+                .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+            let cut = enc(&t)?;
+            let notice = format!("input truncated to {} tokens ({why}); it had {} tokens", cut.len(), full.len());
+            return Ok(Encoded { tokens: guarded(|| Ok(tokens_of(&self.plain, &cut)))?, truncation: Some(notice) });
+        }
         let (encoding, truncation) = if full.len() > self.max_len {
             let cut = enc(&self.truncating)?;
             let notice =

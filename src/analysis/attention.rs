@@ -33,16 +33,7 @@ pub struct Attention {
 impl Attention {
     /// Wraps `data` laid out as `[layer][head][query][key]`.
     pub fn new(layers: usize, heads: usize, seq_len: usize, data: Vec<f32>) -> Result<Self, ShapeError> {
-        let expected = layers * heads * seq_len * seq_len;
-        if data.len() != expected {
-            return Err(ShapeError {
-                what: "attention",
-                shape: format!("{layers}×{heads}×{seq_len}×{seq_len}"),
-                expected,
-                got: data.len(),
-            });
-        }
-        Ok(Self { layers, heads, seq_len, keys: seq_len, data })
+        Self::rectangular(layers, heads, seq_len, seq_len, data)
     }
 
     /// Wraps `data` laid out as `[layer][head][query][key]` with `queries` rows and `keys`

@@ -13,7 +13,7 @@ pub mod tokens;
 pub mod words;
 
 pub use attention::{Attention, HeadVectors, ShapeError};
-pub use cross::{CrossAttention, DecoderRun};
+pub use cross::DecoderRun;
 pub use pe::{PeLayout, PeParams, PositionalEncoding};
 pub use run::Run;
 pub use stack::Stack;

@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Attention, Run};
+use super::Run;
 
 /// One of the three attentions of an encoder–decoder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -87,10 +87,7 @@ pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
     let (attention, key_tokens, causal) = if stack == Stack::Decoder {
         (dec.attention.clone(), None, true)
     } else {
-        let c = &dec.cross;
-        let a = Attention::rectangular(c.layers(), c.heads(), c.targets(), c.sources(), c.as_slice().to_vec())
-            .map_err(|e| e.to_string())?;
-        (a, Some(run.tokens.clone()), false)
+        (dec.cross.clone(), Some(run.tokens.clone()), false)
     };
     Ok(Run {
         model_name: run.model_name.clone(),
@@ -114,7 +111,7 @@ pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
 /// Test data: a 2-layer, 2-head encoder–decoder run with 3 source and 2 target tokens.
 #[cfg(test)]
 pub(crate) mod fixture {
-    use crate::analysis::{Attention, CrossAttention, DecoderRun, Run, Tokens};
+    use crate::analysis::{Attention, DecoderRun, Run, Tokens};
 
     fn test_tokens(words: &[&str]) -> Tokens {
         let n = words.len();
@@ -151,7 +148,7 @@ pub(crate) mod fixture {
             decoder: Some(DecoderRun {
                 tokens: test_tokens(&["</s>", "Hallo"]),
                 attention: Attention::new(layers, heads, t, dec_data).unwrap(),
-                cross: CrossAttention::new(layers, heads, t, s, cross_data).unwrap(),
+                cross: Attention::rectangular(layers, heads, t, s, cross_data).unwrap(),
                 last_hidden: Vec::new(),
                 truncation: None,
             }),

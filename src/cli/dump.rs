@@ -66,7 +66,7 @@ pub struct DumpJson<'a> {
     decoder_attentions: Option<crate::analysis::attention::Nested<'a>>,
     /// Cross-attention, `[layer][head][target][source]`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    cross_attentions: Option<crate::analysis::cross::NestedCross<'a>>,
+    cross_attentions: Option<crate::analysis::attention::Nested<'a>>,
 }
 
 impl<'a> DumpJson<'a> {
@@ -120,7 +120,7 @@ pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
             arrays.push(("prompt_tokens", NpyArray::I64 { shape: vec![], data: vec![p as i64] }));
         }
         if let Some(d) = &run.decoder {
-            let (t, s) = (d.tokens.len(), d.cross.sources());
+            let (t, s) = (d.tokens.len(), d.cross.keys());
             let (layers, heads) = (d.attention.layers(), d.attention.heads());
             arrays.push(("target_tokens", NpyArray::Str(&d.tokens.tokens)));
             arrays.push((

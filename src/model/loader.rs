@@ -13,7 +13,7 @@ use super::engine::{Capture, Network, Weights};
 use super::families::{self, Family};
 use super::intervene::Interventions;
 use super::tokenize::TextTokenizer;
-use crate::analysis::{Attention, CrossAttention, DecoderRun, HeadVectors, Run, Tokens};
+use crate::analysis::{Attention, DecoderRun, HeadVectors, Run, Tokens};
 
 /// Folder name of the embedded default model under `assets/models/`.
 pub const DEFAULT_MODEL_NAME: &str = "all-MiniLM-L6-v2";
@@ -596,7 +596,7 @@ impl LoadedModel {
         let shape = |e: crate::analysis::ShapeError| ModelError::Inference(candle_core::Error::Msg(e.to_string()));
         Ok(DecoderRun {
             attention: Attention::new(desc.layers, desc.heads, n, out.probs).map_err(shape)?,
-            cross: CrossAttention::new(desc.layers, desc.heads, n, sources, out.cross).map_err(shape)?,
+            cross: Attention::rectangular(desc.layers, desc.heads, n, sources, out.cross).map_err(shape)?,
             last_hidden: out.last_hidden,
             tokens,
             truncation,

@@ -1590,7 +1590,7 @@ fn translate_fills_the_target_greedily_and_streams_it_into_the_views() {
     assert!(g.error.is_none(), "{:?}", g.error);
     // What transformers' greedy generate writes (the library's translate, checked by the parity tests).
     let model = attnviz::model::LoadedModel::load(&tiny_bart()).unwrap();
-    let want = attnviz::model::generate::translate(&model, source, 64, 8, |_, _| true).unwrap();
+    let want = attnviz::model::generate::translate(&model, source, 64, 8, |_, _, _, _| true).unwrap();
     let want_ids = &want.run.decoder.as_ref().unwrap().tokens.ids;
     assert_eq!(g.written, want_ids.len() - 1);
     assert_eq!(g.steps.len(), g.written);

@@ -706,7 +706,7 @@ fn check_translation(which: &str, case: &str) {
     let r = seq2seq_reference(case);
     let m = model(which);
     let want = r.generated_ids.as_ref().unwrap();
-    let t = attnviz::model::generate::translate(m, &r.text, want.len() - 1, 5, |_, _| true).unwrap();
+    let t = attnviz::model::generate::translate(m, &r.text, want.len() - 1, 5, |_, _, _, _| true).unwrap();
     let d = t.run.decoder.as_ref().unwrap();
     assert_eq!(&d.tokens.ids, want, "{case}: greedy output");
     check_run_against(case, &t.run, &r);

@@ -271,14 +271,9 @@ fn translate_streaming(
 ) -> Result<Option<Job>, ()> {
     let start = Instant::now();
     let failed = |e: String| failed_generation(id, start, e);
-    // The encoder once, for the partial runs streamed while the decoder writes.
-    let encoder = match model.run(text, None) {
-        Ok(run) => run,
-        Err(e) => return if send(failed(e.to_string())) { Ok(None) } else { Err(()) },
-    };
     let mut carried = None;
     let mut gone = false;
-    let result = crate::model::generate::translate(model, text, max_new, TOP_K, |ids, steps| {
+    let result = crate::model::generate::translate(model, text, max_new, TOP_K, |ids, steps, encoder, decoder| {
         match jobs.try_recv() {
             Ok(job) => {
                 carried = Some(job);
@@ -290,13 +285,9 @@ fn translate_streaming(
             }
             Err(TryRecvError::Empty) => {}
         }
-        let tokens = crate::model::generate::decoder_tokens(model, ids.to_vec());
         let mut run = encoder.clone();
         run.prompt_len = Some(run.tokens.len());
-        match model.run_decoder(tokens, None, &encoder.last_hidden) {
-            Ok(decoder) => run.decoder = Some(decoder),
-            Err(_) => return false, // the final run says what failed
-        }
+        run.decoder = Some(decoder.clone());
         let progress = Done::Generated {
             id,
             result: Ok(Arc::new(run)),

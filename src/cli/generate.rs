@@ -90,7 +90,7 @@ fn write(args: &GenerateArgs, run: &Run, json: &GenerateJson<'_>) -> anyhow::Res
 fn translate(model: &LoadedModel, args: &GenerateArgs) -> anyhow::Result<()> {
     let mut err = std::io::stderr().lock();
     let mut shown = String::new();
-    let t = crate::model::generate::translate(model, &args.text, args.max_new_tokens, args.top_k, |ids, _| {
+    let t = crate::model::generate::translate(model, &args.text, args.max_new_tokens, args.top_k, |ids, _, _, _| {
         echo(&mut err, &mut shown, model.tokenizer.decode(ids));
         true
     })

@@ -9,7 +9,7 @@
 use super::engine::{Capture, KvCache};
 use super::intervene::Interventions;
 use super::{LoadedModel, ModelError};
-use crate::analysis::{Attention, Run, Tokens};
+use crate::analysis::{Attention, DecoderRun, Run, Tokens};
 
 /// Why decoding stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,13 +277,14 @@ pub struct Translation {
 
 /// Greedy decoding of an encoder–decoder (`generate(do_sample=False, num_beams=1)`): the encoder
 /// runs once, the decoder once per step over everything written so far. `on_token` sees the
-/// decoder's ids and each step's candidates after each step, and returns false to stop.
+/// decoder's ids, each step's candidates, the encoder's run and the decoder's run over those ids
+/// (attention and cross-attention recorded) after each step, and returns false to stop.
 pub fn translate(
     model: &LoadedModel,
     source: &str,
     max_new: usize,
     candidates: usize,
-    mut on_token: impl FnMut(&[u32], &[Vec<Candidate>]) -> bool,
+    mut on_token: impl FnMut(&[u32], &[Vec<Candidate>], &Run, &DecoderRun) -> bool,
 ) -> Result<Translation, ModelError> {
     let decoder = model.seq2seq()?;
     let net = &decoder.net;
@@ -299,6 +300,9 @@ pub fn translate(
     let hidden = net.description().hidden;
     let mut ids = vec![decoder.start];
     let mut steps = Vec::new();
+    // The decoder over everything written so far: its last row picks the next token, and it is
+    // what the caller is shown and what the translation keeps.
+    let mut written = model.run_decoder(decoder_tokens(model, ids.clone()), None, &run.last_hidden)?;
     let stop = loop {
         if ids.len() > max_new {
             break Stop::MaxTokens;
@@ -306,20 +310,20 @@ pub fn translate(
         if ids.len() >= max_len {
             break Stop::ContextFull;
         }
-        let out = net.forward_decoder(&ids, &run.last_hidden, Capture::Attention)?;
-        let last = &out.last_hidden[(ids.len() - 1) * hidden..];
+        let last = &written.last_hidden[(ids.len() - 1) * hidden..];
         let logits = net.logits(last).unwrap_or_default();
         steps.push(top_k(&logits, candidates, |i| model.tokenizer.token_of(i)));
         let id = argmax(&logits);
         ids.push(id);
+        written = model.run_decoder(decoder_tokens(model, ids.clone()), None, &run.last_hidden)?;
         if model.eos.contains(&id) {
             break Stop::EndOfSequence;
         }
-        if !on_token(&ids, &steps) {
+        if !on_token(&ids, &steps, &run, &written) {
             break Stop::Stopped;
         }
     };
-    run.decoder = Some(model.run_decoder(decoder_tokens(model, ids), None, &run.last_hidden)?);
+    run.decoder = Some(written);
     Ok(Translation { run, steps, stop })
 }
 

@@ -71,17 +71,25 @@ pub fn no_target_reason(run: &Run, stack: Stack) -> String {
     )
 }
 
+/// [`stack_run`] of a run the caller gives up: the encoder's stack is the run itself, moved, not
+/// copied (a long run's matrices are gigabytes).
+pub fn into_stack(mut run: Run, stack: Stack) -> Result<Run, String> {
+    if stack != Stack::Encoder {
+        return stack_run(&run, stack);
+    }
+    if run.decoder.is_some() {
+        run.stack = Some(stack);
+    }
+    Ok(run)
+}
+
 /// The run views and exports draw for `stack`: the run itself for the encoder; for the decoder its
 /// tokens and causal self-attention; for cross-attention the target tokens as rows, the source as
 /// `key_tokens` (columns) and the `target × source` matrices. `Err` says why there is none (no
 /// target).
 pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
     if stack == Stack::Encoder {
-        let mut run = run.clone();
-        if run.decoder.is_some() {
-            run.stack = Some(stack);
-        }
-        return Ok(run);
+        return into_stack(run.clone(), stack);
     }
     let Some(dec) = &run.decoder else { return Err(no_target_reason(run, stack)) };
     let (attention, key_tokens, causal) = if stack == Stack::Decoder {

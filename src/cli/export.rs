@@ -187,12 +187,7 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
         let text = args.text.as_deref().with_context(|| format!("--text is required for --view {:?}", args.view))?;
         let (run, _) = args.model.run_noting(model_dir, text, args.text_pair.as_deref(), args.target.as_deref())?;
         let run = if args.words { crate::analysis::words::merge_run(&run) } else { run };
-        // A model with one stack draws its run itself (a copy would double a long run's memory).
-        if run.decoder.is_none() && stack == Stack::Encoder {
-            Some(run)
-        } else {
-            Some(crate::analysis::stack::stack_run(&run, stack).map_err(anyhow::Error::msg)?)
-        }
+        Some(crate::analysis::stack::into_stack(run, stack).map_err(anyhow::Error::msg)?)
     } else {
         None
     };

@@ -126,10 +126,7 @@ impl TextTokenizer {
         };
         let full = enc(&self.plain)?;
         if let Some((limit, why)) = limit.filter(|&(limit, _)| limit < self.max_len && full.len() > limit) {
-            let mut t = self.plain.clone();
-            t.with_truncation(Some(TruncationParams { max_length: limit, ..TruncationParams::default() }))
-                .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-            let cut = enc(&t)?;
+            let cut = enc(&self.cut_to(limit)?)?;
             let notice = format!("input truncated to {} tokens ({why}); it had {} tokens", cut.len(), full.len());
             return Ok(Encoded { tokens: guarded(|| Ok(tokens_of(&self.plain, &cut)))?, truncation: Some(notice) });
         }
@@ -144,12 +141,18 @@ impl TextTokenizer {
         Ok(Encoded { tokens: guarded(|| Ok(tokens_of(&self.plain, &encoding)))?, truncation })
     }
 
+    /// The tokenizer cutting inputs to `n` tokens (special tokens included).
+    fn cut_to(&self, n: usize) -> Result<Tokenizer, ModelError> {
+        let mut t = self.plain.clone();
+        t.with_truncation(Some(TruncationParams { max_length: n, ..TruncationParams::default() }))
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok(t)
+    }
+
     /// Tokenizes `text` and keeps exactly `n` tokens (special tokens included), repeating the text
     /// until it is long enough: the input for speed measurements.
     pub fn encode_exactly(&self, text: &str, n: usize) -> Result<Tokens, ModelError> {
-        let mut t = self.truncating.clone();
-        t.with_truncation(Some(TruncationParams { max_length: n, ..TruncationParams::default() }))
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        let t = self.cut_to(n)?;
         let mut long = text.to_string();
         let mut before = 0;
         loop {

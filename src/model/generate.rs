@@ -121,8 +121,7 @@ impl<'m> Generator<'m> {
                 ),
             });
         }
-        let limit = model.token_limit(super::loader::memory_budget().map(|(bytes, _)| bytes));
-        let encoded = model.tokenizer.encode_within(prompt, None, limit.as_ref().map(|(n, why)| (*n, why.as_str())))?;
+        let (encoded, memory_limit) = model.encode_recordable(prompt, None)?;
         let tokens = encoded.tokens;
         if tokens.is_empty() {
             return Err(ModelError::Tokenizer("no tokens to continue: type a prompt".into()));
@@ -151,7 +150,7 @@ impl<'m> Generator<'m> {
             steps: Vec::new(),
             top_k,
             stop: None,
-            memory_limit: limit.map(|(n, _)| n),
+            memory_limit,
         })
     }
 

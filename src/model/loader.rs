@@ -160,7 +160,7 @@ fn checked_safetensors_header(path: &Path) -> Result<u64, ModelError> {
 
 /// The memory a load may use: `ATTNVIZ_MAX_MEMORY_GB` when set (`true`), else what the system
 /// says can be allocated without swapping (`MemAvailable` of `/proc/meminfo`), else no limit.
-pub(crate) fn memory_budget() -> Option<(u64, bool)> {
+fn memory_budget() -> Option<(u64, bool)> {
     let set = std::env::var("ATTNVIZ_MAX_MEMORY_GB").ok().and_then(|v| v.trim().parse::<f64>().ok());
     if let Some(gb) = set.filter(|gb| gb.is_finite() && *gb >= 0.0) {
         return Some(((gb * f64::from(1u32 << 30)) as u64, true));
@@ -491,10 +491,21 @@ impl LoadedModel {
 
     /// Like [`Self::run`], with interventions on the forward pass.
     pub fn run_with(&self, text: &str, pair: Option<&str>, interventions: &Interventions) -> Result<Run, ModelError> {
-        let limit = self.token_limit(memory_budget().map(|(bytes, _)| bytes));
-        let limit = limit.as_ref().map(|(n, why)| (*n, why.as_str()));
-        let encoded = self.tokenizer.encode_within(text, pair.filter(|p| !p.is_empty()), limit)?;
+        let (encoded, _) = self.encode_recordable(text, pair.filter(|p| !p.is_empty()))?;
         self.run_tokens(encoded.tokens, encoded.truncation, Capture::Full, interventions)
+    }
+
+    /// Tokenizes an input cut to the model's positions and to what a recorded run of it fits in
+    /// the memory available ([`Self::token_limit`]), with a notice when cut; also that memory
+    /// limit, when there is one (a generation stops there).
+    pub fn encode_recordable(
+        &self,
+        text: &str,
+        pair: Option<&str>,
+    ) -> Result<(super::tokenize::Encoded, Option<usize>), ModelError> {
+        let limit = self.token_limit(memory_budget().map(|(bytes, _)| bytes));
+        let encoded = self.tokenizer.encode_within(text, pair, limit.as_ref().map(|(n, why)| (*n, why.as_str())))?;
+        Ok((encoded, limit.map(|(n, _)| n)))
     }
 
     /// The most tokens a recorded run (every layer × head's probabilities and scores, q and k) fits

@@ -1605,3 +1605,31 @@ fn translate_fills_the_target_greedily_and_streams_it_into_the_views() {
     assert!(run.label(1).starts_with('✎') && !run.label(0).starts_with('✎'));
     assert!(h.state().session.generation.is_some());
 }
+
+/// When the line budget applies, the line saying so stays in place while a token is hovered (it
+/// says what is drawn then): a line that came and went with the hover moved every token under the
+/// pointer, which then lost the hover, and the view jumped up and down.
+#[test]
+fn the_line_budget_notice_keeps_its_place_while_a_token_is_hovered() {
+    // About 75 tokens: 12 heads × 75² lines, more than the budget.
+    let text = "the river ran past the old mill where children fed the ducks every morning before school and \
+                their teacher explained how water turns a wheel and how the wheel grinds grain into flour"
+        .repeat(2);
+    let startup = Startup {
+        model_dir: Some(attnviz::model::default_model_dir()),
+        text: Some(text),
+        text_pair: None,
+        hf_cache: Some(no_cache()),
+    };
+    let mut h = harness_with(startup, None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
+    let notice = h.get_by_label_contains("strongest of").rect();
+    let token = h.get_by_label("query 3: ran").rect();
+    h.get_by_label("query 3: ran").hover();
+    h.run_steps(2);
+    assert!(h.state().views.head.hovered.is_some(), "the token is hovered");
+    let during = h.get_by_label_contains("Every line of the selected token is drawn").rect();
+    assert_eq!(notice.top(), during.top(), "the notice keeps its line");
+    assert_eq!(h.get_by_label("query 3: ran").rect(), token, "the hovered token stays under the pointer");
+}

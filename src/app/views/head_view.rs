@@ -493,11 +493,20 @@ fn toolbar_ui(
                 .italics(),
         );
     }
-    if let Some(w) = view.budget_threshold.filter(|_| pinned.is_none() && view.hovered.is_none()) {
-        let shown = format!(
-            "Showing the {LINE_BUDGET} strongest of {} lines in view (weights ≥ {w:.3}); raise the threshold or pick fewer heads to see the rest.",
-            view.candidate_count
-        );
+    // The line stays while a token is hovered or pinned (it says what the view then draws): a line
+    // that came and went with the hover moved every token under the pointer up and down.
+    if let Some(w) = view.budget_threshold {
+        let shown = if pinned.is_none() && view.hovered.is_none() {
+            format!(
+                "Showing the {LINE_BUDGET} strongest of {} lines in view (weights ≥ {w:.3}); raise the threshold or pick fewer heads to see the rest.",
+                view.candidate_count
+            )
+        } else {
+            format!(
+                "Every line of the selected token is drawn; without a selection the view shows the {LINE_BUDGET} strongest of {} lines.",
+                view.candidate_count
+            )
+        };
         ui.label(RichText::new(shown).small().italics());
     }
     match pinned {

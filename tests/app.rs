@@ -305,6 +305,88 @@ fn hostile_model_files_show_the_loaders_error_and_keep_the_previous_model() {
     still_runs(&mut h);
 }
 
+/// An input past "Record up to" (1,024 tokens by default) is pooled as the pass runs: the input
+/// bar says so, Overview and Window switch the shown run without running again, the window moves
+/// with its start box and "Show", and what is shown is the library's pooling, bit for bit.
+#[test]
+fn a_long_input_is_pooled_with_a_notice_and_its_window_moves() {
+    use attnviz::analysis::long::{LongView, OVERVIEW_SPANS, WINDOW_TOKENS};
+    let dir = common::fixture_with_positions("tiny-llama", "max_position_embeddings", 1600);
+    let words = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "it", "slept", "."];
+    let mut rng = Rng(1600);
+    let text: Vec<&str> = (0..1100).map(|_| words[rng.below(words.len())]).collect();
+    let text = text.join(" ");
+    let model = attnviz::model::LoadedModel::load(dir.path()).unwrap();
+    let encoded = model.tokenizer.encode(&text, None).unwrap();
+    let n = encoded.tokens.len();
+    assert!((1025..=1600).contains(&n), "{n} tokens");
+    let mut h = harness_with(
+        Startup { model_dir: Some(dir.path().to_path_buf()), text: Some(text), text_pair: None, hf_cache: None },
+        None,
+    );
+    let done = |a: &AttnvizApp| {
+        a.session
+            .run
+            .as_ref()
+            .and_then(|r| r.long.as_ref().map(|l| (l.clone(), r.attention.layers())))
+            .is_some_and(|(l, layers)| !l.is_partial(layers))
+    };
+    wait_until(&mut h, "the pooled run", done);
+    settled(&mut h);
+    h.get_by_label_contains("more than the 1024 recorded at token level");
+    let run = h.state().session.run.clone().unwrap();
+    let long = run.long.clone().unwrap();
+    assert_eq!((long.view, long.total), (LongView::Overview, n));
+    assert_eq!(run.tokens.len(), n.div_ceil(n.div_ceil(OVERVIEW_SPANS)));
+    assert!(head_lines(&mut h) > 0, "the head view draws the overview");
+    let said = format!("{n} tokens as {} spans of {} tokens", run.tokens.len(), n.div_ceil(OVERVIEW_SPANS));
+    assert!(h.get_all_by_label_contains(&said).count() >= 2, "the title and the status bar say {said}");
+
+    // The window: the last 256 tokens, the tokens before them as one span.
+    h.get_by_label("Window").click();
+    wait_until(&mut h, "the window", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.long.as_ref().unwrap().view == LongView::Window)
+    });
+    let window = h.state().session.run.clone().unwrap();
+    assert_eq!(window.tokens.len(), WINDOW_TOKENS + 1);
+    assert_eq!(window.long.as_ref().unwrap().window, n - WINDOW_TOKENS..n);
+    assert!(
+        window.tokens.tokens[0].starts_with(&format!("0–{} ", n - WINDOW_TOKENS - 1)),
+        "{}",
+        window.tokens.tokens[0]
+    );
+
+    // Move it to token 100: a new pass, then spans before and after it.
+    retype(&mut h, "Window from token", "100");
+    h.key_press(Key::Enter);
+    h.run_steps(2);
+    h.get_by_label("Show").click();
+    wait_until(&mut h, "the moved window", |a| {
+        a.session.run.as_ref().and_then(|r| r.long.as_ref()).is_some_and(|l| l.window.start == 100 && !l.is_partial(2))
+            && a.session.run.as_ref().unwrap().attention.layers() == 2
+    });
+    settled(&mut h);
+    let moved = h.state().session.run.clone().unwrap();
+    assert_eq!(moved.tokens.len(), WINDOW_TOKENS + 2);
+    let expected =
+        model.run_long(&encoded.tokens, None, &attnviz::model::Interventions::default(), Some(100), &mut |_| true).unwrap().unwrap();
+    let bits = |a: &[f32]| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(moved.attention.as_slice()), bits(expected.window.attention.as_slice()));
+    assert!(h.state().session.shown_input_matches(&h.state().settings));
+
+    // Back to the overview: no new pass.
+    let requested = h.state().session.requested_run_id;
+    h.get_by_label("Overview").click();
+    wait_until(&mut h, "the overview", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.long.as_ref().unwrap().view == LongView::Overview)
+    });
+    assert_eq!(h.state().session.requested_run_id, requested);
+    // The neuron view says why it has nothing to show.
+    h.state_mut().settings.view = View::Neuron;
+    h.run_steps(2);
+    h.get_by_label_contains("which an input this long does not record");
+}
+
 #[test]
 fn over_long_text_is_truncated_with_a_visible_notice() {
     let mut h = app(&"long ".repeat(40));

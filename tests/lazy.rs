@@ -152,16 +152,84 @@ fn lazy_and_streamed_attention_equal_the_recorded_attention_bit_for_bit_in_every
 
 /// A copy of the tiny Llama whose config allows `positions` tokens.
 fn tiny_llama_with_positions(positions: usize) -> tempfile::TempDir {
-    let src = root().join("tests/fixtures/models/tiny-llama");
-    let dir = tempfile::tempdir().unwrap();
-    for f in ["tokenizer.json", "model.safetensors"] {
-        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    common::fixture_with_positions("tiny-llama", "max_position_embeddings", positions)
+}
+
+/// A long input's pooled runs (what the app shows past "Record up to") are the word merge's
+/// pooling of the recorded attention, bit for bit — overview and window, causal (Llama), with a
+/// sliding window (Mistral) and bidirectional (T5's encoder, the window in the middle so spans
+/// before and after it exist) — layer by layer as the pass goes, and a stop ends the pass.
+#[test]
+fn a_long_input_pooled_as_it_runs_equals_the_recorded_attention_pooled() {
+    use attnviz::analysis::long::{LongView, OVERVIEW_SPANS, WINDOW_TOKENS, mean_rows, overview_spans, window_spans};
+    use attnviz::analysis::words::merge_attention;
+    let cases = [
+        ("tiny-llama", "max_position_embeddings", 700, None),
+        ("tiny-mistral", "max_position_embeddings", 600, Some(100)),
+        ("tiny-t5", "n_positions", 650, Some(300)),
+    ];
+    for (name, key, n, window_start) in cases {
+        let dir = common::fixture_with_positions(name, key, n);
+        let model = LoadedModel::load(Path::new(dir.path())).unwrap();
+        let d = model.net.description().clone();
+        let mut rng = Rng(n as u64);
+        let ids: Vec<u32> = (0..n).map(|_| rng.below(d.vocab_size) as u32).collect();
+        let tokens = attnviz::analysis::Tokens {
+            tokens: ids.iter().map(|i| format!("Ġt{i}")).collect(),
+            ids: ids.clone(),
+            segments: vec![0; n],
+            type_ids: vec![0; n],
+            special: vec![false; n],
+        };
+        let iv = Interventions::default();
+        assert!(!model.records(n, 512) || model.decoder.is_some(), "{name}: {n} tokens are past 512");
+        let recorded = model.run_tokens(tokens.clone(), None, Capture::Attention, &iv).unwrap();
+        let mut partial_layers = Vec::new();
+        let mut partials = Vec::new();
+        let runs = model
+            .run_long(&tokens, None, &iv, window_start, &mut |runs| {
+                partial_layers.push(runs.overview.attention.layers());
+                partials.push(runs.window.attention.as_slice().to_vec());
+                true
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(partial_layers, (1..d.layers).collect::<Vec<_>>(), "{name}: one message per layer before the last");
+        let start = window_start.unwrap_or(n - WINDOW_TOKENS);
+        let window = start..start + WINDOW_TOKENS;
+        for (run, spans, view) in [
+            (&runs.overview, overview_spans(n, OVERVIEW_SPANS), LongView::Overview),
+            (&runs.window, window_spans(n, window.clone()), LongView::Window),
+        ] {
+            let long = run.long.as_ref().unwrap();
+            assert_eq!((long.total, long.view, &long.spans, long.window.clone()), (n, view, &spans, window.clone()));
+            assert_eq!(run.tokens.len(), spans.len());
+            let expected = merge_attention(&recorded.attention, &spans);
+            assert_eq!(bits(run.attention.as_slice()), bits(expected.as_slice()), "{name} {view:?}");
+            assert_eq!(bits(&run.last_hidden), bits(&mean_rows(&recorded.last_hidden, d.hidden, &spans)), "{name}");
+            for row in run.attention.as_slice().chunks(spans.len()) {
+                assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-4, "{name} {view:?}: rows sum to 1");
+            }
+        }
+        // In the window, single tokens keep their exact probability.
+        let (q, k) = (window.end - 1, window.end - 2);
+        let before = usize::from(window.start > 0);
+        let (wq, wk) = (q - window.start + before, k - window.start + before);
+        assert_eq!(runs.window.attention.get(1, 2, wq, wk).to_bits(), recorded.attention.get(1, 2, q, k).to_bits());
+        // Each message held the layers done so far, as they end up.
+        for (l, partial) in partials.iter().enumerate() {
+            assert_eq!(bits(partial), bits(&runs.window.attention.as_slice()[..partial.len()]), "{name}: layer {l}");
+        }
+        // Masked spans: Mistral's window of 4 hides everything before the window from its last token.
+        if d.sliding_window.is_some() {
+            let last = runs.window.tokens.len() - 1;
+            assert!(runs.window.is_masked(last, 0) && runs.window.attention.get(0, 0, last, 0) == 0.0);
+            assert!(!runs.window.is_masked(1, 0), "the window's first token still sees the tokens before it");
+        }
+        // A stop after the first layer ends the pass without a result.
+        let stopped = model.run_long(&tokens, None, &iv, window_start, &mut |_| false).unwrap();
+        assert!(stopped.is_none(), "{name}");
     }
-    let mut config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
-    config["max_position_embeddings"] = positions.into();
-    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    dir
 }
 
 #[test]

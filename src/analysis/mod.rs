@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod cross;
+pub mod long;
 pub mod npz;
 pub mod pe;
 pub mod rollout;

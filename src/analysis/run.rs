@@ -113,11 +113,17 @@ pub struct Run {
     /// Which attention of an encoder–decoder run this is (the encoder's, the decoder's, the cross
     /// attention), once [`super::stack::stack_run`] picked one; titles name it after the model.
     pub stack: Option<super::Stack>,
+    /// For an input too long to record at token level: the spans of tokens the rows and columns
+    /// pool ([`super::long`]); None for a run at token level.
+    pub long: Option<super::long::LongInput>,
 }
 
 impl Run {
     /// Whether key `key_pos` was hidden from query `query_pos` by the causal mask or the window.
     pub fn is_masked(&self, query_pos: usize, key_pos: usize) -> bool {
+        if let Some(long) = &self.long {
+            return long.is_masked(query_pos, key_pos, self.causal, self.window);
+        }
         (self.causal && key_pos > query_pos) || self.window.is_some_and(|w| key_pos + w <= query_pos)
     }
 
@@ -187,9 +193,13 @@ impl Run {
     /// The model's name, followed by the attention shown for an encoder–decoder (`tiny-bart ·
     /// cross-attention (target → source)`).
     pub fn shown_name(&self) -> String {
-        match self.stack {
+        let name = match self.stack {
             Some(stack) => format!("{} · {}", self.model_name, stack.describe()),
             None => self.model_name.clone(),
+        };
+        match &self.long {
+            Some(long) => format!("{name} · {}", long.describe()),
+            None => name,
         }
     }
 }

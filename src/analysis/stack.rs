@@ -113,6 +113,7 @@ pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
         prompt_len: run.prompt_len.map(|_| 1),
         decoder: None,
         key_tokens,
+        long: None,
     })
 }
 
@@ -162,6 +163,7 @@ pub(crate) mod fixture {
             }),
             key_tokens: None,
             stack: None,
+            long: None,
         }
     }
 }

@@ -87,18 +87,8 @@ pub fn word_text(pieces: &[String]) -> String {
 
 /// An `n × n` matrix merged to `spans.len()` words: columns summed, rows averaged.
 pub fn merge_matrix(matrix: &[f32], n: usize, spans: &[Range<usize>]) -> Vec<f32> {
-    let w = spans.len();
-    let mut out = vec![0.0f32; w * w];
-    for (wi, rows) in spans.iter().enumerate() {
-        let count = rows.len() as f32;
-        for (wj, cols) in spans.iter().enumerate() {
-            let mut sum = 0.0f32;
-            for q in rows.clone() {
-                sum += matrix[q * n + cols.start..q * n + cols.end].iter().sum::<f32>();
-            }
-            out[wi * w + wj] = sum / count;
-        }
-    }
+    let mut out = vec![0.0f32; spans.len() * spans.len()];
+    super::long::pool_matrix_into(matrix, n, spans, spans, false, &mut out);
     out
 }
 
@@ -129,14 +119,8 @@ pub fn merge_attention(attention: &Attention, spans: &[Range<usize>]) -> Attenti
 /// per-piece query/key vectors (neuron view) do not merge and are dropped.
 pub fn merge_run(run: &Run) -> Run {
     let spans = word_spans(&run.tokens);
-    let n = run.tokens.len();
-    let hidden = run.last_hidden.len().checked_div(n).unwrap_or(0);
-    let mut last_hidden = Vec::with_capacity(spans.len() * hidden);
-    for s in &spans {
-        for d in 0..hidden {
-            last_hidden.push(s.clone().map(|t| run.last_hidden[t * hidden + d]).sum::<f32>() / s.len() as f32);
-        }
-    }
+    let hidden = run.last_hidden.len().checked_div(run.tokens.len()).unwrap_or(0);
+    let last_hidden = super::long::mean_rows(&run.last_hidden, hidden, &spans);
     Run {
         model_name: run.model_name.clone(),
         tokens: merge_tokens(&run.tokens, &spans),
@@ -156,6 +140,7 @@ pub fn merge_run(run: &Run) -> Run {
         decoder: run.decoder.clone(),
         key_tokens: None,
         stack: run.stack,
+        long: run.long.clone(),
     }
 }
 

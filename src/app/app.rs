@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::Instant;
 
+use crate::analysis::long::LongView;
 use crate::analysis::{Run, Stack};
 use crate::export::{Figure, Style, export_png};
 use crate::model::default_model_dir;
@@ -18,7 +19,7 @@ use super::data::{FlowKey, FlowResult, Generation, Status, ViewData};
 use super::derive::{DeriveKey, Derived, DerivedValue, Deriver};
 use super::state::{CompareMode, CompareSource, PeFigure, RolloutMode, Settings, Source, ThemeChoice, View};
 use super::views::Views;
-use super::worker::{Done, Job, ModelInfo, RunSpec, Worker};
+use super::worker::{Done, Job, LongRequest, ModelInfo, RunSpec, Worker};
 use crate::model::PlaygroundConfig;
 
 /// Key of the settings in eframe's storage.
@@ -57,6 +58,8 @@ struct TokenRun {
     /// Unique id of this result.
     source_id: u64,
     run: Arc<Run>,
+    /// For a long input (`run` is its overview): its window at token level.
+    window: Option<Arc<Run>>,
 }
 
 /// What a run is of: sentence A, sentence B, an encoder–decoder's target, the model.
@@ -68,7 +71,10 @@ pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no t
 /// The model a run of `settings` uses (`playground`: the last valid playground hyperparameters).
 fn run_spec(settings: &Settings, playground: &PlaygroundConfig) -> RunSpec {
     match settings.source {
-        Source::Pretrained => RunSpec::Pretrained(settings.interventions.clone()),
+        Source::Pretrained => {
+            let long = LongRequest { record_tokens: settings.record_tokens, window_start: settings.window_start };
+            RunSpec::Pretrained(settings.interventions.clone(), Some(long))
+        }
         Source::Playground => RunSpec::Playground(playground.clone()),
     }
 }
@@ -97,13 +103,13 @@ pub struct Session {
     pub view_id: u64,
     /// What `run` was made from: the token run's id, the word toggle and the stack (None while
     /// merging).
-    shown_from: Option<(u64, bool, Stack)>,
+    shown_from: Option<(u64, bool, Stack, LongView)>,
     /// The comparison's run B as the views show it (merged into words with the toggle).
     pub run_b: Option<Arc<Run>>,
     /// Run B as it came.
     token_run_b: Option<TokenRun>,
     /// What `run_b` was made from.
-    shown_b_from: Option<(u64, bool, Stack)>,
+    shown_b_from: Option<(u64, bool, Stack, LongView)>,
     /// Id of run B shown, and of the newest asked for.
     pub compare_id: u64,
     /// Newest comparison requested.
@@ -363,7 +369,7 @@ impl AttnvizApp {
     /// Asks for a run if the input or the model differs from the last one asked for.
     fn request_run_if_changed(&mut self) {
         let spec = self.run_spec();
-        if self.session.model.is_none() && matches!(spec, RunSpec::Pretrained(_)) {
+        if self.session.model.is_none() && matches!(spec, RunSpec::Pretrained(..)) {
             return;
         }
         let target = self.session.run_target(&self.settings);
@@ -453,7 +459,7 @@ impl AttnvizApp {
                     self.settings.text.clone(),
                     pair,
                     target,
-                    RunSpec::Pretrained(crate::model::Interventions::default()),
+                    RunSpec::Pretrained(crate::model::Interventions::default(), None),
                 ))
             }
             CompareSource::Model => match &self.settings.compare.model_b {
@@ -507,11 +513,13 @@ impl AttnvizApp {
     fn sync_view_runs(&mut self) {
         let words = self.settings.words;
         let stack = self.settings.stack;
+        let long = self.settings.long_view;
         let s = &mut self.session;
         // The decoder's side is shown at token level (word pieces are merged on the source only).
-        let wanted = s.token_run.as_ref().map(|t| (t.source_id, words, stack));
+        let wanted = s.token_run.as_ref().map(|t| (t.source_id, words, stack, long));
         if s.shown_from != wanted {
-            let shown = s.token_run.as_ref().and_then(|t| shown_run(&mut s.derived, &s.deriver, t, words, stack));
+            let shown =
+                s.token_run.as_ref().and_then(|t| shown_run(&mut s.derived, &s.deriver, t, (words, stack, long)));
             if shown.is_some() || wanted.is_none() {
                 s.run = shown;
                 s.shown_from = wanted;
@@ -523,9 +531,10 @@ impl AttnvizApp {
                 s.view_id += 1;
             }
         }
-        let wanted_b = s.token_run_b.as_ref().map(|t| (t.source_id, words, stack));
+        let wanted_b = s.token_run_b.as_ref().map(|t| (t.source_id, words, stack, long));
         if s.shown_b_from != wanted_b {
-            let shown = s.token_run_b.as_ref().and_then(|t| shown_run(&mut s.derived, &s.deriver, t, words, stack));
+            let shown =
+                s.token_run_b.as_ref().and_then(|t| shown_run(&mut s.derived, &s.deriver, t, (words, stack, long)));
             if shown.is_some() || wanted_b.is_none() {
                 s.shown_b_from = wanted_b;
             }
@@ -601,17 +610,26 @@ impl AttnvizApp {
                         }
                     }
                 }
-                Done::Ran { id, result, elapsed_ms } => {
-                    if id <= self.session.run_id {
+                Done::Ran { id, result, window, elapsed_ms } => {
+                    // A long input's pass sends its runs layer by layer, under one id.
+                    let progress = id == self.session.run_id
+                        && result.as_ref().is_ok_and(|r| r.long.is_some())
+                        && self.session.token_run.as_ref().is_some_and(|t| t.run.long.is_some());
+                    if id < self.session.run_id || (id == self.session.run_id && !progress) {
                         continue; // older than what is shown
                     }
                     let s = &mut self.session;
-                    s.shown_input = s.in_flight.iter().find(|(i, _)| *i == id).map(|(_, input)| input.clone());
-                    s.in_flight.retain(|(i, _)| *i > id);
+                    if !progress {
+                        s.shown_input = s.in_flight.iter().find(|(i, _)| *i == id).map(|(_, input)| input.clone());
+                        s.in_flight.retain(|(i, _)| *i > id);
+                    }
                     match result {
                         Ok(run) => {
-                            // The playground, or a run of fewer layers, has another shape.
-                            self.settings.fit_model(run.attention.layers(), run.attention.heads());
+                            // The playground, or a run of fewer layers, has another shape (a long
+                            // input's pass holds the model's layers once done).
+                            let layers = run.long.as_ref().map_or(run.attention.layers(), |l| l.layers_total);
+                            self.settings.fit_model(layers, run.attention.heads());
+                            let source_id = if progress { self.next_id() } else { id };
                             let s = &mut self.session;
                             s.run_id = id;
                             s.inference_ms = elapsed_ms;
@@ -620,7 +638,7 @@ impl AttnvizApp {
                                     s.pinned = None;
                                 }
                             }
-                            s.token_run = Some(TokenRun { source_id: id, run });
+                            s.token_run = Some(TokenRun { source_id, run, window });
                             s.run_error = None;
                         }
                         Err(e) => {
@@ -658,7 +676,7 @@ impl AttnvizApp {
                             self.settings.fit_model(run.attention.layers(), run.attention.heads());
                             let source_id = self.next_id();
                             let s = &mut self.session;
-                            s.token_run = Some(TokenRun { source_id, run });
+                            s.token_run = Some(TokenRun { source_id, run, window: None });
                             s.run_error = None;
                         }
                         Err(e) => {
@@ -675,7 +693,7 @@ impl AttnvizApp {
                     s.compare_id = id;
                     match result {
                         Ok(run) => {
-                            s.token_run_b = Some(TokenRun { source_id: id, run });
+                            s.token_run_b = Some(TokenRun { source_id: id, run, window: None });
                             s.compare_error = None;
                         }
                         Err(e) => {
@@ -957,14 +975,18 @@ impl AttnvizApp {
 /// The run the views show of `token` for the word toggle and the stack: the token run itself, its
 /// merge into words or one stack of an encoder–decoder run ([`crate::analysis::stack::stack_run`];
 /// the decoder's side stays at token level) — if derived already; else asks the derive thread for
-/// it (copying a run's matrices is no work for the UI thread).
+/// it (copying a run's matrices is no work for the UI thread). A long input shows its overview or
+/// its window (pooled spans are not merged into words).
 fn shown_run(
     derived: &mut Derived,
     deriver: &Deriver,
     token: &TokenRun,
-    words: bool,
-    stack: Stack,
+    (words, stack, long): (bool, Stack, LongView),
 ) -> Option<Arc<Run>> {
+    if token.run.long.is_some() {
+        let window = token.window.as_ref().filter(|_| long == LongView::Window);
+        return Some(Arc::clone(window.unwrap_or(&token.run)));
+    }
     let source_id = token.source_id;
     let key = if token.run.decoder.is_some() && (stack != Stack::Encoder || !words) {
         DeriveKey::Stack { source_id, stack }

@@ -138,6 +138,9 @@ settings_fields! {
     compare => Compare: super::state::CompareSettings,
     target => Target: String,
     stack => Stack: crate::analysis::Stack,
+    record_tokens => RecordTokens: usize,
+    long_view => LongView: crate::analysis::long::LongView,
+    window_start => WindowStart: Option<usize>,
 }
 
 #[cfg(test)]

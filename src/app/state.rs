@@ -224,7 +224,17 @@ pub struct Settings {
     pub target: String,
     /// Which attention of an encoder–decoder every view and export shows.
     pub stack: crate::analysis::Stack,
+    /// Longest input recorded at token level; longer ones are shown pooled
+    /// ([`crate::analysis::long`]).
+    pub record_tokens: usize,
+    /// Overview or window of a long input.
+    pub long_view: crate::analysis::long::LongView,
+    /// First token of a long input's window (None: its last tokens).
+    pub window_start: Option<usize>,
 }
+
+/// Most tokens the record-at-token-level setting accepts.
+pub const MAX_RECORD_TOKENS: usize = 4096;
 
 /// How many recently opened models the side panel remembers.
 pub const RECENT_MODELS: usize = 6;
@@ -271,6 +281,9 @@ impl Default for Settings {
             compare: CompareSettings::default(),
             target: String::new(),
             stack: crate::analysis::Stack::Encoder,
+            record_tokens: crate::analysis::long::RECORD_TOKENS,
+            long_view: crate::analysis::long::LongView::Overview,
+            window_start: None,
         }
     }
 }
@@ -311,6 +324,7 @@ impl Settings {
         self.export_scale = self.export_scale.clamp(1, 4);
         self.cell_size = self.cell_size.clamp(2.0, 80.0);
         self.threshold = self.threshold.clamp(0.0, 1.0);
+        self.record_tokens = self.record_tokens.clamp(1, MAX_RECORD_TOKENS);
     }
 }
 

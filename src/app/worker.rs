@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::time::Instant;
 
@@ -143,11 +143,21 @@ pub enum Job {
     },
 }
 
+/// How the app runs an input too long to record at token level ([`crate::analysis::long`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LongRequest {
+    /// Longest input recorded at token level (longer ones are pooled).
+    pub record_tokens: usize,
+    /// First token of the window shown at token level (None: the last tokens).
+    pub window_start: Option<usize>,
+}
+
 /// Which model a run uses.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunSpec {
-    /// The loaded model, with these interventions (the default: faithful).
-    Pretrained(Interventions),
+    /// The loaded model, with these interventions (the default: faithful); with a
+    /// [`LongRequest`], an input too long to record is pooled instead of cut.
+    Pretrained(Interventions, Option<LongRequest>),
     /// The playground encoder with these (valid) hyperparameters.
     Playground(PlaygroundConfig),
     /// Another model folder, faithful (comparison runs only; the model is cached).
@@ -166,13 +176,16 @@ pub enum Done {
         /// The new model, or why it failed.
         result: Result<ModelInfo, String>,
     },
-    /// A run finished.
+    /// A run finished — or, for a long input, made progress: then it comes once per layer (the
+    /// run holding the layers done so far), the last one complete.
     Ran {
         /// Request id.
         id: u64,
-        /// The run, or why it failed.
+        /// The run, or why it failed (for a long input: its overview).
         result: Result<Arc<Run>, String>,
-        /// Time spent in tokenizer + model.
+        /// For a long input: the window at token level.
+        window: Option<Arc<Run>>,
+        /// Time spent in tokenizer + model (so far).
         elapsed_ms: f64,
     },
     /// A generation made progress: the run so far (prompt and the tokens written), each step's
@@ -209,7 +222,7 @@ fn run_spec(
     other: &mut Option<(PathBuf, LoadedModel)>,
 ) -> Result<Arc<Run>, String> {
     let run = match spec {
-        RunSpec::Pretrained(iv) => match model {
+        RunSpec::Pretrained(iv, _) => match model {
             Some(m) => m.run_with(text, pair, iv).and_then(|run| with_decoder(m, run, target)),
             None => return Err("no model is loaded".to_string()),
         },
@@ -233,6 +246,49 @@ fn run_spec(
         }
     };
     run.map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// Runs a long input pooled ([`LoadedModel::run_long`]), sending its runs after each layer;
+/// `None` when the input is short enough to record (the caller runs it as usual). A newer job
+/// (`sent` counts jobs sent, `taken` those the worker took) stops the pass.
+fn run_long(
+    model: &LoadedModel,
+    (text, pair): (&str, Option<&str>),
+    (iv, long): (&Interventions, &LongRequest),
+    id: u64,
+    stale: &(dyn Fn() -> bool + Sync),
+    send: &(dyn Fn(Done) + Sync),
+) -> Option<()> {
+    let start = Instant::now();
+    // A tokenizer error: the usual run says why.
+    let Ok(encoded) = model.tokenizer.encode_within(text, pair.filter(|p| !p.is_empty()), None) else { return None };
+    if model.records(encoded.tokens.len(), long.record_tokens) {
+        return None;
+    }
+    let done = |runs: crate::model::long::LongRuns| Done::Ran {
+        id,
+        result: Ok(Arc::new(runs.overview)),
+        window: Some(Arc::new(runs.window)),
+        elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+    };
+    let mut progress = |runs| {
+        if stale() {
+            return false;
+        }
+        send(done(runs));
+        true
+    };
+    match model.run_long(&encoded.tokens, encoded.truncation.as_deref(), iv, long.window_start, &mut progress) {
+        Ok(Some(runs)) => send(done(runs)),
+        Ok(None) => {} // stopped for newer input
+        Err(e) => send(Done::Ran {
+            id,
+            result: Err(e.to_string()),
+            window: None,
+            elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+        }),
+    }
+    Some(())
 }
 
 /// For an encoder–decoder with a target: `run` with its decoder side (what the decoder reads
@@ -389,14 +445,21 @@ fn generate_streaming(
 pub struct Worker {
     jobs: Sender<Job>,
     done: Receiver<Done>,
+    /// Jobs sent so far (counted before each is sent): a long pass stops when the worker has
+    /// not taken them all.
+    sent: Arc<AtomicU64>,
 }
 
 impl Worker {
     /// Starts the thread; `wake` is called after each finished job (to repaint the UI).
-    pub fn spawn(wake: impl Fn() + Send + 'static) -> std::io::Result<Self> {
+    pub fn spawn(wake: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel::<Done>();
+        let sent = Arc::new(AtomicU64::new(0));
+        let sent_seen = Arc::clone(&sent);
         std::thread::Builder::new().name("attnviz-inference".into()).spawn(move || {
+            // Jobs taken off the queue so far.
+            let mut taken = 0u64;
             let mut model: Option<LoadedModel> = None;
             // The playground model last built, reused while its hyperparameters stay the same.
             let mut playground: Option<(PlaygroundConfig, LoadedModel)> = None;
@@ -408,7 +471,10 @@ impl Worker {
                 let first = match carried.take() {
                     Some(job) => job,
                     None => match job_rx.recv() {
-                        Ok(job) => job,
+                        Ok(job) => {
+                            taken += 1;
+                            job
+                        }
                         Err(_) => return,
                     },
                 };
@@ -423,7 +489,10 @@ impl Worker {
                         j @ Job::Generate { .. } => generate = Some(j),
                     }
                     next = match job_rx.try_recv() {
-                        Ok(j) => Some(j),
+                        Ok(j) => {
+                            taken += 1;
+                            Some(j)
+                        }
                         Err(TryRecvError::Empty) => None,
                         Err(TryRecvError::Disconnected) => return,
                     };
@@ -444,13 +513,26 @@ impl Worker {
                 }
                 if let Some(Job::Run { id, text, pair, target, spec }) = run {
                     let start = Instant::now();
-                    let input = (text.as_str(), pair.as_deref(), target.as_deref());
-                    let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
-                    let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
-                    if done_tx.send(Done::Ran { id, result, elapsed_ms }).is_err() {
-                        return;
+                    let long = match (&spec, model.as_ref()) {
+                        (RunSpec::Pretrained(iv, Some(long)), Some(m)) => {
+                            let stale = || sent_seen.load(Ordering::SeqCst) > taken;
+                            let send = |done: Done| {
+                                let _ = done_tx.send(done);
+                                wake();
+                            };
+                            run_long(m, (&text, pair.as_deref()), (iv, long), id, &stale, &send)
+                        }
+                        _ => None,
+                    };
+                    if long.is_none() {
+                        let input = (text.as_str(), pair.as_deref(), target.as_deref());
+                        let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
+                        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+                        if done_tx.send(Done::Ran { id, result, window: None, elapsed_ms }).is_err() {
+                            return;
+                        }
+                        wake();
                     }
-                    wake();
                 }
                 if let Some(Job::Compare { id, text, pair, target, spec }) = compare {
                     let input = (text.as_str(), pair.as_deref(), target.as_deref());
@@ -475,11 +557,12 @@ impl Worker {
                 }
             }
         })?;
-        Ok(Self { jobs, done })
+        Ok(Self { jobs, done, sent })
     }
 
     /// Queues a job (ignored if the thread has stopped, which only happens at exit).
     pub fn send(&self, job: Job) {
+        self.sent.fetch_add(1, Ordering::SeqCst);
         let _ = self.jobs.send(job);
     }
 

@@ -24,6 +24,10 @@ pub enum BenchMode {
     /// A pass keeping only the residual stream entering each layer, then every layer's queries and
     /// keys and every head's attention computed again from it (the lazy path views use).
     Lazy,
+    /// What the app runs past "Record up to": one pass handing each head over as it is computed,
+    /// pooled into the overview and the window (rows of the overview checked), with the runs of
+    /// the layers done made after each layer as the app gets them.
+    Pooled,
 }
 
 /// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
@@ -70,6 +74,8 @@ struct LazyTimes {
     layers_ms: f64,
     /// Every head's attention, from its layer's queries and keys.
     heads_ms: f64,
+    /// Pooled: until the runs of the first layer were made (what the app shows first).
+    first_layer_ms: f64,
 }
 
 /// Produces every layer × head's attention of `tokens` once, as `mode` says; returns the rows
@@ -80,6 +86,7 @@ fn produce(
     mode: BenchMode,
 ) -> anyhow::Result<(usize, LazyTimes)> {
     let mut times = LazyTimes::default();
+    let start = Instant::now();
     let faithful = Interventions::default();
     let n = tokens.len();
     let (ids, types) = (&tokens.ids, &tokens.type_ids);
@@ -111,6 +118,24 @@ fn produce(
                 }
             })?;
             checked.into_inner().map_err(|_| anyhow::anyhow!("a head's check panicked"))??
+        }
+        BenchMode::Pooled => {
+            let mut first = None;
+            let runs = model
+                .run_long(tokens, None, &faithful, None, &mut |_| {
+                    first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1e3);
+                    true
+                })?
+                .ok_or_else(|| anyhow::anyhow!("the pooled pass stopped"))?;
+            times.first_layer_ms = first.unwrap_or_else(|| start.elapsed().as_secs_f64() * 1e3);
+            let long = runs.overview.long.as_ref().ok_or_else(|| anyhow::anyhow!("no spans"))?;
+            let w = long.spans.len();
+            let mut rows = 0;
+            for (i, row) in runs.overview.attention.as_slice().chunks(w.max(1)).enumerate() {
+                check_rows(row, w)?;
+                rows += long.spans[i % w].len(); // a pooled row stands for its span's queries
+            }
+            rows
         }
         BenchMode::Lazy => {
             let start = Instant::now();
@@ -169,6 +194,9 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
         "tokens={} runs={} median_ms={median_ms:.3} min_ms={:.3} mode={mode} rows_checked={rows}",
         args.tokens, args.runs, times_ms[0]
     );
+    if args.mode == BenchMode::Pooled {
+        println!("first_layer_ms={:.3}", lazy.first_layer_ms);
+    }
     if args.mode == BenchMode::Lazy {
         // The last run: the pass that kept the streams, then per layer and per head on demand.
         let (layers, heads) = (d.layers as f64, (d.layers * d.heads) as f64);

@@ -476,8 +476,12 @@ enum Keep<'a> {
     /// No probabilities: each head's are computed in a scratch buffer (handed to the visitor, if
     /// any, from the pool's threads) and dropped; without a visitor the residual stream entering
     /// each layer is kept.
-    Streams(&'a mut Kept, Option<&'a HeadVisitor<'a>>),
+    Streams(&'a mut Kept, Option<&'a HeadVisitor<'a>>, Option<&'a mut LayerDone<'a>>),
 }
+
+/// Called once a layer of a [`Network::forward_each_head_then`] pass has run (every head of it
+/// visited), with the number of layers done; an error stops the pass and is returned.
+pub type LayerDone<'a> = dyn FnMut(usize) -> candle_core::Result<()> + Send + 'a;
 
 /// What a [`Keep::Streams`] pass keeps.
 #[derive(Default)]
@@ -1007,7 +1011,21 @@ impl Network {
         interventions: &Interventions,
         visit: &HeadVisitor<'_>,
     ) -> candle_core::Result<Vec<f32>> {
-        self.forward_kept(ids, type_ids, interventions, Some(visit)).map(|(out, _)| out.last_hidden)
+        self.forward_kept(ids, type_ids, interventions, Some(visit), None).map(|(out, _)| out.last_hidden)
+    }
+
+    /// [`Self::forward_each_head`], calling `layer_done(layers done)` between layers, after
+    /// each layer (all of its heads visited): what a caller showing a long pass as it goes needs
+    /// (and an error from it stops the pass, e.g. when newer input arrived).
+    pub fn forward_each_head_then(
+        &self,
+        ids: &[u32],
+        type_ids: &[u32],
+        interventions: &Interventions,
+        visit: &HeadVisitor<'_>,
+        layer_done: &mut LayerDone<'_>,
+    ) -> candle_core::Result<Vec<f32>> {
+        self.forward_kept(ids, type_ids, interventions, Some(visit), Some(layer_done)).map(|(out, _)| out.last_hidden)
     }
 
     /// Runs the network keeping only the residual stream entering each layer (`n × hidden` per
@@ -1020,7 +1038,7 @@ impl Network {
         type_ids: &[u32],
         interventions: &Interventions,
     ) -> candle_core::Result<Streams> {
-        let (out, kept) = self.forward_kept(ids, type_ids, interventions, None)?;
+        let (out, kept) = self.forward_kept(ids, type_ids, interventions, None, None)?;
         let d = &self.desc;
         let n = ids.len();
         let positions_on = !interventions.zero_positions;
@@ -1045,10 +1063,16 @@ impl Network {
         type_ids: &[u32],
         interventions: &Interventions,
         visit: Option<&HeadVisitor<'_>>,
+        layer_done: Option<&mut LayerDone<'_>>,
     ) -> candle_core::Result<(ForwardOutput, Kept)> {
         self.refuse_cross("be streamed")?;
         let mut kept = Kept { streams: visit.is_none(), ..Kept::default() };
-        let keep = Keep::Streams(&mut kept, visit);
+        // The callback's own lifetime shortened to the pass's (it is invariant behind `&mut`).
+        let layer_done = layer_done.map(|d| {
+            let d: &mut LayerDone<'_> = d;
+            d
+        });
+        let keep = Keep::Streams(&mut kept, visit, layer_done);
         let out = candle_core::utils::with_threadpool(|| {
             self.forward_in_pool(ids, type_ids, keep, interventions, None, None)
         })?;
@@ -1268,7 +1292,7 @@ impl Network {
         let mut terms: Vec<_> = out.terms.chunks_mut(term_block.max(1)).map(|t| t.chunks_mut(per_layer)).collect();
         let mask = kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: past };
         for l in 0..run_layers {
-            if let Keep::Streams(kept, _) = &mut keep
+            if let Keep::Streams(kept, ..) = &mut keep
                 && kept.streams
             {
                 kept.entering.extend_from_slice(&x);
@@ -1277,7 +1301,7 @@ impl Network {
             let (probs, visit_head) = match &keep {
                 Keep::All(_) => (all_probs.next(), None),
                 Keep::EachLayer(_) => (Some(&mut layer_probs[..]), None),
-                Keep::Streams(_, visit) => (None, visit.map(|v| (l, v))),
+                Keep::Streams(_, visit, _) => (None, visit.map(|v| (l, v))),
             };
             let how =
                 LayerRun { temperature: iv.temperature, mask, ablated: &ablated, rope: rope.as_ref(), visit_head };
@@ -1292,8 +1316,10 @@ impl Network {
             let layer = &self.layers[d.layer_weights[l]];
             let cross_rec = encoder.zip(cross.next());
             self.layer_forward(layer, &mut x, &how, rec, &relative, &mut bufs, kv, cross_rec);
-            if let Keep::EachLayer(visit) = &mut keep {
-                visit(l, &layer_probs)?;
+            match &mut keep {
+                Keep::EachLayer(visit) => visit(l, &layer_probs)?,
+                Keep::Streams(_, _, Some(done)) => done(l + 1)?,
+                _ => {}
             }
         }
         if let Some(c) = cache {
@@ -1303,7 +1329,7 @@ impl Network {
             norm.forward_in_place(&mut x);
         }
         out.last_hidden = x;
-        if let Keep::Streams(kept, _) = keep {
+        if let Keep::Streams(kept, ..) = keep {
             kept.working_bytes = bufs.bytes();
         }
         Ok(out)

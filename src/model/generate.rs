@@ -245,6 +245,7 @@ impl<'m> Generator<'m> {
             decoder: None,
             key_tokens: None,
             stack: None,
+            long: None,
         }
     }
 

@@ -160,7 +160,7 @@ fn checked_safetensors_header(path: &Path) -> Result<u64, ModelError> {
 
 /// The memory a load may use: `ATTNVIZ_MAX_MEMORY_GB` when set (`true`), else what the system
 /// says can be allocated without swapping (`MemAvailable` of `/proc/meminfo`), else no limit.
-fn memory_budget() -> Option<(u64, bool)> {
+pub(crate) fn memory_budget() -> Option<(u64, bool)> {
     let set = std::env::var("ATTNVIZ_MAX_MEMORY_GB").ok().and_then(|v| v.trim().parse::<f64>().ok());
     if let Some(gb) = set.filter(|gb| gb.is_finite() && *gb >= 0.0) {
         return Some(((gb * f64::from(1u32 << 30)) as u64, true));
@@ -725,6 +725,7 @@ impl LoadedModel {
             decoder: None,
             key_tokens: None,
             stack: None,
+            long: None,
         })
     }
 }

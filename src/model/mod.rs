@@ -12,6 +12,7 @@ pub mod hub;
 pub mod intervene;
 pub mod kernels;
 pub mod loader;
+pub mod long;
 pub mod playground;
 pub mod relpos;
 pub mod rope;

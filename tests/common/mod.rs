@@ -30,6 +30,21 @@ pub fn fake_hf_cache(src: &Path, id: &str) -> tempfile::TempDir {
     cache
 }
 
+/// A copy of fixture `name` (a folder of `tests/fixtures/models`) whose config allows `positions`
+/// tokens (`key` names them: `max_position_embeddings`, `n_positions`).
+pub fn fixture_with_positions(name: &str, key: &str, positions: usize) -> tempfile::TempDir {
+    let src = root().join("tests/fixtures/models").join(name);
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["tokenizer.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    config[key] = positions.into();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
 /// A small deterministic generator (xorshift64*) for seeded walks and fuzzing: the same seed, the
 /// same sequence. The seed must not be 0.
 pub struct Rng(pub u64);

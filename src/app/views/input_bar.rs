@@ -6,6 +6,9 @@ use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::state::{Source, View};
 
+/// Longer texts are edited in a wrapped box of a few scrolled lines instead of one line.
+const LONG_TEXT_BYTES: usize = 2000;
+
 /// Most tokens one "Translate" writes.
 pub const TRANSLATE_TOKENS: usize = 64;
 
@@ -13,11 +16,13 @@ pub const TRANSLATE_TOKENS: usize = 64;
 pub struct InputBar {
     /// Whether sentence A still gets the keyboard focus (once, at launch).
     focus_once: bool,
+    /// The long input's window start being edited (applied with "Show").
+    window_edit: Option<usize>,
 }
 
 impl Default for InputBar {
     fn default() -> Self {
-        Self { focus_once: true }
+        Self { focus_once: true, window_edit: None }
     }
 }
 
@@ -30,10 +35,25 @@ impl InputBar {
             ui.add_space(4.0);
             egui::Grid::new("sentences").num_columns(2).spacing([8.0, 4.0]).show(ui, |ui| {
                 let label = ui.label(RichText::new("Sentence A").strong());
-                let edit = TextEdit::singleline(&mut settings.text)
-                    .hint_text("Type a sentence — the views follow as you type")
-                    .desired_width(f32::INFINITY);
-                let response = ui.add(edit).labelled_by(label.id);
+                let response = if settings.text.len() > LONG_TEXT_BYTES {
+                    // A pasted document: wrapped in a scrolled box of a few lines. egui draws a
+                    // single line whole however little of it shows (a 50 KB text was most of each
+                    // frame's software rendering); the rows of a wrapped text out of view are skipped.
+                    egui::ScrollArea::vertical()
+                        .id_salt("sentence-a-scroll")
+                        .max_height(ui.text_style_height(&egui::TextStyle::Body) * 3.5)
+                        .show(ui, |ui| {
+                            let edit =
+                                TextEdit::multiline(&mut settings.text).desired_rows(3).desired_width(f32::INFINITY);
+                            ui.add(edit).labelled_by(label.id)
+                        })
+                        .inner
+                } else {
+                    let edit = TextEdit::singleline(&mut settings.text)
+                        .hint_text("Type a sentence — the views follow as you type")
+                        .desired_width(f32::INFINITY);
+                    ui.add(edit).labelled_by(label.id)
+                };
                 if focus {
                     response.request_focus();
                 }
@@ -63,6 +83,9 @@ impl InputBar {
             }
             if let Some(notice) = data.run.and_then(|run| run.truncation.as_ref()) {
                 ui.colored_label(ui.visuals().warn_fg_color, format!("⚠ {notice}. Only the first tokens are shown."));
+            }
+            if let Some((run, long)) = data.run.and_then(|run| run.long.as_ref().map(|l| (run, l))) {
+                long_input_ui(ui, data, run, long, &mut settings, &mut self.window_edit);
             }
             // A failed run is explained in the central area in its place; the positional-encoding
             // view shows no run, so it is said here.
@@ -107,4 +130,69 @@ fn target_row_ui(ui: &mut egui::Ui, data: &ViewData<'_>, target: &mut String, co
             .id_salt("target");
         ui.add(edit).labelled_by(label.id);
     });
+}
+
+/// The notice and controls of an input too long to record at token level: what is shown
+/// (overview or window), the window's place, and the pass's progress.
+fn long_input_ui(
+    ui: &mut egui::Ui,
+    data: &ViewData<'_>,
+    run: &crate::analysis::Run,
+    long: &crate::analysis::long::LongInput,
+    settings: &mut crate::app::state::Settings,
+    window_edit: &mut Option<usize>,
+) {
+    use crate::analysis::long::{LongView, WINDOW_TOKENS};
+    let layers = run.attention.layers();
+    ui.colored_label(
+        ui.visuals().warn_fg_color,
+        format!(
+            "⚠ {} tokens: more than the {} recorded at token level (side panel), so each head was computed once \
+             and pooled — attention to a span is the sum over its tokens, from a span the mean over its tokens; \
+             every row still sums to 1, nothing is dropped.",
+            long.total, settings.record_tokens
+        ),
+    );
+    ui.horizontal_wrapped(|ui| {
+        ui.label("Show:");
+        let spans = long.total.div_ceil(crate::analysis::long::OVERVIEW_SPANS).max(1);
+        ui.selectable_value(&mut settings.long_view, LongView::Overview, LongView::Overview.label())
+            .on_hover_text(format!("The whole input in spans of {spans} tokens"));
+        ui.selectable_value(&mut settings.long_view, LongView::Window, LongView::Window.label()).on_hover_text(
+            "Up to 256 consecutive tokens at token level (exact probabilities); the tokens before and after the window are one span each",
+        );
+        ui.separator();
+        let last = long.total.saturating_sub(WINDOW_TOKENS);
+        let mut start = window_edit.unwrap_or(long.window.start).min(last);
+        let label = ui.label("Window from token");
+        if ui.add(egui::DragValue::new(&mut start).range(0..=last)).labelled_by(label.id).changed() {
+            *window_edit = Some(start);
+        }
+        let end = (start + WINDOW_TOKENS).min(long.total) - 1;
+        ui.label(format!("to {end}"));
+        if ui.add_enabled(start != long.window.start, egui::Button::new("Show")).clicked() {
+            settings.window_start = Some(start);
+            settings.long_view = LongView::Window;
+            *window_edit = None;
+        }
+        if ui.add_enabled(settings.window_start.is_some(), egui::Button::new("Last tokens")).clicked() {
+            settings.window_start = None;
+            settings.long_view = LongView::Window;
+            *window_edit = None;
+        }
+    });
+    if long.is_partial(layers) {
+        let selected = settings.layer_idx;
+        let waiting = if selected >= layers {
+            format!(" Layer {selected} is not done yet: layer {} is shown until it is.", layers.saturating_sub(1))
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "Computing: {layers} of {} layers done ({:.0} s); the views show the layers done.{waiting}",
+            long.layers_total,
+            data.inference_ms / 1e3
+        );
+        ui.label(RichText::new(text).italics());
+    }
 }

@@ -271,10 +271,13 @@ pub fn status_bar_ui(ui: &mut egui::Ui, data: &ViewData<'_>) {
                     } else {
                         "faithful model"
                     };
+                    let tokens = match &run.long {
+                        Some(long) => long.describe(),
+                        None => format!("{} tokens", run.tokens.len()),
+                    };
                     ui.label(
                         RichText::new(format!(
-                            "{} tokens · {source} · model {:.0} ms · {}",
-                            run.tokens.len(),
+                            "{tokens} · {source} · model {:.0} ms · {}",
                             data.inference_ms,
                             data.settings.view.label()
                         ))

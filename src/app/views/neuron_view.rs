@@ -59,7 +59,10 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
         }
     });
     let Some(neuron) = run.neuron.as_ref() else {
-        ui.label(if data.stack.is_some_and(|s| s != crate::analysis::Stack::Encoder) {
+        ui.label(if run.long.is_some() {
+            "The neuron view shows the query and key vectors of single tokens, which an input this long does not \
+             record (only pooled attention): raise “Record up to” in the side panel past its length, or shorten it."
+        } else if data.stack.is_some_and(|s| s != crate::analysis::Stack::Encoder) {
             "The neuron view shows the encoder's query and key vectors (the decoder's are not recorded): \
              pick Encoder above to see it."
         } else {

@@ -38,6 +38,7 @@ impl SidePanel {
                 match settings.source {
                     Source::Pretrained => {
                         self.model_ui(ui, &settings.recent_models, data, commands);
+                        record_tokens_ui(ui, &mut settings);
                         ui.add_space(4.0);
                         super::interventions_panel::interventions_panel_ui(ui, &mut settings, data);
                     }
@@ -47,7 +48,7 @@ impl SidePanel {
                 // The shape of what is shown: the run's (playground, fewer layers), else the model's.
                 let shape = data
                     .run
-                    .map(|r| (r.attention.layers(), r.attention.heads()))
+                    .map(|r| (r.long.as_ref().map_or(r.attention.layers(), |l| l.layers_total), r.attention.heads()))
                     .or_else(|| data.model.map(|m| (m.layers, m.heads)));
                 if let Some((layers, heads)) = shape {
                     layer_picker_ui(ui, &mut settings, layers);
@@ -61,7 +62,28 @@ impl SidePanel {
         });
         commands.set_changed(data.settings, &settings);
     }
+}
 
+/// The longest input recorded at token level; longer ones are pooled (the input bar says how).
+fn record_tokens_ui(ui: &mut egui::Ui, settings: &mut Settings) {
+    ui.horizontal(|ui| {
+        let label = ui.label("Record up to");
+        ui.add(
+            egui::DragValue::new(&mut settings.record_tokens)
+                .range(1..=crate::app::state::MAX_RECORD_TOKENS)
+                .speed(8.0),
+        )
+        .labelled_by(label.id)
+        .on_hover_text(
+            "Inputs up to this many tokens record every head at token level (also scores, q and k for the neuron view). \
+             Longer ones compute each head once and keep it pooled: an overview in spans and a window of 256 tokens at \
+             token level — the memory of every head at token level grows with the square of the length.",
+        );
+        ui.label("tokens");
+    });
+}
+
+impl SidePanel {
     fn model_ui(&mut self, ui: &mut egui::Ui, recent: &[PathBuf], data: &ViewData<'_>, commands: &mut Commands) {
         if let Some(m) = data.model {
             ui.label(RichText::new(&m.name).strong());

@@ -368,8 +368,10 @@ fn a_long_input_is_pooled_with_a_notice_and_its_window_moves() {
     settled(&mut h);
     let moved = h.state().session.run.clone().unwrap();
     assert_eq!(moved.tokens.len(), WINDOW_TOKENS + 2);
-    let expected =
-        model.run_long(&encoded.tokens, None, &attnviz::model::Interventions::default(), Some(100), &mut |_| true).unwrap().unwrap();
+    let expected = model
+        .run_long(&encoded.tokens, None, &attnviz::model::Interventions::default(), Some(100), &mut |_| true)
+        .unwrap()
+        .unwrap();
     let bits = |a: &[f32]| a.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(moved.attention.as_slice()), bits(expected.window.attention.as_slice()));
     assert!(h.state().session.shown_input_matches(&h.state().settings));

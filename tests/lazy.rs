@@ -294,4 +294,13 @@ fn a_recorded_run_is_cut_to_what_fits_in_memory_with_a_notice() {
     assert_eq!(full.tokens.ids[..16], cut.tokens.ids[..], "the first tokens, unchanged");
     // A short input is not touched.
     assert!(model.tokenizer.encode_within("one two", None, Some((n, why.as_str()))).unwrap().truncation.is_none());
+
+    // A generation's prompt in the app is also cut at "Record up to" (it records every head).
+    let (cut, _) = model.encode_recordable_within(text, None, Some(5)).unwrap();
+    assert_eq!(cut.tokens.ids[..], full.tokens.ids[..5]);
+    assert!(cut.truncation.unwrap().contains("“Record up to”, 5 tokens"));
+    let g = attnviz::model::generate::Generator::start_within(&model, text, 3, Some(5)).unwrap();
+    assert_eq!(g.prompt_len(), 5);
+    let (uncut, _) = model.encode_recordable_within("one two", None, Some(5)).unwrap();
+    assert!(uncut.truncation.is_none());
 }

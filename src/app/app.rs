@@ -421,7 +421,8 @@ impl AttnvizApp {
             seconds: 0.0,
             stop: stop.clone(),
         });
-        self.session.worker.send(Job::Generate { id, text: self.settings.text.clone(), max_new, stop });
+        let (text, max_prompt) = (self.settings.text.clone(), self.settings.record_tokens);
+        self.session.worker.send(Job::Generate { id, text, max_new, max_prompt, stop });
     }
 
     /// Puts what a translation wrote in the Target box without running the model again: the shown

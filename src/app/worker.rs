@@ -125,6 +125,8 @@ pub enum Job {
         text: String,
         /// Most tokens to write.
         max_new: usize,
+        /// Longest prompt (the app's "Record up to"; longer ones are cut with a notice).
+        max_prompt: usize,
         /// Set by the UI to stop.
         stop: Arc<AtomicBool>,
     },
@@ -320,7 +322,7 @@ fn translate_streaming(
     model: &LoadedModel,
     id: u64,
     text: &str,
-    max_new: usize,
+    (max_new, _): (usize, usize),
     stop: &AtomicBool,
     jobs: &Receiver<Job>,
     send: &dyn Fn(Done) -> bool,
@@ -386,14 +388,14 @@ fn generate_streaming(
     model: &LoadedModel,
     id: u64,
     text: &str,
-    max_new: usize,
+    (max_new, max_prompt): (usize, usize),
     stop: &AtomicBool,
     jobs: &Receiver<Job>,
     send: &dyn Fn(Done) -> bool,
 ) -> Result<Option<Job>, ()> {
     let start = Instant::now();
     let failed = |e: crate::model::ModelError| failed_generation(id, start, e.to_string());
-    let mut g = match Generator::start(model, text, TOP_K) {
+    let mut g = match Generator::start_within(model, text, TOP_K, Some(max_prompt)) {
         Ok(g) => g,
         Err(e) => return if send(failed(e)) { Ok(None) } else { Err(()) },
     };
@@ -542,7 +544,7 @@ impl Worker {
                     }
                     wake();
                 }
-                if let Some(Job::Generate { id, text, max_new, stop }) = generate {
+                if let Some(Job::Generate { id, text, max_new, max_prompt, stop }) = generate {
                     let Some(m) = model.as_ref() else { continue };
                     let send = |done: Done| {
                         let ok = done_tx.send(done).is_ok();
@@ -550,7 +552,8 @@ impl Worker {
                         ok
                     };
                     let streaming = if m.decoder.is_some() { translate_streaming } else { generate_streaming };
-                    match streaming(m, id, &text, max_new, &stop, &job_rx, &send) {
+                    let limits = (max_new, max_prompt);
+                    match streaming(m, id, &text, limits, &stop, &job_rx, &send) {
                         Ok(next) => carried = next,
                         Err(()) => return,
                     }

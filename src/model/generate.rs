@@ -110,6 +110,17 @@ fn argmax(logits: &[f32]) -> u32 {
 impl<'m> Generator<'m> {
     /// Tokenizes and runs the prompt (truncated to the model's positions, with a notice).
     pub fn start(model: &'m LoadedModel, prompt: &str, top_k: usize) -> Result<Self, ModelError> {
+        Self::start_within(model, prompt, top_k, None)
+    }
+
+    /// [`Self::start`], the prompt also cut to `max_prompt` tokens (the app's "Record up to"): a
+    /// generation records every head of its prompt and continuation at token level.
+    pub fn start_within(
+        model: &'m LoadedModel,
+        prompt: &str,
+        top_k: usize,
+        max_prompt: Option<usize>,
+    ) -> Result<Self, ModelError> {
         let net = &model.net;
         if !net.has_lm_head() {
             return Err(ModelError::Unsupported {
@@ -121,7 +132,7 @@ impl<'m> Generator<'m> {
                 ),
             });
         }
-        let (encoded, memory_limit) = model.encode_recordable(prompt, None)?;
+        let (encoded, memory_limit) = model.encode_recordable_within(prompt, None, max_prompt)?;
         let tokens = encoded.tokens;
         if tokens.is_empty() {
             return Err(ModelError::Tokenizer("no tokens to continue: type a prompt".into()));

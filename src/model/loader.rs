@@ -503,9 +503,27 @@ impl LoadedModel {
         text: &str,
         pair: Option<&str>,
     ) -> Result<(super::tokenize::Encoded, Option<usize>), ModelError> {
-        let limit = self.token_limit(memory_budget().map(|(bytes, _)| bytes));
+        self.encode_recordable_within(text, pair, None)
+    }
+
+    /// [`Self::encode_recordable`], also cut to `max_tokens` when that is fewer (the app's
+    /// "Record up to", for a generation's prompt); the memory limit returned is the memory's.
+    pub fn encode_recordable_within(
+        &self,
+        text: &str,
+        pair: Option<&str>,
+        max_tokens: Option<usize>,
+    ) -> Result<(super::tokenize::Encoded, Option<usize>), ModelError> {
+        let memory = self.token_limit(memory_budget().map(|(bytes, _)| bytes));
+        let mut limit = memory.clone();
+        if let Some(max) = max_tokens.filter(|&m| m < memory.as_ref().map_or(self.description().max_len, |l| l.0)) {
+            let why = format!(
+                "a generation records every head of prompt and continuation at token level, up to “Record up to”, {max} tokens"
+            );
+            limit = Some((max.max(1), why));
+        }
         let encoded = self.tokenizer.encode_within(text, pair, limit.as_ref().map(|(n, why)| (*n, why.as_str())))?;
-        Ok((encoded, limit.map(|(n, _)| n)))
+        Ok((encoded, memory.map(|(n, _)| n)))
     }
 
     /// The most tokens a recorded run (every layer × head's probabilities and scores, q and k) fits

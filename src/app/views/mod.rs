@@ -256,6 +256,25 @@ fn shown_model_banner(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
     });
 }
 
+/// Says above a view of a long input's pooled run (overview or window) what its cells are and
+/// what `pooled` means for this view.
+pub fn pooled_note(ui: &mut egui::Ui, run: &crate::analysis::Run, pooled: &str) {
+    let Some(long) = &run.long else { return };
+    let cells = match long.view {
+        crate::analysis::long::LongView::Overview => {
+            format!("each row and column is a span of {} tokens", long.spans.first().map_or(1, ExactSizeIterator::len))
+        }
+        crate::analysis::long::LongView::Window => {
+            "rows and columns are single tokens of the window, with the tokens before (and after) it as one span each"
+                .to_string()
+        }
+    };
+    ui.colored_label(
+        ui.visuals().warn_fg_color,
+        RichText::new(format!("Pooled ({}): {cells}. {pooled}", long.describe())).small(),
+    );
+}
+
 /// The bottom line: last message, timings.
 pub fn status_bar_ui(ui: &mut egui::Ui, data: &ViewData<'_>) {
     egui::Panel::bottom("status").show(ui, |ui| {

@@ -40,6 +40,19 @@ impl ModelView {
             .small()
             .weak(),
         );
+        let cells = a.seq_len().max(a.keys());
+        if cells > crate::app::derive::THUMB_TEXELS {
+            let block = cells.div_ceil(crate::app::derive::THUMB_TEXELS);
+            ui.label(
+                RichText::new(format!(
+                    "{cells} rows and columns drawn in {} pixels: each thumbnail pixel is the maximum of a block of up to \
+                     {block} × {block} cells; the heatmap (click) shows every cell.",
+                    crate::app::derive::THUMB_TEXELS
+                ))
+                .small(),
+            );
+        }
+        super::pooled_note(ui, run, "");
         let key = (data.view_id, settings.colormap);
         if self.key != Some(key) {
             let derive = DeriveKey::Thumbnails { view_id: data.view_id, colormap: settings.colormap };

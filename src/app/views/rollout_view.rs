@@ -51,6 +51,15 @@ fn rollout_view_ui(
             .on_hover_text("Maximum flow through the layers, with the augmented attention as capacities");
         ui.separator();
         ui.label(RichText::new(format!("layers 0–{layer_idx} · {} heads averaged per layer", heads.len())).strong());
+        if let Some(run) = data.run {
+            super::pooled_note(
+                ui,
+                run,
+                "This is the rollout (or flow) of the pooled matrices — the product of pooled matrices is not the \
+                 pooling of the token-level rollout, so read it as an approximation; the token-level rollout (n³ \
+                 per layer) is not computed for inputs this long.",
+            );
+        }
         ui.separator();
         if !heads.is_empty() && heads.len() < a.heads() {
             // Rollout is usually taken over every head: a partial selection is said, not silent.

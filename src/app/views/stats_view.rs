@@ -52,6 +52,14 @@ impl StatsView {
                 );
             }
         }
+        if let Some(run) = data.run {
+            super::pooled_note(
+                ui,
+                run,
+                "The statistics are of these pooled rows: entropy over spans, “itself” is the row's own span, \
+                 previous and next the neighbouring spans.",
+            );
+        }
         ui.label(
             RichText::new(format!(
                 "{}, averaged over the {} query tokens. After Clark et al. 2019, “What does BERT look at?”. \

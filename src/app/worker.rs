@@ -15,6 +15,9 @@ use crate::model::{Interventions, LoadedModel, PlaygroundConfig};
 /// Candidates kept per generation step.
 pub const TOP_K: usize = 8;
 
+/// Least time between two messages of a long input's pass (after the first layer's).
+const PROGRESS_SECONDS: f64 = 1.0;
+
 /// Most positions whose similarities are computed (the first ones of a longer table).
 const MAX_SIMILARITY_POSITIONS: usize = 1024;
 
@@ -273,11 +276,17 @@ fn run_long(
         window: Some(Arc::new(runs.window)),
         elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
     };
+    // The first layer at once, then at most one message a second: each message makes the views
+    // derive their pictures again, which would otherwise compete with the pass for the CPU.
+    let mut last_sent: Option<Instant> = None;
     let mut progress = |runs| {
         if stale() {
             return false;
         }
-        send(done(runs));
+        if last_sent.is_none_or(|t| t.elapsed().as_secs_f64() >= PROGRESS_SECONDS) {
+            send(done(runs));
+            last_sent = Some(Instant::now());
+        }
         true
     };
     match model.run_long(&encoded.tokens, encoded.truncation.as_deref(), iv, long.window_start, &mut progress) {

@@ -304,3 +304,31 @@ fn a_recorded_run_is_cut_to_what_fits_in_memory_with_a_notice() {
     let (uncut, _) = model.encode_recordable_within("one two", None, Some(5)).unwrap();
     assert!(uncut.truncation.is_none());
 }
+
+/// Weights kept in their stored 16-bit precision (`WeightStorage::Stored`, the default) take half
+/// the memory of the linear layers and give the same
+/// attention and hidden states, bit for bit: the embedded `MiniLM` (f16) and a bf16 copy of the
+/// tiny Llama, each loaded both ways.
+#[test]
+fn weights_in_their_stored_precision_give_the_same_attention_bit_for_bit() {
+    use attnviz::model::WeightStorage;
+    let bf16 = tempfile::tempdir().unwrap();
+    let src = root().join("tests/fixtures/models/tiny-llama");
+    let tensors = candle_core::safetensors::load(src.join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let tensors: std::collections::HashMap<String, candle_core::Tensor> =
+        tensors.into_iter().map(|(k, t)| (k, t.to_dtype(candle_core::DType::BF16).unwrap())).collect();
+    candle_core::safetensors::save(&tensors, bf16.path().join("model.safetensors")).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(src.join(f), bf16.path().join(f)).unwrap();
+    }
+    for dir in [attnviz::model::default_model_dir(), bf16.path().to_path_buf()] {
+        let f32 = LoadedModel::load_with(&dir, Some(WeightStorage::F32)).unwrap();
+        let stored = LoadedModel::load_with(&dir, Some(WeightStorage::Stored)).unwrap();
+        assert_eq!(stored.net.linear_weight_bytes() * 2, f32.net.linear_weight_bytes(), "{}", dir.display());
+        for text in ["The animal didn't cross the street because it was too tired.", "Ünïcödé, 東京 — ok?"] {
+            let (a, b) = (f32.run(text, None).unwrap(), stored.run(text, None).unwrap());
+            assert_eq!(bits(a.attention.as_slice()), bits(b.attention.as_slice()), "{}: {text}", dir.display());
+            assert_eq!(bits(&a.last_hidden), bits(&b.last_hidden), "{}: {text}", dir.display());
+        }
+    }
+}

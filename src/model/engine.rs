@@ -84,22 +84,115 @@ fn visible_blocks(
     })
 }
 
-/// Canonical tensors by name, taken out as they are loaded.
-pub struct Weights(pub HashMap<String, Tensor>);
+/// Canonical tensors by name, taken out as they are loaded, and how the network keeps them.
+pub struct Weights {
+    tensors: HashMap<String, Tensor>,
+    storage: WeightStorage,
+}
+
+/// How a network holds its linear layers' weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WeightStorage {
+    /// Widened to f32 once, at load.
+    F32,
+    /// In the checkpoint's precision when that is f16 or bf16 (half the memory of f32), each
+    /// panel widened to f32 as a product needs it, into a buffer of the thread's. The widening
+    /// is exact, so the products — and the attention — are bit for bit those of [`Self::F32`];
+    /// and it costs nothing measurable (short inputs are faster: half the bytes to stream).
+    #[default]
+    Stored,
+}
+
+impl WeightStorage {
+    /// The app's and command line's choice: [`Self::Stored`], or what `ATTNVIZ_WEIGHTS=f32|stored`
+    /// says (to compare the two).
+    pub fn from_env() -> Self {
+        match std::env::var("ATTNVIZ_WEIGHTS").ok().as_deref().map(str::trim) {
+            Some("f32") => Self::F32,
+            _ => Self::Stored,
+        }
+    }
+}
+
+/// A weight's values as the network keeps them: f32, or the checkpoint's 16-bit floats.
+enum Values {
+    F32(Vec<f32>),
+    F16(Vec<half::f16>),
+    Bf16(Vec<half::bf16>),
+}
+
+impl Values {
+    fn len(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len(),
+            Self::F16(v) => v.len(),
+            Self::Bf16(v) => v.len(),
+        }
+    }
+
+    /// `parts` side by side (the fused q/k/v, gate/up): in their precision when they share it.
+    fn concat(parts: Vec<Self>) -> Self {
+        let total = parts.iter().map(Self::len).sum();
+        if parts.iter().all(|p| matches!(p, Self::F16(_))) {
+            return Self::F16(
+                parts.into_iter().flat_map(|p| if let Self::F16(v) = p { v } else { Vec::new() }).collect(),
+            );
+        }
+        if parts.iter().all(|p| matches!(p, Self::Bf16(_))) {
+            return Self::Bf16(
+                parts.into_iter().flat_map(|p| if let Self::Bf16(v) = p { v } else { Vec::new() }).collect(),
+            );
+        }
+        let mut out = Vec::with_capacity(total);
+        for p in parts {
+            match p {
+                Self::F32(v) => out.extend(v),
+                Self::F16(v) => out.extend(v.iter().map(|x| x.to_f32())),
+                Self::Bf16(v) => out.extend(v.iter().map(|x| x.to_f32())),
+            }
+        }
+        Self::F32(out)
+    }
+}
 
 impl Weights {
+    /// The canonical tensors of a model, held as `storage` says.
+    pub fn new(tensors: HashMap<String, Tensor>, storage: WeightStorage) -> Self {
+        Self { tensors, storage }
+    }
+
+    /// The values of `name` (which must have `shape`) as the network keeps a linear layer's
+    /// weight: in its 16-bit precision with [`WeightStorage::Stored`], else f32. Taken out.
+    fn take_values(&mut self, name: &str, shape: &[usize]) -> candle_core::Result<Values> {
+        let dtype = self.tensors.get(name).map(Tensor::dtype);
+        let stored = self.storage == WeightStorage::Stored;
+        let values = match dtype {
+            Some(DType::F16) if stored => {
+                self.values(name, shape)?; // the shape check and its message
+                Values::F16(self.tensors[name].flatten_all()?.to_vec1::<half::f16>()?)
+            }
+            Some(DType::BF16) if stored => {
+                self.values(name, shape)?;
+                Values::Bf16(self.tensors[name].flatten_all()?.to_vec1::<half::bf16>()?)
+            }
+            _ => Values::F32(self.values(name, shape)?),
+        };
+        self.tensors.remove(name);
+        Ok(values)
+    }
+
     /// The values of `name`, which must have `shape`.
     /// The values of `name`, which must have `shape`, taken out of the set (each tensor is read
     /// once; dropping it as it is converted keeps one copy of the weights in memory, not two).
     fn take(&mut self, name: &str, shape: &[usize]) -> candle_core::Result<Vec<f32>> {
         let v = self.values(name, shape)?;
-        self.0.remove(name);
+        self.tensors.remove(name);
         Ok(v)
     }
 
     /// The values of `name`, which must have `shape`, left in the set.
     fn values(&self, name: &str, shape: &[usize]) -> candle_core::Result<Vec<f32>> {
-        let t = self.0.get(name).ok_or_else(|| candle_core::Error::Msg(format!("cannot find tensor {name}")))?;
+        let t = self.tensors.get(name).ok_or_else(|| candle_core::Error::Msg(format!("cannot find tensor {name}")))?;
         if t.dims() != shape {
             return Err(candle_core::Error::Msg(format!(
                 "tensor {name} has shape {:?}, but the config implies {shape:?}",
@@ -110,7 +203,7 @@ impl Weights {
     }
 
     fn has(&self, name: &str) -> bool {
-        self.0.contains_key(name)
+        self.tensors.contains_key(name)
     }
 }
 
@@ -123,47 +216,85 @@ const PANEL: usize = 64;
 /// which is much slower for short inputs), and the panels run in parallel.
 #[derive(Debug, Clone)]
 struct Linear {
-    panels: Vec<f32>,
+    panels: Panels,
     bias: Vec<f32>,
     in_dim: usize,
+}
+
+/// The panels of a [`Linear`]: f32, or 16-bit floats widened one panel at a time per product
+/// ([`WeightStorage::Stored`]).
+#[derive(Debug, Clone)]
+enum Panels {
+    F32(Vec<f32>),
+    F16(Vec<half::f16>),
+    Bf16(Vec<half::bf16>),
+}
+
+/// `weight` (row-major `out × in`) as panels of [`PANEL`] output columns, each `in × PANEL`.
+fn panelize<T: Copy>(weight: &[T], in_dim: usize, out_dim: usize) -> Vec<T> {
+    let mut panels = Vec::with_capacity(weight.len());
+    for start in (0..out_dim).step_by(PANEL) {
+        let end = (start + PANEL).min(out_dim);
+        for i in 0..in_dim {
+            panels.extend((start..end).map(|o| weight[o * in_dim + i]));
+        }
+    }
+    panels
+}
+
+thread_local! {
+    /// One widened panel per thread ([`Panels::F16`], [`Panels::Bf16`]).
+    static WIDE_PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Linear {
     /// From a row-major `out × in` weight and an `out` bias.
     fn new(weight: &[f32], bias: Vec<f32>, in_dim: usize) -> Self {
+        Self::from_values(Values::F32(weight.to_vec()), bias, in_dim)
+    }
+
+    /// From a row-major `out × in` weight (in the precision it is kept in) and an `out` bias.
+    fn from_values(weight: Values, bias: Vec<f32>, in_dim: usize) -> Self {
         let out_dim = bias.len();
-        let mut panels = Vec::with_capacity(weight.len());
-        for start in (0..out_dim).step_by(PANEL) {
-            let end = (start + PANEL).min(out_dim);
-            for i in 0..in_dim {
-                panels.extend((start..end).map(|o| weight[o * in_dim + i]));
-            }
-        }
+        let panels = match weight {
+            Values::F32(w) => Panels::F32(panelize(&w, in_dim, out_dim)),
+            Values::F16(w) => Panels::F16(panelize(&w, in_dim, out_dim)),
+            Values::Bf16(w) => Panels::Bf16(panelize(&w, in_dim, out_dim)),
+        };
         Self { panels, bias, in_dim }
     }
 
     /// `{name}.weight` (`out × in`) and `{name}.bias` (zeros when `bias` is false).
     fn load(w: &mut Weights, name: &str, in_dim: usize, out_dim: usize, bias: bool) -> candle_core::Result<Self> {
-        let weight = w.take(&format!("{name}.weight"), &[out_dim, in_dim])?;
+        let weight = w.take_values(&format!("{name}.weight"), &[out_dim, in_dim])?;
         let bias = if bias { w.take(&format!("{name}.bias"), &[out_dim])? } else { vec![0.0; out_dim] };
-        Ok(Self::new(&weight, bias, in_dim))
+        Ok(Self::from_values(weight, bias, in_dim))
+    }
+
+    /// Bytes its weights take as held.
+    fn weight_bytes(&self) -> usize {
+        match &self.panels {
+            Panels::F32(p) => p.len() * 4,
+            Panels::F16(p) => p.len() * 2,
+            Panels::Bf16(p) => p.len() * 2,
+        }
     }
 
     /// Several linear layers on the same input as one (their outputs side by side), each
     /// `(name, out_dim)`; zero biases when `bias` is false.
     fn fused(w: &mut Weights, parts: &[(String, usize)], in_dim: usize, bias: bool) -> candle_core::Result<Self> {
         let total: usize = parts.iter().map(|(_, out)| out).sum();
-        let mut weight = Vec::with_capacity(total * in_dim);
+        let mut weight = Vec::with_capacity(parts.len());
         let mut biases = Vec::with_capacity(total);
         for (name, out_dim) in parts {
-            weight.extend(w.take(&format!("{name}.weight"), &[*out_dim, in_dim])?);
+            weight.push(w.take_values(&format!("{name}.weight"), &[*out_dim, in_dim])?);
             if bias {
                 biases.extend(w.take(&format!("{name}.bias"), &[*out_dim])?);
             } else {
                 biases.extend(std::iter::repeat_n(0.0, *out_dim));
             }
         }
-        Ok(Self::new(&weight, biases, in_dim))
+        Ok(Self::from_values(Values::concat(weight), biases, in_dim))
     }
 
     fn out_dim(&self) -> usize {
@@ -180,7 +311,7 @@ impl Linear {
             return;
         }
         let scratch = &mut scratch[..rows * out_dim];
-        scratch.par_chunks_mut(rows * PANEL).zip(self.panels.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| {
+        let product = |dst: &mut [f32], w: &[f32]| {
             let width = w.len() / in_dim;
             matmul(
                 MatMut::rows(dst, rows, width, width),
@@ -189,7 +320,26 @@ impl Linear {
                 1.0,
                 false,
             );
-        });
+        };
+        // A 16-bit panel is widened into this thread's buffer first (exactly: every f16 and bf16
+        // is an f32), then multiplied like an f32 one.
+        let widened = |dst: &mut [f32], widen: &dyn Fn(&mut [f32])| {
+            WIDE_PANEL.with_borrow_mut(|wide| {
+                wide.resize(dst.len() / rows * in_dim, 0.0);
+                widen(wide);
+                product(dst, wide);
+            });
+        };
+        let chunks = scratch.par_chunks_mut(rows * PANEL);
+        match &self.panels {
+            Panels::F32(p) => chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| product(dst, w)),
+            Panels::F16(p) => chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| {
+                widened(dst, &|wide| half::slice::HalfFloatSliceExt::convert_to_f32_slice(w, wide));
+            }),
+            Panels::Bf16(p) => chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| {
+                widened(dst, &|wide| half::slice::HalfFloatSliceExt::convert_to_f32_slice(w, wide));
+            }),
+        }
         kernels::add_panels(scratch, PANEL, &self.bias, residual, out);
     }
 
@@ -873,6 +1023,17 @@ impl Network {
     /// The description it runs.
     pub fn description(&self) -> &Description {
         &self.desc
+    }
+
+    /// Bytes of the linear layers' weights as held: 4 per weight as f32, 2 in a 16-bit stored
+    /// precision ([`WeightStorage`]); the embeddings, norms and biases are f32 either way.
+    pub fn linear_weight_bytes(&self) -> usize {
+        let layers = self.layers.iter().map(|l| {
+            let cross =
+                l.cross.as_ref().map_or(0, |c| c.q.weight_bytes() + c.kv.weight_bytes() + c.output.weight_bytes());
+            l.qkv.weight_bytes() + l.output.weight_bytes() + l.up.weight_bytes() + l.down.weight_bytes() + cross
+        });
+        layers.sum::<usize>() + self.embeddings.projection.as_ref().map_or(0, |(p, _)| p.weight_bytes())
     }
 
     /// Whether every query sees only itself and earlier tokens.

@@ -9,7 +9,7 @@ use candle_core::{DType, Device};
 
 use super::ModelError;
 use super::describe::Description;
-use super::engine::{Capture, Network, Weights};
+use super::engine::{Capture, Network, WeightStorage, Weights};
 use super::families::{self, Family};
 use super::intervene::Interventions;
 use super::tokenize::TextTokenizer;
@@ -272,7 +272,7 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>, ModelError> {
 fn load_weights(
     dir: &Path,
     files: &[PathBuf],
-    family: &Family,
+    (family, storage): (&Family, WeightStorage),
     desc: &Description,
     decoder: Option<&Description>,
 ) -> Result<(Weights, Option<Weights>), ModelError> {
@@ -294,7 +294,7 @@ fn load_weights(
     let where_ = files.first().cloned().unwrap_or_default();
     let tensors =
         (family.canonical)(tensors, desc).map_err(|message| ModelError::Weights { path: where_.clone(), message })?;
-    let Some(decoder) = decoder else { return Ok((checked_weights(tensors, desc, &where_)?, None)) };
+    let Some(decoder) = decoder else { return Ok((checked_weights(tensors, desc, &where_, storage)?, None)) };
     // An encoder–decoder: the decoder's tensors are named `decoder.…`.
     let (mut encoder_side, mut decoder_side) = (HashMap::new(), HashMap::new());
     for (name, t) in tensors {
@@ -303,12 +303,20 @@ fn load_weights(
             None => encoder_side.insert(name, t),
         };
     }
-    Ok((checked_weights(encoder_side, desc, &where_)?, Some(checked_weights(decoder_side, decoder, &where_)?)))
+    Ok((
+        checked_weights(encoder_side, desc, &where_, storage)?,
+        Some(checked_weights(decoder_side, decoder, &where_, storage)?),
+    ))
 }
 
 /// Canonical tensors checked against the description: dtypes, layer count (first: a config
 /// claiming far more layers than the file holds is refused at once), then every name and shape.
-fn checked_weights(tensors: families::Tensors, desc: &Description, file: &Path) -> Result<Weights, ModelError> {
+fn checked_weights(
+    tensors: families::Tensors,
+    desc: &Description,
+    file: &Path,
+    storage: WeightStorage,
+) -> Result<Weights, ModelError> {
     let bad = |message: String| ModelError::Weights { path: file.to_path_buf(), message };
     if let Some((name, t)) = tensors.iter().find(|(_, t)| !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16)) {
         return Err(bad(format!("tensor {name} has dtype {:?}; expected f32, f16 or bf16", t.dtype())));
@@ -330,7 +338,7 @@ fn checked_weights(tensors: families::Tensors, desc: &Description, file: &Path) 
             Some(_) => {}
         }
     }
-    Ok(Weights(tensors))
+    Ok(Weights::new(tensors, storage))
 }
 
 /// The decoder of an encoder–decoder model.
@@ -408,8 +416,14 @@ impl LoadedModel {
     /// embedded model by name (`minilm`, `smollm2`), or a hub id found in the local Hugging Face
     /// cache.
     pub fn load(spec: &Path) -> Result<Self, ModelError> {
+        Self::load_with(spec, None)
+    }
+
+    /// [`Self::load`], the weights held as `storage` says (None: [`WeightStorage::from_env`]).
+    /// GGUF weights are dequantised to f32.
+    pub fn load_with(spec: &Path, storage: Option<WeightStorage>) -> Result<Self, ModelError> {
         if let Some(embedded) = embedded_model(spec) {
-            return Self::load(&embedded);
+            return Self::load_with(&embedded, storage);
         }
         if spec.is_file() && spec.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
             return Self::load_gguf(spec);
@@ -440,7 +454,9 @@ impl LoadedModel {
             return Err(missing_tokenizer(dir));
         }
         let files = weight_files(dir)?;
-        let (weights, decoder_weights) = load_weights(dir, &files, family, &desc, decoder.as_ref().map(|d| &d.desc))?;
+        let storage = storage.unwrap_or_else(WeightStorage::from_env);
+        let (weights, decoder_weights) =
+            load_weights(dir, &files, (family, storage), &desc, decoder.as_ref().map(|d| &d.desc))?;
         let bad = |e: candle_core::Error| ModelError::Weights { path: files[0].clone(), message: e.to_string() };
         let net = Network::load(&desc, weights).map_err(bad)?;
         let decoder = match (decoder, decoder_weights) {
@@ -464,7 +480,7 @@ impl LoadedModel {
     /// it or from the file's own vocabulary.
     pub fn load_gguf(path: &Path) -> Result<Self, ModelError> {
         let g = super::gguf::read(path)?;
-        let weights = checked_weights(g.tensors, &g.desc, path)?;
+        let weights = checked_weights(g.tensors, &g.desc, path, WeightStorage::F32)?;
         let net = Network::load(&g.desc, weights)
             .map_err(|e| ModelError::Weights { path: path.to_path_buf(), message: e.to_string() })?;
         let beside = path.with_file_name("tokenizer.json");

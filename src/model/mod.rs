@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use describe::{Activation, Description, NormPlacement};
-pub use engine::{Capture, HeadDetail, LayerAttention, Network, Streams};
+pub use engine::{Capture, HeadDetail, LayerAttention, Network, Streams, WeightStorage};
 pub use intervene::Interventions;
 pub use loader::{LoadedModel, default_model_dir};
 pub use playground::PlaygroundConfig;

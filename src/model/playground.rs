@@ -11,7 +11,7 @@ use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::describe::{Activation, Description, EmbeddingDesc, NormPlacement, Positions};
-use super::engine::{Network, Weights};
+use super::engine::{Network, WeightStorage, Weights};
 use super::families::Sizes;
 use super::tokenize::TextTokenizer;
 use super::{LoadedModel, ModelError};
@@ -358,7 +358,7 @@ impl PlaygroundConfig {
             ..base
         };
         let tensors = self.weights(vocab).map_err(ModelError::Inference)?;
-        let net = Network::load(&desc, Weights(tensors))?;
+        let net = Network::load(&desc, Weights::new(tensors, WeightStorage::F32))?;
         let dir = tokenizer_path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(LoadedModel {
             name: self.describe(),

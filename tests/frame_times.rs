@@ -98,3 +98,58 @@ fn frame_times() {
         }
     }
 }
+
+/// The same for inputs past "Record up to" on the embedded `SmolLM2` (issue 16): 2,048 and 8,192
+/// tokens, pooled as the pass runs; the time until the first layer's runs are on screen, until
+/// every layer is, then each view's frames — overview and window.
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture"]
+fn long_input_frame_times() {
+    use attnviz::analysis::long::LongView;
+    let dir = attnviz::model::loader::smollm2_dir();
+    let model = LoadedModel::load(&dir).unwrap();
+    for n in [2048usize, 8192] {
+        let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, n).unwrap();
+        let text = model.tokenizer.decode(&tokens.ids);
+        let startup = Startup { model_dir: Some(dir.clone()), text: Some(text), ..Startup::default() };
+        let mut h = Harness::builder()
+            .with_size(egui::vec2(1360.0, 860.0))
+            .with_step_dt(1.0 / 60.0)
+            .build_eframe(move |cc| AttnvizApp::with_storage(&cc.egui_ctx, None, startup));
+        // The model loads first; the clock starts once the run is asked for.
+        let start = Instant::now();
+        while h.state().session.requested_run_id == 0 || h.state().session.model.is_none() {
+            h.step();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let asked = Instant::now();
+        let shown = |h: &Harness<'static, AttnvizApp>| {
+            h.state().session.run.as_ref().and_then(|r| r.long.as_ref().map(|l| (r.attention.layers(), l.layers_total)))
+        };
+        while shown(&h).is_none() {
+            assert!(start.elapsed() < Duration::from_secs(600), "no run");
+            h.step();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let first = asked.elapsed().as_secs_f64();
+        while shown(&h).is_some_and(|(done, total)| done < total) {
+            h.step();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let all = asked.elapsed().as_secs_f64();
+        let total = h.state().session.run.as_ref().unwrap().long.as_ref().unwrap().total;
+        println!("tokens={total} first_layer_on_screen_s={first:.2} all_layers_s={all:.2}");
+        h.hover_at(egui::pos2(1300.0, 820.0));
+        for long in [LongView::Overview, LongView::Window] {
+            h.state_mut().settings.long_view = long;
+            for view in [View::Head, View::Model, View::Heatmap, View::Stats, View::Rollout] {
+                h.state_mut().settings.view = view;
+                let (first, settled) = switch_frame_ms(&mut h);
+                let mean = mean_frame_ms(&mut h, 30, false);
+                println!(
+                    "tokens={total} {long:?} view={view:?} longest_frame_after_switch_ms={first:.1} frames_until_settled={settled} mean_frame_ms={mean:.2}"
+                );
+            }
+        }
+    }
+}

@@ -44,7 +44,7 @@ xdotool key --delay 40 End BackSpace
 xdotool type --delay 40 " and hungry."
 sleep 1.5
 # Head view, layer 4: pin the query token "it" (row 10 of the head view).
-click 173 415
+click 173 465
 click 405 371
 shot head-view
 # Why? The pinned query in the neuron view, head 4.
@@ -90,14 +90,14 @@ shot positional-encoding-learned
 # An intervention on the pretrained model: ablate layer 2, head 4 (all heads shown); the banner
 # says so and layer 3 changes.
 click 316 76
-click 67 444
-click 22 365 1.5
-click 119 621
+click 67 495
+click 22 416 1.5
+click 119 673
 xdotool mousemove 1300 800
 shot intervention 2
 # Back to the faithful model (the side panel's button), interventions folded.
-click 94 711 1.5
-click 22 365 1.5
+click 94 762 1.5
+click 22 416 1.5
 # The playground: sharper random weights (init std 0.5), a causal mask, in the model view.
 click 48 117 2
 click 15 453 1
@@ -111,7 +111,7 @@ shot playground 2
 # Light theme (back on the pretrained model).
 click 97 94 1.5
 click 316 76
-click 147 585
+click 147 608
 click 1300 800
 shot head-view-light
 # A GPT-2-style model (the tiny random test fixture): causal, its masked triangle drawn as masked;
@@ -170,3 +170,22 @@ shot seq2seq-cross 1
 click 403 311
 xdotool mousemove 1300 800
 shot seq2seq-cross-pinned 1
+
+# A long input (the Zen of Python twelve times, ~2,200 SmolLM2 tokens): past "Record up to" each
+# head is computed once as the pass runs and pooled — the model view of the overview (spans of 9
+# tokens), then the window (the last 256 tokens at token level, everything before them one span)
+# at layer 2 with one of its tokens pinned.
+ZEN=$(python3 -c "import this" | tr '\n' ' ')
+LONG=$(for _ in $(seq 12); do printf '%s ' "$ZEN"; done)
+relaunch --model smollm2 --text "$LONG"
+sleep 25
+nudge 4
+click 403 176
+xdotool mousemove 1300 800
+shot long-overview 2
+click 316 176
+click 161 140
+click 98 625 1
+click 500 560
+xdotool mousemove 1300 800
+shot long-window 1

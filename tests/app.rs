@@ -389,6 +389,25 @@ fn a_long_input_is_pooled_with_a_notice_and_its_window_moves() {
     h.get_by_label_contains("which an input this long does not record");
 }
 
+/// A pasted document turns the one-line sentence box into a wrapped, scrolled box of a few lines
+/// (a long single line was redrawn whole every frame) without losing the focus or the cursor.
+#[test]
+fn a_pasted_document_wraps_the_sentence_box_and_typing_goes_on() {
+    let mut h = app("start");
+    h.get_by_label("Sentence A").focus();
+    h.step();
+    h.key_press(Key::End);
+    let pasted = " word".repeat(500);
+    h.get_by_label("Sentence A").type_text(&pasted);
+    h.run_steps(2);
+    assert!(h.get_by_label("Sentence A").is_focused(), "the box keeps the focus as it wraps");
+    h.get_by_label("Sentence A").type_text(" end");
+    h.run_steps(2);
+    let text = &h.state().settings.text;
+    assert_eq!(text.len(), "start".len() + pasted.len() + " end".len());
+    assert!(text.ends_with("word end"), "the cursor stayed at the end");
+}
+
 #[test]
 fn over_long_text_is_truncated_with_a_visible_notice() {
     let mut h = app(&"long ".repeat(40));

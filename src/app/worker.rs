@@ -253,9 +253,19 @@ fn run_spec(
     run.map(Arc::new).map_err(|e| e.to_string())
 }
 
-/// Runs a long input pooled ([`LoadedModel::run_long`]), sending its runs after each layer;
-/// `None` when the input is short enough to record (the caller runs it as usual). A newer job
-/// (`sent` counts jobs sent, `taken` those the worker took) stops the pass.
+/// What [`run_long`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LongOutcome {
+    /// The input is short enough to record: the caller runs it as usual.
+    NotLong,
+    /// Its runs (or its error) were sent.
+    Sent,
+    /// A newer job arrived and stopped the pass: the run is still owed.
+    Stopped,
+}
+
+/// Runs a long input pooled ([`LoadedModel::run_long`]), sending its runs after each layer. A
+/// newer job (`stale`: the worker has not taken every job sent) stops the pass.
 fn run_long(
     model: &LoadedModel,
     (text, pair): (&str, Option<&str>),
@@ -263,12 +273,14 @@ fn run_long(
     id: u64,
     stale: &(dyn Fn() -> bool + Sync),
     send: &(dyn Fn(Done) + Sync),
-) -> Option<()> {
+) -> LongOutcome {
     let start = Instant::now();
     // A tokenizer error: the usual run says why.
-    let Ok(encoded) = model.tokenizer.encode_within(text, pair.filter(|p| !p.is_empty()), None) else { return None };
+    let Ok(encoded) = model.tokenizer.encode_within(text, pair.filter(|p| !p.is_empty()), None) else {
+        return LongOutcome::NotLong;
+    };
     if model.records(encoded.tokens.len(), long.record_tokens) {
-        return None;
+        return LongOutcome::NotLong;
     }
     let done = |runs: crate::model::long::LongRuns| Done::Ran {
         id,
@@ -291,7 +303,7 @@ fn run_long(
     };
     match model.run_long(&encoded.tokens, encoded.truncation.as_deref(), iv, long.window_start, &mut progress) {
         Ok(Some(runs)) => send(done(runs)),
-        Ok(None) => {} // stopped for newer input
+        Ok(None) => return LongOutcome::Stopped,
         Err(e) => send(Done::Ran {
             id,
             result: Err(e.to_string()),
@@ -299,7 +311,7 @@ fn run_long(
             elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
         }),
     }
-    Some(())
+    LongOutcome::Sent
 }
 
 /// For an encoder–decoder with a target: `run` with its decoder side (what the decoder reads
@@ -478,6 +490,9 @@ impl Worker {
             let mut other: Option<(PathBuf, LoadedModel)> = None;
             // A job that arrived while a generation was writing (it stopped the generation).
             let mut carried: Option<Job> = None;
+            // A long input's run stopped by another job: run again after a comparison, unless a
+            // newer run replaces it (a generation or a model load replaces what is shown anyway).
+            let mut owed: Option<Job> = None;
             loop {
                 let first = match carried.take() {
                     Some(job) => job,
@@ -508,6 +523,7 @@ impl Worker {
                         Err(TryRecvError::Disconnected) => return,
                     };
                 }
+                run = run.or(owed.take().filter(|_| generate.is_none() && load.is_none()));
                 if let Some(Job::Load { id, dir }) = load {
                     let result = match LoadedModel::load(&dir) {
                         Ok(m) => {
@@ -533,9 +549,11 @@ impl Worker {
                             };
                             run_long(m, (&text, pair.as_deref()), (iv, long), id, &stale, &send)
                         }
-                        _ => None,
+                        _ => LongOutcome::NotLong,
                     };
-                    if long.is_none() {
+                    if long == LongOutcome::Stopped {
+                        owed = Some(Job::Run { id, text, pair, target, spec });
+                    } else if long == LongOutcome::NotLong {
                         let input = (text.as_str(), pair.as_deref(), target.as_deref());
                         let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
                         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;

@@ -9,6 +9,10 @@ use crate::app::state::{Source, View};
 /// Longer texts are edited in a wrapped box of a few scrolled lines instead of one line.
 const LONG_TEXT_BYTES: usize = 2000;
 
+/// The sentence box's id, the same in both forms: typing past [`LONG_TEXT_BYTES`] keeps the focus
+/// and the cursor.
+const SENTENCE_A: &str = "sentence-a";
+
 /// Most tokens one "Translate" writes.
 pub const TRANSLATE_TOKENS: usize = 64;
 
@@ -43,13 +47,16 @@ impl InputBar {
                         .id_salt("sentence-a-scroll")
                         .max_height(ui.text_style_height(&egui::TextStyle::Body) * 3.5)
                         .show(ui, |ui| {
-                            let edit =
-                                TextEdit::multiline(&mut settings.text).desired_rows(3).desired_width(f32::INFINITY);
+                            let edit = TextEdit::multiline(&mut settings.text)
+                                .id(egui::Id::unique(SENTENCE_A))
+                                .desired_rows(3)
+                                .desired_width(f32::INFINITY);
                             ui.add(edit).labelled_by(label.id)
                         })
                         .inner
                 } else {
                     let edit = TextEdit::singleline(&mut settings.text)
+                        .id(egui::Id::unique(SENTENCE_A))
                         .hint_text("Type a sentence — the views follow as you type")
                         .desired_width(f32::INFINITY);
                     ui.add(edit).labelled_by(label.id)

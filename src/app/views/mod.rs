@@ -116,10 +116,13 @@ impl Views {
             }
             if settings.view.needs_run() {
                 let mut words = settings.words;
-                ui.checkbox(&mut words, "Words").on_hover_text(
-                    "Merge word pieces (##, Ġ, ▁) into words: attention to a word is the sum over its pieces, \
-                     from a word the mean (Clark et al. 2019); rows still sum to 1",
-                );
+                let pooled = data.run.is_some_and(|r| r.long.is_some());
+                ui.add_enabled(!pooled, egui::Checkbox::new(&mut words, "Words"))
+                    .on_hover_text(
+                        "Merge word pieces (##, Ġ, ▁) into words: attention to a word is the sum over its pieces, \
+                         from a word the mean (Clark et al. 2019); rows still sum to 1",
+                    )
+                    .on_disabled_hover_text("A long input is shown pooled into spans of tokens: words do not apply");
                 if words != settings.words {
                     commands.push(Command::Set(super::command::Setting::Words(words)));
                 }

@@ -305,8 +305,8 @@ fn a_recorded_run_is_cut_to_what_fits_in_memory_with_a_notice() {
     assert!(uncut.truncation.is_none());
 }
 
-/// Weights kept in their stored 16-bit precision (`WeightStorage::Stored`, the default) take half
-/// the memory of the linear layers and give the same
+/// Weights kept in their stored 16-bit precision (`WeightStorage::Stored`, the default: linear
+/// layers, token embeddings, `lm_head`) take half the memory of the linear layers and give the same
 /// attention and hidden states, bit for bit: the embedded `MiniLM` (f16) and a bf16 copy of the
 /// tiny Llama, each loaded both ways.
 #[test]
@@ -324,11 +324,16 @@ fn weights_in_their_stored_precision_give_the_same_attention_bit_for_bit() {
     for dir in [attnviz::model::default_model_dir(), bf16.path().to_path_buf()] {
         let f32 = LoadedModel::load_with(&dir, Some(WeightStorage::F32)).unwrap();
         let stored = LoadedModel::load_with(&dir, Some(WeightStorage::Stored)).unwrap();
-        assert_eq!(stored.net.linear_weight_bytes() * 2, f32.net.linear_weight_bytes(), "{}", dir.display());
+        assert_eq!(stored.net.large_weight_bytes() * 2, f32.net.large_weight_bytes(), "{}", dir.display());
         for text in ["The animal didn't cross the street because it was too tired.", "Ünïcödé, 東京 — ok?"] {
             let (a, b) = (f32.run(text, None).unwrap(), stored.run(text, None).unwrap());
             assert_eq!(bits(a.attention.as_slice()), bits(b.attention.as_slice()), "{}: {text}", dir.display());
             assert_eq!(bits(&a.last_hidden), bits(&b.last_hidden), "{}: {text}", dir.display());
+            // The language-model head reads the 16-bit embeddings (tied) or lm_head row by row.
+            let last = &a.last_hidden[a.last_hidden.len() - f32.description().hidden..];
+            let (la, lb) = (f32.net.logits(last).map(|l| bits(&l)), stored.net.logits(last).map(|l| bits(&l)));
+            assert_eq!(la, lb, "{}: logits", dir.display());
+            assert_eq!(la.is_some(), dir == bf16.path(), "the Llama has a head, MiniLM none");
         }
     }
 }

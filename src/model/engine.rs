@@ -114,7 +114,10 @@ impl WeightStorage {
     }
 }
 
-/// A weight's values as the network keeps them: f32, or the checkpoint's 16-bit floats.
+/// Weights as the network keeps them: f32, or the checkpoint's 16-bit floats, widened to f32 a
+/// piece at a time as they are used ([`WeightStorage::Stored`]): a linear layer's panels, the
+/// token embeddings, `lm_head`.
+#[derive(Debug, Clone)]
 enum Values {
     F32(Vec<f32>),
     F16(Vec<half::f16>),
@@ -127,6 +130,35 @@ impl Values {
             Self::F32(v) => v.len(),
             Self::F16(v) => v.len(),
             Self::Bf16(v) => v.len(),
+        }
+    }
+
+    /// Bytes as held.
+    fn bytes(&self) -> usize {
+        match self {
+            Self::F32(v) => v.len() * 4,
+            Self::F16(v) => v.len() * 2,
+            Self::Bf16(v) => v.len() * 2,
+        }
+    }
+
+    /// Values `range` as f32 into `out` (exactly: every f16 and bf16 is an f32).
+    fn widen_into(&self, range: std::ops::Range<usize>, out: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        match self {
+            Self::F32(v) => out.copy_from_slice(&v[range]),
+            Self::F16(v) => v[range].convert_to_f32_slice(out),
+            Self::Bf16(v) => v[range].convert_to_f32_slice(out),
+        }
+    }
+
+    /// A row-major `out × in` weight as panels of [`PANEL`] output columns (each `in × PANEL`),
+    /// in the same precision.
+    fn panelized(&self, in_dim: usize, out_dim: usize) -> Self {
+        match self {
+            Self::F32(w) => Self::F32(panelize(w, in_dim, out_dim)),
+            Self::F16(w) => Self::F16(panelize(w, in_dim, out_dim)),
+            Self::Bf16(w) => Self::Bf16(panelize(w, in_dim, out_dim)),
         }
     }
 
@@ -161,8 +193,9 @@ impl Weights {
         Self { tensors, storage }
     }
 
-    /// The values of `name` (which must have `shape`) as the network keeps a linear layer's
-    /// weight: in its 16-bit precision with [`WeightStorage::Stored`], else f32. Taken out.
+    /// The values of `name` (which must have `shape`) as the network keeps a large weight (a
+    /// linear layer's, the token embeddings, `lm_head`): in its 16-bit precision with
+    /// [`WeightStorage::Stored`], else f32. Taken out.
     fn take_values(&mut self, name: &str, shape: &[usize]) -> candle_core::Result<Values> {
         let dtype = self.tensors.get(name).map(Tensor::dtype);
         let stored = self.storage == WeightStorage::Stored;
@@ -216,18 +249,10 @@ const PANEL: usize = 64;
 /// which is much slower for short inputs), and the panels run in parallel.
 #[derive(Debug, Clone)]
 struct Linear {
-    panels: Panels,
+    /// The panels, f32 or 16-bit (widened one panel at a time per product).
+    panels: Values,
     bias: Vec<f32>,
     in_dim: usize,
-}
-
-/// The panels of a [`Linear`]: f32, or 16-bit floats widened one panel at a time per product
-/// ([`WeightStorage::Stored`]).
-#[derive(Debug, Clone)]
-enum Panels {
-    F32(Vec<f32>),
-    F16(Vec<half::f16>),
-    Bf16(Vec<half::bf16>),
 }
 
 /// `weight` (row-major `out × in`) as panels of [`PANEL`] output columns, each `in × PANEL`.
@@ -243,24 +268,19 @@ fn panelize<T: Copy>(weight: &[T], in_dim: usize, out_dim: usize) -> Vec<T> {
 }
 
 thread_local! {
-    /// One widened panel per thread ([`Panels::F16`], [`Panels::Bf16`]).
+    /// One widened 16-bit panel per thread.
     static WIDE_PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Linear {
     /// From a row-major `out × in` weight and an `out` bias.
     fn new(weight: &[f32], bias: Vec<f32>, in_dim: usize) -> Self {
-        Self::from_values(Values::F32(weight.to_vec()), bias, in_dim)
+        Self { panels: Values::F32(panelize(weight, in_dim, bias.len())), bias, in_dim }
     }
 
     /// From a row-major `out × in` weight (in the precision it is kept in) and an `out` bias.
-    fn from_values(weight: Values, bias: Vec<f32>, in_dim: usize) -> Self {
-        let out_dim = bias.len();
-        let panels = match weight {
-            Values::F32(w) => Panels::F32(panelize(&w, in_dim, out_dim)),
-            Values::F16(w) => Panels::F16(panelize(&w, in_dim, out_dim)),
-            Values::Bf16(w) => Panels::Bf16(panelize(&w, in_dim, out_dim)),
-        };
+    fn from_values(weight: &Values, bias: Vec<f32>, in_dim: usize) -> Self {
+        let panels = weight.panelized(in_dim, bias.len());
         Self { panels, bias, in_dim }
     }
 
@@ -268,16 +288,12 @@ impl Linear {
     fn load(w: &mut Weights, name: &str, in_dim: usize, out_dim: usize, bias: bool) -> candle_core::Result<Self> {
         let weight = w.take_values(&format!("{name}.weight"), &[out_dim, in_dim])?;
         let bias = if bias { w.take(&format!("{name}.bias"), &[out_dim])? } else { vec![0.0; out_dim] };
-        Ok(Self::from_values(weight, bias, in_dim))
+        Ok(Self::from_values(&weight, bias, in_dim))
     }
 
     /// Bytes its weights take as held.
     fn weight_bytes(&self) -> usize {
-        match &self.panels {
-            Panels::F32(p) => p.len() * 4,
-            Panels::F16(p) => p.len() * 2,
-            Panels::Bf16(p) => p.len() * 2,
-        }
+        self.panels.bytes()
     }
 
     /// Several linear layers on the same input as one (their outputs side by side), each
@@ -294,7 +310,7 @@ impl Linear {
                 biases.extend(std::iter::repeat_n(0.0, *out_dim));
             }
         }
-        Ok(Self::from_values(Values::concat(weight), biases, in_dim))
+        Ok(Self::from_values(&Values::concat(weight), biases, in_dim))
     }
 
     fn out_dim(&self) -> usize {
@@ -321,24 +337,21 @@ impl Linear {
                 false,
             );
         };
-        // A 16-bit panel is widened into this thread's buffer first (exactly: every f16 and bf16
-        // is an f32), then multiplied like an f32 one.
-        let widened = |dst: &mut [f32], widen: &dyn Fn(&mut [f32])| {
-            WIDE_PANEL.with_borrow_mut(|wide| {
-                wide.resize(dst.len() / rows * in_dim, 0.0);
-                widen(wide);
-                product(dst, wide);
+        let chunks = scratch.par_chunks_mut(rows * PANEL).enumerate();
+        if let Values::F32(p) = &self.panels {
+            chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|((_, dst), w)| product(dst, w));
+        } else {
+            // A 16-bit panel is widened into this thread's buffer first, then multiplied like an
+            // f32 one.
+            chunks.for_each(|(i, dst)| {
+                let start = i * in_dim * PANEL;
+                let len = dst.len() / rows * in_dim;
+                WIDE_PANEL.with_borrow_mut(|wide| {
+                    wide.resize(len, 0.0);
+                    self.panels.widen_into(start..start + len, wide);
+                    product(dst, wide);
+                });
             });
-        };
-        let chunks = scratch.par_chunks_mut(rows * PANEL);
-        match &self.panels {
-            Panels::F32(p) => chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| product(dst, w)),
-            Panels::F16(p) => chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| {
-                widened(dst, &|wide| half::slice::HalfFloatSliceExt::convert_to_f32_slice(w, wide));
-            }),
-            Panels::Bf16(p) => chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|(dst, w)| {
-                widened(dst, &|wide| half::slice::HalfFloatSliceExt::convert_to_f32_slice(w, wide));
-            }),
         }
         kernels::add_panels(scratch, PANEL, &self.bias, residual, out);
     }
@@ -387,7 +400,8 @@ impl Norm {
 #[derive(Debug, Clone)]
 struct Embeddings {
     width: usize,
-    tokens: Vec<f32>,
+    /// `vocab × width`, f32 or 16-bit (widened a row at a time).
+    tokens: Values,
     positions: Option<(Vec<f32>, usize)>,
     types: Option<Vec<f32>>,
     norm: Option<Norm>,
@@ -407,7 +421,7 @@ impl Embeddings {
         let norm_width = if e.projection == Some(Projection::BeforeNorm) { d.hidden } else { e.width };
         Ok(Self {
             width: e.width,
-            tokens: w.take("embed.tokens.weight", &[d.vocab_size, e.width])?,
+            tokens: w.take_values("embed.tokens.weight", &[d.vocab_size, e.width])?,
             positions,
             types: (e.token_types > 0).then(|| w.take("embed.types.weight", &[e.token_types, e.width])).transpose()?,
             norm: e.norm.then(|| Norm::load(w, "embed.norm", norm_width, d)).transpose()?,
@@ -425,13 +439,14 @@ impl Embeddings {
     /// type`), as the tensors are added in Python.
     fn forward(&self, ids: &[u32], type_ids: &[u32], first: usize, positions_on: bool) -> Vec<f32> {
         let e = self.width;
-        let mut x = Vec::with_capacity(ids.len() * e);
-        for &id in ids {
-            let row = &self.tokens[id as usize * e..][..e];
-            if self.scale.to_bits() == 1.0f32.to_bits() {
-                x.extend_from_slice(row);
-            } else {
-                x.extend(row.iter().map(|v| v * self.scale));
+        let mut x = vec![0.0; ids.len() * e];
+        for (&id, row) in ids.iter().zip(x.chunks_mut(e.max(1))) {
+            let start = id as usize * e;
+            self.tokens.widen_into(start..start + e, row);
+            if self.scale.to_bits() != 1.0f32.to_bits() {
+                for v in row.iter_mut() {
+                    *v *= self.scale;
+                }
             }
         }
         let add_types = |x: &mut [f32]| {
@@ -982,7 +997,7 @@ pub struct Network {
     final_norm: Option<Norm>,
     /// `lm_head.weight` (`vocab × hidden`, row-major) when the head is not tied and the checkpoint
     /// has one.
-    lm_head: Option<Vec<f32>>,
+    lm_head: Option<Values>,
     /// `final_logits_bias` / `lm_head.bias`, when the description has one.
     logits_bias: Vec<f32>,
 }
@@ -1012,7 +1027,7 @@ impl Network {
             .collect::<candle_core::Result<Vec<_>>>()?;
         let final_norm = desc.final_norm.then(|| Norm::load(&mut w, "final_norm", desc.hidden, desc)).transpose()?;
         let lm_head = if desc.lm_head == LmHead::Own && w.has("lm_head.weight") {
-            Some(w.take("lm_head.weight", &[desc.vocab_size, desc.hidden])?)
+            Some(w.take_values("lm_head.weight", &[desc.vocab_size, desc.hidden])?)
         } else {
             None
         };
@@ -1025,15 +1040,19 @@ impl Network {
         &self.desc
     }
 
-    /// Bytes of the linear layers' weights as held: 4 per weight as f32, 2 in a 16-bit stored
-    /// precision ([`WeightStorage`]); the embeddings, norms and biases are f32 either way.
-    pub fn linear_weight_bytes(&self) -> usize {
+    /// Bytes of the large weights as held — linear layers, token embeddings, `lm_head` — 4 per
+    /// weight as f32, 2 in a 16-bit stored precision ([`WeightStorage`]); the small ones (norms,
+    /// biases, position and type embeddings) are f32 either way.
+    pub fn large_weight_bytes(&self) -> usize {
         let layers = self.layers.iter().map(|l| {
             let cross =
                 l.cross.as_ref().map_or(0, |c| c.q.weight_bytes() + c.kv.weight_bytes() + c.output.weight_bytes());
             l.qkv.weight_bytes() + l.output.weight_bytes() + l.up.weight_bytes() + l.down.weight_bytes() + cross
         });
-        layers.sum::<usize>() + self.embeddings.projection.as_ref().map_or(0, |(p, _)| p.weight_bytes())
+        layers.sum::<usize>()
+            + self.embeddings.projection.as_ref().map_or(0, |(p, _)| p.weight_bytes())
+            + self.embeddings.tokens.bytes()
+            + self.lm_head.as_ref().map_or(0, Values::bytes)
     }
 
     /// Whether every query sees only itself and earlier tokens.
@@ -1294,7 +1313,7 @@ impl Network {
         if !self.has_lm_head() || hidden_row.len() != self.desc.hidden {
             return None;
         }
-        let table = self.lm_head.as_deref().unwrap_or(&self.embeddings.tokens);
+        let table = self.lm_head.as_ref().unwrap_or(&self.embeddings.tokens);
         let h = self.desc.hidden;
         let scaled: Vec<f32>;
         let hidden_row = if self.desc.logit_scale.to_bits() == 1.0f32.to_bits() {
@@ -1305,8 +1324,15 @@ impl Network {
         };
         let mut logits = vec![0.0; self.desc.vocab_size];
         logits.par_chunks_mut(1024).enumerate().for_each(|(c, out)| {
+            let mut wide = vec![0.0; h];
             for (i, o) in out.iter_mut().enumerate() {
-                let row = &table[(c * 1024 + i) * h..][..h];
+                let start = (c * 1024 + i) * h;
+                let row = if let Values::F32(t) = table {
+                    &t[start..start + h]
+                } else {
+                    table.widen_into(start..start + h, &mut wide);
+                    &wide[..]
+                };
                 *o = kernels::dot(row, hidden_row);
             }
         });

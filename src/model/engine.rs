@@ -202,11 +202,11 @@ impl Weights {
         let values = match dtype {
             Some(DType::F16) if stored => {
                 self.values(name, shape)?; // the shape check and its message
-                Values::F16(self.tensors[name].flatten_all()?.to_vec1::<half::f16>()?)
+                Values::F16(self.tensors[name].contiguous()?.flatten_all()?.to_vec1::<half::f16>()?)
             }
             Some(DType::BF16) if stored => {
                 self.values(name, shape)?;
-                Values::Bf16(self.tensors[name].flatten_all()?.to_vec1::<half::bf16>()?)
+                Values::Bf16(self.tensors[name].contiguous()?.flatten_all()?.to_vec1::<half::bf16>()?)
             }
             _ => Values::F32(self.values(name, shape)?),
         };

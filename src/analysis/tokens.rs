@@ -55,8 +55,11 @@ pub fn token_difference(a: &Tokens, b: &Tokens) -> Option<String> {
 }
 
 /// Makes a token readable in a diagram: `Ġ`/`▁` word starts dropped (a token of spaces alone shows
-/// `␣`), invisible characters escaped.
+/// `␣`), invisible characters escaped, and a byte-level BPE token that spells whole UTF-8
+/// characters in GPT-2's byte alphabet shown as those characters (`ÃĹ` → `×`, `ĠæĿ±` → `東`).
 pub fn pretty_label(token: &str) -> String {
+    let decoded = byte_level_text(token);
+    let token = decoded.as_deref().unwrap_or(token);
     // A token that is only spaces (byte-level `Ġ`, SentencePiece `▁`) shows them, one `␣` each.
     if !token.is_empty() && token.chars().all(|c| c == 'Ġ' || c == '▁') {
         return "␣".repeat(token.chars().count());
@@ -73,6 +76,45 @@ pub fn pretty_label(token: &str) -> String {
         }
     }
     if out.is_empty() { token.to_string() } else { out }
+}
+
+/// The byte a character of GPT-2's byte-level alphabet stands for: printable bytes stand for
+/// themselves (`!`–`~`, `¡`–`¬`, `®`–`ÿ`), the 68 others are U+0100 onwards in byte order.
+fn byte_of(c: char) -> Option<u8> {
+    let u = c as u32;
+    if (0x21..=0x7E).contains(&u) || (0xA1..=0xAC).contains(&u) || (0xAE..=0xFF).contains(&u) {
+        return u8::try_from(u).ok();
+    }
+    let n = u.checked_sub(0x100)?;
+    let byte = match n {
+        0..=32 => n,
+        33..=66 => 0x7F + n - 33,
+        67 => 0xAD,
+        _ => return None,
+    };
+    u8::try_from(byte).ok()
+}
+
+/// A byte-level token that spells non-ASCII UTF-8 text in the byte alphabet, written back in the
+/// markers `pretty_label` reads (`Ġ` for a leading space, `Ċ` for a newline); None for any other
+/// token — ASCII, `WordPiece` and `SentencePiece` letters (`é`, `ñ`: a lone lead byte is not valid
+/// UTF-8; `▁` is not in the alphabet), a character cut between two tokens. (Latin-1 text that
+/// happens to be valid UTF-8 as bytes, `Ã©`, is mojibake, not a word of a vocabulary.)
+fn byte_level_text(token: &str) -> Option<String> {
+    if !token.chars().any(|c| byte_of(c).is_some_and(|b| b >= 0x80)) {
+        return None;
+    }
+    let bytes = token.chars().map(byte_of).collect::<Option<Vec<u8>>>()?;
+    let text = String::from_utf8(bytes).ok()?;
+    let mut out = String::with_capacity(text.len());
+    for (i, c) in text.chars().enumerate() {
+        match c {
+            ' ' if i == 0 => out.push('Ġ'),
+            '\n' => out.push('Ċ'),
+            c => out.push(c),
+        }
+    }
+    Some(out)
 }
 
 /// Zero-width and bidirectional-control characters that would otherwise draw as nothing.
@@ -105,5 +147,28 @@ mod tests {
         assert_eq!(pretty_label("▁"), "␣");
         assert_eq!(pretty_label("##ing"), "##ing");
         assert_eq!(pretty_label("a\u{200B}"), "aU+200B");
+    }
+
+    #[test]
+    fn byte_level_tokens_show_the_characters_they_spell() {
+        assert_eq!(pretty_label("ÃĹ"), "×");
+        assert_eq!(pretty_label("âĢĶ"), "—");
+        assert_eq!(pretty_label("ĠæĿ±"), "東");
+        assert_eq!(pretty_label("ĠcafÃ©"), "café");
+        // A character cut between two tokens stays as the tokenizer wrote it.
+        assert_eq!(pretty_label("âĢ"), "âĢ");
+        // Not byte-level: WordPiece and SentencePiece tokens with non-ASCII letters.
+        assert_eq!(pretty_label("é"), "é");
+        assert_eq!(pretty_label("##ł"), "##ł");
+        assert_eq!(pretty_label("▁łódź"), "łódź");
+        // Every byte maps back: the alphabet's 256 characters stand for 256 distinct bytes.
+        let alphabet: Vec<char> = (0u32..0x200).filter_map(char::from_u32).filter(|&c| byte_of(c).is_some()).collect();
+        assert_eq!(alphabet.len(), 256);
+        let mut bytes: Vec<u8> = alphabet.iter().filter_map(|&c| byte_of(c)).collect();
+        bytes.sort_unstable();
+        bytes.dedup();
+        assert_eq!(bytes.len(), 256);
+        assert_eq!(byte_of('Ġ'), Some(b' '));
+        assert_eq!(byte_of('Ċ'), Some(b'\n'));
     }
 }

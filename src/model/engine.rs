@@ -197,24 +197,17 @@ impl Weights {
     /// linear layer's, the token embeddings, `lm_head`): in its 16-bit precision with
     /// [`WeightStorage::Stored`], else f32. Taken out.
     fn take_values(&mut self, name: &str, shape: &[usize]) -> candle_core::Result<Values> {
-        let dtype = self.tensors.get(name).map(Tensor::dtype);
+        let t = self.checked(name, shape)?;
         let stored = self.storage == WeightStorage::Stored;
-        let values = match dtype {
-            Some(DType::F16) if stored => {
-                self.values(name, shape)?; // the shape check and its message
-                Values::F16(self.tensors[name].contiguous()?.flatten_all()?.to_vec1::<half::f16>()?)
-            }
-            Some(DType::BF16) if stored => {
-                self.values(name, shape)?;
-                Values::Bf16(self.tensors[name].contiguous()?.flatten_all()?.to_vec1::<half::bf16>()?)
-            }
-            _ => Values::F32(self.values(name, shape)?),
+        let values = match t.dtype() {
+            DType::F16 if stored => Values::F16(t.contiguous()?.flatten_all()?.to_vec1::<half::f16>()?),
+            DType::BF16 if stored => Values::Bf16(t.contiguous()?.flatten_all()?.to_vec1::<half::bf16>()?),
+            _ => Values::F32(values(t)?),
         };
         self.tensors.remove(name);
         Ok(values)
     }
 
-    /// The values of `name`, which must have `shape`.
     /// The values of `name`, which must have `shape`, taken out of the set (each tensor is read
     /// once; dropping it as it is converted keeps one copy of the weights in memory, not two).
     fn take(&mut self, name: &str, shape: &[usize]) -> candle_core::Result<Vec<f32>> {
@@ -225,6 +218,11 @@ impl Weights {
 
     /// The values of `name`, which must have `shape`, left in the set.
     fn values(&self, name: &str, shape: &[usize]) -> candle_core::Result<Vec<f32>> {
+        values(self.checked(name, shape)?)
+    }
+
+    /// Tensor `name`, which must be there with `shape`.
+    fn checked(&self, name: &str, shape: &[usize]) -> candle_core::Result<&Tensor> {
         let t = self.tensors.get(name).ok_or_else(|| candle_core::Error::Msg(format!("cannot find tensor {name}")))?;
         if t.dims() != shape {
             return Err(candle_core::Error::Msg(format!(
@@ -232,7 +230,7 @@ impl Weights {
                 t.dims()
             )));
         }
-        values(t)
+        Ok(t)
     }
 
     fn has(&self, name: &str) -> bool {

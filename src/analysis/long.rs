@@ -64,8 +64,7 @@ impl LongInput {
     /// mask and/or a sliding `window` (masked cells of a pooled run are the ones all of whose
     /// token cells were masked).
     pub fn is_masked(&self, query: usize, key: usize, causal: bool, window: Option<usize>) -> bool {
-        let (q, k) = (&self.spans[query], &self.spans[key]);
-        (causal && k.start >= q.end) || window.is_some_and(|w| k.end - 1 + w <= q.start)
+        spans_masked(&self.spans[query], &self.spans[key], causal, window)
     }
 
     /// What the run shows, for titles and notices ("8192 tokens as 256 spans of 32 tokens",
@@ -86,6 +85,13 @@ impl LongInput {
     pub fn is_partial(&self, layers_held: usize) -> bool {
         layers_held < self.layers_total
     }
+}
+
+/// Whether every token of `key` is hidden from every token of `query` by a causal mask (a key after
+/// the query) and/or a sliding `window` (a key `window` or more positions before it): for single
+/// tokens, whether that one cell is masked.
+pub fn spans_masked(query: &Range<usize>, key: &Range<usize>, causal: bool, window: Option<usize>) -> bool {
+    (causal && key.start >= query.end) || window.is_some_and(|w| key.end - 1 + w <= query.start)
 }
 
 /// The overview's spans: `n` tokens cut into at most `max_spans` spans of equal length (the last

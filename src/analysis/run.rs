@@ -124,7 +124,7 @@ impl Run {
         if let Some(long) = &self.long {
             return long.is_masked(query_pos, key_pos, self.causal, self.window);
         }
-        (self.causal && key_pos > query_pos) || self.window.is_some_and(|w| key_pos + w <= query_pos)
+        super::long::spans_masked(&(query_pos..query_pos + 1), &(key_pos..key_pos + 1), self.causal, self.window)
     }
 
     /// The label views draw for token `pos`: [`Tokens::label`], marked with ✎ when the model

@@ -10,6 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use attnviz::model::engine::{EachHead, EachLayer, Input};
 use attnviz::model::{Capture, Interventions, LoadedModel, Network};
 use common::{Rng, root};
 
@@ -104,26 +105,25 @@ fn check_case(name: &str, net: &Network, ids: &[u32], type_ids: &[u32], iv: &Int
 
     // Streaming, one layer at a time.
     let mut seen = Vec::new();
-    let last = net
-        .forward_each_layer(ids, type_ids, iv, &mut |l, probs| {
-            assert_eq!(probs.len(), per_layer);
-            assert_eq!(l, seen.len() / per_layer.max(1));
-            seen.extend_from_slice(probs);
-            Ok(())
-        })
-        .unwrap();
+    let mut each_layer = EachLayer::new(|l, probs: &[f32]| {
+        assert_eq!(probs.len(), per_layer);
+        assert_eq!(l, seen.len() / per_layer.max(1));
+        seen.extend_from_slice(probs);
+        Ok(())
+    });
+    let last = net.run(Input::new(ids, type_ids, iv), &mut each_layer).unwrap();
     assert_eq!(bits(&seen), bits(&full.probs), "{what}: layer by layer");
     assert_eq!(bits(&last), bits(&full.last_hidden), "{what}");
 
     // Streaming, one head at a time (from the pool's threads, in any order within a layer).
     let heads_seen = Mutex::new(vec![0.0f32; full.probs.len()]);
     let count = Mutex::new(0usize);
-    net.forward_each_head(ids, type_ids, iv, &|l, h, probs| {
+    let visit = |l, h, probs: &[f32]| {
         let at = l * per_layer + h * per_head;
         heads_seen.lock().unwrap()[at..at + per_head].copy_from_slice(probs);
         *count.lock().unwrap() += 1;
-    })
-    .unwrap();
+    };
+    net.run(Input::new(ids, type_ids, iv), &mut EachHead::new(&visit)).unwrap();
     assert_eq!(*count.lock().unwrap(), layers * heads, "{what}: every head once");
     assert_eq!(bits(&heads_seen.into_inner().unwrap()), bits(&full.probs), "{what}: head by head");
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 
+use crate::model::engine::{EachHead, EachLayer, Input};
 use crate::model::{Capture, Interventions, LoadedModel};
 
 /// How `bench` produces every layer × head's attention.
@@ -100,15 +101,16 @@ fn produce(
         }
         BenchMode::Layers => {
             let mut rows = 0;
-            net.forward_each_layer(ids, types, &faithful, &mut |_, probs| {
+            let each_layer = EachLayer::new(|_, probs: &[f32]| {
                 rows += check_rows(probs, n)?;
                 Ok(())
-            })?;
+            });
+            net.run(Input::new(ids, types, &faithful), &mut { each_layer })?;
             rows
         }
         BenchMode::Heads => {
             let checked: Mutex<candle_core::Result<usize>> = Mutex::new(Ok(0));
-            net.forward_each_head(ids, types, &faithful, &|_, _, probs| {
+            let visit = |_, _, probs: &[f32]| {
                 let rows = check_rows(probs, n);
                 if let Ok(mut c) = checked.lock() {
                     *c = match (std::mem::replace(&mut *c, Ok(0)), rows) {
@@ -116,7 +118,8 @@ fn produce(
                         (Err(e), _) | (_, Err(e)) => Err(e),
                     };
                 }
-            })?;
+            };
+            net.run(Input::new(ids, types, &faithful), &mut EachHead::new(&visit))?;
             checked.into_inner().map_err(|_| anyhow::anyhow!("a head's check panicked"))??
         }
         BenchMode::Pooled => {

@@ -213,7 +213,7 @@ impl Streamed<'_> {
         let ran = self.model.stream_layers(self.tokens, self.interventions, &mut |_, probs| {
             write(probs).map_err(|e| {
                 io_error = Some(e);
-                candle_core::Error::Msg("write failed".into())
+                crate::model::EngineError::Stopped
             })
         });
         match (ran, io_error) {

@@ -136,15 +136,13 @@ pub struct Biases {
     pub output: bool,
     /// The feed-forward layers.
     pub ffn: bool,
-    /// The norms (`LayerNorm` has a bias, `RMSNorm` none).
-    pub norm: bool,
 }
 
 impl Biases {
     /// Every layer with a bias (BERT, GPT-2).
-    pub const ALL: Self = Self { qkv: true, output: true, ffn: true, norm: true };
+    pub const ALL: Self = Self { qkv: true, output: true, ffn: true };
     /// No bias anywhere (Llama).
-    pub const NONE: Self = Self { qkv: false, output: false, ffn: false, norm: false };
+    pub const NONE: Self = Self { qkv: false, output: false, ffn: false };
 }
 
 /// Where the language-model head's weights come from.
@@ -348,102 +346,6 @@ impl Description {
     /// The key/value head query head `h` reads.
     pub fn kv_head_of(&self, h: usize) -> usize {
         h / (self.heads / self.kv_heads.max(1)).max(1)
-    }
-
-    /// Every tensor the engine needs under its canonical name, with its shape. `lm_head.weight` is
-    /// not listed: a checkpoint without it still shows attention (generation says it is missing).
-    pub fn expected_tensors(&self) -> Vec<(String, Vec<usize>)> {
-        let (h, e, i) = (self.hidden, self.embedding.width, self.intermediate);
-        let mut out = vec![("embed.tokens.weight".to_string(), vec![self.vocab_size, e])];
-        if let Positions::Table { rows, .. } = self.embedding.positions {
-            out.push(("embed.positions.weight".into(), vec![rows, e]));
-        }
-        if self.embedding.token_types > 0 {
-            out.push(("embed.types.weight".into(), vec![self.embedding.token_types, e]));
-        }
-        let norm_bias = self.biases.norm;
-        let norm = |out: &mut Vec<(String, Vec<usize>)>, name: &str, size: usize| {
-            out.push((format!("{name}.weight"), vec![size]));
-            if norm_bias {
-                out.push((format!("{name}.bias"), vec![size]));
-            }
-        };
-        if self.embedding.norm {
-            let size = if self.embedding.projection == Some(Projection::BeforeNorm) { h } else { e };
-            norm(&mut out, "embed.norm", size);
-        }
-        if self.embedding.projection.is_some() {
-            out.push(("embed.project.weight".into(), vec![h, e]));
-            if self.embedding.projection_bias {
-                out.push(("embed.project.bias".into(), vec![h]));
-            }
-        }
-        match &self.position_bias {
-            PositionBias::None => {}
-            PositionBias::Buckets { rows, .. } => out.push(("rel.bias.weight".into(), vec![*rows, self.heads])),
-            PositionBias::Disentangled(d) => {
-                out.push(("rel.embeddings.weight".into(), vec![2 * d.span, h]));
-                if d.norm {
-                    norm(&mut out, "rel.norm", h);
-                }
-            }
-        }
-        let (attn, kv) = (self.query_width(), self.kv_width());
-        let linear = |out: &mut Vec<(String, Vec<usize>)>, name: String, rows: usize, cols: usize, bias: bool| {
-            out.push((format!("{name}.weight"), vec![rows, cols]));
-            if bias {
-                out.push((format!("{name}.bias"), vec![rows]));
-            }
-        };
-        let b = self.biases;
-        for w in 0..self.weight_sets() {
-            let p = format!("layer.{w}");
-            linear(&mut out, format!("{p}.q"), attn, h, b.qkv);
-            linear(&mut out, format!("{p}.k"), kv, h, b.qkv);
-            linear(&mut out, format!("{p}.v"), kv, h, b.qkv);
-            linear(&mut out, format!("{p}.o"), h, attn, b.output);
-            if self.qk_norm {
-                out.push((format!("{p}.q_norm.weight"), vec![self.head_dim]));
-                out.push((format!("{p}.k_norm.weight"), vec![self.head_dim]));
-            }
-            if let PositionBias::Disentangled(d) = &self.position_bias {
-                if !d.shared_projections {
-                    if d.c2p {
-                        out.push((format!("{p}.pos_k.weight"), vec![attn, h]));
-                        out.push((format!("{p}.pos_k.bias"), vec![attn]));
-                    }
-                    if d.p2c {
-                        out.push((format!("{p}.pos_q.weight"), vec![attn, h]));
-                    }
-                }
-            }
-            norm(&mut out, &format!("{p}.attn_norm"), h);
-            if self.cross_attention {
-                linear(&mut out, format!("{p}.cq"), attn, h, b.qkv);
-                linear(&mut out, format!("{p}.ck"), attn, h, b.qkv);
-                linear(&mut out, format!("{p}.cv"), attn, h, b.qkv);
-                linear(&mut out, format!("{p}.co"), h, attn, b.output);
-                norm(&mut out, &format!("{p}.cross_norm"), h);
-            }
-            if self.feed_forward == FeedForward::Gated {
-                linear(&mut out, format!("{p}.gate"), i, h, b.ffn);
-            }
-            linear(&mut out, format!("{p}.up"), i, h, b.ffn);
-            linear(&mut out, format!("{p}.down"), h, i, b.ffn);
-            norm(&mut out, &format!("{p}.ffn_norm"), h);
-        }
-        if self.final_norm {
-            norm(&mut out, "final_norm", h);
-        }
-        if self.logits_bias {
-            out.push(("logits_bias".into(), vec![self.vocab_size]));
-        }
-        out
-    }
-
-    /// Bytes of f32 weights the engine would hold: for a warning before loading a huge model.
-    pub fn weight_bytes(&self) -> u64 {
-        self.expected_tensors().iter().map(|(_, shape)| shape.iter().map(|&d| d as u64).product::<u64>() * 4).sum()
     }
 
     /// A one-line summary: "roberta · 12 layers × 12 heads × 768 wide" (with "(3 key/value)"

@@ -138,8 +138,8 @@ impl<'m> Generator<'m> {
             return Err(ModelError::Tokenizer("no tokens to continue: type a prompt".into()));
         }
         let desc = net.description();
-        let mut cache = net.new_cache();
-        let out = net.step(&tokens.ids, &mut cache)?;
+        let mut cache = net.new_cache()?;
+        let out = net.step(&tokens.ids, &mut cache, &Interventions::default())?;
         let n = tokens.len();
         let heads = desc.layers * desc.heads;
         let mut rows = vec![Vec::with_capacity(n * (n + 1) / 2); heads];
@@ -213,7 +213,7 @@ impl<'m> Generator<'m> {
         t.segments.push(0);
         t.type_ids.push(0);
         t.special.push(tokenizer.is_special(id));
-        let out = self.model.net.step(&[id], &mut self.cache)?;
+        let out = self.model.net.step(&[id], &mut self.cache, &Interventions::default())?;
         let total = self.cache.len();
         for (rows, row) in self.rows.iter_mut().zip(out.probs.chunks(total)) {
             rows.extend_from_slice(row);

@@ -441,7 +441,8 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
         }
     }
     // Check every tensor's size, and the shape of each the network reads, before reading any.
-    let expected: HashMap<String, Vec<usize>> = desc.expected_tensors().into_iter().collect();
+    let expected: HashMap<String, Vec<usize>> =
+        super::engine::expected_tensors(&desc).into_iter().map(|e| (e.name, e.shape)).collect();
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for (name, info) in &content.tensor_infos {
         let dims = info.shape.dims();

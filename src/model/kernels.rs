@@ -202,6 +202,27 @@ impl pulp::WithSimd for LayerNormRows<'_> {
     }
 }
 
+/// What each row of `x` (rows of `width`) is divided by in a norm: `sqrt(var + eps)` for a
+/// LayerNorm (`centred`, the row's mean taken out first), `sqrt(mean(x²) + eps)` for an RMSNorm —
+/// `TransformerLens`'s `hook_scale`, computed with the sums [`layer_norm_rows`] and
+/// [`rms_norm_rows`] use, so `x / scale` is the normalised row they form.
+pub fn norm_scales(x: &[f32], width: usize, centred: bool, eps: f32) -> Vec<f32> {
+    if width == 0 {
+        return Vec::new();
+    }
+    x.chunks(width)
+        .map(|row| {
+            let spread = if centred {
+                let mean = lane_sum(row, |v| v) / width as f32;
+                lane_sum(row, |v| (v - mean) * (v - mean)) / width as f32
+            } else {
+                lane_sum(row, |v| v * v) / width as f32
+            };
+            (spread + eps).sqrt()
+        })
+        .collect()
+}
+
 /// `Σ f(v)` over `values` with [`LANES`] independent partial sums (so the loop vectorises).
 #[inline(always)]
 fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f32 {

@@ -9,7 +9,7 @@ use candle_core::{DType, Device};
 
 use super::ModelError;
 use super::describe::Description;
-use super::engine::{Capture, Network, WeightStorage, Weights};
+use super::engine::{Capture, EachLayer, EngineError, Input, LayerVisitor, Network, WeightStorage, Weights};
 use super::families::{self, Family};
 use super::intervene::Interventions;
 use super::tokenize::TextTokenizer;
@@ -177,7 +177,7 @@ pub(crate) fn memory_budget() -> Option<(u64, bool)> {
 /// error keeps the model already open; `ATTNVIZ_MAX_MEMORY_GB` overrides the limit.
 pub fn check_memory(what: &Path, desc: &Description, file_bytes: u64) -> Result<(), ModelError> {
     let Some((available_bytes, from_env)) = memory_budget() else { return Ok(()) };
-    let weight_bytes = desc.weight_bytes();
+    let weight_bytes = super::engine::weight_bytes(desc);
     let needed_bytes = weight_bytes.saturating_add(file_bytes);
     if needed_bytes <= available_bytes {
         return Ok(());
@@ -329,8 +329,9 @@ fn checked_weights(
         let more = if present > needed { "more" } else { "fewer" };
         return Err(bad(format!("the weights have {more} layers ({present}) than config.json says ({needed})")));
     }
-    for (name, shape) in desc.expected_tensors() {
+    for super::engine::Expected { name, shape, required } in super::engine::expected_tensors(desc) {
         match tensors.get(&name) {
+            None if !required => {}
             None => return Err(bad(format!("missing tensor {name} (shape {shape:?} from config.json)"))),
             Some(t) if t.dims() != shape.as_slice() => {
                 return Err(bad(format!("tensor {name} has shape {:?}, but config.json implies {shape:?}", t.dims())));
@@ -457,7 +458,7 @@ impl LoadedModel {
         let storage = storage.unwrap_or_else(WeightStorage::from_env);
         let (weights, decoder_weights) =
             load_weights(dir, &files, (family, storage), &desc, decoder.as_ref().map(|d| &d.desc))?;
-        let bad = |e: candle_core::Error| ModelError::Weights { path: files[0].clone(), message: e.to_string() };
+        let bad = |e: EngineError| ModelError::Weights { path: files[0].clone(), message: e.to_string() };
         let net = Network::load(&desc, weights).map_err(bad)?;
         let decoder = match (decoder, decoder_weights) {
             (Some(spec), Some(w)) => {
@@ -635,7 +636,7 @@ impl LoadedModel {
         if let Some(&id) = tokens.ids.iter().find(|&&id| id as usize >= desc.vocab_size) {
             return Err(ModelError::Tokenizer(format!("token id {id} is outside the decoder's vocabulary")));
         }
-        let out = decoder.net.forward_decoder(&tokens.ids, encoder_hidden, Capture::Attention)?;
+        let out = decoder.net.forward_decoder(&tokens.ids, encoder_hidden)?;
         let n = tokens.len();
         let sources = encoder_hidden.len() / desc.hidden.max(1);
         let shape = |e: crate::analysis::ShapeError| ModelError::Inference(candle_core::Error::Msg(e.to_string()));
@@ -694,10 +695,11 @@ impl LoadedModel {
         &self,
         tokens: &Tokens,
         interventions: &Interventions,
-        visit: &mut (dyn FnMut(usize, &[f32]) -> candle_core::Result<()> + Send),
+        visit: &mut LayerVisitor<'_>,
     ) -> Result<Vec<f32>, ModelError> {
         self.check_tokens(tokens, interventions)?;
-        Ok(self.net.forward_each_layer(&tokens.ids, &tokens.type_ids, interventions, visit)?)
+        let input = Input::new(&tokens.ids, &tokens.type_ids, interventions);
+        Ok(self.net.run(input, &mut EachLayer::new(visit))?)
     }
 
     /// Runs already tokenized input keeping only the residual stream entering each layer: any

@@ -6,6 +6,7 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
+use super::engine::{EachHead, EngineError, Input};
 use super::{Interventions, LoadedModel, ModelError};
 use crate::analysis::long::{
     LongInput, LongView, OVERVIEW_SPANS, WINDOW_TOKENS, overview_spans, pool_matrix_into, span_tokens, window_at,
@@ -124,10 +125,10 @@ impl LoadedModel {
                 Ok(false) => stopped = true,
                 Err(e) => failed = Some(e),
             }
-            Err(candle_core::Error::Msg("the pass was stopped".into()))
+            Err(EngineError::Stopped)
         };
-        let result =
-            self.net.forward_each_head_then(&tokens.ids, &tokens.type_ids, interventions, &visit, &mut layer_done);
+        let input = Input::new(&tokens.ids, &tokens.type_ids, interventions);
+        let result = self.net.run(input, &mut EachHead::new(&visit).then(&mut layer_done));
         if let Some(e) = failed {
             return Err(e);
         }

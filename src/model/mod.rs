@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use describe::{Activation, Description, NormPlacement};
-pub use engine::{Capture, HeadDetail, LayerAttention, Network, Streams, WeightStorage};
+pub use engine::{Capture, EngineError, HeadDetail, LayerAttention, Network, Streams, WeightStorage};
 pub use intervene::Interventions;
 pub use loader::{LoadedModel, default_model_dir};
 pub use playground::PlaygroundConfig;
@@ -146,6 +146,9 @@ pub enum ModelError {
     /// The forward pass failed.
     #[error("inference failed: {0}")]
     Inference(#[from] candle_core::Error),
+    /// The engine refused the input or its context, or a listener stopped the pass.
+    #[error("{0}")]
+    Engine(#[from] engine::EngineError),
 }
 
 /// Bytes as gigabytes with one decimal ("2.5 GB"), or megabytes below 1 GB.

@@ -32,7 +32,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
     Ok(Description {
         feed_forward: FeedForward::Plain,
         norm_kind: NormKind::Layer,
-        biases: Biases { qkv: bias, output: bias, ffn: true, norm: true },
+        biases: Biases { qkv: bias, output: bias, ffn: true },
         rotary: Some(rot),
         parallel_residual: keys.opt_bool("use_parallel_residual")?.unwrap_or(true),
         ..base

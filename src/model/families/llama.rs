@@ -108,7 +108,6 @@ fn llama_like(keys: &Keys, variant: Variant) -> Result<Description, ModelError> 
         qkv: attention_bias || variant == Variant::Qwen2,
         output: attention_bias,
         ffn: keys.opt_bool("mlp_bias")?.unwrap_or(false),
-        norm: false,
     };
     let sliding_window = match variant {
         // MistralConfig's default window; null turns it off.

@@ -152,7 +152,7 @@ pub fn describe_full(text: &str) -> Result<(&'static Family, Description, Option
 /// Checks every tensor a description implies against [`MAX_TENSOR_ELEMENTS`], whatever keys the
 /// family combined to get its shape (each key is bounded on its own; their products are checked here).
 fn bounded_tensors(desc: &Description) -> Result<(), ModelError> {
-    for (name, shape) in desc.expected_tensors() {
+    for crate::model::engine::Expected { name, shape, .. } in crate::model::engine::expected_tensors(desc) {
         let count = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
         if count.is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
             return Err(ModelError::Config(format!(

@@ -1,0 +1,611 @@
+//! The blocks: one weight set's attention (self and cross) and feed-forward, how a block joins
+//! them to the residual stream, and the working memory a pass reuses for every layer.
+//!
+//! Each head's scores are written straight into its slot of the recorded attention (or a scratch
+//! buffer) and normalised there; heads run in parallel.
+
+use rayon::prelude::*;
+
+use super::Network;
+use super::embed::Norm;
+use super::error::Result;
+use super::linear::Linear;
+use super::pass::{LayerSlots, PassContext};
+use super::positions::{self, HeadRows, PositionWeights, RelativeProjections};
+use super::weights::Weights;
+use crate::model::describe::{Activation, Description, FeedForward, NormKind, NormPlacement};
+use crate::model::gemm::{MatMut, MatRef, matmul};
+use crate::model::kernels;
+
+/// Rows per block when a mask lets attention skip keys.
+const ROW_BLOCK: usize = 64;
+
+/// Blocks of query rows (`n` of them, the first at position `mask.first`) and the keys any row of
+/// the block sees, out of `total`: all rows and keys in one block when the mask hides nothing,
+/// else blocks of [`ROW_BLOCK`] rows (a causal mask hides the keys after the block's last query, a
+/// window those before its first query's window), blocks that see no key left out.
+fn visible_blocks(
+    mask: kernels::Mask,
+    n: usize,
+    total: usize,
+) -> impl Iterator<Item = (std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let block = if mask.causal || mask.window.is_some() { ROW_BLOCK } else { n.max(1) };
+    (0..n).step_by(block).filter_map(move |start| {
+        let end = (start + block).min(n);
+        let keys = mask.visible(start, total).start..mask.visible(end - 1, total).end;
+        (!keys.is_empty()).then_some((start..end, keys))
+    })
+}
+
+/// One weight set of the blocks: attention (`BertSelfAttention` eager + `BertSelfOutput`, q/k/v
+/// fused into one product: `heads·head_dim` query columns, then `kv_heads·head_dim` key and value
+/// columns), then the feed-forward (`BertIntermediate` + `BertOutput`; gate and up fused when gated).
+#[derive(Debug, Clone)]
+pub(super) struct Layer {
+    pub(super) qkv: Linear,
+    /// Qwen3's per-head norms of q and k.
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
+    pub(super) output: Linear,
+    pub(super) attn_norm: Norm,
+    pub(super) up: Linear,
+    pub(super) down: Linear,
+    ffn_norm: Norm,
+    relative: RelativeProjections,
+    /// Attention to an encoder's output (decoders of encoder–decoders).
+    pub(super) cross: Option<CrossAttention>,
+}
+
+/// A decoder layer's attention to the encoder: queries from the decoder, keys and values (fused)
+/// from the encoder output, the output projection, and the norm of its sub-block.
+#[derive(Debug, Clone)]
+pub(super) struct CrossAttention {
+    pub(super) q: Linear,
+    pub(super) kv: Linear,
+    pub(super) output: Linear,
+    norm: Norm,
+}
+
+impl Layer {
+    pub(super) fn load(w: &mut Weights, d: &Description, index: usize, positions: &PositionWeights) -> Result<Self> {
+        let p = format!("layer.{index}");
+        let (h, attn, kv) = (d.hidden, d.query_width(), d.kv_width());
+        // (DeBERTa's relative projections read q and k first: the fused product below takes them.)
+        let relative = RelativeProjections::load(w, d, &p, positions)?;
+        let qkv = Linear::fused(
+            w,
+            &[(format!("{p}.q"), attn), (format!("{p}.k"), kv), (format!("{p}.v"), kv)],
+            h,
+            d.biases.qkv,
+        )?;
+        let head_norm = |w: &mut Weights, name: &str| {
+            Norm::load_kind(w, &format!("{p}.{name}"), d.head_dim, d.norm_eps, NormKind::Rms)
+        };
+        let i = d.intermediate;
+        let up = match d.feed_forward {
+            FeedForward::Plain => Linear::load(w, &format!("{p}.up"), h, i, d.biases.ffn)?,
+            FeedForward::Gated => {
+                Linear::fused(w, &[(format!("{p}.gate"), i), (format!("{p}.up"), i)], h, d.biases.ffn)?
+            }
+        };
+        let cross = if d.cross_attention {
+            Some(CrossAttention {
+                q: Linear::load(w, &format!("{p}.cq"), h, attn, d.biases.qkv)?,
+                kv: Linear::fused(w, &[(format!("{p}.ck"), attn), (format!("{p}.cv"), attn)], h, d.biases.qkv)?,
+                output: Linear::load(w, &format!("{p}.co"), attn, h, d.biases.output)?,
+                norm: Norm::load(w, &format!("{p}.cross_norm"), h, d)?,
+            })
+        } else {
+            None
+        };
+        Ok(Self {
+            cross,
+            qkv,
+            q_norm: d.qk_norm.then(|| head_norm(w, "q_norm")).transpose()?,
+            k_norm: d.qk_norm.then(|| head_norm(w, "k_norm")).transpose()?,
+            output: Linear::load(w, &format!("{p}.o"), attn, h, d.biases.output)?,
+            attn_norm: Norm::load(w, &format!("{p}.attn_norm"), h, d)?,
+            up,
+            down: Linear::load(w, &format!("{p}.down"), i, h, d.biases.ffn)?,
+            ffn_norm: Norm::load(w, &format!("{p}.ffn_norm"), h, d)?,
+            relative,
+        })
+    }
+
+    /// Bytes of its linear layers' weights as held.
+    pub(super) fn weight_bytes(&self) -> usize {
+        let cross =
+            self.cross.as_ref().map_or(0, |c| c.q.weight_bytes() + c.kv.weight_bytes() + c.output.weight_bytes());
+        self.qkv.weight_bytes() + self.output.weight_bytes() + self.up.weight_bytes() + self.down.weight_bytes() + cross
+    }
+}
+
+/// One layer's cached keys and values (rows appended by the pass), in a cached pass.
+pub(super) type CacheRows<'a> = Option<(&'a mut Vec<f32>, &'a mut Vec<f32>)>;
+
+/// What one layer of a pass reads and writes besides the residual stream.
+pub(super) struct LayerJob<'a> {
+    pub(super) layer_idx: usize,
+    /// Where its attention goes.
+    pub(super) slots: LayerSlots<'a>,
+    /// This layer's keys and values of the tokens before (appended to), in a cached pass.
+    pub(super) cache: CacheRows<'a>,
+    /// The encoder's output a decoder attends to, `source × hidden`.
+    pub(super) encoder: Option<&'a [f32]>,
+}
+
+/// What one head records besides its probabilities (each when asked).
+#[derive(Default)]
+pub(super) struct HeadRecords<'a> {
+    pub(super) scores: Option<&'a mut [f32]>,
+    pub(super) terms: Vec<&'a mut [f32]>,
+    pub(super) queries: Option<&'a mut [f32]>,
+    pub(super) keys: Option<&'a mut [f32]>,
+}
+
+/// One head's share of a layer's outputs: its probabilities go to its slice of the recorded
+/// attention, or (None) to a scratch buffer of the pass that is reused once the head is done.
+struct HeadOut<'a> {
+    probs: Option<&'a mut [f32]>,
+    context: &'a mut [f32],
+    records: HeadRecords<'a>,
+}
+
+/// A layer's fused q/k/v rows and where each head finds its keys: what [`Network::head_probs`]
+/// reads.
+pub(super) struct QkRows<'a> {
+    /// `n` rows of `row` values: queries, then keys, then values (after the norms and rotation).
+    pub(super) qkv: &'a [f32],
+    pub(super) row: usize,
+    pub(super) n: usize,
+    /// The keys (this pass's rows, or a cache's), `total` rows `kv_stride` apart.
+    pub(super) k_all: &'a [f32],
+    pub(super) kv_stride: usize,
+    pub(super) total: usize,
+}
+
+/// Per-head probability buffers of a pass that records none: one per head running at a time.
+#[derive(Default)]
+struct HeadScratch(std::sync::Mutex<Vec<Vec<f32>>>);
+
+impl HeadScratch {
+    fn take(&self, len: usize) -> Vec<f32> {
+        let kept = self.0.lock().ok().and_then(|mut v| v.pop());
+        match kept {
+            Some(mut b) => {
+                b.resize(len, 0.0);
+                b
+            }
+            None => vec![0.0; len],
+        }
+    }
+
+    fn give(&self, buffer: Vec<f32>) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(buffer);
+        }
+    }
+
+    /// Bytes of the buffers kept.
+    fn bytes(&self) -> usize {
+        self.0.lock().map_or(0, |v| v.iter().map(|b| b.capacity() * size_of::<f32>()).sum())
+    }
+}
+
+/// Working memory of a forward pass, allocated once and reused by every layer.
+pub(super) struct Buffers {
+    /// Input of a sub-block after its norm (pre-LN), `n × hidden`.
+    normed: Vec<f32>,
+    /// Fused q/k/v, `n × (attn + 2·kv)`.
+    qkv: Vec<f32>,
+    /// Attention output per head, `heads × n × head_dim`.
+    context_by_head: Vec<f32>,
+    /// The same as rows, `n × attn`.
+    pub(super) context: Vec<f32>,
+    /// The attention block's output, before the residual, `n × hidden`.
+    pub(super) attn_out: Vec<f32>,
+    /// Residual stream after attention, `n × hidden`.
+    pub(super) attended: Vec<f32>,
+    /// Cross-attention's output, before the residual, `n × hidden` (decoders only).
+    pub(super) cross_out: Vec<f32>,
+    /// Cross-attention probabilities of a layer when no slot records them, `heads × n × source`.
+    cross_probs: Vec<f32>,
+    /// Feed-forward inner activations, `n × intermediate` (`n × 2·intermediate` when gated: gate
+    /// and up side by side).
+    inner: Vec<f32>,
+    /// Gated feed-forward: `act(gate) · up`, `n × intermediate`.
+    gated: Vec<f32>,
+    /// The MLP's output, before the residual, `n × hidden`.
+    pub(super) mlp_out: Vec<f32>,
+    /// A linear layer's product, panel by panel, before its bias: `n × out` for the widest layer.
+    panels: Vec<f32>,
+    /// Probabilities of heads a pass does not record.
+    scratch: HeadScratch,
+}
+
+impl Buffers {
+    /// Bytes held, the head scratch included.
+    pub(super) fn bytes(&self) -> usize {
+        let vecs = [
+            &self.normed,
+            &self.qkv,
+            &self.context_by_head,
+            &self.context,
+            &self.attn_out,
+            &self.attended,
+            &self.cross_out,
+            &self.cross_probs,
+            &self.inner,
+            &self.gated,
+            &self.mlp_out,
+            &self.panels,
+        ];
+        vecs.iter().map(|v| v.capacity() * size_of::<f32>()).sum::<usize>() + self.scratch.bytes()
+    }
+
+    pub(super) fn new(n: usize, source: usize, d: &Description) -> Self {
+        let (hidden, attn, qkv) = (d.hidden, d.query_width(), d.query_width() + 2 * d.kv_width());
+        let gated = d.feed_forward == FeedForward::Gated;
+        let inner = if gated { 2 * d.intermediate } else { d.intermediate };
+        let cross = d.cross_attention;
+        let _ = source; // cross-attention's probabilities go to scratch only when no slot takes them
+        Self {
+            normed: vec![0.0; n * hidden],
+            qkv: vec![0.0; n * qkv],
+            context_by_head: vec![0.0; n * attn],
+            context: vec![0.0; n * attn],
+            attn_out: vec![0.0; n * hidden],
+            attended: vec![0.0; n * hidden],
+            cross_out: if cross { vec![0.0; n * hidden] } else { Vec::new() },
+            cross_probs: Vec::new(),
+            inner: vec![0.0; n * inner],
+            gated: if gated { vec![0.0; n * d.intermediate] } else { Vec::new() },
+            mlp_out: vec![0.0; n * hidden],
+            panels: vec![0.0; n * qkv.max(inner).max(hidden)],
+            scratch: HeadScratch::default(),
+        }
+    }
+}
+
+/// `out = a + b`, element by element (a part's write joining the stream: `(x·W + bias) + residual`
+/// exactly as a fused product-and-add would round it).
+fn sum_into(out: &mut [f32], a: &[f32], b: &[f32]) {
+    out.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (a, b))| *o = a + b);
+}
+
+/// `stream += part` (addition commutes exactly: `(x·W + bias) + residual`).
+fn join(stream: &mut [f32], part: &[f32]) {
+    stream.iter_mut().zip(part).for_each(|(s, p)| *s += p);
+}
+
+impl Network {
+    /// One block on the residual stream `x` (`n × hidden`), in place: post-LN
+    /// (`norm(x + attn(x))`, then `norm(y + ffn(y))`), pre-LN (`x + attn(norm(x))`, then
+    /// `y + ffn(norm(y))`), or pre-LN in parallel (`x + attn(norm₁(x)) + ffn(norm₂(x))`). Each
+    /// part's output stays in `bufs` (`attn_out`, `cross_out`, `mlp_out`; the stream after
+    /// attention in `attended`) for the pass to hand out.
+    pub(super) fn layer_forward(
+        &self,
+        layer: &Layer,
+        x: &mut [f32],
+        ctx: &PassContext,
+        job: LayerJob<'_>,
+        bufs: &mut Buffers,
+    ) {
+        let LayerJob { layer_idx, slots, cache, encoder } = job;
+        let mut normed = std::mem::take(&mut bufs.normed);
+        let mut attended = std::mem::take(&mut bufs.attended);
+        let mut cross_slot = slots.cross;
+        let slots = LayerSlots { cross: None, ..slots };
+        let cross = |this: &Self, bufs: &mut Buffers, input: &[f32], slot: Option<&mut [f32]>| {
+            if let (Some(c), Some(encoder)) = (&layer.cross, encoder) {
+                this.cross_attention(c, input, encoder, ctx.temperature, slot, bufs);
+            }
+        };
+        match (self.desc.norm, self.desc.parallel_residual) {
+            (NormPlacement::Post, _) => {
+                self.attention(layer, x, ctx, (layer_idx, slots, cache), bufs);
+                sum_into(&mut attended, &bufs.attn_out, x);
+                layer.attn_norm.forward_in_place(&mut attended);
+                if let Some(c) = &layer.cross {
+                    // BartDecoderLayer: `encoder_attn_layer_norm(x + encoder_attn(x))`.
+                    cross(self, bufs, &attended, cross_slot.take());
+                    join(&mut attended, &bufs.cross_out);
+                    c.norm.forward_in_place(&mut attended);
+                }
+                self.feed_forward(layer, &attended, bufs);
+                sum_into(x, &bufs.mlp_out, &attended);
+                layer.ffn_norm.forward_in_place(x);
+            }
+            (NormPlacement::Pre, false) => {
+                normed.copy_from_slice(x);
+                layer.attn_norm.forward_in_place(&mut normed);
+                self.attention(layer, &normed, ctx, (layer_idx, slots, cache), bufs);
+                sum_into(&mut attended, &bufs.attn_out, x);
+                if let Some(c) = &layer.cross {
+                    // T5LayerCrossAttention / pre-LN BART: `x + encoder_attn(norm(x))`.
+                    normed.copy_from_slice(&attended);
+                    c.norm.forward_in_place(&mut normed);
+                    cross(self, bufs, &normed, cross_slot.take());
+                    join(&mut attended, &bufs.cross_out);
+                }
+                normed.copy_from_slice(&attended);
+                layer.ffn_norm.forward_in_place(&mut normed);
+                self.feed_forward(layer, &normed, bufs);
+                sum_into(x, &bufs.mlp_out, &attended);
+            }
+            (NormPlacement::Pre, true) => {
+                // GPTNeoXLayer: `mlp_output + attn_output + hidden_states`.
+                normed.copy_from_slice(x);
+                layer.attn_norm.forward_in_place(&mut normed);
+                self.attention(layer, &normed, ctx, (layer_idx, slots, cache), bufs);
+                normed.copy_from_slice(x);
+                layer.ffn_norm.forward_in_place(&mut normed);
+                self.feed_forward(layer, &normed, bufs);
+                // (mlp + attn) + hidden: addition commutes exactly.
+                sum_into(&mut attended, &bufs.mlp_out, &bufs.attn_out);
+                x.iter_mut().zip(&attended).for_each(|(x, s)| *x += s);
+            }
+        }
+        bufs.normed = normed;
+        bufs.attended = attended;
+    }
+
+    /// Attention from `x` (`n × hidden`, the decoder) to `encoder` (`source × hidden`): per head
+    /// `softmax(q·kᵀ · scale)` over every source token (no mask, no position terms), recorded in
+    /// `slot` (`heads × n × source`, or scratch), then `· v` and the output projection into
+    /// `bufs.cross_out`.
+    fn cross_attention(
+        &self,
+        c: &CrossAttention,
+        x: &[f32],
+        encoder: &[f32],
+        temperature: f32,
+        slot: Option<&mut [f32]>,
+        bufs: &mut Buffers,
+    ) {
+        let (d, attn) = (self.desc.head_dim, self.desc.query_width());
+        let n = x.len() / self.desc.hidden.max(1);
+        let source = encoder.len() / self.desc.hidden.max(1);
+        let q = c.q.forward(x);
+        let kv = c.kv.forward(encoder);
+        let mut context_by_head = vec![0.0; n * attn];
+        let scale = self.desc.score_scale;
+        let probs = if let Some(p) = slot {
+            p
+        } else {
+            bufs.cross_probs.resize(self.desc.heads * n * source, 0.0);
+            &mut bufs.cross_probs[..]
+        };
+        probs
+            .par_chunks_mut((n * source).max(1))
+            .zip(context_by_head.par_chunks_mut((n * d).max(1)))
+            .enumerate()
+            .for_each(|(h, (p, context))| {
+                let qm = MatRef::rows(&q[h * d..], n, d, attn);
+                let k = MatRef::rows(&kv[h * d..], source, d, 2 * attn);
+                let v = MatRef::rows(&kv[attn + h * d..], source, d, 2 * attn);
+                matmul(MatMut::rows(p, n, source, source), qm, k.t(), scale, false);
+                if temperature.to_bits() != 1.0f32.to_bits() {
+                    for s in p.iter_mut() {
+                        *s /= temperature;
+                    }
+                }
+                kernels::softmax_rows(p, source, kernels::Mask::default(), None);
+                matmul(MatMut::rows(context, n, d, d), MatRef::rows(p, n, source, source), v, 1.0, false);
+            });
+        let mut context = vec![0.0; n * attn];
+        for (h, ctx) in context_by_head.chunks(n * d).enumerate() {
+            for (dst, src) in context.chunks_mut(attn).zip(ctx.chunks(d)) {
+                dst[h * d..(h + 1) * d].copy_from_slice(src);
+            }
+        }
+        let mut scratch = vec![0.0; n * self.desc.hidden];
+        c.output.forward_into(&context, None, &mut scratch, &mut bufs.cross_out);
+    }
+
+    /// Qwen3's per-head norms, then the rotation, on every q and k head of the fused rows.
+    fn prepare_qk(&self, layer: &Layer, qkv: &mut [f32], ctx: &PassContext) {
+        let (d, attn, kv) = (self.desc.head_dim, self.desc.query_width(), self.desc.kv_width());
+        let rope = ctx.rope.as_ref();
+        if layer.q_norm.is_none() && rope.is_none() {
+            return;
+        }
+        let row = attn + 2 * kv;
+        qkv.par_chunks_mut(row).enumerate().for_each(|(i, r)| {
+            let qk = &mut r[..attn + kv];
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                qn.forward_in_place(&mut qk[..attn]);
+                kn.forward_in_place(&mut qk[attn..]);
+            }
+            if let Some(rope) = rope {
+                for head in qk.chunks_mut(d) {
+                    rope.rotate(i, head);
+                }
+            }
+        });
+    }
+
+    /// `eager_attention_forward`: softmax(q·kᵀ · scale + position terms) · v, then the output
+    /// dense into `bufs.attn_out` (the caller adds the residual and places the norm). Each head's
+    /// scores are computed straight into its slot of the recorded probabilities and normalised
+    /// there (or into a scratch buffer when the listener records none); heads run in parallel;
+    /// query head `h` reads key/value head `kv_head_of(h)`. With a cache, this pass's keys and
+    /// values are appended to it and the queries attend to all of it. Ablated heads have their
+    /// output zeroed.
+    fn attention(
+        &self,
+        layer: &Layer,
+        x: &[f32],
+        ctx: &PassContext,
+        (layer_idx, slots, cache): (usize, LayerSlots<'_>, CacheRows<'_>),
+        bufs: &mut Buffers,
+    ) {
+        let desc = &self.desc;
+        let (d, attn, kv) = (desc.head_dim, desc.query_width(), desc.kv_width());
+        let n = x.len() / desc.hidden.max(1);
+        self.project_qk(layer, x, ctx, &mut bufs.panels, &mut bufs.qkv);
+        let row = attn + 2 * kv;
+        let qkv = &bufs.qkv[..];
+        // Keys and values: this pass's rows, or the cache they are appended to.
+        let (k_all, v_all, kv_stride, total) = match cache {
+            Some((keys, values)) => {
+                for r in qkv.chunks(row) {
+                    keys.extend_from_slice(&r[attn..attn + kv]);
+                    values.extend_from_slice(&r[attn + kv..]);
+                }
+                let (keys, values): (&Vec<f32>, &Vec<f32>) = (keys, values);
+                (keys.as_slice(), values.as_slice(), kv, keys.len() / kv.max(1))
+            }
+            None => (&qkv[attn..], &qkv[attn + kv..], row, n),
+        };
+        let rows = QkRows { qkv, row, n, k_all, kv_stride, total };
+        let LayerSlots { probs, scores, terms, queries, keys, visit_head, .. } = slots;
+        let mut probs = probs.map(|p| p.chunks_mut(n * total));
+        let mut scores = scores.map(|s| s.chunks_mut(n * total));
+        let mut queries = queries.map(|q| q.chunks_mut(n * d));
+        let mut keys = keys.map(|k| k.chunks_mut(total * d));
+        let mut terms: Vec<_> = terms.into_iter().map(|t| t.chunks_mut(n * total)).collect();
+        let tasks: Vec<HeadOut<'_>> = bufs
+            .context_by_head
+            .chunks_mut(n * d)
+            .take(desc.heads)
+            .map(|context| HeadOut {
+                probs: probs.as_mut().and_then(Iterator::next),
+                context,
+                records: HeadRecords {
+                    scores: scores.as_mut().and_then(Iterator::next),
+                    terms: terms.iter_mut().filter_map(Iterator::next).collect(),
+                    queries: queries.as_mut().and_then(Iterator::next),
+                    keys: keys.as_mut().and_then(Iterator::next),
+                },
+            })
+            .collect();
+        let scratch = &bufs.scratch;
+        tasks.into_par_iter().enumerate().for_each(|(h, t)| {
+            let HeadOut { probs, context, records } = t;
+            let mut own = Vec::new();
+            let probs = if let Some(p) = probs {
+                p
+            } else {
+                own = scratch.take(n * total);
+                &mut own[..]
+            };
+            self.head_probs(layer, h, &rows, ctx, probs, records);
+            if let Some(visit) = visit_head {
+                visit(layer_idx, h, probs);
+            }
+            if ctx.ablated(layer_idx, h) {
+                context.fill(0.0);
+            } else {
+                // probs · v over the keys each block of rows sees (the others weigh exactly 0).
+                let g = desc.kv_head_of(h);
+                for (r, ks) in visible_blocks(ctx.mask, n, total) {
+                    let p = MatRef::rows(&probs[r.start * total + ks.start..], r.len(), ks.len(), total);
+                    let v = MatRef::rows(&v_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
+                    matmul(MatMut::rows(&mut context[r.start * d..], r.len(), d, d), p, v, 1.0, false);
+                }
+            }
+            if own.capacity() > 0 {
+                scratch.give(own);
+            }
+        });
+        // (heads, n, d) → (n, heads·d), then the output dense.
+        for (h, context) in bufs.context_by_head.chunks(n * d).enumerate() {
+            for (dst, src) in bufs.context.chunks_mut(attn).zip(context.chunks(d)) {
+                dst[h * d..(h + 1) * d].copy_from_slice(src);
+            }
+        }
+        layer.output.forward_into(&bufs.context[..n * attn], None, &mut bufs.panels, &mut bufs.attn_out);
+    }
+
+    /// The fused q/k/v rows of `x` (`n × (attn + 2·kv)`: every query, then every key, then every
+    /// value, head after head) into `qkv`, with Qwen3's head norms and the rotation applied.
+    pub(super) fn project_qk(&self, layer: &Layer, x: &[f32], ctx: &PassContext, panels: &mut [f32], qkv: &mut [f32]) {
+        layer.qkv.forward_into(x, None, panels, qkv);
+        self.prepare_qk(layer, qkv, ctx);
+    }
+
+    /// One head's attention probabilities into `probs` (`n × total`): q·kᵀ · scale, the
+    /// relative-position terms, the temperature, the mask and the softmax (recording the scores,
+    /// the terms, q and k where `records` asks). The one place a head's attention is computed: a
+    /// pass and the lazy path ([`super::LayerAttention`]) both call it, so they agree bit for bit.
+    pub(super) fn head_probs(
+        &self,
+        layer: &Layer,
+        h: usize,
+        rows: &QkRows<'_>,
+        ctx: &PassContext,
+        probs: &mut [f32],
+        records: HeadRecords<'_>,
+    ) {
+        let d = self.desc.head_dim;
+        let QkRows { qkv, row, n, k_all, kv_stride, total } = *rows;
+        let g = self.desc.kv_head_of(h);
+        let q = MatRef::rows(&qkv[h * d..], n, d, row);
+        let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
+        let HeadRecords { scores, mut terms, queries, keys } = records;
+        if ctx.relative.is_none() {
+            // Only the keys some query of each block of rows sees: a causal mask or a window
+            // hides the rest, and the softmax below overwrites those cells with -inf before it
+            // reads them (with position terms every cell is computed, as they are recorded).
+            for (r, ks) in visible_blocks(ctx.mask, n, total) {
+                let q = MatRef::rows(&qkv[r.start * row + h * d..], r.len(), d, row);
+                let k = MatRef::rows(&k_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
+                let dst = MatMut::rows(&mut probs[r.start * total + ks.start..], r.len(), ks.len(), total);
+                matmul(dst, q, k.t(), self.desc.score_scale, false);
+            }
+        } else {
+            matmul(MatMut::rows(probs, n, total, total), q, k.t(), self.desc.score_scale, false);
+        }
+        let weights = (&self.desc, &self.positions, &layer.relative);
+        positions::add_terms(weights, &HeadRows { head: h, n, q, k }, &ctx.relative, probs, &mut terms);
+        if ctx.temperature.to_bits() != 1.0f32.to_bits() {
+            let inv = 1.0 / ctx.temperature;
+            for s in probs.iter_mut() {
+                *s *= inv;
+            }
+        }
+        kernels::softmax_rows(probs, total, ctx.mask, scores);
+        if let Some(recorded) = queries {
+            for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
+                dst.copy_from_slice(&src[h * d..(h + 1) * d]);
+            }
+        }
+        if let Some(recorded) = keys {
+            for (dst, src) in recorded.chunks_mut(d).zip(k_all.chunks(kv_stride)) {
+                dst.copy_from_slice(&src[g * d..(g + 1) * d]);
+            }
+        }
+    }
+
+    /// The feed-forward block on `x` (no norm, no residual) into `bufs.mlp_out`:
+    /// `down(act(up(x)))`, or gated `down(act(gate(x)) · up(x))` (`LlamaMLP`, `GemmaMLP`).
+    fn feed_forward(&self, layer: &Layer, x: &[f32], bufs: &mut Buffers) {
+        layer.up.forward_into(x, None, &mut bufs.panels, &mut bufs.inner);
+        let i = self.desc.intermediate;
+        let gated = self.desc.feed_forward == FeedForward::Gated;
+        if gated {
+            // Rows of [gate | up]: the gate half goes to `gated`, activated there, then × up.
+            for (dst, src) in bufs.gated.chunks_mut(i).zip(bufs.inner.chunks(2 * i)) {
+                dst.copy_from_slice(&src[..i]);
+            }
+        }
+        let activated = if gated { &mut bufs.gated } else { &mut bufs.inner };
+        match self.desc.activation {
+            // GELUActivation: nn.functional.gelu, the exact erf form.
+            Activation::Gelu => kernels::gelu_erf_in_place(activated),
+            // NewGELUActivation / gelu_pytorch_tanh: the tanh approximation.
+            Activation::GeluTanh => kernels::gelu_tanh_in_place(activated),
+            Activation::Relu => kernels::relu_in_place(activated),
+            Activation::Silu => kernels::silu_in_place(activated),
+        }
+        if gated {
+            for (dst, src) in bufs.gated.chunks_mut(i).zip(bufs.inner.chunks(2 * i)) {
+                dst.iter_mut().zip(&src[i..]).for_each(|(g, u)| *g *= u);
+            }
+        }
+        let input = if gated { &bufs.gated } else { &bufs.inner };
+        layer.down.forward_into(input, None, &mut bufs.panels, &mut bufs.mlp_out);
+    }
+}

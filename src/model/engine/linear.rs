@@ -1,0 +1,193 @@
+//! Linear products: `nn.Linear` with its weight stored as panels of output columns.
+
+use rayon::prelude::*;
+
+use super::error::Result;
+use super::weights::{Values, Weights};
+use crate::model::gemm::{MatMut, MatRef, matmul};
+use crate::model::kernels;
+
+/// Output features per weight panel of a [`Linear`].
+pub(super) const PANEL: usize = 64;
+
+/// `nn.Linear`: `x · Wᵀ + b`. `Wᵀ` (`in × out`) is stored as panels of [`PANEL`] output columns,
+/// each a contiguous row-major `in × PANEL` block: each panel's product streams its weights from
+/// one block of memory in order (a whole `Wᵀ` is read with a stride of `out` floats per step,
+/// which is much slower for short inputs), and the panels run in parallel.
+#[derive(Debug, Clone)]
+pub(super) struct Linear {
+    /// The panels, f32 or 16-bit (widened one panel at a time per product).
+    panels: Values,
+    bias: Vec<f32>,
+    in_dim: usize,
+}
+
+/// `weight` (row-major `out × in`) as panels of [`PANEL`] output columns, each `in × PANEL`.
+pub(super) fn panelize<T: Copy>(weight: &[T], in_dim: usize, out_dim: usize) -> Vec<T> {
+    if weight.is_empty() {
+        return Vec::new(); // a plan's weight (see `Weights::plan`)
+    }
+    let mut panels = Vec::with_capacity(weight.len());
+    for start in (0..out_dim).step_by(PANEL) {
+        let end = (start + PANEL).min(out_dim);
+        for i in 0..in_dim {
+            panels.extend((start..end).map(|o| weight[o * in_dim + i]));
+        }
+    }
+    panels
+}
+
+thread_local! {
+    /// One widened 16-bit panel per thread.
+    static WIDE_PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Linear {
+    /// From a row-major `out × in` weight and an `out` bias.
+    pub(super) fn new(weight: &[f32], bias: Vec<f32>, in_dim: usize) -> Self {
+        Self { panels: Values::F32(panelize(weight, in_dim, bias.len())), bias, in_dim }
+    }
+
+    /// From a row-major `out × in` weight (in the precision it is kept in) and an `out` bias.
+    pub(super) fn from_values(weight: &Values, bias: Vec<f32>, in_dim: usize) -> Self {
+        let panels = weight.panelized(in_dim, bias.len());
+        Self { panels, bias, in_dim }
+    }
+
+    /// `{name}.weight` (`out × in`) and `{name}.bias` (zeros when `bias` is false).
+    pub(super) fn load(w: &mut Weights, name: &str, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
+        let weight = w.take_values(&format!("{name}.weight"), &[out_dim, in_dim])?;
+        let bias = if bias {
+            w.take(&format!("{name}.bias"), &[out_dim])?
+        } else if w.planning() {
+            Vec::new() // (a plan allocates nothing of a weight's size)
+        } else {
+            vec![0.0; out_dim]
+        };
+        Ok(Self::from_values(&weight, bias, in_dim))
+    }
+
+    /// `{name}.weight` and its bias when the checkpoint has them (a DeBERTa `pos_q`); None
+    /// without the weight, zeros without the bias.
+    pub(super) fn load_optional(w: &mut Weights, name: &str, in_dim: usize, out_dim: usize) -> Result<Option<Self>> {
+        let Some(weight) = w.take_optional_values(&format!("{name}.weight"), &[out_dim, in_dim])? else {
+            return Ok(None);
+        };
+        let bias = w.take_optional(&format!("{name}.bias"), &[out_dim])?.unwrap_or_else(|| vec![0.0; out_dim]);
+        Ok(Some(Self::from_values(&weight, bias, in_dim)))
+    }
+
+    /// Bytes its weights take as held.
+    pub(super) fn weight_bytes(&self) -> usize {
+        self.panels.bytes()
+    }
+
+    /// Several linear layers on the same input as one (their outputs side by side), each
+    /// `(name, out_dim)`; zero biases when `bias` is false.
+    pub(super) fn fused(w: &mut Weights, parts: &[(String, usize)], in_dim: usize, bias: bool) -> Result<Self> {
+        let total: usize = parts.iter().map(|(_, out)| out).sum();
+        let mut weight = Vec::with_capacity(parts.len());
+        let mut biases = Vec::with_capacity(total);
+        for (name, out_dim) in parts {
+            weight.push(w.take_values(&format!("{name}.weight"), &[*out_dim, in_dim])?);
+            if bias {
+                biases.extend(w.take(&format!("{name}.bias"), &[*out_dim])?);
+            } else {
+                biases.extend(std::iter::repeat_n(0.0, *out_dim));
+            }
+        }
+        Ok(Self::from_values(&Values::concat(weight), biases, in_dim))
+    }
+
+    pub(super) fn out_dim(&self) -> usize {
+        self.bias.len()
+    }
+
+    /// `out = x · Wᵀ + b (+ residual)` for the rows of `x`. Each panel's product goes to its own
+    /// block of `scratch`; one pass then adds the bias (and residual) while assembling the rows.
+    pub(super) fn forward_into(&self, x: &[f32], residual: Option<&[f32]>, scratch: &mut [f32], out: &mut [f32]) {
+        let (in_dim, out_dim) = (self.in_dim, self.out_dim());
+        let rows = x.len() / in_dim.max(1);
+        if rows == 0 || in_dim == 0 {
+            kernels::add_panels(&[], PANEL, &self.bias, residual, out);
+            return;
+        }
+        let scratch = &mut scratch[..rows * out_dim];
+        let product = |dst: &mut [f32], w: &[f32]| {
+            let width = w.len() / in_dim;
+            matmul(
+                MatMut::rows(dst, rows, width, width),
+                MatRef::rows(x, rows, in_dim, in_dim),
+                MatRef::rows(w, in_dim, width, width),
+                1.0,
+                false,
+            );
+        };
+        let chunks = scratch.par_chunks_mut(rows * PANEL).enumerate();
+        if let Values::F32(p) = &self.panels {
+            chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|((_, dst), w)| product(dst, w));
+        } else {
+            // A 16-bit panel is widened into this thread's buffer first, then multiplied like an
+            // f32 one.
+            chunks.for_each(|(i, dst)| {
+                let start = i * in_dim * PANEL;
+                let len = dst.len() / rows * in_dim;
+                WIDE_PANEL.with_borrow_mut(|wide| {
+                    wide.resize(len, 0.0);
+                    self.panels.widen_into(start..start + len, wide);
+                    product(dst, wide);
+                });
+            });
+        }
+        kernels::add_panels(scratch, PANEL, &self.bias, residual, out);
+    }
+
+    /// The bias, `out` values.
+    pub(super) fn bias(&self) -> &[f32] {
+        &self.bias
+    }
+
+    /// `x[:, columns] · Wᵀ[columns, :]` into `out` (`rows × out`, no bias): the share of the
+    /// product that input columns `columns` make (an attention head's write through its rows of
+    /// `W_O`). The shares of all columns, plus the bias, sum to [`Self::forward_into`]'s output.
+    pub(super) fn partial_into(&self, x: &[f32], columns: std::ops::Range<usize>, out: &mut [f32]) {
+        let (in_dim, out_dim) = (self.in_dim, self.out_dim());
+        let rows = x.len() / in_dim.max(1);
+        let part = columns.len();
+        if rows == 0 || part == 0 {
+            out.fill(0.0);
+            return;
+        }
+        let x_part = MatRef::rows(&x[columns.start..], rows, part, in_dim);
+        let mut scratch = vec![0.0; rows * out_dim];
+        let chunks = scratch.par_chunks_mut(rows * PANEL).enumerate();
+        chunks.for_each(|(i, dst)| {
+            let width = dst.len() / rows;
+            let start = i * in_dim * PANEL + columns.start * width;
+            let len = part * width;
+            let mut product = |w: &[f32]| {
+                matmul(MatMut::rows(dst, rows, width, width), x_part, MatRef::rows(w, part, width, width), 1.0, false);
+            };
+            if let Values::F32(p) = &self.panels {
+                product(&p[start..start + len]);
+            } else {
+                WIDE_PANEL.with_borrow_mut(|wide| {
+                    wide.resize(len, 0.0);
+                    self.panels.widen_into(start..start + len, wide);
+                    product(wide);
+                });
+            }
+        });
+        let zeros = vec![0.0; out_dim];
+        kernels::add_panels(&scratch, PANEL, &zeros, None, out);
+    }
+
+    /// `x · Wᵀ + b` into a new vector.
+    pub(super) fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let rows = x.len() / self.in_dim.max(1);
+        let mut scratch = vec![0.0; rows * self.out_dim()];
+        let mut out = vec![0.0; rows * self.out_dim()];
+        self.forward_into(x, None, &mut scratch, &mut out);
+        out
+    }
+}

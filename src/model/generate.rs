@@ -135,7 +135,7 @@ impl<'m> Generator<'m> {
         let (encoded, memory_limit) = model.encode_recordable_within(prompt, None, max_prompt)?;
         let tokens = encoded.tokens;
         if tokens.is_empty() {
-            return Err(ModelError::Tokenizer("no tokens to continue: type a prompt".into()));
+            return Err(ModelError::Input("no tokens to continue: type a prompt".into()));
         }
         let desc = net.description();
         let mut cache = net.new_cache()?;

@@ -15,6 +15,7 @@ use serde_json::{Map, json};
 use super::ModelError;
 use super::describe::Description;
 use super::families::{self, Tensors};
+use super::files::{check_memory, first_line, regular_file};
 
 /// The architectures read (llama.cpp writes Llama, Mistral, `SmolLM` and most fine-tunes as "llama").
 const ARCHITECTURES: &[&str] = &["llama"];
@@ -43,7 +44,7 @@ fn bad(path: &Path, message: impl Into<String>) -> ModelError {
 /// it would divide by zero with is refused first ([`alignment_of`]); any other panic inside it
 /// becomes an error too.
 fn read_content(path: &Path) -> Result<Content, ModelError> {
-    super::loader::regular_file(path)?;
+    regular_file(path)?;
     if let Some(alignment) = alignment_of(path).filter(|a| !a.is_power_of_two()) {
         return Err(bad(
             path,
@@ -57,11 +58,6 @@ fn read_content(path: &Path) -> Result<Content, ModelError> {
         Ok(Err(e)) => Err(bad(path, format!("not a readable GGUF file: {}", first_line(&e)))),
         Err(_) => Err(bad(path, "not a readable GGUF file: its header is inconsistent")),
     }
-}
-
-/// A Candle error's message without the backtrace it carries when `RUST_BACKTRACE` is set.
-pub(crate) fn first_line(e: &candle_core::Error) -> String {
-    e.to_string().lines().next().unwrap_or_default().to_string()
 }
 
 /// `general.alignment` as Candle would read it (an unsigned or non-negative integer of at most 32
@@ -430,7 +426,7 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
     let vocab = meta.strings("tokenizer.ggml.tokens")?.map_or(0, |t| t.len());
     let tied = !content.tensor_infos.contains_key("output.weight");
     let (_, desc) = families::describe(&config_of(&meta, arch, vocab, tied)?)?;
-    super::loader::check_memory(path, &desc, 0)?;
+    check_memory(path, &desc, 0)?;
     if let Some(dims) = meta.count(&format!("{arch}.rope.dimension_count"))? {
         if dims as usize != desc.head_dim {
             return Err(ModelError::Unsupported {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use hf_hub::{Cache, Repo, RepoType};
 
 use super::ModelError;
+use super::files::{MAX_JSON_BYTES, read_bounded};
 
 /// The cache folder (`…/huggingface/hub`) Python would use.
 pub fn cache_dir() -> PathBuf {
@@ -85,7 +86,7 @@ pub fn list_in(cache: &Path) -> Vec<CachedModel> {
             let name = e.file_name().to_string_lossy().into_owned();
             let id = name.strip_prefix("models--")?.replace("--", "/");
             let dir = resolve_in(Path::new(&id), cache).ok()?;
-            let summary = super::loader::read_bounded(&dir.join("config.json"), super::loader::MAX_JSON_BYTES)
+            let summary = read_bounded(&dir.join("config.json"), MAX_JSON_BYTES)
                 .map_err(|e| e.to_string())
                 .and_then(|bytes| String::from_utf8(bytes).map_err(|e| e.to_string()))
                 .and_then(|text| super::families::describe(&text).map_err(|e| e.to_string()))

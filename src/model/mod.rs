@@ -5,6 +5,7 @@
 pub mod describe;
 pub mod engine;
 pub mod families;
+pub mod files;
 mod gemm;
 pub mod generate;
 pub mod gguf;
@@ -16,6 +17,7 @@ pub mod long;
 pub mod playground;
 pub mod relpos;
 pub mod rope;
+mod run;
 pub mod tokenize;
 
 use std::path::PathBuf;
@@ -129,9 +131,19 @@ pub enum ModelError {
         /// What is wrong, naming the tensor.
         message: String,
     },
-    /// `tokenizer.json` could not be loaded or used.
+    /// `tokenizer.json` could not be loaded or used, or its token ids do not fit the weights.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
+    /// The input does not fit the model: no tokens, more than its positions, a second sentence
+    /// for a model that reads one text.
+    #[error("bad input: {0}")]
+    Input(String),
+    /// A target side (a decoder) asked of a model that has none.
+    #[error("{model} is not an encoder–decoder: it has no target side")]
+    NoDecoder {
+        /// The model's name.
+        model: String,
+    },
     /// An intervention does not fit the model.
     #[error("intervention: {0}")]
     Intervention(String),

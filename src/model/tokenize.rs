@@ -7,6 +7,7 @@ use std::path::Path;
 use tokenizers::{Encoding, Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 use super::ModelError;
+use super::files::{MAX_TOKENIZER_BYTES, read_bounded};
 use crate::analysis::Tokens;
 
 /// A tokenizer for one model: no padding, inputs cut to `max_len` tokens.
@@ -34,10 +35,10 @@ pub struct Encoded {
 }
 
 impl TextTokenizer {
-    /// Reads `tokenizer.json` (at most [`super::loader::MAX_TOKENIZER_BYTES`]), turning off any
+    /// Reads `tokenizer.json` (at most [`MAX_TOKENIZER_BYTES`]), turning off any
     /// padding or truncation stored in it.
     pub fn from_file(path: &Path, max_len: usize) -> Result<Self, ModelError> {
-        let bytes = super::loader::read_bounded(path, super::loader::MAX_TOKENIZER_BYTES)?;
+        let bytes = read_bounded(path, MAX_TOKENIZER_BYTES)?;
         let failed = |e: String| ModelError::Tokenizer(format!("{}: {e}", path.display()));
         let text = String::from_utf8(bytes).map_err(|e| failed(format!("not UTF-8 text: {e}")))?;
         Self::from_tokenizer(parse(&text).map_err(failed)?, max_len)

@@ -1,10 +1,13 @@
 //! Plain attention data and what is derived from it: no Candle, no egui.
 
 pub mod attention;
+pub mod attribution;
 pub mod cross;
+pub mod lens;
 pub mod long;
 pub mod npz;
 pub mod pe;
+pub mod roles;
 pub mod rollout;
 pub mod run;
 pub mod select;

@@ -19,6 +19,17 @@ pub struct Tokens {
 }
 
 impl Tokens {
+    /// Tokens of one segment from ids: each id's string and whether it is special.
+    pub fn from_ids(ids: &[u32], token_of: impl Fn(u32) -> String, is_special: impl Fn(u32) -> bool) -> Self {
+        Self {
+            tokens: ids.iter().map(|&id| token_of(id)).collect(),
+            ids: ids.to_vec(),
+            segments: vec![0; ids.len()],
+            type_ids: vec![0; ids.len()],
+            special: ids.iter().map(|&id| is_special(id)).collect(),
+        }
+    }
+
     /// Number of tokens.
     pub fn len(&self) -> usize {
         self.tokens.len()

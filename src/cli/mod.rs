@@ -4,10 +4,14 @@
 #![allow(clippy::doc_markdown)]
 
 pub mod bench;
+pub mod dla;
 pub mod dump;
 pub mod export;
 pub mod generate;
+pub mod heads;
+pub mod lens;
 pub mod pe;
+pub mod readout;
 pub mod stats;
 
 use std::path::{Path, PathBuf};
@@ -63,6 +67,15 @@ pub enum Command {
     /// Continue a prompt with a language model (greedy, token by token), then write every layer's
     /// and head's attention over prompt and continuation as JSON or NPZ.
     Generate(generate::GenerateArgs),
+    /// The logit lens: what every layer's residual stream would predict at every position (the
+    /// model's final norm and unembedding applied), top candidates and their probabilities.
+    Lens(lens::LensArgs),
+    /// Direct logit attribution: each head's, MLP's and the embeddings' share of one token's
+    /// logit at one position (they sum to the logit).
+    Dla(dla::DlaArgs),
+    /// Score every head as previous-token, duplicate-token, induction and first-token head, on a
+    /// text or on a probe of repeated random tokens.
+    Heads(heads::HeadsArgs),
 }
 
 /// Runs the parsed command line.
@@ -76,6 +89,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Stats(args)) => stats::run(model.as_deref(), &args),
         Some(Command::Bench(args)) => bench::run(model.as_deref(), &args),
         Some(Command::Generate(args)) => generate::run(model.as_deref(), &args),
+        Some(Command::Lens(args)) => lens::run(model.as_deref(), &args),
+        Some(Command::Dla(args)) => dla::run(model.as_deref(), &args),
+        Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
     }
 }
 

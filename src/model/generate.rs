@@ -97,7 +97,7 @@ pub fn top_k(logits: &[f32], k: usize, token: impl Fn(u32) -> String) -> Vec<Can
 }
 
 /// The first index of the largest logit (`torch.argmax`).
-fn argmax(logits: &[f32]) -> u32 {
+pub(crate) fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
         if l > logits[best] {

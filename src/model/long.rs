@@ -87,7 +87,7 @@ impl LoadedModel {
             let run = |pooled: &Pooled, view: LongView| -> Result<Run, ModelError> {
                 let w = pooled.spans.len();
                 let attention = Attention::new(done, heads, w, pooled.data(done, heads))
-                    .map_err(|e| ModelError::Inference(candle_core::Error::Msg(e.to_string())))?;
+                    ?;
                 Ok(Run {
                     model_name: self.name.clone(),
                     tokens: span_tokens(tokens, &pooled.spans),

@@ -15,6 +15,7 @@ pub mod kernels;
 pub mod loader;
 pub mod long;
 pub mod playground;
+pub mod readout;
 pub mod relpos;
 pub mod rope;
 mod run;
@@ -158,6 +159,9 @@ pub enum ModelError {
     /// The forward pass failed.
     #[error("inference failed: {0}")]
     Inference(#[from] candle_core::Error),
+    /// A pass handed out data of another shape than the run it builds.
+    #[error("inference failed: {0}")]
+    Shape(#[from] crate::analysis::ShapeError),
     /// The engine refused the input or its context, or a listener stopped the pass.
     #[error("{0}")]
     Engine(#[from] engine::EngineError),

@@ -85,6 +85,25 @@ impl TextTokenizer {
         self.plain.id_to_token(id).unwrap_or_else(|| format!("<{id}>"))
     }
 
+    /// The id of one token given as text: the vocabulary's own string (`ĠParis`, `▁Paris`,
+    /// `[SEP]`), or text that tokenizes to exactly one token (` Paris`); an error naming the
+    /// pieces otherwise.
+    pub fn single_id(&self, text: &str) -> Result<u32, ModelError> {
+        if let Some(id) = self.plain.token_to_id(text) {
+            return Ok(id);
+        }
+        let e = guarded(|| self.plain.encode(text, false).map_err(|e| ModelError::Tokenizer(e.to_string())))?;
+        match e.get_ids() {
+            [id] => Ok(*id),
+            [] => Err(ModelError::Tokenizer(format!("{text:?} is no token"))),
+            ids => Err(ModelError::Tokenizer(format!(
+                "{text:?} is {} tokens ({}), not one: give one of them (or its id)",
+                ids.len(),
+                ids.iter().map(|&i| format!("{:?} = {i}", self.token_of(i))).collect::<Vec<_>>().join(", ")
+            ))),
+        }
+    }
+
     /// Whether a token id is one of the tokenizer's special tokens.
     pub fn is_special(&self, id: u32) -> bool {
         self.plain

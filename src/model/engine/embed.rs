@@ -10,10 +10,10 @@ use crate::model::kernels;
 /// A norm over the last dimension: `nn.LayerNorm` or an `RMSNorm` (see [`NormKind`]).
 #[derive(Debug, Clone)]
 pub(super) struct Norm {
-    weight: Vec<f32>,
-    bias: Vec<f32>,
+    pub(super) weight: Vec<f32>,
+    pub(super) bias: Vec<f32>,
     eps: f32,
-    kind: NormKind,
+    pub(super) kind: NormKind,
 }
 
 impl Norm {

@@ -22,7 +22,8 @@
 //! [`EncoderStates`] (checked against the decoder). Input is checked once
 //! ([`Network::check_input`]); what fails is an [`EngineError`].
 //!
-//! Files: [`weights`] (storage), [`linear`] (products), [`embed`] (norms and embeddings),
+//! Files: [`weights`] (storage), [`linear`] (products), [`embed`] (norms and embeddings), [`head`]
+//! (the final norm and unembedding: logits, the logit lens, a logit's basis),
 //! [`positions`] (every relative-position scheme), [`block`] (attention, MLP, a block), [`pass`]
 //! (the pass and the listener API), [`listeners`] (the listeners above), [`lazy`] (attention
 //! computed again from kept streams).
@@ -30,6 +31,7 @@
 mod block;
 mod embed;
 mod error;
+mod head;
 mod lazy;
 mod linear;
 mod listeners;
@@ -37,9 +39,9 @@ mod pass;
 mod positions;
 mod weights;
 
-use rayon::prelude::*;
 
 pub use error::EngineError;
+pub use head::LogitBasis;
 pub use lazy::{HeadDetail, KeepStreams, LayerAttention, Streams};
 pub use listeners::{Capture, EachHead, EachLayer, ForwardOutput, LayerDone, LayerVisitor, Record};
 pub use pass::{Context, EncoderStates, HeadVisitor, Input, KvCache, LayerSlots, Listener, PassShape, Point, Wants};
@@ -51,7 +53,6 @@ use self::positions::PositionWeights;
 use self::weights::Values;
 use super::describe::{Description, LmHead};
 use super::intervene::Interventions;
-use super::kernels;
 
 /// A transformer that records attention: any [`Description`] with its weights.
 #[derive(Debug, Clone)]
@@ -194,40 +195,5 @@ impl Network {
         let mut record = Record::new(Capture::Attention);
         let last_hidden = self.run(input, &mut record)?;
         Ok(record.into_output(last_hidden))
-    }
-
-    /// Next-token logits from one row of the final hidden state (after the final norm), or None
-    /// without a language-model head: `hidden · Eᵀ` with the tied embeddings or `lm_head`.
-    pub fn logits(&self, hidden_row: &[f32]) -> Option<Vec<f32>> {
-        if !self.has_lm_head() || hidden_row.len() != self.desc.hidden {
-            return None;
-        }
-        let table = self.lm_head.as_ref().unwrap_or(&self.embeddings.tokens);
-        let h = self.desc.hidden;
-        let scaled: Vec<f32>;
-        let hidden_row = if self.desc.logit_scale.to_bits() == 1.0f32.to_bits() {
-            hidden_row
-        } else {
-            scaled = hidden_row.iter().map(|v| v * self.desc.logit_scale).collect();
-            &scaled
-        };
-        let mut logits = vec![0.0; self.desc.vocab_size];
-        logits.par_chunks_mut(1024).enumerate().for_each(|(c, out)| {
-            let mut wide = vec![0.0; h];
-            for (i, o) in out.iter_mut().enumerate() {
-                let start = (c * 1024 + i) * h;
-                let row = if let Values::F32(t) = table {
-                    &t[start..start + h]
-                } else {
-                    table.widen_into(start..start + h, &mut wide);
-                    &wide[..]
-                };
-                *o = kernels::dot(row, hidden_row);
-            }
-        });
-        if !self.logits_bias.is_empty() {
-            logits.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
-        }
-        Some(logits)
     }
 }

@@ -1,0 +1,151 @@
+//! The language-model head: the final norm and the unembedding, applied to the last hidden state
+//! (next-token logits) or to any residual stream (the logit lens), and what a direct logit
+//! attribution multiplies each part's write by.
+
+use rayon::prelude::*;
+
+use super::Network;
+use super::weights::Values;
+use crate::model::describe::NormKind;
+use crate::model::gemm::{MatMut, MatRef, matmul};
+use crate::model::kernels;
+
+/// Vocabulary rows per task of a batched unembedding.
+const VOCAB_BLOCK: usize = 512;
+
+/// What the head does to one residual row before a token's logit: the final norm's parameters
+/// and that token's unembedding row — enough to split the logit into each part's share
+/// (`TransformerLens`' `apply_ln_to_stack` then `· W_U[:, token]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogitBasis {
+    /// Whether the final norm centres each row first (a `LayerNorm`); an `RMSNorm` does not.
+    pub centred: bool,
+    /// The norm's weight as it multiplies (`1 + w` for Gemma's norm), `hidden` values; empty
+    /// without a final norm.
+    pub norm_weight: Vec<f32>,
+    /// The norm's bias (`LayerNorm`), `hidden` values; empty otherwise.
+    pub norm_bias: Vec<f32>,
+    /// The token's unembedding row, `hidden` values, times the head's logit scale.
+    pub unembedding: Vec<f32>,
+    /// The head's bias for the token (`final_logits_bias` / `lm_head.bias`; 0 without one).
+    pub bias: f32,
+}
+
+impl Network {
+    /// Next-token logits from one row of the final hidden state (after the final norm), or None
+    /// without a language-model head: `hidden · Eᵀ` with the tied embeddings or `lm_head`.
+    pub fn logits(&self, hidden_row: &[f32]) -> Option<Vec<f32>> {
+        if !self.has_lm_head() || hidden_row.len() != self.desc.hidden {
+            return None;
+        }
+        let table = self.lm_head.as_ref().unwrap_or(&self.embeddings.tokens);
+        let h = self.desc.hidden;
+        let scaled: Vec<f32>;
+        let hidden_row = if self.desc.logit_scale.to_bits() == 1.0f32.to_bits() {
+            hidden_row
+        } else {
+            scaled = hidden_row.iter().map(|v| v * self.desc.logit_scale).collect();
+            &scaled
+        };
+        let mut logits = vec![0.0; self.desc.vocab_size];
+        logits.par_chunks_mut(1024).enumerate().for_each(|(c, out)| {
+            let mut wide = vec![0.0; h];
+            for (i, o) in out.iter_mut().enumerate() {
+                let start = (c * 1024 + i) * h;
+                let row = if let Values::F32(t) = table {
+                    &t[start..start + h]
+                } else {
+                    table.widen_into(start..start + h, &mut wide);
+                    &wide[..]
+                };
+                *o = kernels::dot(row, hidden_row);
+            }
+        });
+        if !self.logits_bias.is_empty() {
+            logits.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
+        }
+        Some(logits)
+    }
+
+    /// The final norm applied to rows of `x` (`m × hidden`) in place, as the pass applies it to
+    /// the last residual stream; nothing without one.
+    pub fn final_norm_rows(&self, x: &mut [f32]) {
+        if let Some(norm) = &self.final_norm {
+            norm.forward_in_place(x);
+        }
+    }
+
+    /// Logits of every token for rows of final hidden states (`m × hidden`, after the final
+    /// norm): `m × vocab`, or None without a language-model head. One matrix product over the
+    /// vocabulary in blocks (16-bit tables widened a block at a time), for many rows at once —
+    /// the logit lens. (Not bit for bit [`Self::logits`], whose sums run in another order.)
+    pub fn unembed_rows(&self, rows: &[f32]) -> Option<Vec<f32>> {
+        let h = self.desc.hidden;
+        if !self.has_lm_head() || h == 0 || rows.len() % h != 0 {
+            return None;
+        }
+        let m = rows.len() / h;
+        let vocab = self.desc.vocab_size;
+        let table = self.lm_head.as_ref().unwrap_or(&self.embeddings.tokens);
+        let scale = self.desc.logit_scale;
+        let mut out = vec![0.0; m * vocab];
+        // Blocks of vocabulary rows: each task writes its block's columns of every output row.
+        let blocks: Vec<(usize, Vec<f32>)> = (0..vocab)
+            .step_by(VOCAB_BLOCK)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|start| {
+                let len = VOCAB_BLOCK.min(vocab - start);
+                let mut wide = Vec::new();
+                let t: &[f32] = if let Values::F32(t) = table {
+                    &t[start * h..(start + len) * h]
+                } else {
+                    wide.resize(len * h, 0.0);
+                    table.widen_into(start * h..(start + len) * h, &mut wide);
+                    &wide
+                };
+                let mut block = vec![0.0; m * len];
+                let x = MatRef::rows(rows, m, h, h);
+                matmul(MatMut::rows(&mut block, m, len, len), x, MatRef::rows(t, len, h, h).t(), scale, false);
+                (start, block)
+            })
+            .collect();
+        for (start, block) in blocks {
+            let len = block.len() / m.max(1);
+            for (dst, src) in out.chunks_mut(vocab).zip(block.chunks(len.max(1))) {
+                dst[start..start + len].copy_from_slice(src);
+            }
+        }
+        if !self.logits_bias.is_empty() {
+            for row in out.chunks_mut(vocab) {
+                row.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
+            }
+        }
+        Some(out)
+    }
+
+    /// What the head does to a residual row before `token`'s logit ([`LogitBasis`]), or None
+    /// without a language-model head or for a token outside the vocabulary.
+    pub fn logit_basis(&self, token: u32) -> Option<LogitBasis> {
+        let (h, t) = (self.desc.hidden, token as usize);
+        if !self.has_lm_head() || t >= self.desc.vocab_size {
+            return None;
+        }
+        let table = self.lm_head.as_ref().unwrap_or(&self.embeddings.tokens);
+        let mut unembedding = vec![0.0; h];
+        table.widen_into(t * h..(t + 1) * h, &mut unembedding);
+        if self.desc.logit_scale.to_bits() != 1.0f32.to_bits() {
+            unembedding.iter_mut().for_each(|v| *v *= self.desc.logit_scale);
+        }
+        let (centred, norm_weight, norm_bias) = match &self.final_norm {
+            None => (false, Vec::new(), Vec::new()),
+            Some(n) => match n.kind {
+                NormKind::Layer => (true, n.weight.clone(), n.bias.clone()),
+                NormKind::Rms => (false, n.weight.clone(), Vec::new()),
+                NormKind::RmsPlusOne => (false, n.weight.iter().map(|w| 1.0 + w).collect(), Vec::new()),
+            },
+        };
+        let bias = self.logits_bias.get(t).copied().unwrap_or(0.0);
+        Some(LogitBasis { centred, norm_weight, norm_bias, unembedding, bias })
+    }
+}

@@ -1,0 +1,277 @@
+//! What the residual stream says about the next token, read from one pass: the logit lens (every
+//! stream through the final norm and the unembedding) and direct logit attribution (each part's
+//! write through the final norm, linearised, and one token's unembedding row). Two listeners
+//! on [`Network::run`]; the arithmetic on what they keep is plain data in
+//! [`crate::analysis::lens`] and [`crate::analysis::attribution`].
+
+use super::describe::NormPlacement;
+use super::engine::{EngineError, Input, Listener, PassShape, Point, Wants};
+use super::{Interventions, LoadedModel, ModelError, Network};
+use crate::analysis::Tokens;
+use crate::analysis::attribution::{Attribution, Readout};
+use crate::analysis::lens::Lens;
+
+/// Keeps the residual rows of some positions at every stream: the embeddings' (entering layer 0),
+/// then the stream leaving each layer. `[stream][position][hidden]`.
+#[derive(Debug, Default)]
+pub struct StreamRows {
+    positions: Vec<usize>,
+    hidden: usize,
+    layers: usize,
+    rows: Vec<f32>,
+}
+
+impl StreamRows {
+    /// Rows of `positions`.
+    pub fn new(positions: Vec<usize>) -> Self {
+        Self { positions, ..Self::default() }
+    }
+
+    fn keep(&mut self, stream: &[f32]) {
+        for &p in &self.positions {
+            self.rows.extend_from_slice(&stream[p * self.hidden..(p + 1) * self.hidden]);
+        }
+    }
+
+    /// Streams kept (layers run + 1).
+    pub fn streams(&self) -> usize {
+        self.rows.len() / (self.positions.len() * self.hidden).max(1)
+    }
+
+    /// Stream `s`'s rows, `positions × hidden`.
+    pub fn stream(&self, s: usize) -> &[f32] {
+        let size = self.positions.len() * self.hidden;
+        &self.rows[s * size..(s + 1) * size]
+    }
+}
+
+impl Listener for StreamRows {
+    fn start(&mut self, shape: &PassShape) {
+        self.hidden = shape.hidden;
+        self.layers = shape.layers;
+        self.rows = Vec::with_capacity((shape.layers + 1) * self.positions.len() * shape.hidden);
+    }
+
+    fn point(&mut self, point: Point<'_>) -> Result<(), EngineError> {
+        match point {
+            Point::ResidPre { layer: 0, stream } => self.keep(stream),
+            Point::ResidPost { stream, .. } => self.keep(stream),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Keeps what every part wrote into the residual stream at one position, and the final norm's
+/// scale there: what a direct logit attribution splits.
+#[derive(Debug, Default)]
+pub struct PositionWrites {
+    position: usize,
+    hidden: usize,
+    heads: usize,
+    /// The embeddings' row.
+    pub embeddings: Vec<f32>,
+    /// `[layer][head][hidden]`.
+    pub head_writes: Vec<f32>,
+    /// `[layer][hidden]`: the output projections' biases.
+    pub attention_biases: Vec<f32>,
+    /// `[layer][hidden]`.
+    pub mlps: Vec<f32>,
+    /// `[layer][hidden]`: a decoder's cross-attention outputs (empty otherwise).
+    pub cross: Vec<f32>,
+    /// The final residual row.
+    pub final_row: Vec<f32>,
+    /// What the final norm divided it by.
+    pub scale: f32,
+}
+
+impl PositionWrites {
+    /// The writes at `position`.
+    pub fn new(position: usize) -> Self {
+        Self { position, scale: 1.0, ..Self::default() }
+    }
+
+    fn row<'a>(&self, v: &'a [f32]) -> &'a [f32] {
+        &v[self.position * self.hidden..(self.position + 1) * self.hidden]
+    }
+}
+
+impl Listener for PositionWrites {
+    fn wants(&self) -> Wants {
+        Wants { writes: true }
+    }
+
+    fn start(&mut self, shape: &PassShape) {
+        self.hidden = shape.hidden;
+        self.heads = shape.heads;
+    }
+
+    fn point(&mut self, point: Point<'_>) -> Result<(), EngineError> {
+        match point {
+            Point::ResidPre { layer: 0, stream } => self.embeddings = self.row(stream).to_vec(),
+            Point::HeadWrite { write, .. } => self.head_writes.extend_from_slice(self.row(write)),
+            Point::AttnOut { bias, .. } => self.attention_biases.extend_from_slice(bias),
+            Point::CrossOut { out, .. } => self.cross.extend_from_slice(self.row(out)),
+            Point::MlpOut { out, .. } => self.mlps.extend_from_slice(self.row(out)),
+            Point::ResidPost { stream, .. } => self.final_row = self.row(stream).to_vec(),
+            Point::FinalNorm { scale, .. } => self.scale = scale[self.position],
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl LoadedModel {
+    /// Why the lens and attribution cannot run on this model, if they cannot.
+    pub fn readout_refusal(&self) -> Option<String> {
+        let net = &self.net;
+        if self.decoder.is_some() {
+            return Some(format!(
+                "{} is an encoder–decoder: its encoder has no language-model head to read the stream with",
+                self.name
+            ));
+        }
+        if !net.has_lm_head() {
+            return Some(format!(
+                "{} has no language-model head in its weights: there is no vocabulary to read the residual stream with",
+                self.name
+            ));
+        }
+        if net.description().norm == NormPlacement::Post {
+            return Some(format!("{} normalises after each block (post-LN): its parts' writes do not add up", self.name));
+        }
+        None
+    }
+
+    fn refuse_readout(&self) -> Result<(), ModelError> {
+        match self.readout_refusal() {
+            Some(why) => Err(ModelError::Unsupported { field: "lm_head.weight".into(), value: "(none)".into(), why }),
+            None => Ok(()),
+        }
+    }
+
+    /// The logit lens of `tokens` at `positions` (all of them when empty): every stream through
+    /// the final norm and the unembedding, the `top_k` candidates of each, and the final
+    /// prediction and each token of `watch` followed across streams.
+    pub fn lens(
+        &self,
+        tokens: &Tokens,
+        positions: &[usize],
+        top_k: usize,
+        watch: &[u32],
+        interventions: &Interventions,
+    ) -> Result<Lens, ModelError> {
+        self.refuse_readout()?;
+        self.check_tokens(tokens, interventions)?;
+        let n = tokens.len();
+        let positions: Vec<usize> = if positions.is_empty() { (0..n).collect() } else { positions.to_vec() };
+        if let Some(&p) = positions.iter().find(|&&p| p >= n) {
+            return Err(ModelError::Unsupported {
+                field: "position".into(),
+                value: p.to_string(),
+                why: format!("the input has {n} tokens (positions 0 to {})", n.saturating_sub(1)),
+            });
+        }
+        let vocab = self.net.description().vocab_size;
+        if let Some(&t) = watch.iter().find(|&&t| t as usize >= vocab) {
+            return Err(ModelError::Unsupported {
+                field: "token".into(),
+                value: t.to_string(),
+                why: format!("outside the vocabulary ({vocab})"),
+            });
+        }
+        let mut rows = StreamRows::new(positions.clone());
+        self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut rows)?;
+        let net = &self.net;
+        Ok(Lens::build(rows.streams(), positions, top_k, watch, |s| stream_logits(net, rows.stream(s))))
+    }
+
+    /// Direct logit attribution at `position` of `tokens`: each part's share of `target`'s logit
+    /// (the model's own top token there when None), or of `target − versus`.
+    pub fn attribute(
+        &self,
+        tokens: &Tokens,
+        position: usize,
+        target: Option<u32>,
+        versus: Option<u32>,
+        interventions: &Interventions,
+    ) -> Result<Attribution, ModelError> {
+        self.refuse_readout()?;
+        self.check_tokens(tokens, interventions)?;
+        let n = tokens.len();
+        if position >= n {
+            return Err(ModelError::Unsupported {
+                field: "position".into(),
+                value: position.to_string(),
+                why: format!("the input has {n} tokens (positions 0 to {})", n.saturating_sub(1)),
+            });
+        }
+        let mut writes = PositionWrites::new(position);
+        let last = self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut writes)?;
+        let d = self.net.description();
+        let logits = self.net.logits(&last[position * d.hidden..(position + 1) * d.hidden]).unwrap_or_default();
+        let target = target.unwrap_or_else(|| crate::model::generate::argmax(&logits));
+        let one = |token: u32| -> Result<Attribution, ModelError> {
+            let basis = self.net.logit_basis(token).ok_or_else(|| ModelError::Unsupported {
+                field: "token".into(),
+                value: token.to_string(),
+                why: format!("outside the vocabulary ({})", d.vocab_size),
+            })?;
+            Ok(attribution(&self.net, &writes, &basis, token, logits[token as usize], &self.tokenizer.token_of(token)))
+        };
+        let a = one(target)?;
+        match versus {
+            Some(v) => Ok(a.minus(&one(v)?)),
+            None => Ok(a),
+        }
+    }
+}
+
+/// The logits of a stream's rows: the final norm, then the unembedding.
+fn stream_logits(net: &Network, rows: &[f32]) -> Vec<f32> {
+    let mut normed = rows.to_vec();
+    net.final_norm_rows(&mut normed);
+    net.unembed_rows(&normed).unwrap_or_default()
+}
+
+/// Splits one token's logit at the position `writes` kept.
+fn attribution(
+    net: &Network,
+    writes: &PositionWrites,
+    basis: &super::engine::LogitBasis,
+    token: u32,
+    logit: f32,
+    token_str: &str,
+) -> Attribution {
+    let d = net.description();
+    let readout = Readout {
+        centred: basis.centred,
+        scale: writes.scale,
+        norm_weight: &basis.norm_weight,
+        norm_bias: &basis.norm_bias,
+        unembedding: &basis.unembedding,
+        bias: basis.bias,
+    };
+    let h = d.hidden;
+    let shares = |v: &[f32]| -> Vec<f32> { v.chunks(h.max(1)).map(|x| readout.share(x) as f32).collect() };
+    let mut attention_biases = shares(&writes.attention_biases);
+    // A decoder's cross-attention outputs join its attention block's term.
+    for (b, c) in attention_biases.iter_mut().zip(shares(&writes.cross)) {
+        *b += c;
+    }
+    Attribution {
+        position: writes.position,
+        target_id: token,
+        target_token: token_str.to_string(),
+        versus_id: None,
+        versus_token: None,
+        logit,
+        embeddings: readout.share(&writes.embeddings) as f32,
+        heads: shares(&writes.head_writes),
+        attention_biases,
+        mlps: shares(&writes.mlps),
+        lm_head_bias: readout.constant() as f32,
+        layers: writes.mlps.len() / h.max(1),
+        heads_per_layer: writes.heads,
+    }
+}

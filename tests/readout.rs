@@ -1,0 +1,146 @@
+//! What attnviz reads off the residual stream equals Hugging Face transformers (references by
+//! tests/fixtures/make_readout_reference.py): the logit lens to 1e-4 in probability, direct logit
+//! attribution per head, MLP and embeddings to 1e-4 (and its terms sum to the logit), the head
+//! scores on transformers' attentions to 1e-5 — on every decoder family's fixture and SmolLM2.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use attnviz::analysis::Tokens;
+use attnviz::analysis::roles::HeadScores;
+use attnviz::model::{Capture, Interventions, LoadedModel};
+use common::root;
+use serde_json::Value;
+
+fn reference(prefix: &str) -> Value {
+    let path = root().join(format!("tests/fixtures/reference/readout_{prefix}.json"));
+    serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Array(a) => a.iter().flat_map(floats).collect(),
+        Value::Number(n) => vec![n.as_f64().unwrap()],
+        Value::Null => vec![f64::NAN],
+        _ => panic!("not a number: {v}"),
+    }
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    floats(v).into_iter().map(|x| x as u32).collect()
+}
+
+fn tokens_of(model: &LoadedModel, ids: &[u32]) -> Tokens {
+    Tokens::from_ids(ids, |id| model.tokenizer.token_of(id), |id| model.tokenizer.is_special(id))
+}
+
+fn check(prefix: &str, model: &LoadedModel) {
+    let r = reference(prefix);
+    let input = ids(&r["ids"]);
+    let encoded = model.tokenizer.encode(r["text"].as_str().unwrap(), None).unwrap().tokens;
+    assert_eq!(encoded.ids, input, "{prefix}: our tokenizer reads the text as transformers' does");
+    let tokens = tokens_of(model, &input);
+    let faithful = Interventions::default();
+    let n = input.len();
+
+    // The logit lens.
+    let lens = model.lens(&tokens, &[], 5, &[], &faithful).unwrap();
+    let d = model.description();
+    assert_eq!(lens.streams, d.layers + 1, "{prefix}");
+    let (top_ids, top_probs) = (ids(&r["lens_top_ids"]), floats(&r["lens_top_probs"]));
+    assert_eq!(top_ids.len(), lens.top_ids.len(), "{prefix}: (L+1) × n × 5");
+    for (at, (&want, &got)) in top_probs.iter().zip(&lens.top_probs).enumerate() {
+        assert!((want - f64::from(got)).abs() < 1e-4, "{prefix}: lens cell {at}: {got} vs {want}");
+        // The same ids, unless two candidates are too close to order.
+        let clear = |j: usize| j % 5 == 4 || (top_probs[j] - top_probs[j + 1]).abs() > 1e-4;
+        if clear(at) && (at % 5 == 0 || clear(at - 1)) {
+            assert_eq!(lens.top_ids[at], top_ids[at], "{prefix}: lens cell {at}");
+        }
+    }
+    assert_eq!(lens.tracked[0].ids, ids(&r["lens_predicted"]), "{prefix}: predictions");
+    for (&want, &got) in floats(&r["lens_predicted_probs"]).iter().zip(&lens.tracked[0].probs) {
+        assert!((want - f64::from(got)).abs() < 1e-4, "{prefix}: predicted prob {got} vs {want}");
+    }
+    // The last stream is the model's own output: its top token at the last position is the one
+    // generation would take.
+    let out = model.net.forward(&input, &vec![0; n], Capture::Attention, &faithful).unwrap();
+    let logits = model.net.logits(&out.last_hidden[(n - 1) * d.hidden..]).unwrap();
+    let best = (0..logits.len()).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap() as u32;
+    assert_eq!(lens.tracked[0].ids[n - 1], best, "{prefix}");
+
+    // Direct logit attribution.
+    let dla = &r["dla"];
+    let a = model.attribute(&tokens, n - 1, None, None, &faithful).unwrap();
+    assert_eq!(a.target_id, dla["target_id"].as_u64().unwrap() as u32, "{prefix}");
+    let logit = dla["logit"].as_f64().unwrap();
+    let tol = 1e-4 * logit.abs().max(1.0);
+    assert!((f64::from(a.logit) - logit).abs() < tol, "{prefix}: logit {} vs {logit}", a.logit);
+    assert!((a.total() - f64::from(a.logit)).abs() < tol, "{prefix}: the terms sum to {} not {}", a.total(), a.logit);
+    let close = |what: &str, got: &[f32], want: Vec<f64>| {
+        assert_eq!(got.len(), want.len(), "{prefix}: {what}");
+        for (i, (&g, w)) in got.iter().zip(want).enumerate() {
+            assert!((f64::from(g) - w).abs() < tol, "{prefix}: {what}[{i}]: {g} vs {w}");
+        }
+    };
+    close("embeddings", &[a.embeddings], floats(&dla["embeddings"]));
+    close("heads", &a.heads, floats(&dla["heads"]));
+    close("attention biases", &a.attention_biases, floats(&dla["attention_biases"]));
+    close("mlps", &a.mlps, floats(&dla["mlps"]));
+    close("lm_head_bias", &[a.lm_head_bias], floats(&dla["lm_head_bias"]));
+    // A difference of two tokens is the difference of their attributions.
+    let other = a.target_id ^ 1;
+    let diff = model.attribute(&tokens, n - 1, Some(a.target_id), Some(other), &faithful).unwrap();
+    let b = model.attribute(&tokens, n - 1, Some(other), None, &faithful).unwrap();
+    assert!((f64::from(diff.logit) - (f64::from(a.logit) - f64::from(b.logit))).abs() < tol, "{prefix}");
+    assert!((diff.total() - f64::from(diff.logit)).abs() < tol, "{prefix}: a difference's terms sum to it");
+
+    // Head scores on the probe, from our attention.
+    let probe = ids(&r["heads_ids"]);
+    let run = model.run_tokens(tokens_of(model, &probe), None, Capture::Attention, &faithful).unwrap();
+    let scores = HeadScores::compute(&run.attention, &probe);
+    for name in attnviz::analysis::roles::SCORE_NAMES {
+        let want = floats(&r["heads"][name]);
+        let got = scores.by_name(name).unwrap();
+        assert_eq!(got.len(), want.len(), "{prefix}: {name}");
+        for (i, (&g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g.is_nan() && w.is_nan()) || (f64::from(g) - w).abs() < 1e-5,
+                "{prefix}: {name}[{i}]: {g} vs {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn lens_attribution_and_head_scores_equal_transformers_on_every_decoder_family() {
+    for (dir, prefix) in [
+        ("tiny-llama", "llama"),
+        ("tiny-mistral", "mistral"),
+        ("tiny-qwen2", "qwen2"),
+        ("tiny-qwen3", "qwen3"),
+        ("tiny-gemma", "gemma"),
+        ("tiny-gpt-neox", "gpt_neox"),
+        ("tiny-gpt2", "gpt2"),
+    ] {
+        let model = LoadedModel::load(&root().join("tests/fixtures/models").join(dir)).unwrap();
+        check(prefix, &model);
+    }
+}
+
+#[test]
+fn lens_attribution_and_head_scores_equal_transformers_on_smollm2() {
+    let model = LoadedModel::load(&attnviz::model::loader::smollm2_dir()).unwrap();
+    check("smollm2", &model);
+}
+
+#[test]
+fn models_without_a_head_say_why_there_is_nothing_to_read() {
+    for dir in ["tiny-bert", "tiny-bart"] {
+        let model = LoadedModel::load(&root().join("tests/fixtures/models").join(dir)).unwrap();
+        let tokens = model.tokenizer.encode("The cat sat.", None).unwrap().tokens;
+        let why = model.readout_refusal().unwrap();
+        let err = model.lens(&tokens, &[], 3, &[], &Interventions::default()).unwrap_err().to_string();
+        assert!(err.contains(&why), "{dir}: {err}");
+        assert!(model.attribute(&tokens, 0, None, None, &Interventions::default()).is_err(), "{dir}");
+    }
+}

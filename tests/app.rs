@@ -27,18 +27,29 @@ fn tiny() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-bert")
 }
 
+/// The app under test, with its own temporary working directory and home (where a relative export
+/// path, or an export to the default folder, lands: never in the source tree or the user's home)
+/// and no Hugging Face cache unless `startup` names one.
+fn new_app(ctx: &egui::Context, storage: Option<&dyn eframe::Storage>, startup: Startup) -> AttnvizApp {
+    let (work_dir, home) = common::sandbox();
+    let startup = Startup {
+        hf_cache: startup.hf_cache.or_else(|| Some(no_cache())),
+        work_dir: Some(work_dir),
+        home: Some(home),
+        ..startup
+    };
+    AttnvizApp::with_storage(ctx, storage, startup)
+}
+
 fn harness_with(startup: Startup, storage: Option<MemoryStorage>) -> Harness<'static, AttnvizApp> {
-    let startup = Startup { hf_cache: startup.hf_cache.or_else(|| Some(no_cache())), ..startup };
-    Harness::builder().with_size(egui::vec2(1280.0, 860.0)).with_step_dt(1.0 / 60.0).build_eframe(move |cc| {
-        AttnvizApp::with_storage(&cc.egui_ctx, storage.as_ref().map(|s| s as &dyn eframe::Storage), startup)
-    })
+    Harness::builder()
+        .with_size(egui::vec2(1280.0, 860.0))
+        .with_step_dt(1.0 / 60.0)
+        .build_eframe(move |cc| new_app(&cc.egui_ctx, storage.as_ref().map(|s| s as &dyn eframe::Storage), startup))
 }
 
 fn app(text: &str) -> Harness<'static, AttnvizApp> {
-    let mut h = harness_with(
-        Startup { model_dir: Some(tiny()), text: Some(text.into()), text_pair: None, hf_cache: None },
-        None,
-    );
+    let mut h = harness_with(Startup { model_dir: Some(tiny()), text: Some(text.into()), ..Startup::default() }, None);
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
     // And what the views derive from it off the UI thread (the head view's matrices and lines).
     settled(&mut h);
@@ -238,6 +249,51 @@ fn an_unwritable_export_path_is_reported_and_nothing_is_written() {
 }
 
 /// Types `path` into the model box and presses Load; waits for the load to end.
+/// A file name typed into the export box is taken from the app's working directory, the default
+/// path is in its home folder, and after an export the default is in that export's (absolute)
+/// folder. Under test both folders are temporary: the random walk once typed names into the box
+/// and wrote its exports into the repository (committed at its root).
+#[test]
+fn a_relative_export_path_is_written_in_the_working_directory_never_in_the_source_tree() {
+    let before = common::root_entries();
+    let (work, home) = common::sandbox();
+    let mut h = app("relative export");
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    let default = home.join("attnviz-head-view-layer0.png");
+    assert_eq!(h.state().views.export.path_input, default.display().to_string(), "the default is in the home folder");
+    let save = |h: &mut Harness<'static, AttnvizApp>| {
+        h.state_mut().session.status = None;
+        h.get_by_label("Save").click();
+        wait_until(h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        let status = h.state().session.status.clone().unwrap();
+        assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
+    };
+    // A bare name without extension (a PNG), as the walk typed them (`日本語のテキスト`: no bundled
+    // font draws it, and the harness refuses missing glyphs).
+    let name = "attnviz relative export";
+    retype(&mut h, "Export path", name);
+    save(&mut h);
+    let written = std::fs::read(work.join(name)).expect("the export is in the working directory");
+    assert_eq!(image::guess_format(&written).unwrap(), image::ImageFormat::Png);
+    assert_eq!(h.state().settings.export_dir.as_deref(), Some(work.as_path()));
+    // Emptied, the box offers the default name in that folder (not a relative path: that is how the
+    // walk's `attnviz-*.png` landed at the root).
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    h.get_by_label("Export path").focus();
+    h.step();
+    h.key_press_modifiers(Modifiers::COMMAND, Key::A);
+    h.key_press(Key::Backspace);
+    h.run_steps(2);
+    let default = work.join("attnviz-head-view-layer0.png");
+    assert_eq!(h.state().views.export.path_input, default.display().to_string());
+    save(&mut h);
+    assert!(default.is_file());
+    let added: Vec<_> = common::root_entries().difference(&before).cloned().collect();
+    assert!(added.is_empty(), "written into the repository's root: {added:?}");
+}
+
 fn load(h: &mut Harness<'static, AttnvizApp>, path: &std::path::Path) {
     h.get_by_label("Model folder or hub id").focus();
     h.step();
@@ -321,7 +377,7 @@ fn a_long_input_is_pooled_with_a_notice_and_its_window_moves() {
     let n = encoded.tokens.len();
     assert!((1025..=1600).contains(&n), "{n} tokens");
     let mut h = harness_with(
-        Startup { model_dir: Some(dir.path().to_path_buf()), text: Some(text), text_pair: None, hf_cache: None },
+        Startup { model_dir: Some(dir.path().to_path_buf()), text: Some(text), ..Startup::default() },
         None,
     );
     let done = |a: &AttnvizApp| {
@@ -480,10 +536,10 @@ fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
     let mut h = Harness::builder().with_size(egui::vec2(960.0, 640.0)).with_step_dt(1.0 / 60.0).build_eframe({
         let text = text.to_string();
         move |cc| {
-            let app = AttnvizApp::with_storage(
+            let app = new_app(
                 &cc.egui_ctx,
                 None,
-                Startup { model_dir: Some(tiny()), text: Some(text), text_pair: None, hf_cache: Some(no_cache()) },
+                Startup { model_dir: Some(tiny()), text: Some(text), ..Startup::default() },
             );
             cc.egui_ctx.set_theme(egui::ThemePreference::Light);
             // The app's panels are transparent over a window cleared to the panel colour; the
@@ -982,10 +1038,8 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
 #[test]
 fn a_gpt2_model_draws_its_masked_triangle_as_masked() {
     let gpt2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-gpt2");
-    let mut h = harness_with(
-        Startup { model_dir: Some(gpt2), text: Some("The cat sat.".into()), text_pair: None, hf_cache: None },
-        None,
-    );
+    let mut h =
+        harness_with(Startup { model_dir: Some(gpt2), text: Some("The cat sat.".into()), ..Startup::default() }, None);
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
     assert!(h.state().session.run.as_ref().unwrap().causal);
     h.get_by_label("Heatmap").click();
@@ -1037,8 +1091,8 @@ fn models_in_the_hugging_face_cache_open_in_one_click_and_are_remembered() {
     let startup = Startup {
         model_dir: Some(tiny()),
         text: Some("The cat sat.".into()),
-        text_pair: None,
         hf_cache: Some(cache.path().to_path_buf()),
+        ..Startup::default()
     };
     let mut h = harness_with(startup, None);
     wait_until(&mut h, "the first run and the cache scan", |a| {
@@ -1151,12 +1205,23 @@ fn the_apps_export_and_the_cli_draw_the_same_pixels() {
     let theme = if h.ctx.theme() == egui::Theme::Dark { "dark" } else { "light" };
     let scale = h.state().settings.export_scale.to_string();
     let from_cli = dir.path().join("cli.png");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_attnviz"))
-        .args(["--model", tiny().to_str().unwrap(), "export", "--text", "the cat sat", "--view", "heatmap"])
-        .args(["--layer", "1", "--head", "2", "--theme", theme, "--scale", &scale, "-o", from_cli.to_str().unwrap()])
-        .env_remove("ATTNVIZ_MODEL")
-        .output()
-        .unwrap();
+    let out = common::output_sandboxed(
+        std::process::Command::new(env!("CARGO_BIN_EXE_attnviz"))
+            .args(["--model", tiny().to_str().unwrap(), "export", "--text", "the cat sat", "--view", "heatmap"])
+            .args([
+                "--layer",
+                "1",
+                "--head",
+                "2",
+                "--theme",
+                theme,
+                "--scale",
+                &scale,
+                "-o",
+                from_cli.to_str().unwrap(),
+            ])
+            .env_remove("ATTNVIZ_MODEL"),
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (a, c) = (image::open(&from_app).unwrap().to_rgba8(), image::open(&from_cli).unwrap().to_rgba8());
     assert_eq!(a.dimensions(), c.dimensions());
@@ -1171,8 +1236,7 @@ fn relaunching_with_a_long_remembered_text_draws_at_once_and_derives_in_the_back
     let settings = Settings { text: long, ..Settings::default() };
     eframe::set_value(&mut storage, "attnviz-settings", &settings);
     let embedded = attnviz::model::default_model_dir();
-    let mut h =
-        harness_with(Startup { model_dir: Some(embedded), text: None, text_pair: None, hf_cache: None }, Some(storage));
+    let mut h = harness_with(Startup { model_dir: Some(embedded), text: None, ..Startup::default() }, Some(storage));
     // The first frame is drawn without waiting for the model: no run yet, a spinner instead.
     h.step();
     assert!(h.state().session.run.is_none(), "the first frame does not wait on the model");
@@ -1198,10 +1262,9 @@ fn side_by_side_comparison_stacks_in_a_narrow_window_and_sits_side_by_side_in_a_
                 let startup = Startup {
                     model_dir: Some(tiny()),
                     text: Some("the animal did not cross the street".into()),
-                    text_pair: None,
-                    hf_cache: Some(no_cache()),
+                    ..Startup::default()
                 };
-                AttnvizApp::with_storage(&cc.egui_ctx, None, startup)
+                new_app(&cc.egui_ctx, None, startup)
             });
         wait_until(&mut h, "the first run", |a| a.session.run.is_some());
         h.get_by_label("Compare").click();
@@ -1335,6 +1398,7 @@ fn monkey(steps: usize, default_seed: u64) {
     use egui::accesskit::Role;
     use egui_kittest::kittest::NodeT;
     let seed = std::env::var("ATTNVIZ_MONKEY_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(default_seed);
+    let root_before = common::root_entries();
     println!("monkey: seed {seed}, {steps} steps (replay with ATTNVIZ_MONKEY_SEED={seed})");
     let mut rng = Rng(seed | 1);
     // The harness panics on a missing glyph unless told otherwise (it overrides the app's own
@@ -1347,10 +1411,9 @@ fn monkey(steps: usize, default_seed: u64) {
             let startup = Startup {
                 model_dir: Some(tiny()),
                 text: Some("the monkey sat on the keyboard".into()),
-                text_pair: None,
-                hf_cache: Some(no_cache()),
+                ..Startup::default()
             };
-            AttnvizApp::with_storage(&cc.egui_ctx, None, startup)
+            new_app(&cc.egui_ctx, None, startup)
         });
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
     let size = h.ctx.content_rect().size();
@@ -1464,7 +1527,8 @@ fn monkey(steps: usize, default_seed: u64) {
                         click_at(&mut h, r.center(), 1);
                     }
                 } else {
-                    let paths = ["/nonexistent-folder/x.png", "/proc/x.csv", "", "relative/none/x.npz"];
+                    // A relative path is taken from the app's (temporary) working directory.
+                    let paths = ["/nonexistent-folder/x.png", "/proc/x.csv", "", "relative/none/x.npz", "monkey.png"];
                     h.state_mut().views.export.path_input = paths[rng.below(paths.len())].to_string();
                     if let Some(r) = h.query_by_label("Save").map(|n| n.rect()) {
                         click_at(&mut h, r.center(), 1);
@@ -1482,6 +1546,9 @@ fn monkey(steps: usize, default_seed: u64) {
             check_settled(&h, seed, step);
         }
     }
+    // What it typed into the export box and saved went to the app's temporary folders.
+    let added: Vec<_> = common::root_entries().difference(&root_before).cloned().collect();
+    assert!(added.is_empty(), "seed {seed}: written into the repository's root: {added:?}");
 }
 
 #[test]
@@ -1506,7 +1573,7 @@ fn tiny_llama() -> PathBuf {
 #[test]
 fn continue_streams_the_written_tokens_into_the_views_and_steps_through_them() {
     let mut h = harness_with(
-        Startup { model_dir: Some(tiny_llama()), text: Some("The cat sat on".into()), text_pair: None, hf_cache: None },
+        Startup { model_dir: Some(tiny_llama()), text: Some("The cat sat on".into()), ..Startup::default() },
         None,
     );
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
@@ -1550,7 +1617,7 @@ fn stop_keeps_what_was_written() {
     // The embedded SmolLM2 writes slowly enough (tenths of a second per token here) to be stopped.
     let smollm2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct");
     let mut h = harness_with(
-        Startup { model_dir: Some(smollm2), text: Some("Once upon a time".into()), text_pair: None, hf_cache: None },
+        Startup { model_dir: Some(smollm2), text: Some("Once upon a time".into()), ..Startup::default() },
         None,
     );
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
@@ -1577,10 +1644,8 @@ fn tiny_bart() -> PathBuf {
 
 /// Opens tiny-bart on `source`, with no target yet.
 fn seq2seq_app(source: &str) -> Harness<'static, AttnvizApp> {
-    let mut h = harness_with(
-        Startup { model_dir: Some(tiny_bart()), text: Some(source.into()), text_pair: None, hf_cache: None },
-        None,
-    );
+    let mut h =
+        harness_with(Startup { model_dir: Some(tiny_bart()), text: Some(source.into()), ..Startup::default() }, None);
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
     settled(&mut h);
     h
@@ -1718,12 +1783,8 @@ fn the_line_budget_notice_keeps_its_place_while_a_token_is_hovered() {
     let text = "the river ran past the old mill where children fed the ducks every morning before school and \
                 their teacher explained how water turns a wheel and how the wheel grinds grain into flour"
         .repeat(2);
-    let startup = Startup {
-        model_dir: Some(attnviz::model::default_model_dir()),
-        text: Some(text),
-        text_pair: None,
-        hf_cache: Some(no_cache()),
-    };
+    let startup =
+        Startup { model_dir: Some(attnviz::model::default_model_dir()), text: Some(text), ..Startup::default() };
     let mut h = harness_with(startup, None);
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
     settled(&mut h);

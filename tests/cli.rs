@@ -16,7 +16,7 @@ fn tiny() -> PathBuf {
 }
 
 fn attnviz(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_attnviz")).args(args).env_remove("ATTNVIZ_MODEL").output().unwrap()
+    common::output_sandboxed(Command::new(env!("CARGO_BIN_EXE_attnviz")).args(args).env_remove("ATTNVIZ_MODEL"))
 }
 
 fn stderr(out: &Output) -> String {
@@ -501,13 +501,13 @@ fn hub_ids_resolve_offline_from_the_hugging_face_cache() {
     let dir = tmp();
     let out_path = dir.path().join("hub.json");
     let run = |id: &str| {
-        Command::new(env!("CARGO_BIN_EXE_attnviz"))
-            .args(["dump", "--model", id, "--text", SENTENCE, "-o", out_path.to_str().unwrap()])
-            .env_remove("ATTNVIZ_MODEL")
-            .env("HF_HUB_CACHE", cache.path())
-            .env("HF_HUB_OFFLINE", "1")
-            .output()
-            .unwrap()
+        common::output_sandboxed(
+            Command::new(env!("CARGO_BIN_EXE_attnviz"))
+                .args(["dump", "--model", id, "--text", SENTENCE, "-o", out_path.to_str().unwrap()])
+                .env_remove("ATTNVIZ_MODEL")
+                .env("HF_HUB_CACHE", cache.path())
+                .env("HF_HUB_OFFLINE", "1"),
+        )
     };
     let out = run("org/tiny-roberta");
     assert!(out.status.success(), "{}", stderr(&out));

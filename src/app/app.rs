@@ -36,6 +36,10 @@ pub struct Startup {
     pub hf_cache: Option<PathBuf>,
     /// Sentence B to start with.
     pub text_pair: Option<String>,
+    /// The folder a relative export path is taken from (None: the process's working directory).
+    pub work_dir: Option<PathBuf>,
+    /// The folder exports go to until one is written elsewhere (None: `$HOME`).
+    pub home: Option<PathBuf>,
 }
 
 /// Results of background tasks other than inference and derived data.
@@ -270,7 +274,10 @@ impl AttnvizApp {
         let deriver = Deriver::spawn(move || wake.request_repaint()).expect("cannot start the derive thread");
         let (background_tx, background_rx) = channel();
         let model_dir = settings.model_dir.clone().unwrap_or_else(default_model_dir);
-        let views = Views::new(&settings, &model_dir);
+        let mut views = Views::new(&settings, &model_dir);
+        views.export.work_dir = startup.work_dir.or_else(|| std::env::current_dir().ok()).unwrap_or_default();
+        views.export.home =
+            startup.home.or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from));
         let mut app = Self {
             session: Session {
                 worker,

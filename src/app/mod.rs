@@ -27,7 +27,7 @@ fn renderer() -> eframe::Renderer {
 }
 
 pub fn run_app(model: Option<PathBuf>, text: Option<String>, text_pair: Option<String>) -> anyhow::Result<()> {
-    let startup = Startup { model_dir: model, text, text_pair, hf_cache: None };
+    let startup = Startup { model_dir: model, text, text_pair, ..Startup::default() };
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("attnviz")

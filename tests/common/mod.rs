@@ -8,6 +8,46 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+thread_local! {
+    /// The calling test's own temporary folder (libtest runs each test on a thread of its own, so
+    /// it is removed when the test ends).
+    static SANDBOX: tempfile::TempDir = tempfile::Builder::new().prefix("attnviz-test-").tempdir().unwrap();
+}
+
+/// The working directory and home folder an app under test gets, inside the calling test's own
+/// temporary folder (`work/` and `home/`; created, removed when the test ends): a relative path
+/// typed into the app, or an export to its default folder, never lands in the source tree or in the
+/// user's home.
+pub fn sandbox() -> (PathBuf, PathBuf) {
+    SANDBOX.with(|dir| {
+        let (work, home) = (dir.path().join("work"), dir.path().join("home"));
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        (work, home)
+    })
+}
+
+/// Runs `cmd` (the `attnviz` binary) to completion in a temporary working directory with a
+/// temporary `HOME` and XDG folders, so that whatever it writes to a relative path or to the
+/// user's folders lands there (and is removed).
+pub fn output_sandboxed(cmd: &mut std::process::Command) -> std::process::Output {
+    let dir = tempfile::Builder::new().prefix("attnviz-test-").tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    cmd.current_dir(dir.path())
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+        .output()
+        .unwrap()
+}
+
+/// The entries of the repository's top folder (to check that a test added none).
+pub fn root_entries() -> std::collections::BTreeSet<std::ffi::OsString> {
+    std::fs::read_dir(root()).unwrap().map(|e| e.unwrap().file_name()).collect()
+}
+
 /// A Hugging Face cache laid out as `huggingface_hub` writes it (blobs, `refs/main`, a snapshot of
 /// links to the blobs), holding the model folder `src` under the hub id `id`. Returns the cache.
 pub fn fake_hf_cache(src: &Path, id: &str) -> tempfile::TempDir {

@@ -1,7 +1,7 @@
 //! The "Export" window: path (typed, or through the native save dialog), scale, save — PNG, or the
 //! numbers as CSV / JSON / NPZ for views that have them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use egui::RichText;
 
@@ -9,8 +9,8 @@ use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::state::{PeFigure, Settings, View};
 
-/// A default file name for the current view.
-pub fn default_export_path(settings: &Settings) -> PathBuf {
+/// A default file name for the current view, in the folder of the last export, else in `home`.
+pub fn default_export_path(settings: &Settings, home: Option<&Path>) -> PathBuf {
     let name = match settings.view {
         View::Head => format!("attnviz-head-view-layer{}.png", settings.layer_idx),
         View::Model => "attnviz-model-view.png".to_string(),
@@ -26,11 +26,7 @@ pub fn default_export_path(settings: &Settings) -> PathBuf {
             PeFigure::LearnedCosine => "attnviz-learned-positions-cosine.png".to_string(),
         },
     };
-    let dir = settings
-        .export_dir
-        .clone()
-        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from("."));
+    let dir = settings.export_dir.clone().or_else(|| home.map(Path::to_path_buf)).unwrap_or_else(|| PathBuf::from("."));
     dir.join(name)
 }
 
@@ -41,21 +37,32 @@ pub struct ExportDialog {
     pub open: bool,
     /// The export path being edited.
     pub path_input: String,
+    /// The folder a relative path is taken from: the working directory (tests give the app a
+    /// temporary one, so that a typed file name never lands in the source tree).
+    pub work_dir: PathBuf,
+    /// The folder exports go to until one is written elsewhere: `$HOME`.
+    pub home: Option<PathBuf>,
 }
 
 impl ExportDialog {
     /// Draws the export window.
     pub fn ui(&mut self, ctx: &egui::Context, data: &ViewData<'_>, commands: &mut Commands) {
-        export_dialog_ui(ctx, data, &mut self.path_input, commands);
+        if self.path_input.is_empty() {
+            self.path_input = default_export_path(data.settings, self.home.as_deref()).display().to_string();
+        }
+        export_dialog_ui(ctx, data, &mut self.path_input, &self.work_dir, commands);
     }
 }
 
 /// Draws the export window.
-fn export_dialog_ui(ctx: &egui::Context, data: &ViewData<'_>, path_input: &mut String, commands: &mut Commands) {
+fn export_dialog_ui(
+    ctx: &egui::Context,
+    data: &ViewData<'_>,
+    path_input: &mut String,
+    work_dir: &Path,
+    commands: &mut Commands,
+) {
     let settings = data.settings;
-    if path_input.is_empty() {
-        *path_input = default_export_path(settings).display().to_string();
-    }
     let mut open = true;
     let window = egui::Window::new("Export PNG").open(&mut open).collapsible(false).resizable(false);
     window.anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(ctx, |ui| {
@@ -100,7 +107,10 @@ fn export_dialog_ui(ctx: &egui::Context, data: &ViewData<'_>, path_input: &mut S
         ui.horizontal(|ui| {
             let busy = data.exporting;
             if ui.add_enabled(!busy, egui::Button::new(RichText::new("Save").strong())).clicked() {
-                commands.push(Command::Export(PathBuf::from(path_input.trim())));
+                // Empty stays empty: the app asks for a path.
+                let typed = path_input.trim();
+                let path = if typed.is_empty() { PathBuf::new() } else { work_dir.join(typed) };
+                commands.push(Command::Export(path));
             }
             if busy {
                 ui.spinner();

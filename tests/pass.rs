@@ -55,6 +55,8 @@ struct Everything {
     resid_post: Vec<Vec<f32>>,
     /// `[layer][head]`.
     head_writes: Vec<Vec<Vec<f32>>>,
+    /// `[layer][head]`: `seq_len × hidden` values through the head's output columns.
+    head_values: Vec<Vec<Vec<f32>>>,
     attn_out: Vec<(Vec<f32>, Vec<f32>)>,
     cross_out: Vec<Vec<f32>>,
     mlp_out: Vec<Vec<f32>>,
@@ -72,6 +74,7 @@ impl Everything {
             resid_mid: Vec::new(),
             resid_post: Vec::new(),
             head_writes: Vec::new(),
+            head_values: Vec::new(),
             attn_out: Vec::new(),
             cross_out: Vec::new(),
             mlp_out: Vec::new(),
@@ -83,7 +86,7 @@ impl Everything {
 
 impl Listener for Everything {
     fn wants(&self) -> Wants {
-        Wants { writes: self.writes }
+        Wants { writes: self.writes, head_values: self.writes }
     }
 
     fn start(&mut self, shape: &PassShape) {
@@ -106,6 +109,13 @@ impl Listener for Everything {
                     self.head_writes.push(Vec::new());
                 }
                 self.head_writes[layer].push(write.to_vec());
+            }
+            Point::HeadValues { layer, head, values } => {
+                if head == 0 {
+                    assert_eq!(layer, self.head_values.len());
+                    self.head_values.push(Vec::new());
+                }
+                self.head_values[layer].push(values.to_vec());
             }
             Point::AttnOut { out, bias, .. } => self.attn_out.push((out.to_vec(), bias.to_vec())),
             Point::ResidMid { stream, .. } => self.resid_mid.push(stream.to_vec()),
@@ -177,6 +187,22 @@ fn check_points(what: &str, net: &Network, ids: &[u32], type_ids: &[u32], iv: &I
         }
         let diff = rel_diff(out, &sum);
         assert!(diff < 1e-5, "{what}: layer {l}: heads + bias vs attention output: {diff}");
+        // A head's write is its attention over its values: Σ_j A[i, j] · values[j].
+        let (n, hidden, keys) = (ids.len(), d.hidden, ids.len());
+        for h in (0..d.heads).filter(|&h| !iv.ablated.contains(&(l, h))) {
+            let probs = &plain.probs[(l * d.heads + h) * n * keys..][..n * keys];
+            let mut mixed = vec![0.0f32; n * hidden];
+            for i in 0..n {
+                for j in 0..keys {
+                    let a = probs[i * keys + j];
+                    for (m, v) in mixed[i * hidden..(i + 1) * hidden].iter_mut().zip(&head_values[l][h][j * hidden..]) {
+                        *m += a * v;
+                    }
+                }
+            }
+            let diff = rel_diff(&head_writes[l][h], &mixed);
+            assert!(diff < 1e-5, "{what}: {l}:{h}: write vs attention over values: {diff}");
+        }
         if l + 1 < layers {
             assert_eq!(bits(&resid_post[l]), bits(&resid_pre[l + 1]), "{what}: {l} post = {} pre", l + 1);
         }

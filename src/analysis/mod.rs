@@ -2,6 +2,7 @@
 
 pub mod attention;
 pub mod attribution;
+pub mod contrib;
 pub mod cross;
 pub mod lens;
 pub mod long;

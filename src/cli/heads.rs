@@ -7,10 +7,9 @@ use anyhow::Context;
 use clap::Args;
 
 use super::readout::{ReadoutFormat, Written, input_tokens, write_output};
-use crate::analysis::Tokens;
 use crate::analysis::npz::NpyArray;
-use crate::analysis::roles::{HeadScores, SCORE_NAMES, probe_ids};
-use crate::model::{Capture, LoadedModel};
+use crate::analysis::roles::{HeadScores, SCORE_NAMES};
+use crate::model::Capture;
 
 /// `attnviz heads` arguments.
 #[derive(Debug, Args)]
@@ -36,28 +35,13 @@ pub struct HeadsArgs {
     pub model: super::ModelOptions,
 }
 
-/// The probe's tokens for `model`: its first special token when its tokenizer starts a text with
-/// one (BOS, [CLS]), then `half` random non-special ids twice.
-pub fn probe_tokens(model: &LoadedModel, half: usize, seed: u64) -> anyhow::Result<Tokens> {
-    let d = model.description();
-    let vocab = d.vocab_size.min(model.tokenizer.vocab_size().max(1));
-    let first = model.tokenizer.encode("a", None)?.tokens.ids.first().copied().filter(|&id| model.tokenizer.is_special(id));
-    let special: Vec<u32> = (0..vocab as u32).filter(|&id| model.tokenizer.is_special(id)).collect();
-    let n = usize::from(first.is_some()) + 2 * half;
-    if n > d.max_len || half == 0 {
-        anyhow::bail!("--probe-len {half}: the probe needs 1 to {} tokens per half", (d.max_len - usize::from(first.is_some())) / 2);
-    }
-    let ids = probe_ids(vocab, half, seed, first, &special);
-    Ok(Tokens::from_ids(&ids, |id| model.tokenizer.token_of(id), |id| model.tokenizer.is_special(id)))
-}
-
 /// Runs `attnviz heads`.
 pub fn run(model_dir: Option<&Path>, args: &HeadsArgs) -> anyhow::Result<()> {
     let model = args.model.load(model_dir)?;
     let interventions = args.model.interventions()?;
     let tokens = match &args.text {
         Some(t) => input_tokens(&model, t)?,
-        None => probe_tokens(&model, args.probe_len, args.seed)?,
+        None => model.probe_tokens(args.probe_len, args.seed)?,
     };
     let run = model.run_tokens(tokens, None, Capture::Attention, &interventions).context("running the model")?;
     super::note_run(&model, run.intervention.as_deref());

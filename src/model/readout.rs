@@ -122,6 +122,22 @@ impl Listener for PositionWrites {
 }
 
 impl LoadedModel {
+    /// A probe for the head scores ([`crate::analysis::roles`]): the model's first special token
+    /// when its tokenizer starts a text with one (BOS, [CLS]), then `half` random non-special ids
+    /// from a seeded generator, then the same ids again.
+    pub fn probe_tokens(&self, half: usize, seed: u64) -> Result<Tokens, ModelError> {
+        let d = self.description();
+        let vocab = d.vocab_size.min(self.tokenizer.vocab_size().max(1));
+        let first = self.tokenizer.encode("a", None)?.tokens.ids.first().copied().filter(|&id| self.tokenizer.is_special(id));
+        let special: Vec<u32> = (0..vocab as u32).filter(|&id| self.tokenizer.is_special(id)).collect();
+        let most = d.max_len.saturating_sub(usize::from(first.is_some())) / 2;
+        if half == 0 || half > most || vocab <= special.len() + half {
+            return Err(ModelError::Input(format!("a probe of {half} repeated tokens: this model takes 1 to {most}")));
+        }
+        let ids = crate::analysis::roles::probe_ids(vocab, half, seed, first, &special);
+        Ok(Tokens::from_ids(&ids, |id| self.tokenizer.token_of(id), |id| self.tokenizer.is_special(id)))
+    }
+
     /// Why the lens and attribution cannot run on this model, if they cannot.
     pub fn readout_refusal(&self) -> Option<String> {
         let net = &self.net;
@@ -273,5 +289,135 @@ fn attribution(
         lm_head_bias: readout.constant() as f32,
         layers: writes.mlps.len() / h.max(1),
         heads_per_layer: writes.heads,
+    }
+}
+
+/// Keeps each layer's streams, attention and head values just long enough to turn them into
+/// that layer's contributions ([`crate::analysis::contrib`]); keeps the streams after attention
+/// for the graph's node labels.
+#[derive(Debug, Default)]
+pub struct Contributions {
+    n: usize,
+    hidden: usize,
+    heads: usize,
+    probs: Vec<f32>,
+    values: Vec<Vec<f32>>,
+    pre: Vec<f32>,
+    mid: Vec<f32>,
+    attn_out: Vec<f32>,
+    mlp: Vec<f32>,
+    /// Each layer's contributions, as they are computed.
+    pub layers: Vec<crate::analysis::contrib::LayerContributions>,
+    /// `[layer][token][hidden]`: the stream after each layer's attention.
+    pub mids: Vec<f32>,
+}
+
+impl Listener for Contributions {
+    fn wants(&self) -> Wants {
+        Wants { writes: true, head_values: true }
+    }
+
+    fn start(&mut self, shape: &PassShape) {
+        self.n = shape.seq_len;
+        self.hidden = shape.hidden;
+        self.heads = shape.heads;
+        self.probs = vec![0.0; shape.layer_len()];
+        self.values = vec![Vec::new(); shape.heads];
+    }
+
+    fn layer_slots(&mut self, _layer: usize) -> super::engine::LayerSlots<'_> {
+        super::engine::LayerSlots { probs: Some(&mut self.probs), ..Default::default() }
+    }
+
+    fn point(&mut self, point: Point<'_>) -> Result<(), EngineError> {
+        match point {
+            Point::ResidPre { stream, .. } => {
+                self.pre = stream.to_vec();
+                self.mid.clear();
+            }
+            Point::HeadValues { head, values, .. } => self.values[head] = values.to_vec(),
+            Point::AttnOut { out, .. } => self.attn_out = out.to_vec(),
+            Point::ResidMid { stream, .. } => self.mid = stream.to_vec(),
+            Point::MlpOut { out, .. } => self.mlp = out.to_vec(),
+            Point::ResidPost { stream, .. } => {
+                if self.mid.is_empty() {
+                    // A parallel block (GPT-NeoX) has no stream between its parts: the stream
+                    // with the attention's write added stands for it.
+                    self.mid = self.pre.iter().zip(&self.attn_out).map(|(p, a)| p + a).collect();
+                }
+                let (n, h) = (self.n, self.hidden);
+                let probs: Vec<&[f32]> = self.probs.chunks(n * n).collect();
+                let values: Vec<&[f32]> = self.values.iter().map(Vec::as_slice).collect();
+                self.layers.push(crate::analysis::contrib::LayerContributions::compute(
+                    n,
+                    h,
+                    (&self.pre, &self.mid, stream, &self.mlp),
+                    &probs,
+                    &values,
+                ));
+                self.mids.extend_from_slice(&self.mid);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The contribution graph of one input, with what each node's stream would predict.
+#[derive(Debug, Clone)]
+pub struct ContributionRun {
+    /// The graph.
+    pub graph: crate::analysis::contrib::ContributionGraph,
+    /// Each stream's top token at every token (embeddings, then after each layer), when the
+    /// model has a head: `lens.cell(stream, token)`.
+    pub lens: Option<Lens>,
+    /// `[layer][token]`: the top token and its probability of the stream after each layer's
+    /// attention, when the model has a head.
+    pub mid_top: Vec<(u32, f32)>,
+}
+
+impl LoadedModel {
+    /// Why the contribution graph cannot be built for this model, if it cannot: it needs blocks
+    /// whose parts add to the stream (pre-LN) and a decoder without an encoder.
+    pub fn contribution_refusal(&self) -> Option<String> {
+        if self.decoder.is_some() {
+            return Some(format!("{} is an encoder–decoder: the graph follows a decoder-only model", self.name));
+        }
+        if self.net.description().norm == NormPlacement::Post {
+            return Some(format!(
+                "{} normalises after each block (post-LN): its parts do not add up to the stream",
+                self.name
+            ));
+        }
+        None
+    }
+
+    /// The contribution graph of `tokens` (every layer, every token), and each node's lens.
+    pub fn contributions(&self, tokens: &Tokens, interventions: &Interventions) -> Result<ContributionRun, ModelError> {
+        if let Some(why) = self.contribution_refusal() {
+            return Err(ModelError::Unsupported { field: "model".into(), value: self.name.clone(), why });
+        }
+        self.check_tokens(tokens, interventions)?;
+        let mut c = Contributions::default();
+        self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut c)?;
+        let n = tokens.len();
+        let graph = crate::analysis::contrib::ContributionGraph { tokens: n, layers: std::mem::take(&mut c.layers) };
+        let (lens, mid_top) = if self.readout_refusal().is_none() {
+            let lens = self.lens(tokens, &[], 1, &[], interventions)?;
+            let h = self.net.description().hidden;
+            let mut top = Vec::with_capacity(graph.layers.len() * n);
+            for layer in c.mids.chunks(n * h) {
+                let logits = stream_logits(&self.net, layer);
+                let vocab = logits.len() / n.max(1);
+                for row in logits.chunks(vocab.max(1)) {
+                    let probs = crate::analysis::lens::softmax(row);
+                    top.extend(crate::analysis::lens::top_k(&probs, 1));
+                }
+            }
+            (Some(lens), top)
+        } else {
+            (None, Vec::new())
+        };
+        Ok(ContributionRun { graph, lens, mid_top })
     }
 }

@@ -197,7 +197,7 @@ pub(super) struct Buffers {
     /// Input of a sub-block after its norm (pre-LN), `n × hidden`.
     normed: Vec<f32>,
     /// Fused q/k/v, `n × (attn + 2·kv)`.
-    qkv: Vec<f32>,
+    pub(super) qkv: Vec<f32>,
     /// Attention output per head, `heads × n × head_dim`.
     context_by_head: Vec<f32>,
     /// The same as rows, `n × attn`.

@@ -76,6 +76,9 @@ pub struct LayerSlots<'a> {
 pub struct Wants {
     /// Each head's write into the residual stream, and each block's attention and MLP outputs.
     pub writes: bool,
+    /// Each head's value of every token through its share of the output projection
+    /// ([`Point::HeadValues`]): what the head would write from that token alone.
+    pub head_values: bool,
 }
 
 /// A named point of the pass, handed to [`Listener::point`] as plain data (`seq_len × hidden`
@@ -108,6 +111,18 @@ pub enum Point<'a> {
         head: usize,
         /// The write.
         write: &'a [f32],
+    },
+    /// What head `head` writes from each token it attends to, per unit of attention: every
+    /// token's value through the head's columns of the output projection (`v_j · W_Oʰ`), so that
+    /// its write at query `i` is `Σ_j A[i, j] · values[j]`. Only with [`Wants::head_values`],
+    /// and for this pass's own tokens (not a cache's).
+    HeadValues {
+        /// The layer.
+        layer: usize,
+        /// The head.
+        head: usize,
+        /// `seq_len × hidden`.
+        values: &'a [f32],
     },
     /// The attention block's output (every head's write + `bias`), before it joins the stream.
     /// Only with [`Wants::writes`].
@@ -405,6 +420,9 @@ impl Network {
             if wants.writes {
                 self.hand_writes(layer, l, &bufs, listener)?;
             }
+            if wants.head_values {
+                self.hand_head_values(layer, l, &bufs, listener)?;
+            }
             if !d.parallel_residual {
                 listener.point(Point::ResidMid { layer: l, stream: &bufs.attended })?;
             }
@@ -445,5 +463,34 @@ impl Network {
             listener.point(Point::CrossOut { layer: l, out: &bufs.cross_out })?;
         }
         listener.point(Point::MlpOut { layer: l, out: &bufs.mlp_out })
+    }
+
+    /// Each head's values of this pass's tokens through its columns of the output projection.
+    fn hand_head_values(
+        &self,
+        layer: &super::block::Layer,
+        l: usize,
+        bufs: &Buffers,
+        listener: &mut dyn Listener,
+    ) -> Result<()> {
+        let d = &self.desc;
+        let (hd, attn, kv) = (d.head_dim, d.query_width(), d.kv_width());
+        let row = attn + 2 * kv;
+        let n = bufs.attn_out.len() / d.hidden.max(1);
+        // Rows laid out as the output projection reads them (`n × attn`): head h's columns hold
+        // the values of the key/value head it reads.
+        let mut values = vec![0.0; n * attn];
+        for (dst, src) in values.chunks_mut(attn).zip(bufs.qkv.chunks(row)) {
+            for h in 0..d.heads {
+                let g = d.kv_head_of(h);
+                dst[h * hd..(h + 1) * hd].copy_from_slice(&src[attn + kv + g * hd..attn + kv + (g + 1) * hd]);
+            }
+        }
+        let mut out = vec![0.0; n * d.hidden];
+        for head in 0..d.heads {
+            layer.output.partial_into(&values, head * hd..(head + 1) * hd, &mut out);
+            listener.point(Point::HeadValues { layer: l, head, values: &out })?;
+        }
+        Ok(())
     }
 }

@@ -438,6 +438,10 @@ decoder_parity! {
     gpt_neox_single: "gpt-neox", "gpt_neox_single";
     gpt_neox_non_ascii: "gpt-neox", "gpt_neox_non_ascii";
     gpt_neox_truncated: "gpt-neox", "gpt_neox_truncated";
+    // head_dim 12 × partial_rotary_factor 0.25 = 3: two frequencies, four dimensions rotated.
+    gpt_neox_odd_rotary_single: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_single";
+    gpt_neox_odd_rotary_non_ascii: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_non_ascii";
+    gpt_neox_odd_rotary_truncated: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_truncated";
 }
 
 #[test]
@@ -574,6 +578,7 @@ generation_parity! {
     qwen3_generates_as_transformers: "qwen3", "qwen3_generate";
     gemma_generates_as_transformers: "gemma", "gemma_generate";
     gpt_neox_generates_as_transformers: "gpt-neox", "gpt_neox_generate";
+    gpt_neox_odd_rotary_generates_as_transformers: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_generate";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1745,6 +1745,30 @@ fn encoder_decoder_target_box_switches_encoder_decoder_cross_and_exports_the_cro
     assert_eq!(h.state().settings.stack, Stack::Encoder);
 }
 
+/// An encoder–decoder saved without its head (transformers' `BartModel`) opens with the Target box
+/// and all three attentions, but offers no Translate (there is no head to write with).
+#[test]
+fn an_encoder_decoder_without_a_head_shows_its_attention_and_offers_no_translate() {
+    use attnviz::analysis::Stack;
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-bart-headless");
+    let mut h = harness_with(
+        Startup { model_dir: Some(dir), text: Some("The cat sat.".into()), text_pair: None, hf_cache: None },
+        None,
+    );
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
+    assert!(h.state().session.model.as_ref().is_some_and(|m| !m.can_translate && !m.can_generate));
+    assert!(h.query_by_label("Translate ▶").is_none());
+    h.get_by_label("Target").click();
+    h.run_steps(1);
+    h.get_by_label("Target").type_text("Le chat.");
+    wait_until(&mut h, "the run with a target", |a| a.view_data().stack_note.is_none() && !a.is_busy());
+    pick_stack(&mut h, "Cross");
+    assert_eq!(h.state().settings.stack, Stack::Cross);
+    let run = h.state().session.run.clone().unwrap();
+    assert!(run.attention.keys() > 1 && run.attention.seq_len() > 1);
+}
+
 #[test]
 fn translate_fills_the_target_greedily_and_streams_it_into_the_views() {
     let source = "The cat sat on the mat.";

@@ -680,6 +680,14 @@ fn generate_needs_a_language_model_head() {
     let out = attnviz(&["generate", "--model", tiny().to_str().unwrap(), "--text", "hi", "-o", path.to_str().unwrap()]);
     assert_error(&out, "lm_head");
     assert!(!path.exists());
+    // An encoder–decoder saved without its head (transformers' BartModel) opens but cannot translate.
+    let headless = fixture("tiny-bart-headless");
+    let out =
+        attnviz(&["generate", "--model", headless.to_str().unwrap(), "--text", "hi", "-o", path.to_str().unwrap()]);
+    assert_error(&out, "no language-model head");
+    assert!(!path.exists());
+    let v = dump_json(&["--model", headless.to_str().unwrap(), "--target", "A cat."]);
+    assert!(v["cross_attentions"].as_array().is_some_and(|a| a.len() == 2), "{v}");
 }
 
 #[test]

@@ -438,6 +438,10 @@ decoder_parity! {
     gpt_neox_single: "gpt-neox", "gpt_neox_single";
     gpt_neox_non_ascii: "gpt-neox", "gpt_neox_non_ascii";
     gpt_neox_truncated: "gpt-neox", "gpt_neox_truncated";
+    // head_dim 12 × partial_rotary_factor 0.25 = 3: two frequencies, four dimensions rotated.
+    gpt_neox_odd_rotary_single: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_single";
+    gpt_neox_odd_rotary_non_ascii: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_non_ascii";
+    gpt_neox_odd_rotary_truncated: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_truncated";
 }
 
 #[test]
@@ -574,6 +578,7 @@ generation_parity! {
     qwen3_generates_as_transformers: "qwen3", "qwen3_generate";
     gemma_generates_as_transformers: "gemma", "gemma_generate";
     gpt_neox_generates_as_transformers: "gpt-neox", "gpt_neox_generate";
+    gpt_neox_odd_rotary_generates_as_transformers: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_generate";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -749,6 +754,56 @@ seq2seq_parity! {
     flan_t5_single: "flan-t5", "flan_t5_single";
     flan_t5_non_ascii: "flan-t5", "flan_t5_non_ascii";
     flan_t5_truncated: "flan-t5", "flan_t5_truncated";
+    // BART saved as BartModel: no lm_head, no final_logits_bias.
+    bart_headless_single: "bart-headless", "bart_headless_single";
+    bart_headless_non_ascii: "bart-headless", "bart_headless_non_ascii";
+    bart_headless_truncated: "bart-headless", "bart_headless_truncated";
+}
+
+/// An encoder–decoder saved without a language-model head (transformers' `BartModel`) shows every
+/// attention but cannot write: it says so instead of translating with a head it does not have.
+#[test]
+fn an_encoder_decoder_saved_without_its_head_shows_attention_and_refuses_to_translate() {
+    let m = model("bart-headless");
+    let decoder = m.decoder.as_ref().unwrap();
+    assert!(!decoder.net.has_lm_head(), "BartModel has no language-model head");
+    assert!(!m.net.has_lm_head());
+    let hidden = decoder.net.description().hidden;
+    assert!(decoder.net.logits(&vec![0.5; hidden]).is_none());
+    let err = attnviz::model::generate::translate(m, "The cat sat.", 4, 5, |_, _, _, _| true).unwrap_err().to_string();
+    assert!(err.contains("no language-model head") && err.contains("tiny-bart-headless"), "{err}");
+    // The attention is there all the same: encoder, decoder and cross.
+    let run = m.run_seq2seq("The cat sat.", Some("A cat.")).unwrap();
+    let d = run.decoder.as_ref().unwrap();
+    assert!(run.attention.layers() == 2 && d.attention.layers() == 2 && d.cross.keys() == run.tokens.len());
+}
+
+/// A BART with its head whose checkpoint lacks `final_logits_bias` loads as transformers loads it
+/// (`_keys_to_ignore_on_load_missing`, initialised to zeros): the logits are the head's alone.
+#[test]
+fn a_missing_final_logits_bias_is_zero_as_in_transformers() {
+    use candle_core::{Device, Tensor};
+    let src = root().join("tests/fixtures/models/tiny-bart");
+    let mut tensors = candle_core::safetensors::load(src.join("model.safetensors"), &Device::Cpu).unwrap();
+    let bias: Vec<f32> = tensors.remove("final_logits_bias").unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    assert!(bias.iter().any(|&b| b != 0.0), "the fixture's bias is random");
+    let dir = tempfile::tempdir().unwrap();
+    let tensors: HashMap<String, Tensor> = tensors.into_iter().collect();
+    candle_core::safetensors::save(&tensors, dir.path().join("model.safetensors")).unwrap();
+    for f in ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let stripped = LoadedModel::load(dir.path()).unwrap();
+    let (with, without) = (&model("bart").decoder.as_ref().unwrap().net, &stripped.decoder.as_ref().unwrap().net);
+    assert!(without.has_lm_head(), "the head is tied to the shared embeddings: it can still translate");
+    let run = stripped.run_seq2seq("The cat sat.", Some("A cat.")).unwrap();
+    let d = run.decoder.as_ref().unwrap();
+    let hidden = without.description().hidden;
+    let last = &d.last_hidden[(d.tokens.len() - 1) * hidden..];
+    let (a, b) = (with.logits(last).unwrap(), without.logits(last).unwrap());
+    for ((a, b), bias) in a.iter().zip(&b).zip(&bias) {
+        assert!((a - bias - b).abs() <= 1e-5, "{a} - {bias} vs {b}");
+    }
 }
 
 #[test]

@@ -72,7 +72,9 @@ pub enum FeedForward {
 /// Rotary position embeddings (`RoPE`): q and k of every head are rotated by their position.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rotary {
-    /// Leading dimensions of each head that rotate (GPT-NeoX rotates a fraction; the rest pass).
+    /// `int(head_dim · partial_rotary_factor)`, the `dim` of transformers' inverse frequencies
+    /// (`arange(0, dim, 2) / dim`): the leading `2·⌈dims/2⌉` dimensions of each head rotate (GPT-NeoX
+    /// rotates a fraction; the rest pass).
     pub dims: usize,
     /// The base wavelength (`rope_theta`).
     pub theta: f64,

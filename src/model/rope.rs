@@ -1,13 +1,15 @@
 //! Rotary position embeddings as transformers computes them (`modeling_rope_utils.py` and each
 //! family's `apply_rotary_pos_emb`): the inverse frequencies of each `rope_type`, the cos/sin tables
-//! of a run's positions, and the rotation of a head's q or k (the `rotate_half` layout: dimension `i`
-//! pairs with `i + dims/2`). Everything in f32, in the order torch evaluates it.
+//! of a run's positions, and the rotation of a head's q or k (the `rotate_half` layout over the first
+//! `2·⌈dims/2⌉` dimensions: dimension `i` pairs with `i + ⌈dims/2⌉`). Everything in f32, in the order
+//! torch evaluates it.
 
 use super::describe::{RopeScaling, Rotary};
 
-/// `θ^(-2i/dims)` for `i < dims/2`: `1 / base ** (arange(0, dims, 2).float() / dims)` in f32.
+/// `θ^(-2i/dims)` for `i < ⌈dims/2⌉`: `1 / base ** (arange(0, dims, 2).float() / dims)` in f32 (an
+/// odd `dims` has one frequency more than `dims/2`, and so rotates `dims + 1` dimensions).
 fn default_inv_freq(base: f32, dims: usize) -> Vec<f32> {
-    (0..dims / 2).map(|i| 1.0 / base.powf((2 * i) as f32 / dims as f32)).collect()
+    (0..dims.div_ceil(2)).map(|i| 1.0 / base.powf((2 * i) as f32 / dims as f32)).collect()
 }
 
 /// The inverse frequencies for an input of `seq_len` tokens and the factor on cos and sin
@@ -70,6 +72,7 @@ pub fn inv_freq(r: &Rotary, seq_len: usize) -> (Vec<f32>, f32) {
             // linear_ramp_factor: `(arange(dim).float() - min) / (max - min)`, the width in f64.
             let (width, low) = ((high - low) as f32, low as f32);
             let factor = factor as f32;
+            // An even `dims` (an odd one is refused: transformers' ramp has `dim // 2` values).
             let freqs = (0..dims / 2)
                 .map(|i| {
                     let pos_freq = base.powf((2 * i) as f32 / dims as f32);
@@ -85,8 +88,8 @@ pub fn inv_freq(r: &Rotary, seq_len: usize) -> (Vec<f32>, f32) {
     }
 }
 
-/// The cos and sin of positions `first..first + count`, `dims/2` values per position (the second
-/// half of torch's `cat(freqs, freqs)` repeats the first).
+/// The cos and sin of positions `first..first + count`, one value per frequency (`⌈dims/2⌉`) and
+/// position (the second half of torch's `cat(freqs, freqs)` repeats the first).
 #[derive(Debug, Clone)]
 pub struct RopeTable {
     half: usize,
@@ -118,7 +121,8 @@ impl RopeTable {
     }
 
     /// Rotates one head vector of position `index` (counted from the table's first) in place:
-    /// `x·cos + rotate_half(x)·sin` over its first `dims` values; the rest pass unchanged.
+    /// `x·cos + rotate_half(x)·sin` over its first `2·⌈dims/2⌉` values (`cos.shape[-1]` in
+    /// `apply_rotary_pos_emb`); the rest pass unchanged.
     pub fn rotate(&self, index: usize, x: &mut [f32]) {
         let half = self.half;
         let (cos, sin) = (&self.cos[index * half..][..half], &self.sin[index * half..][..half]);
@@ -153,6 +157,21 @@ mod tests {
         table.rotate(1, &mut x);
         assert!((x[0] - 1f32.cos()).abs() < 1e-7 && (x[4] - 1f32.sin()).abs() < 1e-7);
         assert_eq!(x[8], 7.0, "dimensions past `dims` pass");
+    }
+
+    #[test]
+    fn an_odd_width_has_one_frequency_more_and_rotates_one_dimension_more() {
+        // dims 3: arange(0, 3, 2) / 3 = [0, 2/3], so two frequencies; dimension i pairs with i + 2.
+        let r = Rotary { dims: 3, theta: 10_000.0, scaling: RopeScaling::None };
+        let (f, _) = inv_freq(&r, 4);
+        assert_eq!(f, vec![1.0, 1.0 / 10_000f32.powf(2.0 / 3.0)]);
+        let table = RopeTable::new(&r, 0, 2, 2);
+        let mut x = [0.0, 1.0, 0.0, 0.0, 5.0];
+        table.rotate(1, &mut x);
+        assert!((x[1] - f[1].cos()).abs() < 1e-7 && (x[3] - f[1].sin()).abs() < 1e-7, "{x:?}");
+        assert_eq!(x[4], 5.0, "the fifth dimension passes");
+        // The Llama 3 and linear scalings rescale the same ⌈dims/2⌉ frequencies.
+        assert_eq!(inv_freq(&Rotary { scaling: RopeScaling::Linear { factor: 2.0 }, ..r }, 4).0.len(), 2);
     }
 
     #[test]

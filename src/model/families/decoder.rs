@@ -75,15 +75,17 @@ fn number(params: &Map<String, Value>, section: &str, key: &str) -> Result<Optio
     }
 }
 
-/// The rotary positions of a config: theta, the rotated fraction of each head (`fraction_key`
-/// names a family's own top-level key for it, e.g. GPT-NeoX's `rotary_pct`, `theta_key` its own
-/// name for theta), and the scaling type with its parameters. Unknown types are refused by name.
+/// The rotary positions of a config: theta, the rotated fraction of each head, and the scaling type
+/// with its parameters. Unknown types are refused by name. Both are read from the rope parameters
+/// first; then a family with its own top-level keys (`fraction`: GPT-NeoX's `rotary_pct` and its
+/// default 0.25; `theta_key`: its `rotary_emb_base`) reads those instead of the generic
+/// `partial_rotary_factor` and `rope_theta`, as transformers 5's `GPTNeoXConfig` does.
 pub fn rotary(
     keys: &Keys,
     head_dim: usize,
     max_positions: usize,
     default_theta: f64,
-    fraction_key: Option<&str>,
+    fraction: Option<(&str, f64)>,
     theta_key: Option<&str>,
 ) -> Result<Rotary, ModelError> {
     let (section, params) = match (keys.0.get("rope_parameters"), keys.0.get("rope_scaling")) {
@@ -100,31 +102,31 @@ pub fn rotary(
     let top = |key: &str| keys.opt_f64(key);
     let theta = match number(&params, section, "rope_theta")? {
         Some(t) => t,
-        None => match theta_key.map(top).transpose()?.flatten() {
-            Some(t) => t,
-            None => top("rope_theta")?.unwrap_or(default_theta),
-        },
+        None => top(theta_key.unwrap_or("rope_theta"))?.unwrap_or(default_theta),
     };
     if theta.is_nan() || theta <= 1.0 {
         return Err(unsupported("rope_theta", theta.to_string(), "must be a number above 1"));
     }
+    let (fraction_key, default_fraction) = fraction.unwrap_or(("partial_rotary_factor", 1.0));
     let fraction = match number(&params, section, "partial_rotary_factor")? {
         Some(f) => f,
-        None => match fraction_key.map(top).transpose()?.flatten() {
-            Some(f) => f,
-            None => top("partial_rotary_factor")?.unwrap_or(1.0),
-        },
+        None => top(fraction_key)?.unwrap_or(default_fraction),
     };
     if fraction.is_nan() || fraction <= 0.0 || fraction > 1.0 {
         return Err(unsupported("partial_rotary_factor", fraction.to_string(), "must be in (0, 1]"));
     }
-    // `int(head_dim * partial_rotary_factor)`.
+    // `dim = int(head_dim * partial_rotary_factor)`; the inverse frequencies are those of
+    // `arange(0, dim, 2)`, ⌈dim/2⌉ of them, and cos and sin twice that wide, so the first
+    // 2·⌈dim/2⌉ dimensions rotate (one more than `dim` when it is odd).
     let dims = (head_dim as f64 * fraction) as usize;
-    if dims < 2 || dims % 2 != 0 {
+    let rotated = 2 * dims.div_ceil(2);
+    if dims == 0 || rotated > head_dim {
         return Err(unsupported(
             "partial_rotary_factor",
             fraction.to_string(),
-            &format!("rotates {dims} of {head_dim} dimensions; the rotated part must be even and at least 2"),
+            &format!(
+                "int({head_dim} × {fraction}) = {dims} gives {rotated} rotated dimensions; at least 2 and at most the head's {head_dim} rotate"
+            ),
         ));
     }
     let kind = match params.get("rope_type").or_else(|| params.get("type")) {
@@ -161,6 +163,14 @@ pub fn rotary(
                 .ok_or_else(|| ModelError::Config(format!("missing field `{section}.high_freq_factor`")))?,
             original_max: original_max()?,
         },
+        "yarn" if dims % 2 != 0 => {
+            // _compute_yarn_parameters blends ⌈dim/2⌉ frequencies with a ramp of dim // 2 values.
+            return Err(unsupported(
+                "partial_rotary_factor",
+                fraction.to_string(),
+                &format!("yarn needs an even rotary width; int({head_dim} × {fraction}) = {dims}"),
+            ));
+        }
         "yarn" => {
             let original = original_max()?;
             let factor = match get("factor")? {
@@ -247,7 +257,43 @@ mod tests {
         let plain = rotary(&keys("{}"), 64, 2048, 10_000.0, None, None).unwrap();
         assert_eq!((plain.theta, plain.scaling), (10_000.0, RopeScaling::None));
         let neox = keys(r#"{"rotary_pct":0.25,"rotary_emb_base":10000}"#);
-        assert_eq!(rotary(&neox, 64, 2048, 1.5, Some("rotary_pct"), Some("rotary_emb_base")).unwrap().dims, 16);
+        let neox_keys = (Some(("rotary_pct", 0.25)), Some("rotary_emb_base"));
+        assert_eq!(rotary(&neox, 64, 2048, 1.5, neox_keys.0, neox_keys.1).unwrap().dims, 16);
+    }
+
+    #[test]
+    fn gpt_neox_reads_its_own_keys_as_transformers_5_does() {
+        // GPTNeoXConfig: rope_parameters first, then rotary_pct (default 0.25) and rotary_emb_base
+        // (default 10000); the generic top-level partial_rotary_factor and rope_theta are not read.
+        let neox =
+            |json: &str| rotary(&keys(json), 64, 2048, 10_000.0, Some(("rotary_pct", 0.25)), Some("rotary_emb_base"));
+        assert_eq!(neox("{}").unwrap(), Rotary { dims: 16, theta: 10_000.0, scaling: RopeScaling::None });
+        let top = neox(r#"{"partial_rotary_factor":0.5,"rope_theta":500}"#).unwrap();
+        assert_eq!((top.dims, top.theta), (16, 10_000.0));
+        let own = neox(r#"{"rotary_pct":0.5,"rotary_emb_base":500}"#).unwrap();
+        assert_eq!((own.dims, own.theta), (32, 500.0));
+        let new =
+            neox(r#"{"rotary_pct":0.5,"rope_parameters":{"partial_rotary_factor":1.0,"rope_theta":20000}}"#).unwrap();
+        assert_eq!((new.dims, new.theta), (64, 20_000.0));
+        // Other families: the top-level partial_rotary_factor, else whole heads.
+        assert_eq!(rotary(&keys(r#"{"partial_rotary_factor":0.5}"#), 64, 2048, 1e4, None, None).unwrap().dims, 32);
+    }
+
+    #[test]
+    fn an_odd_rotary_width_rotates_the_next_even_number_of_dimensions() {
+        // head_dim 12 × 0.25 = 3: transformers takes the frequencies of arange(0, 3, 2) and rotates 4.
+        let r = rotary(&keys(r#"{"partial_rotary_factor":0.25}"#), 12, 32, 1e4, None, None).unwrap();
+        assert_eq!(r.dims, 3);
+        assert_eq!(rotary(&keys(r#"{"partial_rotary_factor":0.1}"#), 12, 32, 1e4, None, None).unwrap().dims, 1);
+        // Nothing to rotate, or more than the head: refused, saying why.
+        let err = rotary(&keys(r#"{"partial_rotary_factor":0.05}"#), 12, 32, 1e4, None, None).unwrap_err().to_string();
+        assert!(err.contains("partial_rotary_factor") && err.contains("= 0"), "{err}");
+        let err = rotary(&keys("{}"), 5, 32, 1e4, None, None).unwrap_err().to_string();
+        assert!(err.contains("6 rotated dimensions") && err.contains("head's 5"), "{err}");
+        // YaRN's ramp has dim // 2 values: an odd width does not fit it.
+        let yarn = r#"{"partial_rotary_factor":0.25,"rope_parameters":{"rope_type":"yarn","factor":4.0}}"#;
+        let err = rotary(&keys(yarn), 12, 32, 1e4, None, None).unwrap_err().to_string();
+        assert!(err.contains("yarn") && err.contains("even"), "{err}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! GPT-NeoX and Pythia: pre-LN with `LayerNorm`s, partial rotary positions (`rotary_pct` of each
-//! head), attention and feed-forward in parallel (`use_parallel_residual`), q/k/v fused per head.
+//! GPT-NeoX and Pythia: pre-LN with `LayerNorm`s, partial rotary positions (`rotary_pct` or
+//! `rope_parameters.partial_rotary_factor` of each head, 0.25 by default), attention and feed-forward in parallel (`use_parallel_residual`), q/k/v fused per head.
 //!
 //! Mirrors `modeling_gpt_neox.py`: `GPTNeoXAttention` (`query_key_value` viewed as
 //! `[heads][3 · head_dim]` and chunked into q, k, v; the first `rotary_ndims` of q and k rotated),
@@ -23,7 +23,8 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
         Some(_) => positions(keys, "max_position_embeddings")?,
         None => 2048,
     };
-    let rot = rotary(keys, hd, max_positions, 10_000.0, Some("rotary_pct"), Some("rotary_emb_base"))?;
+    // GPTNeoXConfig: rotary_pct defaults to 0.25.
+    let rot = rotary(keys, hd, max_positions, 10_000.0, Some(("rotary_pct", 0.25)), Some("rotary_emb_base"))?;
     let max_len = rotary_max_len(&rot, max_positions);
     let tied = keys.opt_bool("tie_word_embeddings")?.unwrap_or(false);
     let activation = keys.activation("hidden_act", "gelu")?;

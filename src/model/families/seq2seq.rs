@@ -9,6 +9,10 @@
 //! bias; no biases; scores not scaled; relative-position buckets from each stack's first layer,
 //! bidirectional in the encoder, causal in the decoder; `relu` or `gated-gelu` feed-forward; a
 //! tied head reads the hidden state × `d_model^-0.5`).
+//!
+//! A checkpoint of a base class (`BartModel`, `T5Model`: transformers' classes without `lm_head`)
+//! has no language-model head: its decoder runs for attention only. Where a model with a head
+//! lacks `final_logits_bias`, it is zero, as transformers loads it (`_keys_to_ignore_on_load_missing`).
 
 use serde_json::Value;
 
@@ -71,6 +75,26 @@ fn bart_decoder(keys: &Keys, variant: Variant) -> Result<DecoderSpec, ModelError
     Ok(DecoderSpec { desc: bart_like(keys, variant, true)?, start: start_token(keys)? })
 }
 
+/// Whether the checkpoint has a language-model head: its `architectures` name a class with one
+/// (`…ForConditionalGeneration`, `MarianMTModel`, the old `T5WithLMHeadModel`), or nothing at all.
+/// A base model saved alone (`BartModel`, `MBartModel`, `MarianModel`, `T5Model`) has none.
+fn has_lm_head(keys: &Keys) -> bool {
+    let architectures = keys.architectures();
+    architectures.is_empty()
+        || architectures
+            .iter()
+            .any(|a| a.ends_with("ForConditionalGeneration") || a.ends_with("MTModel") || a.ends_with("LMHeadModel"))
+}
+
+/// The decoder's head: none without one ([`has_lm_head`]), else tied or its own.
+fn lm_head(keys: &Keys, decoder: bool, tied: bool) -> LmHead {
+    match (decoder && has_lm_head(keys), tied) {
+        (false, _) => LmHead::None,
+        (true, true) => LmHead::Tied,
+        (true, false) => LmHead::Own,
+    }
+}
+
 fn bart_like(keys: &Keys, variant: Variant, decoder: bool) -> Result<Description, ModelError> {
     let side = if decoder { "decoder" } else { "encoder" };
     let names = [
@@ -116,12 +140,9 @@ fn bart_like(keys: &Keys, variant: Variant, decoder: bool) -> Result<Description
         norm: if pre { NormPlacement::Pre } else { NormPlacement::Post },
         final_norm,
         cross_attention: decoder,
-        lm_head: match (decoder, tied) {
-            (false, _) => LmHead::None,
-            (true, true) => LmHead::Tied,
-            (true, false) => LmHead::Own,
-        },
-        logits_bias: decoder,
+        lm_head: lm_head(keys, decoder, tied),
+        // `final_logits_bias`, part of the head (zeros where the checkpoint lacks it: bart_canonical).
+        logits_bias: decoder && has_lm_head(keys),
         pad_token_id: keys.opt_usize("pad_token_id")?.and_then(|p| u32::try_from(p).ok()),
         ..base
     })
@@ -181,11 +202,7 @@ fn t5_like(keys: &Keys, decoder: bool) -> Result<Description, ModelError> {
         norm: NormPlacement::Pre,
         final_norm: true,
         cross_attention: decoder,
-        lm_head: match (decoder, tied) {
-            (false, _) => LmHead::None,
-            (true, true) => LmHead::Tied,
-            (true, false) => LmHead::Own,
-        },
+        lm_head: lm_head(keys, decoder, tied),
         // T5ForConditionalGeneration: `sequence_output * model_dim**-0.5` before a tied head.
         logit_scale: if decoder && tied { inverse_sqrt(s.hidden) } else { 1.0 },
         pad_token_id: keys.opt_usize("pad_token_id")?.and_then(|p| u32::try_from(p).ok()),
@@ -284,8 +301,17 @@ fn seq2seq_canonical(tensors: Tensors, table: &[(&str, &str)]) -> Result<Tensors
     Ok(out)
 }
 
-fn bart_canonical(tensors: Tensors, _: &Description) -> Result<Tensors, String> {
-    seq2seq_canonical(tensors, BART_TABLE)
+/// BART-family tensors; a `final_logits_bias` the checkpoint lacks is zeros over the vocabulary, as
+/// transformers initialises it (it is in `_keys_to_ignore_on_load_missing`). A decoder without a
+/// head does not read it.
+fn bart_canonical(tensors: Tensors, desc: &Description) -> Result<Tensors, String> {
+    let mut out = seq2seq_canonical(tensors, BART_TABLE)?;
+    if !out.contains_key("decoder.logits_bias") {
+        let zeros = candle_core::Tensor::zeros(desc.vocab_size, candle_core::DType::F32, &candle_core::Device::Cpu)
+            .map_err(|e| format!("final_logits_bias: {e}"))?;
+        out.insert("decoder.logits_bias".into(), zeros);
+    }
+    Ok(out)
 }
 
 fn t5_canonical(tensors: Tensors, _: &Description) -> Result<Tensors, String> {

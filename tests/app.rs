@@ -1752,7 +1752,7 @@ fn an_encoder_decoder_without_a_head_shows_its_attention_and_offers_no_translate
     use attnviz::analysis::Stack;
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-bart-headless");
     let mut h = harness_with(
-        Startup { model_dir: Some(dir), text: Some("The cat sat.".into()), text_pair: None, hf_cache: None },
+        Startup { model_dir: Some(dir), text: Some("The cat sat.".into()), text_pair: None, ..Startup::default() },
         None,
     );
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());

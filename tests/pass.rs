@@ -157,6 +157,7 @@ fn check_points(what: &str, net: &Network, ids: &[u32], type_ids: &[u32], iv: &I
         resid_mid,
         resid_post,
         head_writes,
+        head_values,
         attn_out,
         cross_out,
         mlp_out,

@@ -1,5 +1,5 @@
 //! What attnviz reads off the residual stream equals Hugging Face transformers (references by
-//! tests/fixtures/make_readout_reference.py): the logit lens to 1e-4 in probability, direct logit
+//! `tests/fixtures/make_readout_reference.py`): the logit lens to 1e-4 in probability, direct logit
 //! attribution per head, MLP and embeddings to 1e-4 (and its terms sum to the logit), the head
 //! scores on transformers' attentions to 1e-5 — on every decoder family's fixture and SmolLM2.
 #![allow(clippy::unwrap_used)]
@@ -94,6 +94,47 @@ fn check(prefix: &str, model: &LoadedModel) {
     assert!((f64::from(diff.logit) - (f64::from(a.logit) - f64::from(b.logit))).abs() < tol, "{prefix}");
     assert!((diff.total() - f64::from(diff.logit)).abs() < tol, "{prefix}: a difference's terms sum to it");
 
+    // The contribution graph at the last token: each layer's proportions.
+    let contrib = model.contributions(&tokens, &faithful).unwrap();
+    let want_layers = r["contributions"].as_array().unwrap();
+    assert_eq!(contrib.graph.layers.len(), want_layers.len(), "{prefix}");
+    let (last, heads) = ((n - 1) as u32, d.heads);
+    let near = |what: &str, got: f32, want: f64| {
+        assert!((f64::from(got) - want).abs() < 1e-4, "{prefix}: {what}: {got} vs {want}");
+    };
+    for (l, (got, want)) in contrib.graph.layers.iter().zip(want_layers).enumerate() {
+        let attn = floats(&want["attn"]);
+        for from in 0..n {
+            for h in 0..heads {
+                let w = attn[from * heads + h];
+                let g = got.heads.iter().find(|c| c.0 == last && c.1 as usize == from && c.2 as usize == h);
+                match g {
+                    Some(c) => near(&format!("layer {l} head {h} from {from}"), c.3, w),
+                    None => assert!(w < 1.1e-3, "{prefix}: layer {l} head {h} from {from}: {w} dropped"),
+                }
+            }
+        }
+        near(
+            &format!("layer {l} residual (attention)"),
+            got.residual_attn[n - 1],
+            want["residual_attn"].as_f64().unwrap(),
+        );
+        near(&format!("layer {l} mlp"), got.mlp[n - 1], want["mlp"].as_f64().unwrap());
+        near(&format!("layer {l} residual (mlp)"), got.residual_mlp[n - 1], want["residual_mlp"].as_f64().unwrap());
+    }
+    let routes = contrib.graph.routes(n - 1, 0.04);
+    assert!(
+        routes.iter().any(|e| matches!(e.from, attnviz::analysis::contrib::Node::Embedding(_))),
+        "{prefix}: routes reach the tokens"
+    );
+    let lens_nodes = contrib.lens.as_ref().unwrap();
+    assert_eq!(
+        lens_nodes.cell(d.layers, n - 1).next().unwrap().0,
+        best,
+        "{prefix}: the output node's lens is the prediction"
+    );
+    assert_eq!(contrib.mid_top.len(), d.layers * n, "{prefix}");
+
     // Head scores on the probe, from our attention.
     let probe = ids(&r["heads_ids"]);
     let run = model.run_tokens(tokens_of(model, &probe), None, Capture::Attention, &faithful).unwrap();
@@ -103,10 +144,7 @@ fn check(prefix: &str, model: &LoadedModel) {
         let got = scores.by_name(name).unwrap();
         assert_eq!(got.len(), want.len(), "{prefix}: {name}");
         for (i, (&g, w)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (g.is_nan() && w.is_nan()) || (f64::from(g) - w).abs() < 1e-5,
-                "{prefix}: {name}[{i}]: {g} vs {w}"
-            );
+            assert!((g.is_nan() && w.is_nan()) || (f64::from(g) - w).abs() < 1e-5, "{prefix}: {name}[{i}]: {g} vs {w}");
         }
     }
 }

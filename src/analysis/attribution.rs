@@ -1,4 +1,4 @@
-//! Direct logit attribution (TransformerLens's `decompose_resid` + `apply_ln_to_stack`): the final
+//! Direct logit attribution (`TransformerLens`'s `decompose_resid` + `apply_ln_to_stack`): the final
 //! residual stream at a position is the sum of what every part wrote into it (the embeddings,
 //! each head, each attention block's output bias, each MLP); the final norm, linearised at this
 //! input (centred for a `LayerNorm`, divided by the scale it divided this position's row by),
@@ -28,7 +28,8 @@ pub struct Readout<'a> {
 impl Readout<'_> {
     /// One part's share of the logit: `Σ_d (centre(x)_d / scale) · w_d · u_d`, summed in f64.
     pub fn share(&self, x: &[f32]) -> f64 {
-        let mean = if self.centred { x.iter().map(|&v| f64::from(v)).sum::<f64>() / x.len().max(1) as f64 } else { 0.0 };
+        let mean =
+            if self.centred { x.iter().map(|&v| f64::from(v)).sum::<f64>() / x.len().max(1) as f64 } else { 0.0 };
         let scale = f64::from(self.scale);
         x.iter()
             .enumerate()

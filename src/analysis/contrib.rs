@@ -33,7 +33,9 @@ pub fn proportions(count: usize, whole: &[f32], mut part: impl FnMut(usize, &mut
         })
         .collect();
     let sum: f32 = out.iter().sum();
-    out.iter_mut().for_each(|c| *c /= sum);
+    for c in &mut out {
+        *c /= sum;
+    }
     out
 }
 
@@ -63,18 +65,20 @@ impl LayerContributions {
         probs: &[&[f32]],
         values: &[&[f32]],
     ) -> Self {
+        fn row(v: &[f32], i: usize, hidden: usize) -> &[f32] {
+            &v[i * hidden..(i + 1) * hidden]
+        }
         let heads = probs.len();
-        let row = |v: &'_ [f32], i: usize| -> &'_ [f32] { &v[i * hidden..(i + 1) * hidden] };
         let mut out = Self::default();
         for to in 0..n {
             // Parts: each (from, head), then the residual stream (the one-off part).
-            let c = proportions(n * heads + 1, row(mid, to), |k, buf| {
+            let c = proportions(n * heads + 1, row(mid, to, hidden), |k, buf| {
                 if k == n * heads {
-                    buf.copy_from_slice(row(pre, to));
+                    buf.copy_from_slice(row(pre, to, hidden));
                 } else {
                     let (from, h) = (k / heads, k % heads);
                     let a = probs[h][to * n + from];
-                    buf.iter_mut().zip(row(values[h], from)).for_each(|(b, v)| *b = a * v);
+                    buf.iter_mut().zip(row(values[h], from, hidden)).for_each(|(b, v)| *b = a * v);
                 }
             });
             for (k, &p) in c[..n * heads].iter().enumerate() {
@@ -83,7 +87,9 @@ impl LayerContributions {
                 }
             }
             out.residual_attn.push(c[n * heads]);
-            let c = proportions(2, row(post, to), |k, buf| buf.copy_from_slice(row(if k == 0 { mlp } else { mid }, to)));
+            let c = proportions(2, row(post, to, hidden), |k, buf| {
+                buf.copy_from_slice(row(if k == 0 { mlp } else { mid }, to, hidden));
+            });
             out.mlp.push(c[0]);
             out.residual_mlp.push(c[1]);
         }
@@ -148,7 +154,8 @@ impl ContributionGraph {
             let lu = l as u16;
             // Attention edges, summed over heads per (to, from); the residual edge joins the
             // self edge when the token reads itself (as the tool sums multi-edges).
-            let mut by_pair: std::collections::BTreeMap<(u32, u32), Vec<(u16, f32)>> = std::collections::BTreeMap::new();
+            let mut by_pair: std::collections::BTreeMap<(u32, u32), Vec<(u16, f32)>> =
+                std::collections::BTreeMap::new();
             for &(to, from, h, p) in &c.heads {
                 by_pair.entry((to, from)).or_default().push((h, p));
             }

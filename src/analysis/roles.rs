@@ -1,4 +1,4 @@
-//! What a head does, read off its attention (TransformerLens's `head_detector.py`, Olsson et al.
+//! What a head does, read off its attention (`TransformerLens`'s `head_detector.py`, Olsson et al.
 //! 2022): per layer × head, four scores on the attention the model really computed.
 //!
 //! - **previous-token**: the mean over positions `i ≥ 1` of `A[i, i−1]`;
@@ -39,10 +39,7 @@ pub const SCORE_NAMES: [&str; 4] = ["previous_token", "duplicate_token", "induct
 /// For each position, its token's most recent earlier position, if any.
 pub fn earlier_occurrences(ids: &[u32]) -> Vec<Option<usize>> {
     let mut last = std::collections::HashMap::new();
-    ids.iter()
-        .enumerate()
-        .map(|(i, id)| last.insert(*id, i))
-        .collect()
+    ids.iter().enumerate().map(|(i, id)| last.insert(*id, i)).collect()
 }
 
 impl HeadScores {

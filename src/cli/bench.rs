@@ -29,6 +29,14 @@ pub enum BenchMode {
     /// pooled into the overview and the window (rows of the overview checked), with the runs of
     /// the layers done made after each layer as the app gets them.
     Pooled,
+    /// The logit lens of every position: every stream through the final norm and the
+    /// unembedding, the top 5 of each cell (streams × positions cells checked).
+    Lens,
+    /// The logit lens of the last position only (what the app computes first for the selected
+    /// position): one column of streams.
+    LensColumn,
+    /// The contribution graph: every layer's proportions at every token, with each node's lens.
+    Contributions,
 }
 
 /// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
@@ -140,6 +148,20 @@ fn produce(
             }
             rows
         }
+        BenchMode::Lens | BenchMode::LensColumn => {
+            let positions = if mode == BenchMode::Lens { Vec::new() } else { vec![n - 1] };
+            let lens = model.lens(tokens, &positions, 5, &[], &faithful)?;
+            let cells = lens.streams * lens.positions.len();
+            for c in 0..cells {
+                let top = lens.top_probs[c * 5];
+                anyhow::ensure!(top > 0.0 && top <= 1.0 + 1e-6, "cell {c}: top probability {top}");
+            }
+            cells
+        }
+        BenchMode::Contributions => {
+            let run = model.contributions(tokens, &faithful)?;
+            run.graph.layers.iter().map(|l| l.mlp.len()).sum()
+        }
         BenchMode::Lazy => {
             let start = Instant::now();
             let streams = net.forward_streams(ids, types, &faithful)?;
@@ -187,7 +209,16 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
         times_ms.push(start.elapsed().as_secs_f64() * 1e3);
     }
     let d = model.description();
-    anyhow::ensure!(rows == d.layers * d.heads * args.tokens, "checked {rows} rows, not every layer × head × query");
+    let expected = match args.mode {
+        BenchMode::Lens => (d.layers + 1) * args.tokens,
+        BenchMode::LensColumn => d.layers + 1,
+        BenchMode::Contributions => d.layers * args.tokens,
+        _ => d.layers * d.heads * args.tokens,
+    };
+    anyhow::ensure!(
+        rows == expected,
+        "checked {rows} rows, not {expected} (every layer × head × query, or every cell)"
+    );
     times_ms.sort_by(f64::total_cmp);
     let mid = times_ms.len() / 2;
     let median_ms =

@@ -83,7 +83,10 @@ pub fn run(model_dir: Option<&Path>, args: &HeadsArgs) -> anyhow::Result<()> {
             let shape = vec![scores.layers, scores.heads];
             let mut arrays = vec![("tokens", NpyArray::Str(&run.tokens.tokens))];
             for name in SCORE_NAMES {
-                arrays.push((name, NpyArray::F32 { shape: shape.clone(), data: scores.by_name(name).unwrap_or_default() }));
+                arrays.push((
+                    name,
+                    NpyArray::F32 { shape: shape.clone(), data: scores.by_name(name).unwrap_or_default() },
+                ));
             }
             Written::Npz(arrays)
         }

@@ -85,11 +85,23 @@ pub fn run(model_dir: Option<&Path>, args: &LensArgs) -> anyhow::Result<()> {
             let predicted = &lens.tracked[0];
             Written::Npz(vec![
                 ("tokens", NpyArray::Str(&tokens.tokens)),
-                ("top_ids", NpyArray::I64 { shape: shape.clone(), data: lens.top_ids.iter().map(|&i| i64::from(i)).collect() }),
+                (
+                    "top_ids",
+                    NpyArray::I64 { shape: shape.clone(), data: lens.top_ids.iter().map(|&i| i64::from(i)).collect() },
+                ),
                 ("top_tokens", NpyArray::Str(&top_tokens)),
                 ("top_probs", NpyArray::F32 { shape, data: &lens.top_probs }),
-                ("predicted_ids", NpyArray::I64 { shape: vec![n], data: predicted.ids.iter().map(|&i| i64::from(i)).collect() }),
-                ("predicted_ranks", NpyArray::I64 { shape: vec![streams, n], data: predicted.ranks.iter().map(|&r| i64::from(r)).collect() }),
+                (
+                    "predicted_ids",
+                    NpyArray::I64 { shape: vec![n], data: predicted.ids.iter().map(|&i| i64::from(i)).collect() },
+                ),
+                (
+                    "predicted_ranks",
+                    NpyArray::I64 {
+                        shape: vec![streams, n],
+                        data: predicted.ranks.iter().map(|&r| i64::from(r)).collect(),
+                    },
+                ),
                 ("predicted_probs", NpyArray::F32 { shape: vec![streams, n], data: &predicted.probs }),
             ])
         }

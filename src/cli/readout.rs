@@ -36,7 +36,7 @@ pub fn input_tokens(model: &LoadedModel, text: &str) -> anyhow::Result<Tokens> {
 /// Writes `written` to `output` (atomically), or JSON to standard output.
 pub fn write_output(output: Option<&Path>, written: Written<'_>) -> anyhow::Result<()> {
     let bytes = match written {
-        Written::Json(v) => serde_json::to_string_pretty(&v)? .into_bytes(),
+        Written::Json(v) => serde_json::to_string_pretty(&v)?.into_bytes(),
         Written::Npz(arrays) => {
             let Some(path) = output.filter(|p| *p != Path::new("-")) else {
                 anyhow::bail!("NPZ needs a file: give -o FILE.npz");

@@ -86,8 +86,7 @@ impl LoadedModel {
         let runs = |done: usize, last_hidden: &[f32]| -> Result<LongRuns, ModelError> {
             let run = |pooled: &Pooled, view: LongView| -> Result<Run, ModelError> {
                 let w = pooled.spans.len();
-                let attention = Attention::new(done, heads, w, pooled.data(done, heads))
-                    ?;
+                let attention = Attention::new(done, heads, w, pooled.data(done, heads))?;
                 Ok(Run {
                     model_name: self.name.clone(),
                     tokens: span_tokens(tokens, &pooled.spans),

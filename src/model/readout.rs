@@ -54,8 +54,7 @@ impl Listener for StreamRows {
 
     fn point(&mut self, point: Point<'_>) -> Result<(), EngineError> {
         match point {
-            Point::ResidPre { layer: 0, stream } => self.keep(stream),
-            Point::ResidPost { stream, .. } => self.keep(stream),
+            Point::ResidPre { layer: 0, stream } | Point::ResidPost { stream, .. } => self.keep(stream),
             _ => {}
         }
         Ok(())
@@ -98,7 +97,7 @@ impl PositionWrites {
 
 impl Listener for PositionWrites {
     fn wants(&self) -> Wants {
-        Wants { writes: true }
+        Wants { writes: true, head_values: false }
     }
 
     fn start(&mut self, shape: &PassShape) {
@@ -128,7 +127,8 @@ impl LoadedModel {
     pub fn probe_tokens(&self, half: usize, seed: u64) -> Result<Tokens, ModelError> {
         let d = self.description();
         let vocab = d.vocab_size.min(self.tokenizer.vocab_size().max(1));
-        let first = self.tokenizer.encode("a", None)?.tokens.ids.first().copied().filter(|&id| self.tokenizer.is_special(id));
+        let first =
+            self.tokenizer.encode("a", None)?.tokens.ids.first().copied().filter(|&id| self.tokenizer.is_special(id));
         let special: Vec<u32> = (0..vocab as u32).filter(|&id| self.tokenizer.is_special(id)).collect();
         let most = d.max_len.saturating_sub(usize::from(first.is_some())) / 2;
         if half == 0 || half > most || vocab <= special.len() + half {
@@ -154,7 +154,10 @@ impl LoadedModel {
             ));
         }
         if net.description().norm == NormPlacement::Post {
-            return Some(format!("{} normalises after each block (post-LN): its parts' writes do not add up", self.name));
+            return Some(format!(
+                "{} normalises after each block (post-LN): its parts' writes do not add up",
+                self.name
+            ));
         }
         None
     }

@@ -169,7 +169,9 @@ impl LoadedModel {
         // The engine's own check (the one the pass runs), said in the words of a model folder.
         match self.net.check_input(&tokens.ids, &tokens.type_ids, 0) {
             Ok(_) => Ok(()),
-            Err(EngineError::Segments { tokens: 0, .. }) => Err(ModelError::Input("no tokens to run: type a sentence".into())),
+            Err(EngineError::Segments { tokens: 0, .. }) => {
+                Err(ModelError::Input("no tokens to run: type a sentence".into()))
+            }
             Err(EngineError::TooLong { tokens, max }) => {
                 Err(ModelError::Input(format!("{tokens} tokens exceed the model's {max} positions")))
             }
@@ -230,8 +232,7 @@ impl LoadedModel {
                 .into_iter()
                 .zip(out.terms.chunks(per_term.max(1)))
                 .map(|(name, values)| Ok((name.to_string(), Attention::new(layers, heads, seq_len, values.to_vec())?)))
-                .collect::<Result<Vec<_>, crate::analysis::ShapeError>>()
-                ?;
+                .collect::<Result<Vec<_>, crate::analysis::ShapeError>>()?;
             Some(crate::analysis::run::NeuronData {
                 scores: Attention::new(layers, heads, seq_len, out.scores)?,
                 terms,

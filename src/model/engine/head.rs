@@ -135,7 +135,9 @@ impl Network {
         let mut unembedding = vec![0.0; h];
         table.widen_into(t * h..(t + 1) * h, &mut unembedding);
         if self.desc.logit_scale.to_bits() != 1.0f32.to_bits() {
-            unembedding.iter_mut().for_each(|v| *v *= self.desc.logit_scale);
+            for v in &mut unembedding {
+                *v *= self.desc.logit_scale;
+            }
         }
         let (centred, norm_weight, norm_bias) = match &self.final_norm {
             None => (false, Vec::new(), Vec::new()),

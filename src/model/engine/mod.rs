@@ -39,7 +39,6 @@ mod pass;
 mod positions;
 mod weights;
 
-
 pub use error::EngineError;
 pub use head::LogitBasis;
 pub use lazy::{HeadDetail, KeepStreams, LayerAttention, Streams};

@@ -94,6 +94,17 @@ fn check(prefix: &str, model: &LoadedModel) {
     assert!((f64::from(diff.logit) - (f64::from(a.logit) - f64::from(b.logit))).abs() < tol, "{prefix}");
     assert!((diff.total() - f64::from(diff.logit)).abs() < tol, "{prefix}: a difference's terms sum to it");
 
+    // What a head's write promotes is its share of that token's logit.
+    let (l, h) = (d.layers - 1, d.heads - 1);
+    let effect = model.head_effect(&tokens, n - 1, (l, h), 3, &faithful).unwrap();
+    let (top, change) = effect.promoted[0];
+    let share = model.attribute(&tokens, n - 1, Some(top), None, &faithful).unwrap().heads[l * d.heads + h];
+    assert!(
+        (change - share).abs() < 1e-4 * change.abs().max(1.0),
+        "{prefix}: head effect {change} vs its share {share}"
+    );
+    assert!(effect.suppressed[0].1 <= effect.promoted[2].1, "{prefix}");
+
     // The contribution graph at the last token: each layer's proportions.
     let contrib = model.contributions(&tokens, &faithful).unwrap();
     let want_layers = r["contributions"].as_array().unwrap();

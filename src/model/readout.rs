@@ -246,6 +246,67 @@ impl LoadedModel {
     }
 }
 
+/// What one head's write at a position does to the prediction there: the tokens whose logits it
+/// raises and lowers most.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadEffect {
+    /// The layer.
+    pub layer: usize,
+    /// The head.
+    pub head: usize,
+    /// `(token, logit change)`, largest first.
+    pub promoted: Vec<(u32, f32)>,
+    /// `(token, logit change)`, most negative first.
+    pub suppressed: Vec<(u32, f32)>,
+}
+
+impl LoadedModel {
+    /// The `k` tokens head `head` of layer `layer` promotes and suppresses most at `position`:
+    /// its write there through the final norm linearised at this input (as direct logit
+    /// attribution takes it) and the unembedding, without the head's bias.
+    pub fn head_effect(
+        &self,
+        tokens: &Tokens,
+        position: usize,
+        (layer, head): (usize, usize),
+        k: usize,
+        interventions: &Interventions,
+    ) -> Result<HeadEffect, ModelError> {
+        self.refuse_readout()?;
+        self.check_tokens(tokens, interventions)?;
+        let d = self.net.description();
+        let layers = interventions.first_layers.unwrap_or(d.layers);
+        if position >= tokens.len() || layer >= layers || head >= d.heads {
+            return Err(ModelError::Unsupported {
+                field: "head".into(),
+                value: format!("{layer}:{head} at {position}"),
+                why: format!("the run has {layers} layers × {} heads over {} tokens", d.heads, tokens.len()),
+            });
+        }
+        let mut writes = PositionWrites::new(position);
+        self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut writes)?;
+        let h = d.hidden;
+        let mut x = writes.head_writes[(layer * d.heads + head) * h..][..h].to_vec();
+        // Through the final norm, linearised: centred (LayerNorm), over the scale, times the weight.
+        let basis = self.net.logit_basis(0).ok_or_else(|| ModelError::Input("no head".into()))?;
+        if basis.centred {
+            let mean = x.iter().sum::<f32>() / h.max(1) as f32;
+            for v in &mut x {
+                *v -= mean;
+            }
+        }
+        for (i, v) in x.iter_mut().enumerate() {
+            *v = *v / writes.scale * basis.norm_weight.get(i).copied().unwrap_or(1.0);
+        }
+        let logits = self.net.unembed_directions(&x).unwrap_or_default();
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+        let promoted = order.iter().take(k).map(|&t| (t, logits[t as usize])).collect();
+        let suppressed = order.iter().rev().take(k).map(|&t| (t, logits[t as usize])).collect();
+        Ok(HeadEffect { layer, head, promoted, suppressed })
+    }
+}
+
 /// The logits of a stream's rows: the final norm, then the unembedding.
 fn stream_logits(net: &Network, rows: &[f32]) -> Vec<f32> {
     let mut normed = rows.to_vec();

@@ -80,6 +80,16 @@ impl Network {
     /// vocabulary in blocks (16-bit tables widened a block at a time), for many rows at once —
     /// the logit lens. (Not bit for bit [`Self::logits`], whose sums run in another order.)
     pub fn unembed_rows(&self, rows: &[f32]) -> Option<Vec<f32>> {
+        self.unembed(rows, true)
+    }
+
+    /// [`Self::unembed_rows`] without the head's bias: what a direction of the residual stream
+    /// (a part's write, already through the final norm) does to every logit.
+    pub fn unembed_directions(&self, rows: &[f32]) -> Option<Vec<f32>> {
+        self.unembed(rows, false)
+    }
+
+    fn unembed(&self, rows: &[f32], with_bias: bool) -> Option<Vec<f32>> {
         let h = self.desc.hidden;
         if !self.has_lm_head() || h == 0 || rows.len() % h != 0 {
             return None;
@@ -116,7 +126,7 @@ impl Network {
                 dst[start..start + len].copy_from_slice(src);
             }
         }
-        if !self.logits_bias.is_empty() {
+        if with_bias && !self.logits_bias.is_empty() {
             for row in out.chunks_mut(vocab) {
                 row.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
             }

@@ -7,10 +7,10 @@
 use rayon::prelude::*;
 
 use super::Network;
+use super::context::{LayerSlots, PassContext};
 use super::embed::Norm;
 use super::error::Result;
 use super::linear::Linear;
-use super::pass::{LayerSlots, PassContext};
 use super::positions::{self, HeadRows, PositionWeights, RelativeProjections};
 use super::weights::Weights;
 use crate::model::describe::{Activation, Description, FeedForward, NormKind, NormPlacement};

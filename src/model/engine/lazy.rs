@@ -6,8 +6,9 @@ use rayon::prelude::*;
 
 use super::Network;
 use super::block::{HeadRecords, QkRows};
+use super::context::PassContext;
 use super::error::{EngineError, Result};
-use super::pass::{Input, Listener, PassContext, Point};
+use super::pass::{Input, Listener, Point};
 use crate::model::describe::NormPlacement;
 use crate::model::intervene::Interventions;
 

@@ -3,12 +3,9 @@
 use rayon::prelude::*;
 
 use super::error::Result;
-use super::weights::{Values, Weights};
+use super::weights::{PANEL, Values, Weights, panelize};
 use crate::model::gemm::{MatMut, MatRef, matmul};
 use crate::model::kernels;
-
-/// Output features per weight panel of a [`Linear`].
-pub(super) const PANEL: usize = 64;
 
 /// `nn.Linear`: `x · Wᵀ + b`. `Wᵀ` (`in × out`) is stored as panels of [`PANEL`] output columns,
 /// each a contiguous row-major `in × PANEL` block: each panel's product streams its weights from
@@ -20,21 +17,6 @@ pub(super) struct Linear {
     panels: Values,
     bias: Vec<f32>,
     in_dim: usize,
-}
-
-/// `weight` (row-major `out × in`) as panels of [`PANEL`] output columns, each `in × PANEL`.
-pub(super) fn panelize<T: Copy>(weight: &[T], in_dim: usize, out_dim: usize) -> Vec<T> {
-    if weight.is_empty() {
-        return Vec::new(); // a plan's weight (see `Weights::plan`)
-    }
-    let mut panels = Vec::with_capacity(weight.len());
-    for start in (0..out_dim).step_by(PANEL) {
-        let end = (start + PANEL).min(out_dim);
-        for i in 0..in_dim {
-            panels.extend((start..end).map(|o| weight[o * in_dim + i]));
-        }
-    }
-    panels
 }
 
 thread_local! {

@@ -29,6 +29,7 @@
 //! computed again from kept streams).
 
 mod block;
+mod context;
 mod embed;
 mod error;
 mod head;

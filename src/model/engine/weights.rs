@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use candle_core::{DType, Storage, Tensor};
 
 use super::error::{EngineError, Result};
-use super::linear::panelize;
 
 /// A tensor's values as a flat row-major `f32` vector.
 fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
@@ -102,7 +101,7 @@ impl Values {
         }
     }
 
-    /// A row-major `out × in` weight as panels of [`super::linear::PANEL`] output columns (each `in × PANEL`),
+    /// A row-major `out × in` weight as panels of [`PANEL`] output columns (each `in × PANEL`),
     /// in the same precision.
     pub(super) fn panelized(&self, in_dim: usize, out_dim: usize) -> Self {
         match self {
@@ -236,4 +235,22 @@ impl Weights {
         }
         Ok(t)
     }
+}
+
+/// Output features per weight panel of a linear layer (`super::linear::Linear`).
+pub(super) const PANEL: usize = 64;
+
+/// `weight` (row-major `out × in`) as panels of [`PANEL`] output columns, each `in × PANEL`.
+pub(super) fn panelize<T: Copy>(weight: &[T], in_dim: usize, out_dim: usize) -> Vec<T> {
+    if weight.is_empty() {
+        return Vec::new(); // a plan's weight (see `Weights::plan`)
+    }
+    let mut panels = Vec::with_capacity(weight.len());
+    for start in (0..out_dim).step_by(PANEL) {
+        let end = (start + PANEL).min(out_dim);
+        for i in 0..in_dim {
+            panels.extend((start..end).map(|o| weight[o * in_dim + i]));
+        }
+    }
+    panels
 }

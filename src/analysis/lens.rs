@@ -3,6 +3,7 @@
 //! the model's own final norm and unembedding, softmax over the vocabulary. Plain data: the model
 //! hands over the logits of each stream at each position, this keeps what the views show.
 
+use rayon::prelude::*;
 use serde::Serialize;
 
 /// What the lens found at the positions asked for, every stream: entry 0 is the embeddings'
@@ -37,32 +38,36 @@ pub struct Tracked {
     pub ranks: Vec<u32>,
 }
 
-/// Softmax of `logits` (in f64 sums, as stable as transformers' f32 softmax to ~1e-7).
-pub fn softmax(logits: &[f32]) -> Vec<f32> {
+/// What [`read_row`] finds in a row: the top `(id, probability)`s and each followed token's
+/// `(probability, rank)`.
+pub type RowReadout = (Vec<(u32, f32)>, Vec<(f32, u32)>);
+
+/// One row of logits read without holding its probabilities: the `k` most probable tokens
+/// with their probabilities (most probable first; ties: lower id first), and each of `followed`'s
+/// probability and rank (0 and 0 for an id outside the row). The softmax is the max-shifted one,
+/// its sum taken in f64.
+pub fn read_row(logits: &[f32], k: usize, followed: &[u32]) -> RowReadout {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let exps: Vec<f64> = logits.iter().map(|&l| f64::from(l - max).exp()).collect();
-    let sum: f64 = exps.iter().sum();
-    exps.iter().map(|e| (e / sum) as f32).collect()
-}
-
-/// The `k` largest entries of `probs` as `(id, prob)`, largest first (ties: lower id first).
-pub fn top_k(probs: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut idx: Vec<u32> = (0..probs.len() as u32).collect();
-    let k = k.min(probs.len());
-    if k == 0 {
-        return Vec::new();
+    let sum: f64 = logits.iter().map(|&l| f64::from((l - max).exp())).sum();
+    let prob = |l: f32| (f64::from((l - max).exp()) / sum) as f32;
+    // The k largest logits, kept sorted in a small buffer.
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        if top.len() < k || top.last().is_some_and(|&(_, m)| l > m) {
+            let at = top.partition_point(|&(_, m)| m >= l);
+            top.insert(at, (i as u32, l));
+            top.truncate(k);
+        }
     }
-    let order = |a: &u32, b: &u32| probs[*b as usize].total_cmp(&probs[*a as usize]).then(a.cmp(b));
-    idx.select_nth_unstable_by(k - 1, order);
-    idx.truncate(k);
-    idx.sort_by(order);
-    idx.into_iter().map(|i| (i, probs[i as usize])).collect()
-}
-
-/// The rank of `id` in `probs` (1 = the most probable; ties counted in its favour).
-pub fn rank_of(probs: &[f32], id: u32) -> u32 {
-    let p = probs[id as usize];
-    1 + probs.iter().filter(|&&q| q > p).count() as u32
+    let top = top.into_iter().map(|(i, l)| (i, prob(l))).collect();
+    let followed = followed
+        .iter()
+        .map(|&id| match logits.get(id as usize) {
+            Some(&l) => (prob(l), 1 + logits.iter().filter(|&&o| o > l).count() as u32),
+            None => (0.0, 0),
+        })
+        .collect();
+    (top, followed)
 }
 
 impl Lens {
@@ -93,22 +98,30 @@ impl Lens {
         for s in (0..streams).rev() {
             let all = logits(s);
             let vocab = all.len() / p.max(1);
-            for (i, row) in all.chunks(vocab.max(1)).enumerate().take(p) {
-                let probs = softmax(row);
-                for (k, (id, prob)) in top_k(&probs, top_k_count).into_iter().enumerate() {
+            if s + 1 == streams {
+                // The final predictions decide what the first tracked token is.
+                let best: Vec<u32> =
+                    all.par_chunks(vocab.max(1)).take(p).map(|row| read_row(row, 1, &[]).0[0].0).collect();
+                tracked[0].ids.clone_from(&best);
+            }
+            let rows: Vec<RowReadout> = all
+                .par_chunks(vocab.max(1))
+                .take(p)
+                .enumerate()
+                .map(|(i, row)| {
+                    let ids: Vec<u32> = tracked.iter().map(|t| t.ids[i]).collect();
+                    read_row(row, top_k_count, &ids)
+                })
+                .collect();
+            for (i, (top, followed)) in rows.into_iter().enumerate() {
+                for (k, (id, prob)) in top.into_iter().enumerate() {
                     let at = (s * p + i) * top_k_count + k;
                     top_ids[at] = id;
                     top_probs[at] = prob;
                 }
-                if s + 1 == streams {
-                    tracked[0].ids[i] = top_ids[(s * p + i) * top_k_count];
-                }
-                for t in &mut tracked {
-                    let id = t.ids[i];
-                    if (id as usize) < probs.len() {
-                        t.probs[s * p + i] = probs[id as usize];
-                        t.ranks[s * p + i] = rank_of(&probs, id);
-                    }
+                for (t, (prob, rank)) in tracked.iter_mut().zip(followed) {
+                    t.probs[s * p + i] = prob;
+                    t.ranks[s * p + i] = rank;
                 }
             }
         }
@@ -141,11 +154,17 @@ mod tests {
         // The final predictions: token 2 at the first position, 3 at the second.
         assert_eq!(lens.tracked[0].ids, vec![2, 3]);
         assert_eq!(lens.tracked[0].ranks, vec![2, 2, 1, 1]);
-        let p = softmax(&logits[1][..4]);
-        assert!((lens.tracked[0].probs[2] - p[2]).abs() < 1e-7);
+        let e: Vec<f64> = logits[1][..4].iter().map(|&l| f64::from(l).exp()).collect();
+        let p2 = e[2] / e.iter().sum::<f64>();
+        assert!((f64::from(lens.tracked[0].probs[2]) - p2).abs() < 1e-7);
         assert_eq!(lens.tracked[1].token, Some(0));
-        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert_eq!(rank_of(&[0.1, 0.5, 0.4], 2), 2);
-        assert_eq!(top_k(&[0.1, 0.5, 0.4], 5), vec![(1, 0.5), (2, 0.4), (0, 0.1)]);
+        // Ties keep the lower id first; ranks count the strictly larger; an unknown id has none.
+        let (top, followed) = read_row(&[0.0, 2.0, 1.0, 2.0], 3, &[2, 9]);
+        assert_eq!(top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![1, 3, 2]);
+        assert!(
+            (top.iter().map(|t| t.1).sum::<f32>() - (1.0 - 1.0 / (1.0 + 1f32.exp() + 2.0 * 2f32.exp()))).abs() < 1e-6
+        );
+        assert_eq!(followed[0].1, 3);
+        assert_eq!(followed[1], (0.0, 0));
     }
 }

@@ -4,6 +4,8 @@
 //! on [`Network::run`]; the arithmetic on what they keep is plain data in
 //! [`crate::analysis::lens`] and [`crate::analysis::attribution`].
 
+use rayon::prelude::*;
+
 use super::describe::NormPlacement;
 use super::engine::{EngineError, Input, Listener, PassShape, Point, Wants};
 use super::{Interventions, LoadedModel, ModelError, Network};
@@ -473,10 +475,11 @@ impl LoadedModel {
             for layer in c.mids.chunks(n * h) {
                 let logits = stream_logits(&self.net, layer);
                 let vocab = logits.len() / n.max(1);
-                for row in logits.chunks(vocab.max(1)) {
-                    let probs = crate::analysis::lens::softmax(row);
-                    top.extend(crate::analysis::lens::top_k(&probs, 1));
-                }
+                let rows: Vec<(u32, f32)> = logits
+                    .par_chunks(vocab.max(1))
+                    .map(|row| crate::analysis::lens::read_row(row, 1, &[]).0[0])
+                    .collect();
+                top.extend(rows);
             }
             (Some(lens), top)
         } else {

@@ -83,6 +83,32 @@ pub enum Figure {
         /// B − A as a diverging heatmap instead of side by side.
         difference: bool,
     },
+    /// The logit lens as computed (streams × positions, each cell a token on its colour).
+    Lens(std::sync::Arc<GridFigure>),
+}
+
+/// A grid of texts on coloured cells with the numbers behind the colours (the logit lens): made by
+/// whoever computed it, drawn by [`render::text_grid`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridFigure {
+    /// Title.
+    pub title: String,
+    /// What the colours and texts mean.
+    pub note: String,
+    /// Row labels.
+    pub row_labels: Vec<String>,
+    /// Column labels.
+    pub col_labels: Vec<String>,
+    /// `rows × cols` cell texts.
+    pub cells: Vec<String>,
+    /// `rows × cols` values (NaN: not computed).
+    pub values: Vec<f32>,
+    /// Values at the ends of the colour map.
+    pub range: (f32, f32),
+    /// A column drawn framed.
+    pub selected_col: Option<usize>,
+    /// The colours' values when they differ from `values` (ranks coloured by log rank).
+    pub colour_values: Option<Vec<f32>>,
 }
 
 /// A run shared by a figure; equal when it is the same run.
@@ -212,6 +238,21 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 show_values: false,
             }));
         }
+        Figure::Lens(grid) => {
+            return Ok(render::text_grid(&render::TextGridSpec {
+                title: &grid.title,
+                note: &grid.note,
+                row_labels: &grid.row_labels,
+                col_labels: &grid.col_labels,
+                cells: &grid.cells,
+                values: grid.colour_values.as_ref().unwrap_or(&grid.values),
+                range: grid.range,
+                colormap,
+                selected_col: grid.selected_col,
+                theme,
+                scale,
+            }));
+        }
         _ => {}
     }
     let run = run.ok_or(ExportError::NoRun)?;
@@ -290,7 +331,9 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             };
             Ok(table_heatmap(&table, &table.title, range, cmap, theme, scale, rows_axis, cols_axis))
         }
-        Figure::PeEncoding(_) | Figure::PeDot(_) | Figure::LearnedPositions { .. } => unreachable!("handled above"),
+        Figure::PeEncoding(_) | Figure::PeDot(_) | Figure::LearnedPositions { .. } | Figure::Lens(_) => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -418,6 +461,14 @@ fn render_neuron(
 
 /// The numbers behind a figure: matrices with their token labels, statistics per head.
 pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportError> {
+    if let Figure::Lens(grid) = figure {
+        return Ok(Table {
+            title: format!("{} ({})", grid.title, grid.note),
+            row_labels: grid.row_labels.clone(),
+            col_labels: grid.col_labels.clone(),
+            values: grid.values.clone(),
+        });
+    }
     let run = run.ok_or(ExportError::NoRun)?;
     let a = &run.attention;
     let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.label(i)).collect();

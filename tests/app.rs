@@ -1821,3 +1821,142 @@ fn the_line_budget_notice_keeps_its_place_while_a_token_is_hovered() {
     assert_eq!(notice.top(), during.top(), "the notice keeps its line");
     assert_eq!(h.get_by_label("query 3: ran").rect(), token, "the hovered token stays under the pointer");
 }
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models").join(name)
+}
+
+/// The app on a fixture with a language-model head, settled, with the logit-lens tab open.
+fn lens_app(model: &str, text: &str) -> Harness<'static, AttnvizApp> {
+    let startup = Startup { model_dir: Some(fixture(model)), text: Some(text.into()), ..Startup::default() };
+    let mut h = harness_with(startup, None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
+    h.get_by_label("Logit lens").click();
+    settled(&mut h);
+    h
+}
+
+#[test]
+fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_tokens() {
+    use attnviz::app::state::LensMode;
+    use attnviz::model::{Interventions, LoadedModel};
+    let text = "the cat sat on the mat";
+    let mut h = lens_app("tiny-gpt2", text);
+    let model = LoadedModel::load(&fixture("tiny-gpt2")).unwrap();
+    let tokens = model.run(text, None).unwrap().tokens;
+    let n = tokens.len();
+    let expected = model.lens(&tokens, &[], 5, &[], &Interventions::default()).unwrap();
+    {
+        let lens = &h.state().session.lens;
+        assert!(lens.grid_done() && lens.in_flight.is_none(), "the whole grid arrived");
+        assert_eq!(lens.streams, expected.streams);
+        for s in 0..expected.streams {
+            for p in 0..n {
+                let shown = lens.cell(s, p).unwrap();
+                let library: Vec<(u32, f32)> = expected.cell(s, p).collect();
+                assert_eq!(shown, library, "cell ({s}, {p})");
+                // The cell's text is the top token's label, its colour value its probability.
+                let (label, value) = lens.shown(LensMode::Probability, 0, s, p).unwrap();
+                assert_eq!(label, attnviz::analysis::tokens::pretty_label(&model.tokenizer.token_of(library[0].0)));
+                assert_eq!(value, library[0].1);
+            }
+        }
+    }
+    // Hover a cell: the view knows which; a click on it selects its position.
+    h.get_by_label("Lens block 1 at position 2").hover();
+    h.run_steps(2);
+    assert_eq!(h.state().views.lens.hovered, Some((1, 2)));
+    h.get_by_label("Lens block 1 at position 2").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.lens_position, Some(2));
+    // ← moves the selection.
+    h.key_press(Key::ArrowLeft);
+    h.run_steps(2);
+    assert_eq!(h.state().settings.lens_position, Some(1));
+    // Watch a token: its probability and rank at every stream equal the library's.
+    retype(&mut h, "Watch token", " mat");
+    h.get_by_label("Add").click();
+    settled(&mut h);
+    let id = model.tokenizer.single_id(" mat").unwrap();
+    assert_eq!(h.state().settings.lens_watch, [" mat"]);
+    assert_eq!(h.state().session.lens.watched, [(" mat".to_string(), id)]);
+    let watched = model.lens(&tokens, &[], 5, &[id], &Interventions::default()).unwrap();
+    let lens = &h.state().session.lens;
+    for s in 0..watched.streams {
+        for p in 0..n {
+            let (got_id, prob, rank) = lens.tracked(1, s, p).unwrap();
+            assert_eq!(
+                (got_id, prob, rank),
+                (id, watched.tracked[1].probs[s * n + p], watched.tracked[1].ranks[s * n + p])
+            );
+            let (pred, _, pred_rank) = lens.tracked(0, s, p).unwrap();
+            assert_eq!((pred, pred_rank), (watched.tracked[0].ids[p], watched.tracked[0].ranks[s * n + p]));
+        }
+    }
+    // Rank mode: each cell the rank of the final prediction.
+    h.get_by_label("Rank").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.lens_mode, LensMode::Rank);
+    let (label, _) = h.state().session.lens.shown(LensMode::Rank, 0, 0, 3).unwrap();
+    assert_eq!(label, watched.tracked[0].ranks[3].to_string());
+    assert!(!h.state().is_busy(), "nothing computes once the lens is there");
+    assert_idle(&mut h);
+}
+
+/// A second of frames without input asks for no further frame (nothing repaints continuously).
+fn assert_idle(h: &mut Harness<'static, AttnvizApp>) {
+    h.hover_at(egui::pos2(5.0, 850.0));
+    h.run_steps(3);
+    let root = egui::ViewportId::ROOT;
+    let asked: usize = (0..60)
+        .map(|_| {
+            h.step();
+            usize::from(h.output().viewport_output[&root].repaint_delay != Duration::MAX)
+        })
+        .sum();
+    assert_eq!(asked, 0, "frames asked for while idle");
+}
+
+#[test]
+fn logit_lens_exports_png_and_numbers() {
+    let mut h = lens_app("tiny-llama", "one two three");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["lens.png", "lens.csv", "lens.npz"] {
+        let path = dir.path().join(name);
+        h.get_by_label("Export…").click();
+        h.run_steps(2);
+        retype(&mut h, "Export path", path.to_str().unwrap());
+        h.state_mut().session.status = None;
+        h.get_by_label("Save").click();
+        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        let status = h.state().session.status.clone().unwrap();
+        assert!(!status.is_error, "{status:?}");
+        let bytes = std::fs::read(&path).unwrap();
+        match name {
+            "lens.png" => {
+                let image = image::load_from_memory(&bytes).unwrap();
+                assert!(image.width() > 100 && image.height() > 100);
+            }
+            "lens.csv" => {
+                let csv = String::from_utf8(bytes).unwrap();
+                let lens = &h.state().session.lens;
+                assert_eq!(csv.lines().count(), lens.streams + 1, "a header and one line per stream");
+                let top = lens.cell(0, 0).unwrap()[0].1;
+                let first: f32 = csv.lines().nth(1).unwrap().split(',').nth(1).unwrap().parse().unwrap();
+                assert_eq!(first, top);
+            }
+            _ => assert_eq!(&bytes[..2], b"PK", "an npz is a zip"),
+        }
+    }
+}
+
+#[test]
+fn logit_lens_says_why_a_model_without_a_head_has_none() {
+    let h = lens_app("tiny-bert", "no head here");
+    let why = h.state().session.lens_refusal.clone().expect("tiny-bert has no head");
+    assert!(why.contains("no language-model head"), "{why}");
+    h.get_by_label(&why);
+    assert!(h.state().session.lens.key.is_none(), "nothing is computed");
+    assert!(!h.state().is_busy());
+}

@@ -160,6 +160,10 @@ pub struct Session {
     applied_theme: Option<ThemeChoice>,
     /// The generation shown or in progress (the shown run is its prompt and continuation).
     pub generation: Option<Generation>,
+    /// The logit lens of the token run, as far as it is computed.
+    pub lens: super::lens::LensState,
+    /// Why the logit lens does not apply to what is shown (None: it does).
+    pub lens_refusal: Option<String>,
 }
 
 impl Session {
@@ -220,6 +224,9 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         frame_ms: s.frame_ms,
         derived: &s.derived,
         generation: s.generation.as_ref(),
+        lens: &s.lens,
+        lens_refusal: s.lens_refusal.as_deref(),
+        lens_tokens: s.token_run.as_ref().map(|t| &t.run.tokens),
         stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
             let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
             if has_target { settings.stack } else { Stack::Encoder }
@@ -319,6 +326,8 @@ impl AttnvizApp {
                 derived: Derived::default(),
                 applied_theme: None,
                 generation: None,
+                lens: super::lens::LensState::default(),
+                lens_refusal: None,
             },
             views,
             settings,
@@ -396,6 +405,70 @@ impl AttnvizApp {
         });
         self.session.in_flight.push((id, input.clone()));
         self.session.requested_input = Some(input);
+    }
+
+    /// Why the logit lens does not apply to what is shown now (None: it does).
+    fn lens_refusal(&self) -> Option<String> {
+        if self.settings.source == Source::Playground {
+            return Some(
+                "The playground is a random encoder with no language-model head: the logit lens reads the \
+                 pretrained model's residual stream through its own unembedding."
+                    .into(),
+            );
+        }
+        if let Some(why) = self.session.model.as_ref().and_then(|m| m.readout_refusal.clone()) {
+            return Some(super::views::capitalised(&why) + ".");
+        }
+        if self.session.token_run.as_ref().is_some_and(|t| t.run.long.is_some()) {
+            return Some(format!(
+                "This input is longer than “Record up to” ({} tokens) and is shown pooled: the logit lens \
+                 reads inputs recorded token by token.",
+                self.settings.record_tokens
+            ));
+        }
+        None
+    }
+
+    /// Asks the worker for the logit lens when its view is open: the selected position's column
+    /// first, then the grid chunk by chunk; a newer input or position replaces what is in flight.
+    fn request_lens_if_needed(&mut self) {
+        self.session.lens_refusal = self.lens_refusal();
+        if self.settings.view != View::Lens || self.session.lens_refusal.is_some() {
+            return;
+        }
+        // A generation in progress replaces the run at every token: the lens waits for its end.
+        if self.session.generation.as_ref().is_some_and(|g| g.finished.is_none()) {
+            return;
+        }
+        let Some(t) = &self.session.token_run else { return };
+        let n = t.run.tokens.len();
+        if n == 0 {
+            return;
+        }
+        let key = super::lens::LensKey { source_id: t.source_id, watch: self.settings.lens_watch.clone() };
+        let tokens = Arc::new(t.run.tokens.clone());
+        let lens = &mut self.session.lens;
+        if lens.key.as_ref() != Some(&key) {
+            *lens = super::lens::LensState::new(key.clone(), n);
+            lens.started = Some(Instant::now());
+        }
+        if lens.error.is_some() {
+            return;
+        }
+        let selected = self.settings.lens_position.unwrap_or(n - 1).min(n - 1);
+        let need_column = lens.find(selected).is_none();
+        match &lens.in_flight {
+            Some((_, column, _)) if !need_column || *column == Some(selected) => return,
+            None if !need_column && lens.grid_done() => return,
+            _ => {}
+        }
+        let chunks = lens.missing_chunks();
+        self.session.next_id += 1;
+        let id = self.session.next_id;
+        let column = need_column.then_some(selected);
+        self.session.lens.in_flight = Some((id, column, chunks.clone()));
+        let interventions = self.settings.interventions.clone();
+        self.session.worker.send(Job::Lens { id, key, tokens, column, chunks, interventions });
     }
 
     /// Stops the generation in progress; with `forget`, its later progress is dropped too (a new
@@ -568,6 +641,7 @@ impl AttnvizApp {
             || s.flow_pending.is_some()
             || s.derived.any_pending()
             || s.generation.as_ref().is_some_and(|g| g.finished.is_none())
+            || s.lens.in_flight.is_some()
     }
 
     fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
@@ -693,6 +767,31 @@ impl AttnvizApp {
                         }
                     }
                 }
+                Done::Lens { id, key, result, watched, notes, finished, elapsed_ms } => {
+                    let lens = &mut self.session.lens;
+                    if lens.key.as_ref() != Some(&key) {
+                        continue; // of an older input
+                    }
+                    lens.watched = watched;
+                    lens.watch_notes = notes;
+                    match result {
+                        Ok(part) => {
+                            lens.streams = part.lens.streams;
+                            let column = part.lens.positions.len() == 1;
+                            lens.parts.push(part);
+                            if column && lens.column_ms.is_none() {
+                                lens.column_ms = Some(elapsed_ms);
+                            }
+                            if lens.grid_ms.is_none() && lens.grid_done() {
+                                lens.grid_ms = lens.started.map(|t| t.elapsed().as_secs_f64() * 1e3);
+                            }
+                        }
+                        Err(e) => lens.error = Some(e),
+                    }
+                    if finished && lens.in_flight.as_ref().is_some_and(|f| f.0 == id) {
+                        lens.in_flight = None;
+                    }
+                }
                 Done::Compared { id, result } => {
                     let s = &mut self.session;
                     if id <= s.compare_id || id != s.requested_compare_id {
@@ -796,6 +895,19 @@ impl AttnvizApp {
                 },
                 None => Figure::Heatmap { layer_idx, head_idxs: heads },
             },
+            View::Lens => {
+                let s = &self.session;
+                let labels: Vec<String> = s
+                    .token_run
+                    .as_ref()
+                    .map(|t| (0..t.run.tokens.len()).map(|i| t.run.label(i)).collect())
+                    .unwrap_or_default();
+                let n = labels.len();
+                let selected = self.settings.lens_position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+                let name = s.model.as_ref().map_or("model", |m| m.name.as_str());
+                let mode = (self.settings.lens_mode, self.settings.lens_rank_of);
+                Figure::Lens(Arc::new(s.lens.figure(&labels, name, mode, selected)))
+            }
             View::Positions => {
                 let learned = |cosine: bool| match &self.session.model {
                     Some(ModelInfo { name, positions: Some(sim), .. }) => Figure::LearnedPositions {
@@ -1043,6 +1155,7 @@ impl eframe::App for AttnvizApp {
         self.sync_view_runs();
         self.request_run_if_changed();
         self.request_compare_if_changed();
+        self.request_lens_if_needed();
         // Drag & drop of a model folder.
         let dropped: Vec<PathBuf> = ctx.input(|i| {
             i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect()
@@ -1074,6 +1187,7 @@ impl eframe::App for AttnvizApp {
         self.request_flow_if_needed(&ctx);
         self.request_run_if_changed();
         self.request_compare_if_changed();
+        self.request_lens_if_needed();
         if self.settings != before {
             // A widget changed a setting after it was drawn (e.g. a selectable label): draw the
             // new state now, not at the next input event.

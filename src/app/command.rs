@@ -141,6 +141,10 @@ settings_fields! {
     record_tokens => RecordTokens: usize,
     long_view => LongView: crate::analysis::long::LongView,
     window_start => WindowStart: Option<usize>,
+    lens_mode => LensMode: super::state::LensMode,
+    lens_watch => LensWatch: Vec<String>,
+    lens_rank_of => LensRankOf: usize,
+    lens_position => LensPosition: Option<usize>,
 }
 
 #[cfg(test)]

@@ -110,6 +110,12 @@ pub struct ViewData<'a> {
     pub derived: &'a Derived,
     /// The generation shown or in progress.
     pub generation: Option<&'a Generation>,
+    /// The logit lens of the token run, as far as it is computed.
+    pub lens: &'a crate::app::lens::LensState,
+    /// Why the logit lens does not apply (None: it does).
+    pub lens_refusal: Option<&'a str>,
+    /// The token-level input the lens reads (the shown run may be merged into words).
+    pub lens_tokens: Option<&'a crate::analysis::tokens::Tokens>,
     /// For an encoder–decoder: the attention the views show (encoder, decoder or cross); None
     /// for every other model.
     pub stack: Option<crate::analysis::Stack>,

@@ -29,11 +29,13 @@ pub enum View {
     Compare,
     /// Positional encodings: sinusoidal and learned, and their dot products.
     Positions,
+    /// The logit lens: what every layer's residual stream would predict at every position.
+    Lens,
 }
 
 impl View {
     /// Every view, in tab order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Head,
         Self::Model,
         Self::Heatmap,
@@ -42,6 +44,7 @@ impl View {
         Self::Rollout,
         Self::Compare,
         Self::Positions,
+        Self::Lens,
     ];
 
     /// Tab label.
@@ -55,6 +58,7 @@ impl View {
             Self::Rollout => "Rollout / flow",
             Self::Compare => "Compare",
             Self::Positions => "Positional encoding",
+            Self::Lens => "Logit lens",
         }
     }
 
@@ -62,6 +66,17 @@ impl View {
     pub fn needs_run(self) -> bool {
         self != Self::Positions
     }
+}
+
+/// What a logit-lens cell shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum LensMode {
+    /// The top token of the stream and its probability.
+    #[default]
+    Probability,
+    /// The rank of one followed token (the model's final prediction, or a watched token), as
+    /// in Ecco's rank mode.
+    Rank,
 }
 
 /// Which model the attention views show.
@@ -231,6 +246,14 @@ pub struct Settings {
     pub long_view: crate::analysis::long::LongView,
     /// First token of a long input's window (None: its last tokens).
     pub window_start: Option<usize>,
+    /// Probability or rank in the logit lens.
+    pub lens_mode: LensMode,
+    /// Tokens the logit lens follows across layers (" Paris", or as the vocabulary spells it, `ĠLondon`).
+    pub lens_watch: Vec<String>,
+    /// Which followed token the rank mode shows: 0 the final prediction, `i` the `i`-th watched.
+    pub lens_rank_of: usize,
+    /// The position selected in the logit lens (None: the last token).
+    pub lens_position: Option<usize>,
 }
 
 /// Most tokens the record-at-token-level setting accepts.
@@ -284,6 +307,10 @@ impl Default for Settings {
             record_tokens: crate::analysis::long::RECORD_TOKENS,
             long_view: crate::analysis::long::LongView::Overview,
             window_start: None,
+            lens_mode: LensMode::Probability,
+            lens_watch: Vec::new(),
+            lens_rank_of: 0,
+            lens_position: None,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct ModelInfo {
     pub can_translate: bool,
     /// For GGUF weights: what they were ("GGUF `Q4_1` (210), …, dequantised to f32").
     pub quantization: Option<String>,
+    /// Why the logit lens and attribution do not apply (None: they do).
+    pub readout_refusal: Option<String>,
 }
 
 impl ModelInfo {
@@ -91,6 +93,7 @@ impl ModelInfo {
             seq2seq: model.decoder.is_some(),
             can_translate: model.decoder.as_ref().is_some_and(|d| d.net.has_lm_head()),
             quantization: model.quantization.clone(),
+            readout_refusal: model.readout_refusal(),
         }
     }
 }
@@ -132,6 +135,24 @@ pub enum Job {
         max_prompt: usize,
         /// Set by the UI to stop.
         stop: Arc<AtomicBool>,
+    },
+    /// The logit lens of `tokens`: first the column of `column` (if any), then the grid chunks
+    /// starting at `chunks` ([`crate::app::lens::lens_chunks`]), each sent as [`Done::Lens`]. A
+    /// newer job stops it between two parts; it goes on after that job unless a newer lens
+    /// replaces it.
+    Lens {
+        /// Request id.
+        id: u64,
+        /// What the lens is of.
+        key: crate::app::lens::LensKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// A position computed first, alone.
+        column: Option<usize>,
+        /// Start positions of the grid chunks to compute.
+        chunks: Vec<usize>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
     },
     /// Run a model on an input.
     Run {
@@ -208,6 +229,23 @@ pub enum Done {
         seconds: f64,
         /// For a translation: the target written so far, decoded (it fills the Target box).
         target: Option<String>,
+    },
+    /// A part of a logit lens is computed (or the lens failed).
+    Lens {
+        /// Request id.
+        id: u64,
+        /// What it is of.
+        key: crate::app::lens::LensKey,
+        /// The part, or why the lens failed.
+        result: Result<Arc<crate::app::lens::LensPart>, String>,
+        /// The watched tokens found, with their ids.
+        watched: Vec<(String, u32)>,
+        /// Why some watched tokens were left out.
+        notes: Vec<String>,
+        /// Whether this is the job's last part.
+        finished: bool,
+        /// Milliseconds since the job started.
+        elapsed_ms: f64,
     },
     /// A comparison run finished.
     Compared {
@@ -464,6 +502,69 @@ fn generate_streaming(
     if send(done) { Ok(carried) } else { Err(()) }
 }
 
+/// Computes a lens job's parts, sending each; a newer job (`stale`) stops it between parts and
+/// the rest is returned (to go on later). `Err` when the UI is gone.
+fn lens_parts(
+    model: &LoadedModel,
+    job: Job,
+    stale: &dyn Fn() -> bool,
+    send: &dyn Fn(Done) -> bool,
+) -> Result<Option<Job>, ()> {
+    use crate::app::lens::{LENS_CHUNK, LENS_TOP_K, LensPart};
+    let Job::Lens { id, key, tokens, column, chunks, interventions } = job else { return Ok(None) };
+    let start = Instant::now();
+    let (mut watched, mut notes) = (Vec::new(), Vec::new());
+    for w in &key.watch {
+        match model.tokenizer.single_id(w) {
+            Ok(id) => watched.push((w.clone(), id)),
+            Err(e) => notes.push(format!("“{w}”: {e}")),
+        }
+    }
+    let ids: Vec<u32> = watched.iter().map(|(_, id)| *id).collect();
+    let n = tokens.len();
+    let mut parts: Vec<Vec<usize>> = column.into_iter().map(|p| vec![p]).collect();
+    parts.extend(chunks.iter().map(|&s| (s..(s + LENS_CHUNK).min(n)).collect()));
+    for (i, positions) in parts.iter().enumerate() {
+        if i > 0 && stale() {
+            let rest = Job::Lens {
+                id,
+                key,
+                tokens,
+                column: None,
+                chunks: parts[i..].iter().filter_map(|p| p.first().copied()).collect(),
+                interventions,
+            };
+            // Only grid chunks remain (a column, if asked, is always the first part).
+            return Ok(Some(rest));
+        }
+        let result = model.lens(&tokens, positions, LENS_TOP_K, &ids, &interventions).map(|lens| {
+            let mut labels = std::collections::BTreeMap::new();
+            let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter()));
+            for &t in named {
+                labels.entry(t).or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)));
+            }
+            Arc::new(LensPart { lens, labels })
+        });
+        let failed = result.is_err();
+        let done = Done::Lens {
+            id,
+            key: key.clone(),
+            result: result.map_err(|e| e.to_string()),
+            watched: watched.clone(),
+            notes: notes.clone(),
+            finished: failed || i + 1 == parts.len(),
+            elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+        };
+        if !send(done) {
+            return Err(());
+        }
+        if failed {
+            break;
+        }
+    }
+    Ok(None)
+}
+
 /// Handle to the named inference thread.
 pub struct Worker {
     jobs: Sender<Job>,
@@ -493,6 +594,8 @@ impl Worker {
             // A long input's run stopped by another job: run again after a comparison, unless a
             // newer run replaces it (a generation or a model load replaces what is shown anyway).
             let mut owed: Option<Job> = None;
+            // A lens stopped by another job: its remaining parts, unless a newer lens replaces it.
+            let mut owed_lens: Option<Job> = None;
             loop {
                 let first = match carried.take() {
                     Some(job) => job,
@@ -505,7 +608,7 @@ impl Worker {
                     },
                 };
                 // Coalesce: of everything queued, keep the newest load, run, comparison and generation.
-                let (mut load, mut run, mut compare, mut generate) = (None, None, None, None);
+                let (mut load, mut run, mut compare, mut generate, mut lens) = (None, None, None, None, None);
                 let mut next = Some(first);
                 while let Some(job) = next {
                     match job {
@@ -513,6 +616,7 @@ impl Worker {
                         j @ Job::Run { .. } => run = Some(j),
                         j @ Job::Compare { .. } => compare = Some(j),
                         j @ Job::Generate { .. } => generate = Some(j),
+                        j @ Job::Lens { .. } => lens = Some(j),
                     }
                     next = match job_rx.try_recv() {
                         Ok(j) => {
@@ -524,6 +628,7 @@ impl Worker {
                     };
                 }
                 run = run.or(owed.take().filter(|_| generate.is_none() && load.is_none()));
+                lens = lens.or(owed_lens.take().filter(|_| load.is_none()));
                 if let Some(Job::Load { id, dir }) = load {
                     let result = match LoadedModel::load(&dir) {
                         Ok(m) => {
@@ -570,6 +675,18 @@ impl Worker {
                         return;
                     }
                     wake();
+                }
+                if let (Some(job), Some(m)) = (lens, model.as_ref()) {
+                    let stale = || sent_seen.load(Ordering::SeqCst) > taken;
+                    let send = |done: Done| {
+                        let ok = done_tx.send(done).is_ok();
+                        wake();
+                        ok
+                    };
+                    match lens_parts(m, job, &stale, &send) {
+                        Ok(rest) => owed_lens = rest,
+                        Err(()) => return,
+                    }
                 }
                 if let Some(Job::Generate { id, text, max_new, max_prompt, stop }) = generate {
                     let Some(m) = model.as_ref() else { continue };

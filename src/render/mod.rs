@@ -8,6 +8,7 @@ mod colorbar;
 mod colormap;
 mod head_view;
 mod heatmap;
+mod lens;
 mod model_grid;
 mod pe;
 pub mod text;
@@ -20,6 +21,7 @@ pub use head_view::{
     transparent_image,
 };
 pub use heatmap::{CellGrid, HeatmapSpec, heatmap, symmetric_range};
+pub use lens::{TextGridSpec, text_grid};
 pub use model_grid::{ModelGridSpec, model_grid};
 pub use pe::{pe_dot, pe_encoding};
 pub use text::{draw_text, fit_text, text_width};

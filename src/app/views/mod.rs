@@ -10,6 +10,7 @@ pub mod head_view;
 pub mod heatmap_view;
 pub mod input_bar;
 pub mod interventions_panel;
+pub mod lens_view;
 pub mod matrix;
 pub mod model_view;
 pub mod neuron_view;
@@ -49,6 +50,8 @@ pub struct Views {
     pub compare: compare_view::CompareView,
     /// Continue the text and step through what the model wrote.
     pub generation: generation_panel::GenerationPanel,
+    /// Logit lens: the watch box.
+    pub lens: lens_view::LensView,
 }
 
 impl Views {
@@ -66,6 +69,7 @@ impl Views {
             rollout: rollout_view::RolloutView::default(),
             compare: compare_view::CompareView::default(),
             generation: generation_panel::GenerationPanel::default(),
+            lens: lens_view::LensView::default(),
         }
     }
 
@@ -168,6 +172,7 @@ impl Views {
             View::Stats => self.stats.ui(ui, data, commands),
             View::Rollout => self.rollout.ui(ui, data, commands),
             View::Compare => self.compare.ui(ui, data, commands),
+            View::Lens => self.lens.ui(ui, data, commands),
             View::Positions => {}
         }
     }

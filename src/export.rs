@@ -85,6 +85,8 @@ pub enum Figure {
     },
     /// The logit lens as computed (streams × positions, each cell a token on its colour).
     Lens(std::sync::Arc<GridFigure>),
+    /// Direct logit attribution as computed: layers × heads (+ attention bias, MLP), embeddings.
+    Attribution(std::sync::Arc<Table>),
 }
 
 /// A grid of texts on coloured cells with the numbers behind the colours (the logit lens): made by
@@ -238,6 +240,13 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 show_values: false,
             }));
         }
+        Figure::Attribution(table) => {
+            if table.values.is_empty() {
+                return Err(ExportError::Unavailable("the attribution is not computed yet".into()));
+            }
+            let range = render::symmetric_range(&table.values);
+            return Ok(table_heatmap(table, &table.title, Some(range), Colormap::RdBu, theme, scale, "layer", "head"));
+        }
         Figure::Lens(grid) => {
             return Ok(render::text_grid(&render::TextGridSpec {
                 title: &grid.title,
@@ -331,7 +340,11 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             };
             Ok(table_heatmap(&table, &table.title, range, cmap, theme, scale, rows_axis, cols_axis))
         }
-        Figure::PeEncoding(_) | Figure::PeDot(_) | Figure::LearnedPositions { .. } | Figure::Lens(_) => {
+        Figure::PeEncoding(_)
+        | Figure::PeDot(_)
+        | Figure::LearnedPositions { .. }
+        | Figure::Lens(_)
+        | Figure::Attribution(_) => {
             unreachable!("handled above")
         }
     }
@@ -461,6 +474,12 @@ fn render_neuron(
 
 /// The numbers behind a figure: matrices with their token labels, statistics per head.
 pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportError> {
+    if let Figure::Attribution(table) = figure {
+        if table.values.is_empty() {
+            return Err(ExportError::Unavailable("the attribution is not computed yet".into()));
+        }
+        return Ok((**table).clone());
+    }
     if let Figure::Lens(grid) = figure {
         return Ok(Table {
             title: format!("{} ({})", grid.title, grid.note),

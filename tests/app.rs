@@ -1960,3 +1960,68 @@ fn logit_lens_says_why_a_model_without_a_head_has_none() {
     assert!(h.state().session.lens.key.is_none(), "nothing is computed");
     assert!(!h.state().is_busy());
 }
+
+#[test]
+fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
+    use attnviz::model::{Interventions, LoadedModel};
+    let text = "the cat sat on the mat";
+    let mut h = lens_app("tiny-llama", text);
+    h.get_by_label("Logit attribution").click();
+    settled(&mut h);
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    let tokens = model.run(text, None).unwrap().tokens;
+    let n = tokens.len();
+    let faithful = Interventions::default();
+    let expected = model.attribute(&tokens, n - 1, None, None, &faithful).unwrap();
+    let shown = |h: &Harness<'static, AttnvizApp>| h.state().session.dla.as_ref().unwrap().1.clone().unwrap();
+    assert_eq!(*shown(&h), expected, "the last position, the top prediction");
+    // The view says that the terms sum to the logit, with the numbers shown.
+    h.get_by_label_contains(&format!("Σ terms = {:.4} = logit {:.4}", expected.total(), expected.logit));
+    // A head's cell: hovering shows its number; a click selects it and lists what it promotes.
+    h.get_by_label("Attribution of L1 H2").click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.dla_head, Some((1, 2)));
+    let effect = model.head_effect(&tokens, n - 1, (1, 2), 8, &faithful).unwrap();
+    let shown_effect = h.state().session.effect.as_ref().unwrap().1.clone().unwrap();
+    let ids: Vec<f32> = shown_effect.promoted.iter().map(|(_, v)| *v).collect();
+    assert_eq!(ids, effect.promoted.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+    let first = &shown_effect.promoted[0];
+    h.get_by_label_contains(&format!("“{}” {:+.3}", first.0, first.1));
+    // A difference "A − B" at another position, typed.
+    h.key_press(Key::ArrowLeft);
+    retype(&mut h, "Target token", " the");
+    retype(&mut h, "− versus", " mat");
+    settled(&mut h);
+    assert_eq!(h.state().settings.dla_position, Some(n - 2));
+    let (a, b) = (model.tokenizer.single_id(" the").unwrap(), model.tokenizer.single_id(" mat").unwrap());
+    let difference = model.attribute(&tokens, n - 2, Some(a), Some(b), &faithful).unwrap();
+    assert_eq!(*shown(&h), difference);
+    assert!((difference.total() - f64::from(difference.logit)).abs() < 1e-3);
+    // Export the grid as PNG and CSV.
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["dla.png", "dla.csv"] {
+        let path = dir.path().join(name);
+        h.get_by_label("Export…").click();
+        h.run_steps(2);
+        retype(&mut h, "Export path", path.to_str().unwrap());
+        h.state_mut().session.status = None;
+        h.get_by_label("Save").click();
+        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        assert!(!h.state().session.status.as_ref().unwrap().is_error);
+        let bytes = std::fs::read(&path).unwrap();
+        if name.ends_with("png") {
+            assert!(image::load_from_memory(&bytes).unwrap().width() > 100);
+        } else {
+            let csv = String::from_utf8(bytes).unwrap();
+            let l1: Vec<&str> = csv.lines().nth(2).unwrap().split(',').collect();
+            assert_eq!(l1[0], "L1");
+            assert_eq!(l1[3].parse::<f32>().unwrap(), difference.heads[difference.heads_per_layer + 2]);
+        }
+    }
+    // The selected head opens in the heatmap.
+    h.get_by_label("Open in the heatmap").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.view, View::Heatmap);
+    assert_eq!(h.state().settings.layer_idx, 1);
+    assert_eq!(h.state().settings.selected_heads(), [2]);
+}

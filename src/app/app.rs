@@ -17,6 +17,7 @@ use crate::render::Theme;
 use super::command::{Command, Commands, Setting};
 use super::data::{FlowKey, FlowResult, Generation, Status, ViewData};
 use super::derive::{DeriveKey, Derived, DerivedValue, Deriver};
+use super::readout::{DlaKey, EffectKey, EffectShown};
 use super::state::{CompareMode, CompareSource, PeFigure, RolloutMode, Settings, Source, ThemeChoice, View};
 use super::views::Views;
 use super::worker::{Done, Job, LongRequest, ModelInfo, RunSpec, Worker};
@@ -164,6 +165,14 @@ pub struct Session {
     pub lens: super::lens::LensState,
     /// Why the logit lens does not apply to what is shown (None: it does).
     pub lens_refusal: Option<String>,
+    /// The attribution shown: what it is of, the result, milliseconds it took.
+    pub dla: Option<(DlaKey, Result<Arc<crate::analysis::attribution::Attribution>, String>, f64)>,
+    /// The attribution asked for and not back yet.
+    pub dla_pending: Option<DlaKey>,
+    /// The selected head's effect shown.
+    pub effect: Option<(EffectKey, Result<Arc<EffectShown>, String>)>,
+    /// The effect asked for and not back yet.
+    pub effect_pending: Option<EffectKey>,
 }
 
 impl Session {
@@ -227,6 +236,10 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         lens: &s.lens,
         lens_refusal: s.lens_refusal.as_deref(),
         lens_tokens: s.token_run.as_ref().map(|t| &t.run.tokens),
+        dla: s.dla.as_ref(),
+        dla_pending: s.dla_pending.is_some(),
+        effect: s.effect.as_ref(),
+        effect_pending: s.effect_pending.is_some(),
         stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
             let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
             if has_target { settings.stack } else { Stack::Encoder }
@@ -328,6 +341,10 @@ impl AttnvizApp {
                 generation: None,
                 lens: super::lens::LensState::default(),
                 lens_refusal: None,
+                dla: None,
+                dla_pending: None,
+                effect: None,
+                effect_pending: None,
             },
             views,
             settings,
@@ -469,6 +486,52 @@ impl AttnvizApp {
         self.session.lens.in_flight = Some((id, column, chunks.clone()));
         let interventions = self.settings.interventions.clone();
         self.session.worker.send(Job::Lens { id, key, tokens, column, chunks, interventions });
+    }
+
+    /// Asks the worker for the attribution (and the selected head's effect) the attribution view
+    /// shows, when they differ from what is shown and from what is asked for.
+    fn request_attribution_if_needed(&mut self) {
+        if self.settings.view != View::Attribution || self.session.lens_refusal.is_some() {
+            return;
+        }
+        if self.session.generation.as_ref().is_some_and(|g| g.finished.is_none()) {
+            return;
+        }
+        let Some(t) = &self.session.token_run else { return };
+        let n = t.run.tokens.len();
+        if n == 0 {
+            return;
+        }
+        let position = self.settings.dla_position.unwrap_or(n - 1).min(n - 1);
+        let source_id = t.source_id;
+        let tokens = Arc::new(t.run.tokens.clone());
+        let (layers, heads) = (t.run.attention.layers(), t.run.attention.heads());
+        let interventions = self.settings.interventions.clone();
+        let key = DlaKey {
+            source_id,
+            position,
+            target: self.settings.dla_target.clone(),
+            versus: self.settings.dla_versus.clone(),
+        };
+        let s = &mut self.session;
+        if s.dla.as_ref().is_none_or(|d| d.0 != key) && s.dla_pending.as_ref() != Some(&key) {
+            s.next_id += 1;
+            s.dla_pending = Some(key.clone());
+            let job = Job::Attribute {
+                id: s.next_id,
+                key,
+                tokens: Arc::clone(&tokens),
+                interventions: interventions.clone(),
+            };
+            s.worker.send(job);
+        }
+        let Some(head) = self.settings.dla_head.filter(|&(l, h)| l < layers && h < heads) else { return };
+        let key = EffectKey { source_id, position, head };
+        if s.effect.as_ref().is_none_or(|e| e.0 != key) && s.effect_pending.as_ref() != Some(&key) {
+            s.next_id += 1;
+            s.effect_pending = Some(key.clone());
+            s.worker.send(Job::HeadEffect { id: s.next_id, key, tokens, interventions });
+        }
     }
 
     /// Stops the generation in progress; with `forget`, its later progress is dropped too (a new
@@ -642,6 +705,8 @@ impl AttnvizApp {
             || s.derived.any_pending()
             || s.generation.as_ref().is_some_and(|g| g.finished.is_none())
             || s.lens.in_flight.is_some()
+            || s.dla_pending.is_some()
+            || s.effect_pending.is_some()
     }
 
     fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
@@ -792,6 +857,20 @@ impl AttnvizApp {
                         lens.in_flight = None;
                     }
                 }
+                Done::Attributed { key, result, elapsed_ms } => {
+                    let s = &mut self.session;
+                    if s.dla_pending.as_ref() == Some(&key) {
+                        s.dla_pending = None;
+                        s.dla = Some((key, result, elapsed_ms));
+                    }
+                }
+                Done::Effect { key, result } => {
+                    let s = &mut self.session;
+                    if s.effect_pending.as_ref() == Some(&key) {
+                        s.effect_pending = None;
+                        s.effect = Some((key, result));
+                    }
+                }
                 Done::Compared { id, result } => {
                     let s = &mut self.session;
                     if id <= s.compare_id || id != s.requested_compare_id {
@@ -894,6 +973,26 @@ impl AttnvizApp {
                         && self.session.run.as_ref().is_some_and(|a| a.tokens.tokens == b.tokens.tokens),
                 },
                 None => Figure::Heatmap { layer_idx, head_idxs: heads },
+            },
+            View::Attribution => match &self.session.dla {
+                Some((_, Ok(a), _)) => {
+                    let name = self.session.model.as_ref().map_or("model", |m| m.name.as_str());
+                    let label = self.session.token_run.as_ref().map(|t| t.run.label(a.position)).unwrap_or_default();
+                    let title = format!(
+                        "{name} · direct logit attribution of {} at position {} “{label}” · Σ terms = {:.3}, logit {:.3}",
+                        super::readout::target_text(a),
+                        a.position,
+                        a.total(),
+                        a.logit
+                    );
+                    Figure::Attribution(Arc::new(super::readout::attribution_table(a, title)))
+                }
+                _ => Figure::Attribution(Arc::new(crate::export::Table {
+                    title: String::new(),
+                    row_labels: Vec::new(),
+                    col_labels: Vec::new(),
+                    values: Vec::new(),
+                })),
             },
             View::Lens => {
                 let s = &self.session;
@@ -1156,6 +1255,7 @@ impl eframe::App for AttnvizApp {
         self.request_run_if_changed();
         self.request_compare_if_changed();
         self.request_lens_if_needed();
+        self.request_attribution_if_needed();
         // Drag & drop of a model folder.
         let dropped: Vec<PathBuf> = ctx.input(|i| {
             i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect()
@@ -1188,6 +1288,7 @@ impl eframe::App for AttnvizApp {
         self.request_run_if_changed();
         self.request_compare_if_changed();
         self.request_lens_if_needed();
+        self.request_attribution_if_needed();
         if self.settings != before {
             // A widget changed a setting after it was drawn (e.g. a selectable label): draw the
             // new state now, not at the next input event.

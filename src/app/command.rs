@@ -145,6 +145,10 @@ settings_fields! {
     lens_watch => LensWatch: Vec<String>,
     lens_rank_of => LensRankOf: usize,
     lens_position => LensPosition: Option<usize>,
+    dla_position => DlaPosition: Option<usize>,
+    dla_target => DlaTarget: String,
+    dla_versus => DlaVersus: String,
+    dla_head => DlaHead: Option<(usize, usize)>,
 }
 
 #[cfg(test)]

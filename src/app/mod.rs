@@ -6,6 +6,7 @@ pub mod command;
 pub mod data;
 pub mod derive;
 pub mod lens;
+pub mod readout;
 pub mod state;
 pub mod views;
 pub mod worker;

@@ -31,11 +31,13 @@ pub enum View {
     Positions,
     /// The logit lens: what every layer's residual stream would predict at every position.
     Lens,
+    /// Direct logit attribution: each head's, MLP's and the embeddings' share of one logit.
+    Attribution,
 }
 
 impl View {
     /// Every view, in tab order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Head,
         Self::Model,
         Self::Heatmap,
@@ -45,6 +47,7 @@ impl View {
         Self::Compare,
         Self::Positions,
         Self::Lens,
+        Self::Attribution,
     ];
 
     /// Tab label.
@@ -59,6 +62,7 @@ impl View {
             Self::Compare => "Compare",
             Self::Positions => "Positional encoding",
             Self::Lens => "Logit lens",
+            Self::Attribution => "Logit attribution",
         }
     }
 
@@ -254,6 +258,14 @@ pub struct Settings {
     pub lens_rank_of: usize,
     /// The position selected in the logit lens (None: the last token).
     pub lens_position: Option<usize>,
+    /// The position whose prediction is attributed (None: the last token).
+    pub dla_position: Option<usize>,
+    /// The token whose logit is attributed, as typed (empty: the model's top prediction).
+    pub dla_target: String,
+    /// A token subtracted from the target (empty: none): the attribution of "A − B".
+    pub dla_versus: String,
+    /// The head whose write's promoted and suppressed tokens are shown.
+    pub dla_head: Option<(usize, usize)>,
 }
 
 /// Most tokens the record-at-token-level setting accepts.
@@ -311,6 +323,10 @@ impl Default for Settings {
             lens_watch: Vec::new(),
             lens_rank_of: 0,
             lens_position: None,
+            dla_position: None,
+            dla_target: String::new(),
+            dla_versus: String::new(),
+            dla_head: None,
         }
     }
 }

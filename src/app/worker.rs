@@ -154,6 +154,28 @@ pub enum Job {
         /// The interventions the run was made with.
         interventions: Interventions,
     },
+    /// Direct logit attribution at one position ([`Done::Attributed`]).
+    Attribute {
+        /// Request id.
+        id: u64,
+        /// What it is of (target and versus as typed).
+        key: crate::app::readout::DlaKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// The tokens one head's write promotes and suppresses ([`Done::Effect`]).
+    HeadEffect {
+        /// Request id.
+        id: u64,
+        /// What it is of.
+        key: crate::app::readout::EffectKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
     /// Run a model on an input.
     Run {
         /// Request id; larger is newer.
@@ -246,6 +268,22 @@ pub enum Done {
         finished: bool,
         /// Milliseconds since the job started.
         elapsed_ms: f64,
+    },
+    /// An attribution finished.
+    Attributed {
+        /// What it is of.
+        key: crate::app::readout::DlaKey,
+        /// The attribution, or why there is none.
+        result: Result<Arc<crate::analysis::attribution::Attribution>, String>,
+        /// Milliseconds it took.
+        elapsed_ms: f64,
+    },
+    /// A head's effect finished.
+    Effect {
+        /// What it is of.
+        key: crate::app::readout::EffectKey,
+        /// The effect, or why there is none.
+        result: Result<Arc<crate::app::readout::EffectShown>, String>,
     },
     /// A comparison run finished.
     Compared {
@@ -502,6 +540,48 @@ fn generate_streaming(
     if send(done) { Ok(carried) } else { Err(()) }
 }
 
+/// Runs an attribution or head-effect job.
+fn readout_job(model: &LoadedModel, job: Job) -> Done {
+    let start = Instant::now();
+    let id_of = |text: &str| -> Result<Option<u32>, String> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        model.tokenizer.single_id(text).map(Some).map_err(|e| format!("“{text}”: {e}"))
+    };
+    match job {
+        Job::HeadEffect { key, tokens, interventions, .. } => {
+            let k = crate::app::readout::EFFECT_K;
+            let result = model
+                .head_effect(&tokens, key.position, key.head, k, &interventions)
+                .map(|e| {
+                    let label = |list: Vec<(u32, f32)>| {
+                        list.into_iter()
+                            .map(|(t, v)| (crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)), v))
+                            .collect()
+                    };
+                    Arc::new(crate::app::readout::EffectShown {
+                        promoted: label(e.promoted),
+                        suppressed: label(e.suppressed),
+                    })
+                })
+                .map_err(|e| e.to_string());
+            Done::Effect { key, result }
+        }
+        Job::Attribute { key, tokens, interventions, .. } => {
+            let result = id_of(&key.target).and_then(|target| {
+                let versus = id_of(&key.versus)?;
+                model
+                    .attribute(&tokens, key.position, target, versus, &interventions)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            });
+            Done::Attributed { key, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
+        }
+        _ => unreachable!("only readout jobs"),
+    }
+}
+
 /// Computes a lens job's parts, sending each; a newer job (`stale`) stops it between parts and
 /// the rest is returned (to go on later). `Err` when the UI is gone.
 fn lens_parts(
@@ -609,6 +689,7 @@ impl Worker {
                 };
                 // Coalesce: of everything queued, keep the newest load, run, comparison and generation.
                 let (mut load, mut run, mut compare, mut generate, mut lens) = (None, None, None, None, None);
+                let (mut attribute, mut effect) = (None, None);
                 let mut next = Some(first);
                 while let Some(job) = next {
                     match job {
@@ -617,6 +698,8 @@ impl Worker {
                         j @ Job::Compare { .. } => compare = Some(j),
                         j @ Job::Generate { .. } => generate = Some(j),
                         j @ Job::Lens { .. } => lens = Some(j),
+                        j @ Job::Attribute { .. } => attribute = Some(j),
+                        j @ Job::HeadEffect { .. } => effect = Some(j),
                     }
                     next = match job_rx.try_recv() {
                         Ok(j) => {
@@ -672,6 +755,13 @@ impl Worker {
                     let input = (text.as_str(), pair.as_deref(), target.as_deref());
                     let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
                     if done_tx.send(Done::Compared { id, result }).is_err() {
+                        return;
+                    }
+                    wake();
+                }
+                for job in [attribute, effect].into_iter().flatten() {
+                    let Some(m) = model.as_ref() else { break };
+                    if done_tx.send(readout_job(m, job)).is_err() {
                         return;
                     }
                     wake();

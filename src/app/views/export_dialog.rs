@@ -20,6 +20,7 @@ pub fn default_export_path(settings: &Settings, home: Option<&Path>) -> PathBuf 
         View::Rollout => format!("attnviz-rollout-layer{}.png", settings.layer_idx),
         View::Compare => format!("attnviz-compare-layer{}.png", settings.layer_idx),
         View::Lens => "attnviz-logit-lens.png".to_string(),
+        View::Attribution => "attnviz-logit-attribution.png".to_string(),
         View::Positions => match settings.pe_figure {
             PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
             PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
@@ -77,6 +78,7 @@ fn export_dialog_ui(
             View::Rollout => "the rollout heatmap",
             View::Compare => "the comparison",
             View::Lens => "the logit lens grid (the cells computed so far)",
+            View::Attribution => "the attribution grid (layers × heads, MLPs, embeddings)",
             View::Positions => match settings.pe_figure {
                 PeFigure::Encoding => "the positional encoding",
                 PeFigure::Dot => "the dot products PE·PE",

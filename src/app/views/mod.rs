@@ -3,6 +3,7 @@
 //! commands; it never imports the app. Expensive derived data is computed off the UI thread
 //! (`app::derive`); a view keeps only what it draws (textures), keyed by what they depend on.
 
+pub mod attribution_view;
 pub mod compare_view;
 pub mod export_dialog;
 pub mod generation_panel;
@@ -52,6 +53,8 @@ pub struct Views {
     pub generation: generation_panel::GenerationPanel,
     /// Logit lens: the watch box.
     pub lens: lens_view::LensView,
+    /// Logit attribution: the grid's texture.
+    pub attribution: attribution_view::AttributionView,
 }
 
 impl Views {
@@ -70,6 +73,7 @@ impl Views {
             compare: compare_view::CompareView::default(),
             generation: generation_panel::GenerationPanel::default(),
             lens: lens_view::LensView::default(),
+            attribution: attribution_view::AttributionView::default(),
         }
     }
 
@@ -173,6 +177,7 @@ impl Views {
             View::Rollout => self.rollout.ui(ui, data, commands),
             View::Compare => self.compare.ui(ui, data, commands),
             View::Lens => self.lens.ui(ui, data, commands),
+            View::Attribution => self.attribution.ui(ui, data, commands),
             View::Positions => {}
         }
     }

@@ -85,6 +85,9 @@ pub enum Figure {
     },
     /// The logit lens as computed (streams × positions, each cell a token on its colour).
     Lens(std::sync::Arc<GridFigure>),
+    /// One head-role score (an index into [`crate::analysis::roles::SCORE_NAMES`]) as a layer ×
+    /// head grid.
+    Roles(usize),
     /// Direct logit attribution as computed: layers × heads (+ attention bias, MLP), embeddings.
     Attribution(std::sync::Arc<Table>),
 }
@@ -315,6 +318,10 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
         Figure::Neuron { layer_idx, head_idx, query_pos } => {
             render_neuron(run, *layer_idx, *head_idx, *query_pos, &labels, theme, scale)
         }
+        Figure::Roles(_) => {
+            let table = figure_table(Some(run), figure)?;
+            Ok(table_heatmap(&table, &table.title, Some((0.0, 1.0)), colormap, theme, scale, "layer", "head"))
+        }
         Figure::Stats(_) | Figure::Rollout { .. } | Figure::Compare { .. } => {
             if let Figure::Compare { layer_idx, head_idxs, other, difference: false } = figure {
                 let tables = [
@@ -517,6 +524,26 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
                 row_labels: (0..a.layers()).map(|l| format!("L{l}")).collect(),
                 col_labels: (0..a.heads()).map(|h| format!("H{h}")).collect(),
                 values: stats.matrix(*stat),
+            })
+        }
+        Figure::Roles(role) => {
+            use crate::analysis::roles::{HeadScores, SCORE_NAMES};
+            let name =
+                SCORE_NAMES.get(*role).ok_or(ExportError::OutOfRange { what: "score", index: *role, count: 4 })?;
+            if cross || run.long.is_some() || run.tokens.ids.len() != n {
+                return Err(ExportError::Unavailable("head roles are scores of self-attention over tokens".into()));
+            }
+            let scores = HeadScores::compute(a, &run.tokens.ids);
+            let title = format!(
+                "{} · {} score per head (NaN: undefined, no repeats)",
+                run.display_name(),
+                name.replace('_', "-")
+            );
+            Ok(Table {
+                title,
+                row_labels: (0..a.layers()).map(|l| format!("L{l}")).collect(),
+                col_labels: (0..a.heads()).map(|h| format!("H{h}")).collect(),
+                values: scores.by_name(name).unwrap_or_default().to_vec(),
             })
         }
         Figure::Rollout { layer_idx, head_idxs, flow } => {

@@ -2025,3 +2025,62 @@ fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
     assert_eq!(h.state().settings.layer_idx, 1);
     assert_eq!(h.state().settings.selected_heads(), [2]);
 }
+
+#[test]
+fn head_roles_colour_the_statistics_grid_and_the_probe_shows_induction_heads() {
+    use attnviz::analysis::roles::HeadScores;
+    use attnviz::model::{Capture, Interventions, LoadedModel};
+    let text = "a cat and a cat and a cat";
+    let mut h = lens_app("tiny-llama", text);
+    h.get_by_label("Head statistics").click();
+    settled(&mut h);
+    h.get_by_label("Induction").click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.stats_role, Some(2));
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    let run = model.run(text, None).unwrap();
+    let expected = HeadScores::compute(&run.attention, &run.tokens.ids);
+    let shown = |h: &Harness<'static, AttnvizApp>| {
+        let s = &h.state().session;
+        s.derived.roles(s.view_id).unwrap().clone().unwrap()
+    };
+    assert_eq!(format!("{:?}", shown(&h)), format!("{expected:?}"), "NaN where undefined");
+    // The top head is named with its score.
+    let (l, hd, v) = expected.top(&expected.induction, 1)[0];
+    h.get_by_label_contains(&format!("Top induction heads: L{l} H{hd} ({v:.2})"));
+    // The first-token score explains attention sinks.
+    h.get_by_label("First token (sink)").click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.stats_role, Some(3));
+    h.get_by_label_contains("Attention sinks");
+    // The probe: repeated random tokens, the scores of its run.
+    h.get_by_label("Probe: repeated random tokens").click();
+    settled(&mut h);
+    assert!(h.state().session.probe_shown);
+    assert_eq!(h.state().settings.stats_role, Some(2), "the probe shows induction");
+    let probe = model.probe_tokens(15, 0).unwrap();
+    let probe_run = model.run_tokens(probe.clone(), None, Capture::Full, &Interventions::default()).unwrap();
+    assert_eq!(h.state().session.run.as_ref().unwrap().tokens.ids, probe.ids);
+    let probed = HeadScores::compute(&probe_run.attention, &probe_run.tokens.ids);
+    assert_eq!(format!("{:?}", shown(&h)), format!("{probed:?}"));
+    assert!(probed.induction.iter().all(|v| !v.is_nan()), "every score is defined on the probe");
+    // Export the scores; a click on a head opens it in the heatmap.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("induction.csv");
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    retype(&mut h, "Export path", path.to_str().unwrap());
+    h.get_by_label("Save").click();
+    wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && path.is_file());
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let cell: f32 = csv.lines().nth(1).unwrap().split(',').nth(1).unwrap().parse().unwrap();
+    assert_eq!(cell, probed.induction[0]);
+    h.get_by_label("Statistics of layer 1 head 0").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.view, View::Heatmap);
+    // Typing goes back to the text.
+    h.get_by_label("Sentence A").focus();
+    h.step();
+    h.get_by_label("Sentence A").type_text(" again");
+    wait_until(&mut h, "the text's run", |a| !a.session.probe_shown && a.session.run.is_some());
+}

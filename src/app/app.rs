@@ -23,6 +23,9 @@ use super::views::Views;
 use super::worker::{Done, Job, LongRequest, ModelInfo, RunSpec, Worker};
 use crate::model::PlaygroundConfig;
 
+/// Random tokens in each half of the app's probe (as `attnviz heads`; fewer on a short model).
+pub const PROBE_HALF: usize = 24;
+
 /// Key of the settings in eframe's storage.
 const SETTINGS_KEY: &str = "attnviz-settings";
 
@@ -173,6 +176,10 @@ pub struct Session {
     pub effect: Option<(EffectKey, Result<Arc<EffectShown>, String>)>,
     /// The effect asked for and not back yet.
     pub effect_pending: Option<EffectKey>,
+    /// Id of the last probe of repeated random tokens asked for.
+    probe_id: u64,
+    /// Whether the run shown is that probe (not the text).
+    pub probe_shown: bool,
 }
 
 impl Session {
@@ -240,6 +247,7 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         dla_pending: s.dla_pending.is_some(),
         effect: s.effect.as_ref(),
         effect_pending: s.effect_pending.is_some(),
+        probe_shown: s.probe_shown,
         stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
             let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
             if has_target { settings.stack } else { Stack::Encoder }
@@ -345,6 +353,8 @@ impl AttnvizApp {
                 dla_pending: None,
                 effect: None,
                 effect_pending: None,
+                probe_id: 0,
+                probe_shown: false,
             },
             views,
             settings,
@@ -532,6 +542,23 @@ impl AttnvizApp {
             s.effect_pending = Some(key.clone());
             s.worker.send(Job::HeadEffect { id: s.next_id, key, tokens, interventions });
         }
+    }
+
+    /// Runs the loaded model on its seeded probe of repeated random tokens (shown until the text
+    /// changes), so induction and duplicate-token heads show on any text.
+    fn start_probe(&mut self) {
+        let Some(model) = &self.session.model else { return };
+        if self.settings.source != Source::Pretrained || model.seq2seq {
+            self.set_status("The probe runs the pretrained decoder-only or encoder model, not the playground", true);
+            return;
+        }
+        let half = PROBE_HALF.min(model.max_positions.saturating_sub(1) / 2).max(1);
+        self.stop_generation(true);
+        let id = self.next_id();
+        self.session.probe_id = id;
+        self.session.requested_run_id = id;
+        let interventions = self.settings.interventions.clone();
+        self.session.worker.send(Job::Probe { id, half, seed: 0, interventions });
     }
 
     /// Stops the generation in progress; with `forget`, its later progress is dropped too (a new
@@ -766,6 +793,7 @@ impl AttnvizApp {
                         continue; // older than what is shown
                     }
                     let s = &mut self.session;
+                    s.probe_shown = id == s.probe_id;
                     if !progress {
                         s.shown_input = s.in_flight.iter().find(|(i, _)| *i == id).map(|(_, input)| input.clone());
                         s.in_flight.retain(|(i, _)| *i > id);
@@ -953,7 +981,10 @@ impl AttnvizApp {
                 head_idx: heads.first().copied().unwrap_or(0),
                 query_pos: self.settings.neuron_query,
             },
-            View::Stats => Figure::Stats(self.settings.stat),
+            View::Stats => match self.settings.stats_role {
+                Some(role) => Figure::Roles(role),
+                None => Figure::Stats(self.settings.stat),
+            },
             View::Rollout => {
                 let flow = match &self.session.flow {
                     Some(f) if self.settings.rollout_mode == RolloutMode::Flow && f.key == self.flow_key() => {
@@ -1124,6 +1155,7 @@ impl AttnvizApp {
             Command::Pin(selection) => self.session.pinned = selection,
             Command::Continue(max_new) => self.start_generation(max_new),
             Command::StopGeneration => self.stop_generation(false),
+            Command::Probe => self.start_probe(),
             Command::Playground(checked) => self.set_playground(checked),
             Command::Derive(key) => {
                 // Only for the run shown now (a view may have asked during a change of run).

@@ -43,6 +43,8 @@ pub enum Command {
     Continue(usize),
     /// Stop the generation in progress (what is written so far stays).
     StopGeneration,
+    /// Show a seeded probe of repeated random tokens instead of the text (until the text changes).
+    Probe,
 }
 
 /// The commands of one frame, in the order they were raised.
@@ -149,6 +151,7 @@ settings_fields! {
     dla_target => DlaTarget: String,
     dla_versus => DlaVersus: String,
     dla_head => DlaHead: Option<(usize, usize)>,
+    stats_role => StatsRole: Option<usize>,
 }
 
 #[cfg(test)]

@@ -128,6 +128,8 @@ pub struct ViewData<'a> {
     pub effect: Option<&'a (crate::app::readout::EffectKey, Result<Arc<crate::app::readout::EffectShown>, String>)>,
     /// Whether a newer effect is being computed.
     pub effect_pending: bool,
+    /// Whether the run shown is the probe of repeated random tokens (not the text).
+    pub probe_shown: bool,
     /// For an encoder–decoder: the attention the views show (encoder, decoder or cross); None
     /// for every other model.
     pub stack: Option<crate::analysis::Stack>,

@@ -266,6 +266,9 @@ pub struct Settings {
     pub dla_versus: String,
     /// The head whose write's promoted and suppressed tokens are shown.
     pub dla_head: Option<(usize, usize)>,
+    /// A head-role score colouring the statistics grid instead of the statistic (an index into
+    /// [`crate::analysis::roles::SCORE_NAMES`]).
+    pub stats_role: Option<usize>,
 }
 
 /// Most tokens the record-at-token-level setting accepts.
@@ -327,6 +330,7 @@ impl Default for Settings {
             dla_target: String::new(),
             dla_versus: String::new(),
             dla_head: None,
+            stats_role: None,
         }
     }
 }

@@ -176,6 +176,18 @@ pub enum Job {
         /// The interventions the run was made with.
         interventions: Interventions,
     },
+    /// Run the loaded model on its seeded probe of repeated random tokens
+    /// ([`LoadedModel::probe_tokens`]); the result comes back as [`Done::Ran`].
+    Probe {
+        /// Request id; larger is newer.
+        id: u64,
+        /// Random tokens in each half.
+        half: usize,
+        /// Seed.
+        seed: u64,
+        /// Interventions.
+        interventions: Interventions,
+    },
     /// Run a model on an input.
     Run {
         /// Request id; larger is newer.
@@ -689,7 +701,7 @@ impl Worker {
                 };
                 // Coalesce: of everything queued, keep the newest load, run, comparison and generation.
                 let (mut load, mut run, mut compare, mut generate, mut lens) = (None, None, None, None, None);
-                let (mut attribute, mut effect) = (None, None);
+                let (mut attribute, mut effect, mut probe) = (None, None, None);
                 let mut next = Some(first);
                 while let Some(job) = next {
                     match job {
@@ -700,6 +712,7 @@ impl Worker {
                         j @ Job::Lens { .. } => lens = Some(j),
                         j @ Job::Attribute { .. } => attribute = Some(j),
                         j @ Job::HeadEffect { .. } => effect = Some(j),
+                        j @ Job::Probe { .. } => probe = Some(j),
                     }
                     next = match job_rx.try_recv() {
                         Ok(j) => {
@@ -750,6 +763,19 @@ impl Worker {
                         }
                         wake();
                     }
+                }
+                if let (Some(Job::Probe { id, half, seed, interventions }), Some(m)) = (probe, model.as_ref()) {
+                    let start = Instant::now();
+                    let result = m
+                        .probe_tokens(half, seed)
+                        .and_then(|t| m.run_tokens(t, None, crate::model::Capture::Full, &interventions))
+                        .map(Arc::new)
+                        .map_err(|e| e.to_string());
+                    let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+                    if done_tx.send(Done::Ran { id, result, window: None, elapsed_ms }).is_err() {
+                        return;
+                    }
+                    wake();
                 }
                 if let Some(Job::Compare { id, text, pair, target, spec }) = compare {
                     let input = (text.as_str(), pair.as_deref(), target.as_deref());

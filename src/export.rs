@@ -85,11 +85,67 @@ pub enum Figure {
     },
     /// The logit lens as computed (streams × positions, each cell a token on its colour).
     Lens(std::sync::Arc<GridFigure>),
+    /// The contribution graph's routes to one prediction.
+    Graph(std::sync::Arc<GraphFigure>),
     /// One head-role score (an index into [`crate::analysis::roles::SCORE_NAMES`]) as a layer ×
     /// head grid.
     Roles(usize),
     /// Direct logit attribution as computed: layers × heads (+ attention bias, MLP), embeddings.
     Attribution(std::sync::Arc<Table>),
+}
+
+/// A node of a drawn graph: its place (token column, level from the bottom) and its label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphNode {
+    /// Token column (fractional: an MLP sits right of its token).
+    pub column: f32,
+    /// Level from the bottom (the embeddings at 0).
+    pub level: f32,
+    /// The label written beside it (its logit-lens top token).
+    pub label: String,
+}
+
+/// What an edge of a drawn graph carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeKind {
+    /// Attention: from a token's stream into another's (or its own).
+    Attention,
+    /// Into or out of an MLP.
+    Mlp,
+    /// The residual connection past the MLP.
+    Residual,
+}
+
+/// An edge of a drawn graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphEdge {
+    /// Index of the node it leaves.
+    pub from: usize,
+    /// Index of the node it enters.
+    pub to: usize,
+    /// Its proportion, 0..1 (width and opacity).
+    pub weight: f32,
+    /// What it carries.
+    pub kind: EdgeKind,
+    /// Its name ("L3 attention: “cat” → “sat”, head 5 (0.31)").
+    pub name: String,
+}
+
+/// A contribution graph laid out for drawing: token columns, levels (embeddings at the bottom,
+/// per layer its attention, MLP and output), nodes and edges — drawn by the app and by
+/// [`render::graph`] alike.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphFigure {
+    /// Title.
+    pub title: String,
+    /// Token labels (columns, at the bottom).
+    pub tokens: Vec<String>,
+    /// Layers (levels go to `2 × layers`).
+    pub layers: usize,
+    /// The nodes.
+    pub nodes: Vec<GraphNode>,
+    /// The edges.
+    pub edges: Vec<GraphEdge>,
 }
 
 /// A grid of texts on coloured cells with the numbers behind the colours (the logit lens): made by
@@ -243,6 +299,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 show_values: false,
             }));
         }
+        Figure::Graph(graph) => return Ok(render::graph(graph, theme, scale)),
         Figure::Attribution(table) => {
             if table.values.is_empty() {
                 return Err(ExportError::Unavailable("the attribution is not computed yet".into()));
@@ -351,6 +408,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
         | Figure::PeDot(_)
         | Figure::LearnedPositions { .. }
         | Figure::Lens(_)
+        | Figure::Graph(_)
         | Figure::Attribution(_) => {
             unreachable!("handled above")
         }
@@ -481,6 +539,14 @@ fn render_neuron(
 
 /// The numbers behind a figure: matrices with their token labels, statistics per head.
 pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportError> {
+    if let Figure::Graph(graph) = figure {
+        return Ok(Table {
+            title: graph.title.clone(),
+            row_labels: graph.edges.iter().map(|e| e.name.clone()).collect(),
+            col_labels: vec!["proportion".to_string()],
+            values: graph.edges.iter().map(|e| e.weight).collect(),
+        });
+    }
     if let Figure::Attribution(table) = figure {
         if table.values.is_empty() {
             return Err(ExportError::Unavailable("the attribution is not computed yet".into()));

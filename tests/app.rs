@@ -2084,3 +2084,89 @@ fn head_roles_colour_the_statistics_grid_and_the_probe_shows_induction_heads() {
     h.get_by_label("Sentence A").type_text(" again");
     wait_until(&mut h, "the text's run", |a| !a.session.probe_shown && a.session.run.is_some());
 }
+
+#[test]
+fn contribution_graph_draws_the_library_routes_and_a_clicked_edge_selects_its_head() {
+    use attnviz::analysis::contrib::Node;
+    use attnviz::model::{Interventions, LoadedModel};
+    let text = "the cat sat on the mat";
+    let mut h = lens_app("tiny-llama", text);
+    h.get_by_label("Contribution graph").click();
+    settled(&mut h);
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    let tokens = model.run(text, None).unwrap().tokens;
+    let n = tokens.len();
+    let faithful = Interventions::default();
+    let expected = model.contributions(&tokens, &faithful).unwrap();
+    let figure = |h: &Harness<'static, AttnvizApp>| match h.state().current_figure() {
+        attnviz::export::Figure::Graph(g) => g,
+        other => panic!("{other:?}"),
+    };
+    let routes = expected.graph.routes(n - 1, 0.04);
+    let shown = figure(&h);
+    assert!(!routes.is_empty());
+    assert_eq!(
+        shown.edges.iter().map(|e| e.weight).collect::<Vec<_>>(),
+        routes.iter().map(|e| e.weight).collect::<Vec<_>>()
+    );
+    // Every node names its logit-lens top token: the prediction's node the model's own top token.
+    let top = expected.lens.as_ref().unwrap().cell(expected.graph.layers.len(), n - 1).next().unwrap().0;
+    assert_eq!(shown.nodes[0].label, attnviz::analysis::tokens::pretty_label(&model.tokenizer.token_of(top)));
+    // The threshold slider (keyboard: one step up) changes the routes.
+    h.get_by_role_and_label(egui::accesskit::Role::Slider, "Threshold").focus();
+    h.step();
+    h.key_press(Key::ArrowRight);
+    h.run_steps(2);
+    let threshold = h.state().settings.graph_threshold;
+    assert!((threshold - 0.045).abs() < 1e-6, "{threshold}");
+    let fewer = expected.graph.routes(n - 1, threshold);
+    assert_eq!(figure(&h).edges.len(), fewer.len());
+    // A click on an attention edge selects its strongest head; what it promotes is listed.
+    let (i, edge) =
+        fewer.iter().enumerate().find(|(_, e)| matches!(e.to, Node::Attn(..)) && !e.heads.is_empty()).unwrap();
+    let Node::Attn(layer, to) = edge.to else { unreachable!() };
+    let head = usize::from(edge.heads[0].0);
+    let name = format!("Edge {}", figure(&h).edges[i].name);
+    h.get_by_label(&name).click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.graph_head, Some((usize::from(layer), head, to as usize)));
+    let effect = model.head_effect(&tokens, to as usize, (usize::from(layer), head), 8, &faithful).unwrap();
+    let shown_effect = h.state().session.effect.as_ref().unwrap().1.clone().unwrap();
+    assert_eq!(
+        shown_effect.promoted.iter().map(|p| p.1).collect::<Vec<_>>(),
+        effect.promoted.iter().map(|p| p.1).collect::<Vec<_>>()
+    );
+    // Export: the PNG decodes, the CSV lists the edges.
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["graph.png", "graph.csv"] {
+        let path = dir.path().join(name);
+        h.get_by_label("Export…").click();
+        h.run_steps(2);
+        retype(&mut h, "Export path", path.to_str().unwrap());
+        h.state_mut().session.status = None;
+        h.get_by_label("Save").click();
+        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        assert!(!h.state().session.status.as_ref().unwrap().is_error);
+        let bytes = std::fs::read(&path).unwrap();
+        if name.ends_with("png") {
+            assert!(image::load_from_memory(&bytes).unwrap().height() > 100);
+        } else {
+            assert_eq!(String::from_utf8(bytes).unwrap().lines().count(), fewer.len() + 1);
+        }
+    }
+    h.get_by_label("Open in the heatmap").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.view, View::Heatmap);
+    assert_eq!(h.state().settings.layer_idx, usize::from(layer));
+}
+
+#[test]
+fn contribution_graph_says_why_a_post_ln_model_has_none() {
+    let h = lens_app("tiny-bert", "post norm");
+    let mut h = h;
+    h.get_by_label("Contribution graph").click();
+    settled(&mut h);
+    let why = h.state().session.graph_refusal.clone().expect("BERT normalises after each block");
+    h.get_by_label(&why);
+    assert!(h.state().session.graph.is_none());
+}

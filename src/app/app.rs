@@ -176,10 +176,16 @@ pub struct Session {
     pub effect: Option<(EffectKey, Result<Arc<EffectShown>, String>)>,
     /// The effect asked for and not back yet.
     pub effect_pending: Option<EffectKey>,
+    /// The contribution graph shown: the token run it is of, the graph, milliseconds it took.
+    pub graph: Option<(u64, Result<Arc<super::readout::GraphShown>, String>, f64)>,
+    /// The token run whose graph is being computed.
+    pub graph_pending: Option<u64>,
     /// Id of the last probe of repeated random tokens asked for.
     probe_id: u64,
     /// Whether the run shown is that probe (not the text).
     pub probe_shown: bool,
+    /// Why the contribution graph does not apply (None: it does).
+    pub graph_refusal: Option<String>,
 }
 
 impl Session {
@@ -248,6 +254,9 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         effect: s.effect.as_ref(),
         effect_pending: s.effect_pending.is_some(),
         probe_shown: s.probe_shown,
+        graph: s.graph.as_ref(),
+        graph_pending: s.graph_pending.is_some(),
+        graph_refusal: s.graph_refusal.as_deref(),
         stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
             let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
             if has_target { settings.stack } else { Stack::Encoder }
@@ -355,6 +364,9 @@ impl AttnvizApp {
                 effect_pending: None,
                 probe_id: 0,
                 probe_shown: false,
+                graph: None,
+                graph_pending: None,
+                graph_refusal: None,
             },
             views,
             settings,
@@ -537,6 +549,63 @@ impl AttnvizApp {
         }
         let Some(head) = self.settings.dla_head.filter(|&(l, h)| l < layers && h < heads) else { return };
         let key = EffectKey { source_id, position, head };
+        if s.effect.as_ref().is_none_or(|e| e.0 != key) && s.effect_pending.as_ref() != Some(&key) {
+            s.next_id += 1;
+            s.effect_pending = Some(key.clone());
+            s.worker.send(Job::HeadEffect { id: s.next_id, key, tokens, interventions });
+        }
+    }
+
+    /// Asks the worker for the contribution graph of the token run (once per run) and for the
+    /// effect of the head selected on one of its edges, when the graph view is open.
+    fn request_graph_if_needed(&mut self) {
+        let s = &self.session;
+        self.session.graph_refusal = if self.settings.source == Source::Playground {
+            Some("The playground is a random encoder: the contribution graph follows the pretrained model.".into())
+        } else if let Some(why) = s.model.as_ref().and_then(|m| m.contribution_refusal.clone()) {
+            Some(super::views::capitalised(&why) + ".")
+        } else if s.token_run.as_ref().is_some_and(|t| t.run.long.is_some()) {
+            Some(format!(
+                "This input is longer than “Record up to” ({} tokens) and is shown pooled: the graph reads inputs \
+                 recorded token by token.",
+                self.settings.record_tokens
+            ))
+        } else {
+            None
+        };
+        if self.settings.view != View::Graph || self.session.graph_refusal.is_some() {
+            return;
+        }
+        if self.session.generation.as_ref().is_some_and(|g| g.finished.is_none()) {
+            return;
+        }
+        let Some(t) = &self.session.token_run else { return };
+        let source_id = t.source_id;
+        let tokens = Arc::new(t.run.tokens.clone());
+        let (layers, heads, n) = (t.run.attention.layers(), t.run.attention.heads(), t.run.tokens.len());
+        let interventions = self.settings.interventions.clone();
+        let s = &mut self.session;
+        if s.graph.as_ref().is_none_or(|g| g.0 != source_id) && s.graph_pending != Some(source_id) {
+            s.next_id += 1;
+            s.graph_pending = Some(source_id);
+            let job = Job::Contributions {
+                id: s.next_id,
+                source_id,
+                tokens: Arc::clone(&tokens),
+                interventions: interventions.clone(),
+            };
+            s.worker.send(job);
+        }
+        // The head effect needs a head: a model without one has none to show.
+        if s.lens_refusal.is_some() {
+            return;
+        }
+        let Some((layer, head, position)) =
+            self.settings.graph_head.filter(|&(l, h, p)| l < layers && h < heads && p < n)
+        else {
+            return;
+        };
+        let key = EffectKey { source_id, position, head: (layer, head) };
         if s.effect.as_ref().is_none_or(|e| e.0 != key) && s.effect_pending.as_ref() != Some(&key) {
             s.next_id += 1;
             s.effect_pending = Some(key.clone());
@@ -734,6 +803,7 @@ impl AttnvizApp {
             || s.lens.in_flight.is_some()
             || s.dla_pending.is_some()
             || s.effect_pending.is_some()
+            || s.graph_pending.is_some()
     }
 
     fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
@@ -892,6 +962,13 @@ impl AttnvizApp {
                         s.dla = Some((key, result, elapsed_ms));
                     }
                 }
+                Done::Graph { source_id, result, elapsed_ms } => {
+                    let s = &mut self.session;
+                    if s.graph_pending == Some(source_id) {
+                        s.graph_pending = None;
+                        s.graph = Some((source_id, result, elapsed_ms));
+                    }
+                }
                 Done::Effect { key, result } => {
                     let s = &mut self.session;
                     if s.effect_pending.as_ref() == Some(&key) {
@@ -1025,6 +1102,35 @@ impl AttnvizApp {
                     values: Vec::new(),
                 })),
             },
+            View::Graph => {
+                let s = &self.session;
+                let labels: Vec<String> = s
+                    .token_run
+                    .as_ref()
+                    .map(|t| t.run.tokens.tokens.iter().map(|x| crate::analysis::tokens::pretty_label(x)).collect())
+                    .unwrap_or_default();
+                let n = labels.len();
+                let position = self.settings.graph_position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+                let name = s.model.as_ref().map_or("model", |m| m.name.as_str());
+                let figure = match &s.graph {
+                    Some((_, Ok(graph), _)) => {
+                        let title = format!(
+                            "{name} · contribution graph to the prediction at position {position} “{}” · threshold {:.2}",
+                            labels.get(position).map_or("", String::as_str),
+                            self.settings.graph_threshold
+                        );
+                        super::readout::graph_figure(graph, &labels, (position, self.settings.graph_threshold), title).0
+                    }
+                    _ => crate::export::GraphFigure {
+                        title: format!("{name} · contribution graph (not computed)"),
+                        tokens: labels,
+                        layers: 0,
+                        nodes: Vec::new(),
+                        edges: Vec::new(),
+                    },
+                };
+                Figure::Graph(Arc::new(figure))
+            }
             View::Lens => {
                 let s = &self.session;
                 let labels: Vec<String> = s
@@ -1288,6 +1394,7 @@ impl eframe::App for AttnvizApp {
         self.request_compare_if_changed();
         self.request_lens_if_needed();
         self.request_attribution_if_needed();
+        self.request_graph_if_needed();
         // Drag & drop of a model folder.
         let dropped: Vec<PathBuf> = ctx.input(|i| {
             i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect()
@@ -1321,6 +1428,7 @@ impl eframe::App for AttnvizApp {
         self.request_compare_if_changed();
         self.request_lens_if_needed();
         self.request_attribution_if_needed();
+        self.request_graph_if_needed();
         if self.settings != before {
             // A widget changed a setting after it was drawn (e.g. a selectable label): draw the
             // new state now, not at the next input event.

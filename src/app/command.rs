@@ -152,6 +152,9 @@ settings_fields! {
     dla_versus => DlaVersus: String,
     dla_head => DlaHead: Option<(usize, usize)>,
     stats_role => StatsRole: Option<usize>,
+    graph_position => GraphPosition: Option<usize>,
+    graph_threshold => GraphThreshold: f32,
+    graph_head => GraphHead: Option<(usize, usize, usize)>,
 }
 
 #[cfg(test)]

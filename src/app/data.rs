@@ -128,6 +128,13 @@ pub struct ViewData<'a> {
     pub effect: Option<&'a (crate::app::readout::EffectKey, Result<Arc<crate::app::readout::EffectShown>, String>)>,
     /// Whether a newer effect is being computed.
     pub effect_pending: bool,
+    /// The contribution graph shown: the token run it is of, the graph, milliseconds it took.
+    #[allow(clippy::type_complexity)]
+    pub graph: Option<&'a (u64, Result<Arc<crate::app::readout::GraphShown>, String>, f64)>,
+    /// Whether a graph is being computed.
+    pub graph_pending: bool,
+    /// Why the contribution graph does not apply (None: it does).
+    pub graph_refusal: Option<&'a str>,
     /// Whether the run shown is the probe of repeated random tokens (not the text).
     pub probe_shown: bool,
     /// For an encoder–decoder: the attention the views show (encoder, decoder or cross); None

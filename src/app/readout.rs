@@ -66,3 +66,105 @@ pub fn target_text(a: &Attribution) -> String {
         None => format!("“{}”", pretty(&a.target_token)),
     }
 }
+
+/// The contribution graph of one token run with the labels of every token its nodes name.
+#[derive(Debug, Clone)]
+pub struct GraphShown {
+    /// The graph with each node's logit-lens top token.
+    pub run: crate::model::readout::ContributionRun,
+    /// Labels of the tokens named (lens tops, mid-layer tops).
+    pub labels: std::collections::BTreeMap<u32, String>,
+}
+
+impl GraphShown {
+    /// The logit-lens top token of a node and its probability (None: the model has no head).
+    pub fn node_top(&self, node: crate::analysis::contrib::Node) -> Option<(u32, f32)> {
+        use crate::analysis::contrib::Node;
+        let n = self.run.graph.tokens;
+        match node {
+            Node::Embedding(t) => self.run.lens.as_ref()?.cell(0, t as usize).next(),
+            Node::Out(l, t) | Node::Mlp(l, t) => self.run.lens.as_ref()?.cell(usize::from(l) + 1, t as usize).next(),
+            Node::Attn(l, t) => self.run.mid_top.get(usize::from(l) * n + t as usize).copied(),
+        }
+    }
+
+    /// The label of token `id`.
+    pub fn label(&self, id: u32) -> String {
+        self.labels.get(&id).cloned().unwrap_or_else(|| format!("<{id}>"))
+    }
+}
+
+/// A graph node's height in the figure: the embeddings at 0, then per layer its attention (odd),
+/// its MLP (between) and its output (even).
+pub fn node_level(node: crate::analysis::contrib::Node) -> f32 {
+    use crate::analysis::contrib::Node;
+    match node {
+        Node::Embedding(_) => 0.0,
+        Node::Attn(l, _) => 2.0 * f32::from(l) + 1.0,
+        Node::Mlp(l, _) => 2.0 * f32::from(l) + 1.5,
+        Node::Out(l, _) => 2.0 * f32::from(l) + 2.0,
+    }
+}
+
+/// A node's horizontal place in token columns (an MLP sits a little right of its token).
+pub fn node_column(node: crate::analysis::contrib::Node) -> f32 {
+    let offset = if matches!(node, crate::analysis::contrib::Node::Mlp(..)) { 0.3 } else { 0.0 };
+    node.token() as f32 + offset
+}
+
+/// An attention edge's strongest head: layer, head, and the token it writes to.
+pub type EdgeHead = (usize, usize, usize);
+
+/// The routes to the prediction at `position` above `threshold`, laid out for drawing, with the
+/// strongest head of each attention edge (layer, head, the token it writes to).
+pub fn graph_figure(
+    graph: &GraphShown,
+    labels: &[String],
+    (position, threshold): (usize, f32),
+    title: String,
+) -> (crate::export::GraphFigure, Vec<Option<EdgeHead>>) {
+    use crate::analysis::contrib::Node;
+    use crate::export::{EdgeKind, GraphEdge, GraphFigure, GraphNode};
+    let routes = graph.run.graph.routes(position, threshold);
+    let mut index: std::collections::BTreeMap<Node, usize> = std::collections::BTreeMap::new();
+    let mut nodes = Vec::new();
+    let mut node_of = |node: Node, nodes: &mut Vec<GraphNode>| {
+        *index.entry(node).or_insert_with(|| {
+            let label = graph.node_top(node).map(|(id, _)| graph.label(id)).unwrap_or_default();
+            nodes.push(GraphNode { column: node_column(node), level: node_level(node), label });
+            nodes.len() - 1
+        })
+    };
+    // The prediction itself, even when no edge reaches it.
+    if let Some(last) = graph.run.graph.layers.len().checked_sub(1) {
+        node_of(Node::Out(last as u16, position as u32), &mut nodes);
+    }
+    let token = |t: u32| labels.get(t as usize).cloned().unwrap_or_default();
+    let mut edges = Vec::with_capacity(routes.len());
+    let mut heads = Vec::with_capacity(routes.len());
+    for e in &routes {
+        let (from, to) = (node_of(e.from, &mut nodes), node_of(e.to, &mut nodes));
+        let (kind, name, head) = match (e.from, e.to) {
+            (_, Node::Attn(l, t)) => {
+                let top = e.heads.first().map(|&(h, p)| (usize::from(h), p));
+                let via =
+                    top.map_or_else(|| " (residual)".to_string(), |(h, p)| format!(", strongest head {h} ({p:.2})"));
+                let name = format!(
+                    "L{l} attention: “{}” #{} → “{}” #{t}{via}",
+                    token(e.from.token()),
+                    e.from.token(),
+                    token(t)
+                );
+                (EdgeKind::Attention, name, top.map(|(h, _)| (usize::from(l), h, t as usize)))
+            }
+            (Node::Attn(l, t), Node::Mlp(..)) | (Node::Mlp(l, t), _) => {
+                (EdgeKind::Mlp, format!("L{l} MLP at “{}” #{t}", token(t)), None)
+            }
+            (from, _) => (EdgeKind::Residual, format!("residual at “{}” #{}", token(from.token()), from.token()), None),
+        };
+        edges.push(GraphEdge { from, to, weight: e.weight, kind, name });
+        heads.push(head);
+    }
+    let figure = GraphFigure { title, tokens: labels.to_vec(), layers: graph.run.graph.layers.len(), nodes, edges };
+    (figure, heads)
+}

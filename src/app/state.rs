@@ -33,11 +33,13 @@ pub enum View {
     Lens,
     /// Direct logit attribution: each head's, MLP's and the embeddings' share of one logit.
     Attribution,
+    /// The contribution graph: the routes from a prediction back to the input tokens.
+    Graph,
 }
 
 impl View {
     /// Every view, in tab order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::Head,
         Self::Model,
         Self::Heatmap,
@@ -48,6 +50,7 @@ impl View {
         Self::Positions,
         Self::Lens,
         Self::Attribution,
+        Self::Graph,
     ];
 
     /// Tab label.
@@ -63,6 +66,7 @@ impl View {
             Self::Positions => "Positional encoding",
             Self::Lens => "Logit lens",
             Self::Attribution => "Logit attribution",
+            Self::Graph => "Contribution graph",
         }
     }
 
@@ -269,6 +273,12 @@ pub struct Settings {
     /// A head-role score colouring the statistics grid instead of the statistic (an index into
     /// [`crate::analysis::roles::SCORE_NAMES`]).
     pub stats_role: Option<usize>,
+    /// The position whose prediction the contribution graph traces (None: the last token).
+    pub graph_position: Option<usize>,
+    /// Edges below this proportion are left out of the contribution graph.
+    pub graph_threshold: f32,
+    /// The head selected on an attention edge of the graph: layer, head, and the token it writes to.
+    pub graph_head: Option<(usize, usize, usize)>,
 }
 
 /// Most tokens the record-at-token-level setting accepts.
@@ -331,6 +341,9 @@ impl Default for Settings {
             dla_versus: String::new(),
             dla_head: None,
             stats_role: None,
+            graph_position: None,
+            graph_threshold: 0.04,
+            graph_head: None,
         }
     }
 }

@@ -65,6 +65,8 @@ pub struct ModelInfo {
     pub quantization: Option<String>,
     /// Why the logit lens and attribution do not apply (None: they do).
     pub readout_refusal: Option<String>,
+    /// Why the contribution graph does not apply (None: it does).
+    pub contribution_refusal: Option<String>,
 }
 
 impl ModelInfo {
@@ -94,6 +96,7 @@ impl ModelInfo {
             can_translate: model.decoder.as_ref().is_some_and(|d| d.net.has_lm_head()),
             quantization: model.quantization.clone(),
             readout_refusal: model.readout_refusal(),
+            contribution_refusal: model.contribution_refusal(),
         }
     }
 }
@@ -171,6 +174,17 @@ pub enum Job {
         id: u64,
         /// What it is of.
         key: crate::app::readout::EffectKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// The contribution graph of a token run ([`Done::Graph`]).
+    Contributions {
+        /// Request id.
+        id: u64,
+        /// Id of the token run.
+        source_id: u64,
         /// The token-level input.
         tokens: Arc<crate::analysis::tokens::Tokens>,
         /// The interventions the run was made with.
@@ -287,6 +301,15 @@ pub enum Done {
         key: crate::app::readout::DlaKey,
         /// The attribution, or why there is none.
         result: Result<Arc<crate::analysis::attribution::Attribution>, String>,
+        /// Milliseconds it took.
+        elapsed_ms: f64,
+    },
+    /// A contribution graph finished.
+    Graph {
+        /// Id of the token run it is of.
+        source_id: u64,
+        /// The graph, or why there is none.
+        result: Result<Arc<crate::app::readout::GraphShown>, String>,
         /// Milliseconds it took.
         elapsed_ms: f64,
     },
@@ -590,6 +613,23 @@ fn readout_job(model: &LoadedModel, job: Job) -> Done {
             });
             Done::Attributed { key, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
         }
+        Job::Contributions { source_id, tokens, interventions, .. } => {
+            let result = model
+                .contributions(&tokens, &interventions)
+                .map(|run| {
+                    let mut labels = std::collections::BTreeMap::new();
+                    let named =
+                        run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
+                    for t in named {
+                        labels
+                            .entry(t)
+                            .or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)));
+                    }
+                    Arc::new(crate::app::readout::GraphShown { run, labels })
+                })
+                .map_err(|e| e.to_string());
+            Done::Graph { source_id, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
+        }
         _ => unreachable!("only readout jobs"),
     }
 }
@@ -701,7 +741,7 @@ impl Worker {
                 };
                 // Coalesce: of everything queued, keep the newest load, run, comparison and generation.
                 let (mut load, mut run, mut compare, mut generate, mut lens) = (None, None, None, None, None);
-                let (mut attribute, mut effect, mut probe) = (None, None, None);
+                let (mut attribute, mut effect, mut probe, mut graph) = (None, None, None, None);
                 let mut next = Some(first);
                 while let Some(job) = next {
                     match job {
@@ -713,6 +753,7 @@ impl Worker {
                         j @ Job::Attribute { .. } => attribute = Some(j),
                         j @ Job::HeadEffect { .. } => effect = Some(j),
                         j @ Job::Probe { .. } => probe = Some(j),
+                        j @ Job::Contributions { .. } => graph = Some(j),
                     }
                     next = match job_rx.try_recv() {
                         Ok(j) => {
@@ -785,7 +826,7 @@ impl Worker {
                     }
                     wake();
                 }
-                for job in [attribute, effect].into_iter().flatten() {
+                for job in [attribute, effect, graph].into_iter().flatten() {
                     let Some(m) = model.as_ref() else { break };
                     if done_tx.send(readout_job(m, job)).is_err() {
                         return;

@@ -21,6 +21,7 @@ pub fn default_export_path(settings: &Settings, home: Option<&Path>) -> PathBuf 
         View::Compare => format!("attnviz-compare-layer{}.png", settings.layer_idx),
         View::Lens => "attnviz-logit-lens.png".to_string(),
         View::Attribution => "attnviz-logit-attribution.png".to_string(),
+        View::Graph => "attnviz-contribution-graph.png".to_string(),
         View::Positions => match settings.pe_figure {
             PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
             PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
@@ -79,6 +80,7 @@ fn export_dialog_ui(
             View::Compare => "the comparison",
             View::Lens => "the logit lens grid (the cells computed so far)",
             View::Attribution => "the attribution grid (layers × heads, MLPs, embeddings)",
+            View::Graph => "the contribution graph (its edges' proportions as numbers)",
             View::Positions => match settings.pe_figure {
                 PeFigure::Encoding => "the positional encoding",
                 PeFigure::Dot => "the dot products PE·PE",

@@ -7,6 +7,7 @@ pub mod attribution_view;
 pub mod compare_view;
 pub mod export_dialog;
 pub mod generation_panel;
+pub mod graph_view;
 pub mod head_view;
 pub mod heatmap_view;
 pub mod input_bar;
@@ -55,6 +56,8 @@ pub struct Views {
     pub lens: lens_view::LensView,
     /// Logit attribution: the grid's texture.
     pub attribution: attribution_view::AttributionView,
+    /// Contribution graph: the laid-out routes.
+    pub graph: graph_view::GraphView,
 }
 
 impl Views {
@@ -74,6 +77,7 @@ impl Views {
             generation: generation_panel::GenerationPanel::default(),
             lens: lens_view::LensView::default(),
             attribution: attribution_view::AttributionView::default(),
+            graph: graph_view::GraphView::default(),
         }
     }
 
@@ -178,6 +182,7 @@ impl Views {
             View::Compare => self.compare.ui(ui, data, commands),
             View::Lens => self.lens.ui(ui, data, commands),
             View::Attribution => self.attribution.ui(ui, data, commands),
+            View::Graph => self.graph.ui(ui, data, commands),
             View::Positions => {}
         }
     }

@@ -203,5 +203,30 @@ fn readout_frame_times() {
             column_s.unwrap_or(f64::NAN),
             busy_ms / busy_frames.max(1) as f64
         );
+        // The other readout views: the time until their data is on screen, then their frames.
+        for (view, role) in [(View::Attribution, None), (View::Stats, Some(2)), (View::Graph, None)] {
+            h.state_mut().settings.view = view;
+            h.state_mut().settings.stats_role = role;
+            let asked = Instant::now();
+            let (mut frames, mut busy_ms) = (0usize, 0.0f64);
+            h.run_steps(2);
+            while h.state().is_busy() {
+                assert!(asked.elapsed() < Duration::from_secs(900), "no {view:?}");
+                let t = Instant::now();
+                h.step();
+                busy_ms += t.elapsed().as_secs_f64() * 1e3;
+                frames += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let ready_s = asked.elapsed().as_secs_f64();
+            let (first, settled) = switch_frame_ms(&mut h);
+            let mean = mean_frame_ms(&mut h, 30, false);
+            let idle = h.output().viewport_output[&egui::ViewportId::ROOT].repaint_delay == Duration::MAX;
+            println!(
+                "tokens={shown} view={view:?} on_screen_s={ready_s:.2} mean_frame_while_computing_ms={:.2} \
+                 longest_frame_after_ms={first:.1} frames_until_settled={settled} mean_frame_ms={mean:.2} idle={idle}",
+                busy_ms / frames.max(1) as f64
+            );
+        }
     }
 }

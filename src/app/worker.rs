@@ -709,14 +709,30 @@ pub struct Worker {
 impl Worker {
     /// Starts the thread; `wake` is called after each finished job (to repaint the UI).
     pub fn spawn(wake: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(wake);
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel::<Done>();
+        let (graph_tx, graph_rx) = channel::<(Arc<LoadedModel>, Job)>();
+        let (graph_done, graph_wake) = (done_tx.clone(), Arc::clone(&wake));
+        std::thread::Builder::new().name("attnviz-graph".into()).spawn(move || {
+            while let Ok(mut next) = graph_rx.recv() {
+                // Only the newest graph asked for is computed.
+                while let Ok(newer) = graph_rx.try_recv() {
+                    next = newer;
+                }
+                let (model, job) = next;
+                if graph_done.send(readout_job(&model, job)).is_err() {
+                    return;
+                }
+                graph_wake();
+            }
+        })?;
         let sent = Arc::new(AtomicU64::new(0));
         let sent_seen = Arc::clone(&sent);
         std::thread::Builder::new().name("attnviz-inference".into()).spawn(move || {
             // Jobs taken off the queue so far.
             let mut taken = 0u64;
-            let mut model: Option<LoadedModel> = None;
+            let mut model: Option<Arc<LoadedModel>> = None;
             // The playground model last built, reused while its hyperparameters stay the same.
             let mut playground: Option<(PlaygroundConfig, LoadedModel)> = None;
             // The comparison's other model folder, kept while it stays the same.
@@ -770,7 +786,7 @@ impl Worker {
                     let result = match LoadedModel::load(&dir) {
                         Ok(m) => {
                             let info = ModelInfo::of(&m);
-                            model = Some(m);
+                            model = Some(Arc::new(m));
                             Ok(info)
                         }
                         Err(e) => Err(e.to_string()),
@@ -782,7 +798,7 @@ impl Worker {
                 }
                 if let Some(Job::Run { id, text, pair, target, spec }) = run {
                     let start = Instant::now();
-                    let long = match (&spec, model.as_ref()) {
+                    let long = match (&spec, model.as_deref()) {
                         (RunSpec::Pretrained(iv, Some(long)), Some(m)) => {
                             let stale = || sent_seen.load(Ordering::SeqCst) > taken;
                             let send = |done: Done| {
@@ -797,7 +813,7 @@ impl Worker {
                         owed = Some(Job::Run { id, text, pair, target, spec });
                     } else if long == LongOutcome::NotLong {
                         let input = (text.as_str(), pair.as_deref(), target.as_deref());
-                        let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
+                        let result = run_spec(&spec, input, model.as_deref(), &mut playground, &mut other);
                         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
                         if done_tx.send(Done::Ran { id, result, window: None, elapsed_ms }).is_err() {
                             return;
@@ -805,7 +821,7 @@ impl Worker {
                         wake();
                     }
                 }
-                if let (Some(Job::Probe { id, half, seed, interventions }), Some(m)) = (probe, model.as_ref()) {
+                if let (Some(Job::Probe { id, half, seed, interventions }), Some(m)) = (probe, model.as_deref()) {
                     let start = Instant::now();
                     let result = m
                         .probe_tokens(half, seed)
@@ -820,20 +836,28 @@ impl Worker {
                 }
                 if let Some(Job::Compare { id, text, pair, target, spec }) = compare {
                     let input = (text.as_str(), pair.as_deref(), target.as_deref());
-                    let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
+                    let result = run_spec(&spec, input, model.as_deref(), &mut playground, &mut other);
                     if done_tx.send(Done::Compared { id, result }).is_err() {
                         return;
                     }
                     wake();
                 }
-                for job in [attribute, effect, graph].into_iter().flatten() {
-                    let Some(m) = model.as_ref() else { break };
+                // The graph takes as long as several passes and cannot stop half-way: it runs on a
+                // thread of its own (one graph at a time, the newest asked for next), so newer runs
+                // do not wait for it; a stale result is dropped by the UI.
+                if let (Some(job), Some(m)) = (graph, model.as_ref()) {
+                    if graph_tx.send((Arc::clone(m), job)).is_err() {
+                        return;
+                    }
+                }
+                for job in [attribute, effect].into_iter().flatten() {
+                    let Some(m) = model.as_deref() else { break };
                     if done_tx.send(readout_job(m, job)).is_err() {
                         return;
                     }
                     wake();
                 }
-                if let (Some(job), Some(m)) = (lens, model.as_ref()) {
+                if let (Some(job), Some(m)) = (lens, model.as_deref()) {
                     let stale = || sent_seen.load(Ordering::SeqCst) > taken;
                     let send = |done: Done| {
                         let ok = done_tx.send(done).is_ok();
@@ -846,7 +870,7 @@ impl Worker {
                     }
                 }
                 if let Some(Job::Generate { id, text, max_new, max_prompt, stop }) = generate {
-                    let Some(m) = model.as_ref() else { continue };
+                    let Some(m) = model.as_deref() else { continue };
                     let send = |done: Done| {
                         let ok = done_tx.send(done).is_ok();
                         wake();

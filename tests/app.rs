@@ -1924,12 +1924,7 @@ fn logit_lens_exports_png_and_numbers() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["lens.png", "lens.csv", "lens.npz"] {
         let path = dir.path().join(name);
-        h.get_by_label("Export…").click();
-        h.run_steps(2);
-        retype(&mut h, "Export path", path.to_str().unwrap());
-        h.state_mut().session.status = None;
-        h.get_by_label("Save").click();
-        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        export_through_dialog(&mut h, &path);
         let status = h.state().session.status.clone().unwrap();
         assert!(!status.is_error, "{status:?}");
         let bytes = std::fs::read(&path).unwrap();
@@ -2001,12 +1996,7 @@ fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["dla.png", "dla.csv"] {
         let path = dir.path().join(name);
-        h.get_by_label("Export…").click();
-        h.run_steps(2);
-        retype(&mut h, "Export path", path.to_str().unwrap());
-        h.state_mut().session.status = None;
-        h.get_by_label("Save").click();
-        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        export_through_dialog(&mut h, &path);
         assert!(!h.state().session.status.as_ref().unwrap().is_error);
         let bytes = std::fs::read(&path).unwrap();
         if name.ends_with("png") {
@@ -2140,12 +2130,7 @@ fn contribution_graph_draws_the_library_routes_and_a_clicked_edge_selects_its_he
     let dir = tempfile::tempdir().unwrap();
     for name in ["graph.png", "graph.csv"] {
         let path = dir.path().join(name);
-        h.get_by_label("Export…").click();
-        h.run_steps(2);
-        retype(&mut h, "Export path", path.to_str().unwrap());
-        h.state_mut().session.status = None;
-        h.get_by_label("Save").click();
-        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        export_through_dialog(&mut h, &path);
         assert!(!h.state().session.status.as_ref().unwrap().is_error);
         let bytes = std::fs::read(&path).unwrap();
         if name.ends_with("png") {

@@ -189,6 +189,20 @@ pub struct Session {
 }
 
 impl Session {
+    /// Asks the worker for a head's effect unless it is shown or asked for already.
+    fn request_effect(
+        &mut self,
+        key: EffectKey,
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        iv: crate::model::Interventions,
+    ) {
+        if self.effect.as_ref().is_none_or(|e| e.0 != key) && self.effect_pending.as_ref() != Some(&key) {
+            self.next_id += 1;
+            self.effect_pending = Some(key.clone());
+            self.worker.send(Job::HeadEffect { id: self.next_id, key, tokens, interventions: iv });
+        }
+    }
+
     /// Whether the run shown is the run of `settings`' text and model (or no run, or a failed
     /// one, is shown): what a settled app must always satisfy.
     pub fn shown_input_matches(&self, settings: &Settings) -> bool {
@@ -468,22 +482,23 @@ impl AttnvizApp {
         None
     }
 
+    /// The token run a readout view computes from: when `view` is open and applies (`refused`
+    /// says it does not), no generation is writing (it replaces the run at every token: the
+    /// view waits for its end) and there are tokens.
+    fn readout_input(&self, view: View, refused: bool) -> Option<&TokenRun> {
+        let writing = self.session.generation.as_ref().is_some_and(|g| g.finished.is_none());
+        if self.settings.view != view || refused || writing {
+            return None;
+        }
+        self.session.token_run.as_ref().filter(|t| !t.run.tokens.is_empty())
+    }
+
     /// Asks the worker for the logit lens when its view is open: the selected position's column
     /// first, then the grid chunk by chunk; a newer input or position replaces what is in flight.
     fn request_lens_if_needed(&mut self) {
         self.session.lens_refusal = self.lens_refusal();
-        if self.settings.view != View::Lens || self.session.lens_refusal.is_some() {
-            return;
-        }
-        // A generation in progress replaces the run at every token: the lens waits for its end.
-        if self.session.generation.as_ref().is_some_and(|g| g.finished.is_none()) {
-            return;
-        }
-        let Some(t) = &self.session.token_run else { return };
+        let Some(t) = self.readout_input(View::Lens, self.session.lens_refusal.is_some()) else { return };
         let n = t.run.tokens.len();
-        if n == 0 {
-            return;
-        }
         let key = super::lens::LensKey { source_id: t.source_id, watch: self.settings.lens_watch.clone() };
         let tokens = Arc::new(t.run.tokens.clone());
         let lens = &mut self.session.lens;
@@ -513,17 +528,8 @@ impl AttnvizApp {
     /// Asks the worker for the attribution (and the selected head's effect) the attribution view
     /// shows, when they differ from what is shown and from what is asked for.
     fn request_attribution_if_needed(&mut self) {
-        if self.settings.view != View::Attribution || self.session.lens_refusal.is_some() {
-            return;
-        }
-        if self.session.generation.as_ref().is_some_and(|g| g.finished.is_none()) {
-            return;
-        }
-        let Some(t) = &self.session.token_run else { return };
+        let Some(t) = self.readout_input(View::Attribution, self.session.lens_refusal.is_some()) else { return };
         let n = t.run.tokens.len();
-        if n == 0 {
-            return;
-        }
         let position = self.settings.dla_position.unwrap_or(n - 1).min(n - 1);
         let source_id = t.source_id;
         let tokens = Arc::new(t.run.tokens.clone());
@@ -548,12 +554,7 @@ impl AttnvizApp {
             s.worker.send(job);
         }
         let Some(head) = self.settings.dla_head.filter(|&(l, h)| l < layers && h < heads) else { return };
-        let key = EffectKey { source_id, position, head };
-        if s.effect.as_ref().is_none_or(|e| e.0 != key) && s.effect_pending.as_ref() != Some(&key) {
-            s.next_id += 1;
-            s.effect_pending = Some(key.clone());
-            s.worker.send(Job::HeadEffect { id: s.next_id, key, tokens, interventions });
-        }
+        s.request_effect(EffectKey { source_id, position, head }, tokens, interventions);
     }
 
     /// Asks the worker for the contribution graph of the token run (once per run) and for the
@@ -573,13 +574,7 @@ impl AttnvizApp {
         } else {
             None
         };
-        if self.settings.view != View::Graph || self.session.graph_refusal.is_some() {
-            return;
-        }
-        if self.session.generation.as_ref().is_some_and(|g| g.finished.is_none()) {
-            return;
-        }
-        let Some(t) = &self.session.token_run else { return };
+        let Some(t) = self.readout_input(View::Graph, self.session.graph_refusal.is_some()) else { return };
         let source_id = t.source_id;
         let tokens = Arc::new(t.run.tokens.clone());
         let (layers, heads, n) = (t.run.attention.layers(), t.run.attention.heads(), t.run.tokens.len());
@@ -605,12 +600,7 @@ impl AttnvizApp {
         else {
             return;
         };
-        let key = EffectKey { source_id, position, head: (layer, head) };
-        if s.effect.as_ref().is_none_or(|e| e.0 != key) && s.effect_pending.as_ref() != Some(&key) {
-            s.next_id += 1;
-            s.effect_pending = Some(key.clone());
-            s.worker.send(Job::HeadEffect { id: s.next_id, key, tokens, interventions });
-        }
+        s.request_effect(EffectKey { source_id, position, head: (layer, head) }, tokens, interventions);
     }
 
     /// Runs the loaded model on its seeded probe of repeated random tokens (shown until the text

@@ -3,6 +3,18 @@
 
 use crate::analysis::attribution::Attribution;
 
+/// The readable label of every token id in `ids` (each once).
+pub fn token_labels(
+    model: &crate::model::LoadedModel,
+    ids: impl IntoIterator<Item = u32>,
+) -> std::collections::BTreeMap<u32, String> {
+    let mut labels = std::collections::BTreeMap::new();
+    for id in ids {
+        labels.entry(id).or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(id)));
+    }
+    labels
+}
+
 /// Tokens listed as a head's write promotes and suppresses.
 pub const EFFECT_K: usize = 8;
 

@@ -617,14 +617,9 @@ fn readout_job(model: &LoadedModel, job: Job) -> Done {
             let result = model
                 .contributions(&tokens, &interventions)
                 .map(|run| {
-                    let mut labels = std::collections::BTreeMap::new();
                     let named =
                         run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
-                    for t in named {
-                        labels
-                            .entry(t)
-                            .or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)));
-                    }
+                    let labels = crate::app::readout::token_labels(model, named.collect::<Vec<_>>());
                     Arc::new(crate::app::readout::GraphShown { run, labels })
                 })
                 .map_err(|e| e.to_string());
@@ -670,11 +665,8 @@ fn lens_parts(
             return Ok(Some(rest));
         }
         let result = model.lens(&tokens, positions, LENS_TOP_K, &ids, &interventions).map(|lens| {
-            let mut labels = std::collections::BTreeMap::new();
-            let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter()));
-            for &t in named {
-                labels.entry(t).or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)));
-            }
+            let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())).copied();
+            let labels = crate::app::readout::token_labels(model, named);
             Arc::new(LensPart { lens, labels })
         });
         let failed = result.is_err();

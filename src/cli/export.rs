@@ -297,10 +297,8 @@ fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> 
     let figure = match args.view {
         ViewArg::Lens => {
             let lens = model.lens(&tokens, &[], crate::app::lens::LENS_TOP_K, &[], &interventions)?;
-            let mut names = std::collections::BTreeMap::new();
-            for &t in lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())) {
-                names.entry(t).or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)));
-            }
+            let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())).copied();
+            let names = crate::app::readout::token_labels(&model, named.collect::<Vec<_>>());
             let state = crate::app::lens::LensState {
                 positions: n,
                 streams: lens.streams,
@@ -326,11 +324,8 @@ fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> 
         }
         _ => {
             let run = model.contributions(&tokens, &interventions)?;
-            let mut names = std::collections::BTreeMap::new();
             let named = run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
-            for t in named {
-                names.entry(t).or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)));
-            }
+            let names = crate::app::readout::token_labels(&model, named.collect::<Vec<_>>());
             let graph = crate::app::readout::GraphShown { run, labels: names };
             let threshold = if args.threshold > 0.0 { args.threshold } else { 0.04 };
             let title = format!(

@@ -9,7 +9,7 @@ use egui::RichText;
 use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
-use crate::app::readout::{EFFECT_K, attribution_table, target_text};
+use crate::app::readout::{attribution_table, target_text};
 use crate::render::Colormap;
 
 /// The attribution view's state: the grid's texture, the boxes being typed.
@@ -22,15 +22,9 @@ impl AttributionView {
     /// Draws the view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
         if let Some(why) = data.lens_refusal {
-            ui.add_space(20.0);
-            ui.colored_label(ui.visuals().warn_fg_color, RichText::new(why).strong());
-            ui.label(
-                RichText::new(
-                    "Direct logit attribution reads each part's write through the model's final norm and its \
-                     language-model head: a decoder with its head.",
-                )
-                .weak(),
-            );
+            let what = "Direct logit attribution reads each part's write through the model's final norm and its \
+                        language-model head: a decoder with its head.";
+            super::refusal_ui(ui, why, what);
             return;
         }
         let Some(tokens) = data.lens_tokens else { return };
@@ -142,23 +136,10 @@ fn controls_ui(
     commands: &mut Commands,
 ) {
     let settings = data.settings;
-    let n = tokens.len();
     ui.horizontal_wrapped(|ui| {
-        ui.label(RichText::new("Position").strong());
-        let mut pos = position;
-        ui.add(egui::DragValue::new(&mut pos).range(0..=n - 1))
-            .on_hover_text("The position whose next-token prediction is attributed (← / → step)");
-        ui.label(format!("“{}”", crate::analysis::tokens::pretty_label(&tokens.tokens[position])));
-        if ui.memory(|m| m.focused().is_none()) {
-            let (left, right) =
-                ui.input(|i| (i.key_pressed(egui::Key::ArrowLeft), i.key_pressed(egui::Key::ArrowRight)));
-            if left {
-                pos = pos.saturating_sub(1);
-            } else if right {
-                pos = (pos + 1).min(n - 1);
-            }
-        }
-        if pos != position {
+        let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
+        let hint = "The position whose next-token prediction is attributed (← / → step)";
+        if let Some(pos) = super::position_ui(ui, "Position", hint, &labels, position) {
             commands.push(Command::Set(Setting::DlaPosition(Some(pos))));
         }
         ui.separator();
@@ -187,23 +168,7 @@ fn effect_ui(ui: &mut egui::Ui, data: &ViewData<'_>, (layers, heads): (usize, us
         ui.label(RichText::new("Click a head to see the tokens its write promotes and suppresses.").weak());
         return;
     };
-    ui.horizontal(|ui| {
-        ui.label(RichText::new(format!("Layer {layer_idx} head {head_idx}")).strong());
-        if ui.button("Open in the heatmap").clicked() {
-            commands.push(Command::OpenHead { layer_idx, head_idx });
-        }
-    });
-    match data.effect.filter(|e| e.0.head == (layer_idx, head_idx)) {
-        Some((_, Ok(effect))) if !data.effect_pending => {
-            let list = |items: &[(String, f32)]| {
-                items.iter().map(|(t, v)| format!("“{t}” {v:+.3}")).collect::<Vec<_>>().join("  ")
-            };
-            ui.label(format!("Promotes (top {EFFECT_K}): {}", list(&effect.promoted)));
-            ui.label(format!("Suppresses: {}", list(&effect.suppressed)));
-        }
-        Some((_, Err(e))) if !data.effect_pending => {
-            ui.colored_label(ui.visuals().error_fg_color, super::capitalised(e));
-        }
-        _ => super::computing_ui(ui, "what this head promotes"),
-    }
+    let position = data.dla.map_or(0, |d| d.0.position);
+    let title = format!("Layer {layer_idx} head {head_idx}");
+    super::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
 }

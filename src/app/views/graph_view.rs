@@ -29,8 +29,8 @@ impl GraphView {
     /// Draws the view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
         if let Some(why) = data.graph_refusal {
-            ui.add_space(20.0);
-            ui.colored_label(ui.visuals().warn_fg_color, RichText::new(why).strong());
+            let what = "The graph splits each block's write into its parts: a decoder whose blocks add to the stream.";
+            super::refusal_ui(ui, why, what);
             return;
         }
         let Some(tokens) = data.lens_tokens else { return };
@@ -91,22 +91,10 @@ fn controls_ui(
     position: usize,
     commands: &mut Commands,
 ) {
-    let n = labels.len();
     ui.horizontal_wrapped(|ui| {
-        ui.label(RichText::new("Prediction at").strong());
-        let mut pos = position;
-        ui.add(egui::DragValue::new(&mut pos).range(0..=n - 1)).on_hover_text("The output position traced (← / →)");
-        ui.label(format!("“{}”", labels[position]));
-        if ui.memory(|m| m.focused().is_none()) {
-            let (left, right) =
-                ui.input(|i| (i.key_pressed(egui::Key::ArrowLeft), i.key_pressed(egui::Key::ArrowRight)));
-            if left {
-                pos = pos.saturating_sub(1);
-            } else if right {
-                pos = (pos + 1).min(n - 1);
-            }
-        }
-        if pos != position {
+        if let Some(pos) =
+            super::position_ui(ui, "Prediction at", "The output position traced (← / →)", labels, position)
+        {
             commands.push(Command::Set(Setting::GraphPosition(Some(pos))));
         }
         ui.separator();
@@ -202,28 +190,6 @@ fn head_ui(ui: &mut egui::Ui, data: &ViewData<'_>, graph: &GraphShown, labels: &
         ui.label(RichText::new("Click the dot of an attention edge to select its strongest head.").weak());
         return;
     };
-    ui.horizontal(|ui| {
-        ui.label(
-            RichText::new(format!("Layer {layer_idx} head {head_idx}, writing into “{}”", labels[position])).strong(),
-        );
-        if ui.button("Open in the heatmap").clicked() {
-            commands.push(Command::OpenHead { layer_idx, head_idx });
-        }
-    });
-    if data.lens_refusal.is_some() {
-        return; // no head to read what it promotes with
-    }
-    match data.effect.filter(|e| e.0.head == (layer_idx, head_idx) && e.0.position == position) {
-        Some((_, Ok(effect))) if !data.effect_pending => {
-            let list = |items: &[(String, f32)]| {
-                items.iter().map(|(t, v)| format!("“{t}” {v:+.3}")).collect::<Vec<_>>().join("  ")
-            };
-            ui.label(format!("Promotes: {}", list(&effect.promoted)));
-            ui.label(format!("Suppresses: {}", list(&effect.suppressed)));
-        }
-        Some((_, Err(e))) if !data.effect_pending => {
-            ui.colored_label(ui.visuals().error_fg_color, super::capitalised(e));
-        }
-        _ => super::computing_ui(ui, "what this head promotes"),
-    }
+    let title = format!("Layer {layer_idx} head {head_idx}, writing into “{}”", labels[position]);
+    super::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
 }

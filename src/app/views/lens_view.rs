@@ -32,15 +32,9 @@ impl LensView {
     /// Draws the view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
         if let Some(why) = data.lens_refusal {
-            ui.add_space(20.0);
-            ui.colored_label(ui.visuals().warn_fg_color, RichText::new(why).strong());
-            ui.label(
-                RichText::new(
-                    "The logit lens reads each layer's residual stream through the model's final norm and its \
-                     language-model head (its unembedding): a decoder with its head.",
-                )
-                .weak(),
-            );
+            let what = "The logit lens reads each layer's residual stream through the model's final norm and its \
+                        language-model head (its unembedding): a decoder with its head.";
+            super::refusal_ui(ui, why, what);
             return;
         }
         let Some(tokens) = data.lens_tokens else { return };

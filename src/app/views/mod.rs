@@ -212,6 +212,65 @@ fn stack_switch_ui(ui: &mut egui::Ui, settings: &Settings, commands: &mut Comman
     }
 }
 
+/// Says why a readout view does not apply to the model shown (`what` the view needs, weakly).
+pub fn refusal_ui(ui: &mut egui::Ui, why: &str, what: &str) {
+    ui.add_space(20.0);
+    ui.colored_label(ui.visuals().warn_fg_color, RichText::new(why).strong());
+    ui.label(RichText::new(what).weak());
+}
+
+/// A position picker: a strong `title`, a number box, the token's label; ← / → step when no text
+/// box has the keyboard. Returns the new position when it changed.
+pub fn position_ui(ui: &mut egui::Ui, title: &str, hint: &str, labels: &[String], position: usize) -> Option<usize> {
+    let n = labels.len();
+    ui.label(RichText::new(title).strong());
+    let mut pos = position;
+    ui.add(egui::DragValue::new(&mut pos).range(0..=n.saturating_sub(1))).on_hover_text(hint);
+    ui.label(format!("“{}”", labels.get(position).map_or("", String::as_str)));
+    if ui.memory(|m| m.focused().is_none()) {
+        let (left, right) = ui.input(|i| (i.key_pressed(egui::Key::ArrowLeft), i.key_pressed(egui::Key::ArrowRight)));
+        if left {
+            pos = pos.saturating_sub(1);
+        } else if right {
+            pos = (pos + 1).min(n.saturating_sub(1));
+        }
+    }
+    (pos != position).then_some(pos)
+}
+
+/// What the head `(layer_idx, head_idx)`'s write at `position` promotes and suppresses, once the
+/// worker has it (`data.effect`); a button opens the head in the heatmap.
+pub fn head_effect_ui(
+    ui: &mut egui::Ui,
+    data: &ViewData<'_>,
+    (layer_idx, head_idx, position): (usize, usize, usize),
+    title: &str,
+    commands: &mut Commands,
+) {
+    ui.horizontal(|ui| {
+        ui.label(RichText::new(title).strong());
+        if ui.button("Open in the heatmap").clicked() {
+            commands.push(Command::OpenHead { layer_idx, head_idx });
+        }
+    });
+    if data.lens_refusal.is_some() {
+        return; // no language-model head to read what it promotes with
+    }
+    match data.effect.filter(|e| e.0.head == (layer_idx, head_idx) && e.0.position == position) {
+        Some((_, Ok(effect))) if !data.effect_pending => {
+            let list = |items: &[(String, f32)]| {
+                items.iter().map(|(t, v)| format!("“{t}” {v:+.3}")).collect::<Vec<_>>().join("  ")
+            };
+            ui.label(format!("Promotes (top {}): {}", crate::app::readout::EFFECT_K, list(&effect.promoted)));
+            ui.label(format!("Suppresses: {}", list(&effect.suppressed)));
+        }
+        Some((_, Err(e))) if !data.effect_pending => {
+            ui.colored_label(ui.visuals().error_fg_color, capitalised(e));
+        }
+        _ => computing_ui(ui, "what this head promotes"),
+    }
+}
+
 /// A spinner and "computing …" while derived data is produced off the UI thread.
 pub fn computing_ui(ui: &mut egui::Ui, what: &str) {
     ui.horizontal(|ui| {

@@ -95,9 +95,12 @@ impl AttributionView {
         };
         let name = |r: usize, c: usize| format!("Attribution of {} {}", table.row_labels[r], table.col_labels[c]);
         let key_hash = super::matrix::key_of(&(key, rows, cols));
-        let cell = ((ui.available_width() - 200.0) / cols.max(1) as f32).clamp(24.0, 56.0);
-        let mut clicked = None;
         let grid_h = (ui.available_height() - 170.0).max(120.0);
+        // The whole grid in view when it fits (rows of a 30-layer model shrink to fit).
+        let fit_w = (ui.available_width() - 200.0) / cols.max(1) as f32;
+        let fit_h = (grid_h - 70.0) / rows.max(1) as f32;
+        let cell = fit_w.min(fit_h).clamp(14.0, 56.0);
+        let mut clicked = None;
         egui::ScrollArea::both().id_salt("dla-grid").max_height(grid_h).auto_shrink([false, true]).show(ui, |ui| {
             clicked = matrix_ui(
                 ui,

@@ -1850,6 +1850,9 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     {
         let lens = &h.state().session.lens;
         assert!(lens.grid_done() && lens.in_flight.is_none(), "the whole grid arrived");
+        // The selected (last) position's column came first, alone, then the grid.
+        assert_eq!(lens.parts[0].lens.positions, [n - 1]);
+        assert_eq!(lens.parts[1].lens.positions, (0..n).collect::<Vec<_>>());
         assert_eq!(lens.streams, expected.streams);
         for s in 0..expected.streams {
             for p in 0..n {
@@ -1902,6 +1905,20 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     assert_eq!(label, watched.tracked[0].ranks[3].to_string());
     assert!(!h.state().is_busy(), "nothing computes once the lens is there");
     assert_idle(&mut h);
+    // A new text: the lens is of it (nothing of the old text stays).
+    h.get_by_label("Sentence A").focus();
+    h.step();
+    h.get_by_label("Sentence A").type_text(" again");
+    wait_until(&mut h, "the new text's lens", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.tokens.len() > n) && a.session.lens.grid_done() && !a.is_busy()
+    });
+    let tokens = model.run(&h.state().settings.text, None).unwrap().tokens;
+    let again = model.lens(&tokens, &[], 5, &[id], &Interventions::default()).unwrap();
+    let lens = &h.state().session.lens;
+    assert_eq!(lens.positions, tokens.len());
+    for p in 0..tokens.len() {
+        assert_eq!(lens.cell(again.streams - 1, p).unwrap(), again.cell(again.streams - 1, p).collect::<Vec<_>>());
+    }
 }
 
 /// A second of frames without input asks for no further frame (nothing repaints continuously).

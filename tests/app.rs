@@ -1993,6 +1993,9 @@ fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
     h.get_by_label("Attribution of L1 H2").click();
     settled(&mut h);
     assert_eq!(h.state().settings.dla_head, Some((1, 2)));
+    // The attention views now show that head; the view stays.
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (1, vec![2]));
+    assert_eq!(h.state().settings.view, View::Attribution);
     let effect = model.head_effect(&tokens, n - 1, (1, 2), 8, &faithful).unwrap();
     let shown_effect = h.state().session.effect.as_ref().unwrap().1.clone().unwrap();
     let ids: Vec<f32> = shown_effect.promoted.iter().map(|(_, v)| *v).collect();
@@ -2137,6 +2140,7 @@ fn contribution_graph_draws_the_library_routes_and_a_clicked_edge_selects_its_he
     h.get_by_label(&name).click();
     settled(&mut h);
     assert_eq!(h.state().settings.graph_head, Some((usize::from(layer), head, to as usize)));
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (usize::from(layer), vec![head]));
     let effect = model.head_effect(&tokens, to as usize, (usize::from(layer), head), 8, &faithful).unwrap();
     let shown_effect = h.state().session.effect.as_ref().unwrap().1.clone().unwrap();
     assert_eq!(

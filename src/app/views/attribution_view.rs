@@ -124,6 +124,7 @@ impl AttributionView {
         });
         if let Some((layer_idx, head_idx)) = clicked.filter(|&(r, c)| r < a.layers && c < heads) {
             commands.push(Command::Set(Setting::DlaHead(Some((layer_idx, head_idx)))));
+            super::select_head(settings, (layer_idx, head_idx), commands);
         }
         ui.separator();
         effect_ui(ui, data, (a.layers, heads), commands);

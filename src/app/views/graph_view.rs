@@ -76,7 +76,7 @@ impl GraphView {
         );
         let graph_h = (ui.available_height() - 90.0).max(160.0);
         egui::ScrollArea::both().id_salt("graph").max_height(graph_h).auto_shrink([false, true]).show(ui, |ui| {
-            graph_ui(ui, &figure, &heads, settings.graph_head, commands);
+            graph_ui(ui, settings, &figure, &heads, commands);
         });
         ui.separator();
         head_ui(ui, data, graph, &labels, commands);
@@ -112,11 +112,12 @@ fn controls_ui(
 /// Draws the laid-out graph; a click on an attention edge's dot selects its strongest head.
 fn graph_ui(
     ui: &mut egui::Ui,
+    settings: &crate::app::state::Settings,
     figure: &GraphFigure,
-    heads: &[Option<(usize, usize, usize)>],
-    selected: Option<(usize, usize, usize)>,
+    heads: &[Option<EdgeHead>],
     commands: &mut Commands,
 ) {
+    let selected = settings.graph_head;
     let (col_w, row_h) = GRAPH_CELL;
     let left_w = 60.0;
     let levels = 2 * figure.layers;
@@ -173,6 +174,7 @@ fn graph_ui(
         }
         if resp.clicked() {
             commands.push(Command::Set(Setting::GraphHead(Some(*head))));
+            super::select_head(settings, (head.0, head.1), commands);
         }
         resp.on_hover_text_at_pointer(format!(
             "{}\nproportion {:.4}\nClick to select this head",

@@ -271,6 +271,19 @@ pub fn head_effect_ui(
     }
 }
 
+/// Makes head `head_idx` of layer `layer_idx` the one the attention views show (the others
+/// deselected), without leaving the current view.
+pub fn select_head(
+    settings: &crate::app::state::Settings,
+    (layer_idx, head_idx): (usize, usize),
+    commands: &mut Commands,
+) {
+    use super::command::Setting;
+    let heads = (0..settings.heads.len().max(head_idx + 1)).map(|h| h == head_idx).collect();
+    commands.push(Command::Set(Setting::Layer(layer_idx)));
+    commands.push(Command::Set(Setting::Heads(heads)));
+}
+
 /// A spinner and "computing …" while derived data is produced off the UI thread.
 pub fn computing_ui(ui: &mut egui::Ui, what: &str) {
     ui.horizontal(|ui| {

@@ -83,6 +83,93 @@ pub enum Figure {
         /// B − A as a diverging heatmap instead of side by side.
         difference: bool,
     },
+    /// The logit lens as computed (streams × positions, each cell a token on its colour).
+    Lens(std::sync::Arc<GridFigure>),
+    /// The contribution graph's routes to one prediction.
+    Graph(std::sync::Arc<GraphFigure>),
+    /// One head-role score (an index into [`crate::analysis::roles::SCORE_NAMES`]) as a layer ×
+    /// head grid.
+    Roles(usize),
+    /// Direct logit attribution as computed: layers × heads (+ attention bias, MLP), embeddings.
+    Attribution(std::sync::Arc<Table>),
+}
+
+/// A node of a drawn graph: its place (token column, level from the bottom) and its label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphNode {
+    /// Token column (fractional: an MLP sits right of its token).
+    pub column: f32,
+    /// Level from the bottom (the embeddings at 0).
+    pub level: f32,
+    /// The label written beside it (its logit-lens top token).
+    pub label: String,
+}
+
+/// What an edge of a drawn graph carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeKind {
+    /// Attention: from a token's stream into another's (or its own).
+    Attention,
+    /// Into or out of an MLP.
+    Mlp,
+    /// The residual connection past the MLP.
+    Residual,
+}
+
+/// An edge of a drawn graph.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphEdge {
+    /// Index of the node it leaves.
+    pub from: usize,
+    /// Index of the node it enters.
+    pub to: usize,
+    /// Its proportion, 0..1 (width and opacity).
+    pub weight: f32,
+    /// What it carries.
+    pub kind: EdgeKind,
+    /// Its name ("L3 attention: “cat” → “sat”, head 5 (0.31)").
+    pub name: String,
+}
+
+/// A contribution graph laid out for drawing: token columns, levels (embeddings at the bottom,
+/// per layer its attention, MLP and output), nodes and edges — drawn by the app and by
+/// [`render::graph`] alike.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphFigure {
+    /// Title.
+    pub title: String,
+    /// Token labels (columns, at the bottom).
+    pub tokens: Vec<String>,
+    /// Layers (levels go to `2 × layers`).
+    pub layers: usize,
+    /// The nodes.
+    pub nodes: Vec<GraphNode>,
+    /// The edges.
+    pub edges: Vec<GraphEdge>,
+}
+
+/// A grid of texts on coloured cells with the numbers behind the colours (the logit lens): made by
+/// whoever computed it, drawn by [`render::text_grid`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridFigure {
+    /// Title.
+    pub title: String,
+    /// What the colours and texts mean.
+    pub note: String,
+    /// Row labels.
+    pub row_labels: Vec<String>,
+    /// Column labels.
+    pub col_labels: Vec<String>,
+    /// `rows × cols` cell texts.
+    pub cells: Vec<String>,
+    /// `rows × cols` values (NaN: not computed).
+    pub values: Vec<f32>,
+    /// Values at the ends of the colour map.
+    pub range: (f32, f32),
+    /// A column drawn framed.
+    pub selected_col: Option<usize>,
+    /// The colours' values when they differ from `values` (ranks coloured by log rank).
+    pub colour_values: Option<Vec<f32>>,
 }
 
 /// A run shared by a figure; equal when it is the same run.
@@ -212,6 +299,29 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 show_values: false,
             }));
         }
+        Figure::Graph(graph) => return Ok(render::graph(graph, theme, scale)),
+        Figure::Attribution(table) => {
+            if table.values.is_empty() {
+                return Err(ExportError::Unavailable("the attribution is not computed yet".into()));
+            }
+            let range = render::symmetric_range(&table.values);
+            return Ok(table_heatmap(table, &table.title, Some(range), Colormap::RdBu, theme, scale, "layer", "head"));
+        }
+        Figure::Lens(grid) => {
+            return Ok(render::text_grid(&render::TextGridSpec {
+                title: &grid.title,
+                note: &grid.note,
+                row_labels: &grid.row_labels,
+                col_labels: &grid.col_labels,
+                cells: &grid.cells,
+                values: grid.colour_values.as_ref().unwrap_or(&grid.values),
+                range: grid.range,
+                colormap,
+                selected_col: grid.selected_col,
+                theme,
+                scale,
+            }));
+        }
         _ => {}
     }
     let run = run.ok_or(ExportError::NoRun)?;
@@ -265,6 +375,10 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
         Figure::Neuron { layer_idx, head_idx, query_pos } => {
             render_neuron(run, *layer_idx, *head_idx, *query_pos, &labels, theme, scale)
         }
+        Figure::Roles(_) => {
+            let table = figure_table(Some(run), figure)?;
+            Ok(table_heatmap(&table, &table.title, Some((0.0, 1.0)), colormap, theme, scale, "layer", "head"))
+        }
         Figure::Stats(_) | Figure::Rollout { .. } | Figure::Compare { .. } => {
             if let Figure::Compare { layer_idx, head_idxs, other, difference: false } = figure {
                 let tables = [
@@ -290,7 +404,14 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             };
             Ok(table_heatmap(&table, &table.title, range, cmap, theme, scale, rows_axis, cols_axis))
         }
-        Figure::PeEncoding(_) | Figure::PeDot(_) | Figure::LearnedPositions { .. } => unreachable!("handled above"),
+        Figure::PeEncoding(_)
+        | Figure::PeDot(_)
+        | Figure::LearnedPositions { .. }
+        | Figure::Lens(_)
+        | Figure::Graph(_)
+        | Figure::Attribution(_) => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -418,6 +539,28 @@ fn render_neuron(
 
 /// The numbers behind a figure: matrices with their token labels, statistics per head.
 pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportError> {
+    if let Figure::Graph(graph) = figure {
+        return Ok(Table {
+            title: graph.title.clone(),
+            row_labels: graph.edges.iter().map(|e| e.name.clone()).collect(),
+            col_labels: vec!["proportion".to_string()],
+            values: graph.edges.iter().map(|e| e.weight).collect(),
+        });
+    }
+    if let Figure::Attribution(table) = figure {
+        if table.values.is_empty() {
+            return Err(ExportError::Unavailable("the attribution is not computed yet".into()));
+        }
+        return Ok((**table).clone());
+    }
+    if let Figure::Lens(grid) = figure {
+        return Ok(Table {
+            title: format!("{} ({})", grid.title, grid.note),
+            row_labels: grid.row_labels.clone(),
+            col_labels: grid.col_labels.clone(),
+            values: grid.values.clone(),
+        });
+    }
     let run = run.ok_or(ExportError::NoRun)?;
     let a = &run.attention;
     let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.label(i)).collect();
@@ -447,6 +590,26 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
                 row_labels: (0..a.layers()).map(|l| format!("L{l}")).collect(),
                 col_labels: (0..a.heads()).map(|h| format!("H{h}")).collect(),
                 values: stats.matrix(*stat),
+            })
+        }
+        Figure::Roles(role) => {
+            use crate::analysis::roles::{HeadScores, SCORE_NAMES};
+            let name =
+                SCORE_NAMES.get(*role).ok_or(ExportError::OutOfRange { what: "score", index: *role, count: 4 })?;
+            if cross || run.long.is_some() || run.tokens.ids.len() != n {
+                return Err(ExportError::Unavailable("head roles are scores of self-attention over tokens".into()));
+            }
+            let scores = HeadScores::compute(a, &run.tokens.ids);
+            let title = format!(
+                "{} · {} score per head (NaN: undefined, no repeats)",
+                run.display_name(),
+                name.replace('_', "-")
+            );
+            Ok(Table {
+                title,
+                row_labels: (0..a.layers()).map(|l| format!("L{l}")).collect(),
+                col_labels: (0..a.heads()).map(|h| format!("H{h}")).collect(),
+                values: scores.by_name(name).unwrap_or_default().to_vec(),
             })
         }
         Figure::Rollout { layer_idx, head_idxs, flow } => {

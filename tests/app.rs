@@ -1821,3 +1821,358 @@ fn the_line_budget_notice_keeps_its_place_while_a_token_is_hovered() {
     assert_eq!(notice.top(), during.top(), "the notice keeps its line");
     assert_eq!(h.get_by_label("query 3: ran").rect(), token, "the hovered token stays under the pointer");
 }
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models").join(name)
+}
+
+/// The app on a fixture with a language-model head, settled, with the logit-lens tab open.
+fn lens_app(model: &str, text: &str) -> Harness<'static, AttnvizApp> {
+    let startup = Startup { model_dir: Some(fixture(model)), text: Some(text.into()), ..Startup::default() };
+    let mut h = harness_with(startup, None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
+    h.get_by_label("Logit lens").click();
+    settled(&mut h);
+    h
+}
+
+#[test]
+fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_tokens() {
+    use attnviz::app::state::LensMode;
+    use attnviz::model::{Interventions, LoadedModel};
+    let text = "the cat sat on the mat";
+    let mut h = lens_app("tiny-gpt2", text);
+    let model = LoadedModel::load(&fixture("tiny-gpt2")).unwrap();
+    let tokens = model.run(text, None).unwrap().tokens;
+    let n = tokens.len();
+    let expected = model.lens(&tokens, &[], 5, &[], &Interventions::default()).unwrap();
+    {
+        let lens = &h.state().session.lens;
+        assert!(lens.grid_done() && lens.in_flight.is_none(), "the whole grid arrived");
+        // The selected (last) position's column came first, alone, then the grid.
+        assert_eq!(lens.parts[0].lens.positions, [n - 1]);
+        assert_eq!(lens.parts[1].lens.positions, (0..n).collect::<Vec<_>>());
+        assert_eq!(lens.streams, expected.streams);
+        for s in 0..expected.streams {
+            for p in 0..n {
+                let shown = lens.cell(s, p).unwrap();
+                let library: Vec<(u32, f32)> = expected.cell(s, p).collect();
+                assert_eq!(shown, library, "cell ({s}, {p})");
+                // The cell's text is the top token's label, its colour value its probability.
+                let (label, value) = lens.shown(LensMode::Probability, 0, s, p).unwrap();
+                assert_eq!(label, attnviz::analysis::tokens::pretty_label(&model.tokenizer.token_of(library[0].0)));
+                assert_eq!(value, library[0].1);
+            }
+        }
+    }
+    // Hover a cell: the view knows which; a click on it selects its position.
+    h.get_by_label("Lens block 1 at position 2").hover();
+    h.run_steps(2);
+    assert_eq!(h.state().views.lens.hovered, Some((1, 2)));
+    h.get_by_label("Lens block 1 at position 2").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.lens_position, Some(2));
+    // ← moves the selection.
+    h.key_press(Key::ArrowLeft);
+    h.run_steps(2);
+    assert_eq!(h.state().settings.lens_position, Some(1));
+    // Watch a token: its probability and rank at every stream equal the library's.
+    retype(&mut h, "Watch token", " mat");
+    h.get_by_label("Add").click();
+    settled(&mut h);
+    let id = model.tokenizer.single_id(" mat").unwrap();
+    assert_eq!(h.state().settings.lens_watch, [" mat"]);
+    assert_eq!(h.state().session.lens.watched, [(" mat".to_string(), id)]);
+    let watched = model.lens(&tokens, &[], 5, &[id], &Interventions::default()).unwrap();
+    let lens = &h.state().session.lens;
+    for s in 0..watched.streams {
+        for p in 0..n {
+            let (got_id, prob, rank) = lens.tracked(1, s, p).unwrap();
+            assert_eq!(
+                (got_id, prob, rank),
+                (id, watched.tracked[1].probs[s * n + p], watched.tracked[1].ranks[s * n + p])
+            );
+            let (pred, _, pred_rank) = lens.tracked(0, s, p).unwrap();
+            assert_eq!((pred, pred_rank), (watched.tracked[0].ids[p], watched.tracked[0].ranks[s * n + p]));
+        }
+    }
+    // Rank mode: each cell the rank of the final prediction.
+    h.get_by_label("Rank").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.lens_mode, LensMode::Rank);
+    let (label, _) = h.state().session.lens.shown(LensMode::Rank, 0, 0, 3).unwrap();
+    assert_eq!(label, watched.tracked[0].ranks[3].to_string());
+    assert!(!h.state().is_busy(), "nothing computes once the lens is there");
+    assert_idle(&mut h);
+    // A new text: the lens is of it (nothing of the old text stays).
+    h.get_by_label("Sentence A").focus();
+    h.step();
+    h.get_by_label("Sentence A").type_text(" again");
+    wait_until(&mut h, "the new text's lens", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.tokens.len() > n) && a.session.lens.grid_done() && !a.is_busy()
+    });
+    let tokens = model.run(&h.state().settings.text, None).unwrap().tokens;
+    let again = model.lens(&tokens, &[], 5, &[id], &Interventions::default()).unwrap();
+    let lens = &h.state().session.lens;
+    assert_eq!(lens.positions, tokens.len());
+    for p in 0..tokens.len() {
+        assert_eq!(lens.cell(again.streams - 1, p).unwrap(), again.cell(again.streams - 1, p).collect::<Vec<_>>());
+    }
+}
+
+/// A second of frames without input asks for no further frame (nothing repaints continuously).
+fn assert_idle(h: &mut Harness<'static, AttnvizApp>) {
+    h.hover_at(egui::pos2(5.0, 850.0));
+    h.run_steps(3);
+    let root = egui::ViewportId::ROOT;
+    let asked: usize = (0..60)
+        .map(|_| {
+            h.step();
+            usize::from(h.output().viewport_output[&root].repaint_delay != Duration::MAX)
+        })
+        .sum();
+    assert_eq!(asked, 0, "frames asked for while idle");
+}
+
+#[test]
+fn logit_lens_exports_png_and_numbers() {
+    let mut h = lens_app("tiny-llama", "one two three");
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["lens.png", "lens.csv", "lens.npz"] {
+        let path = dir.path().join(name);
+        export_through_dialog(&mut h, &path);
+        let status = h.state().session.status.clone().unwrap();
+        assert!(!status.is_error, "{status:?}");
+        let bytes = std::fs::read(&path).unwrap();
+        match name {
+            "lens.png" => {
+                let image = image::load_from_memory(&bytes).unwrap();
+                assert!(image.width() > 100 && image.height() > 100);
+            }
+            "lens.csv" => {
+                let csv = String::from_utf8(bytes).unwrap();
+                let lens = &h.state().session.lens;
+                assert_eq!(csv.lines().count(), lens.streams + 1, "a header and one line per stream");
+                let top = lens.cell(0, 0).unwrap()[0].1;
+                let first: f32 = csv.lines().nth(1).unwrap().split(',').nth(1).unwrap().parse().unwrap();
+                assert_eq!(first, top);
+            }
+            _ => assert_eq!(&bytes[..2], b"PK", "an npz is a zip"),
+        }
+    }
+}
+
+#[test]
+fn logit_lens_says_why_a_model_without_a_head_has_none() {
+    let h = lens_app("tiny-bert", "no head here");
+    let why = h.state().session.lens_refusal.clone().expect("tiny-bert has no head");
+    assert!(why.contains("no language-model head"), "{why}");
+    h.get_by_label(&why);
+    assert!(h.state().session.lens.key.is_none(), "nothing is computed");
+    assert!(!h.state().is_busy());
+}
+
+#[test]
+fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
+    use attnviz::model::{Interventions, LoadedModel};
+    let text = "the cat sat on the mat";
+    let mut h = lens_app("tiny-llama", text);
+    h.get_by_label("Logit attribution").click();
+    settled(&mut h);
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    let tokens = model.run(text, None).unwrap().tokens;
+    let n = tokens.len();
+    let faithful = Interventions::default();
+    let expected = model.attribute(&tokens, n - 1, None, None, &faithful).unwrap();
+    let shown = |h: &Harness<'static, AttnvizApp>| h.state().session.dla.as_ref().unwrap().1.clone().unwrap();
+    assert_eq!(*shown(&h), expected, "the last position, the top prediction");
+    // The view says that the terms sum to the logit, with the numbers shown.
+    h.get_by_label_contains(&format!("Σ terms = {:.4} = logit {:.4}", expected.total(), expected.logit));
+    // A head's cell: hovering shows its number; a click selects it and lists what it promotes.
+    h.get_by_label("Attribution of L1 H2").click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.dla_head, Some((1, 2)));
+    // The attention views now show that head; the view stays.
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (1, vec![2]));
+    assert_eq!(h.state().settings.view, View::Attribution);
+    let effect = model.head_effect(&tokens, n - 1, (1, 2), 8, &faithful).unwrap();
+    let shown_effect = h.state().session.effect.as_ref().unwrap().1.clone().unwrap();
+    let ids: Vec<f32> = shown_effect.promoted.iter().map(|(_, v)| *v).collect();
+    assert_eq!(ids, effect.promoted.iter().map(|(_, v)| *v).collect::<Vec<_>>());
+    let first = &shown_effect.promoted[0];
+    h.get_by_label_contains(&format!("“{}” {:+.3}", first.0, first.1));
+    // A difference "A − B" at another position, typed.
+    h.key_press(Key::ArrowLeft);
+    retype(&mut h, "Target token", " the");
+    retype(&mut h, "− versus", " mat");
+    settled(&mut h);
+    assert_eq!(h.state().settings.dla_position, Some(n - 2));
+    let (a, b) = (model.tokenizer.single_id(" the").unwrap(), model.tokenizer.single_id(" mat").unwrap());
+    let difference = model.attribute(&tokens, n - 2, Some(a), Some(b), &faithful).unwrap();
+    assert_eq!(*shown(&h), difference);
+    assert!((difference.total() - f64::from(difference.logit)).abs() < 1e-3);
+    // Export the grid as PNG and CSV.
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["dla.png", "dla.csv"] {
+        let path = dir.path().join(name);
+        export_through_dialog(&mut h, &path);
+        assert!(!h.state().session.status.as_ref().unwrap().is_error);
+        let bytes = std::fs::read(&path).unwrap();
+        if name.ends_with("png") {
+            assert!(image::load_from_memory(&bytes).unwrap().width() > 100);
+        } else {
+            let csv = String::from_utf8(bytes).unwrap();
+            let l1: Vec<&str> = csv.lines().nth(2).unwrap().split(',').collect();
+            assert_eq!(l1[0], "L1");
+            assert_eq!(l1[3].parse::<f32>().unwrap(), difference.heads[difference.heads_per_layer + 2]);
+        }
+    }
+    // The selected head opens in the heatmap.
+    h.get_by_label("Open in the heatmap").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.view, View::Heatmap);
+    assert_eq!(h.state().settings.layer_idx, 1);
+    assert_eq!(h.state().settings.selected_heads(), [2]);
+}
+
+#[test]
+fn head_roles_colour_the_statistics_grid_and_the_probe_shows_induction_heads() {
+    use attnviz::analysis::roles::HeadScores;
+    use attnviz::model::{Capture, Interventions, LoadedModel};
+    let text = "a cat and a cat and a cat";
+    let mut h = lens_app("tiny-llama", text);
+    h.get_by_label("Head statistics").click();
+    settled(&mut h);
+    h.get_by_label("Induction").click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.stats_role, Some(2));
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    let run = model.run(text, None).unwrap();
+    let expected = HeadScores::compute(&run.attention, &run.tokens.ids);
+    let shown = |h: &Harness<'static, AttnvizApp>| {
+        let s = &h.state().session;
+        s.derived.roles(s.view_id).unwrap().clone().unwrap()
+    };
+    assert_eq!(format!("{:?}", shown(&h)), format!("{expected:?}"), "NaN where undefined");
+    // The top head is named with its score.
+    let (l, hd, v) = expected.top(&expected.induction, 1)[0];
+    h.get_by_label_contains(&format!("Top induction heads: L{l} H{hd} ({v:.2})"));
+    // The first-token score explains attention sinks.
+    h.get_by_label("First token (sink)").click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.stats_role, Some(3));
+    h.get_by_label_contains("Attention sinks");
+    // The probe: repeated random tokens, the scores of its run.
+    h.get_by_label("Probe: repeated random tokens").click();
+    settled(&mut h);
+    assert!(h.state().session.probe_shown);
+    assert_eq!(h.state().settings.stats_role, Some(2), "the probe shows induction");
+    let probe = model.probe_tokens(15, 0).unwrap();
+    let probe_run = model.run_tokens(probe.clone(), None, Capture::Full, &Interventions::default()).unwrap();
+    assert_eq!(h.state().session.run.as_ref().unwrap().tokens.ids, probe.ids);
+    let probed = HeadScores::compute(&probe_run.attention, &probe_run.tokens.ids);
+    assert_eq!(format!("{:?}", shown(&h)), format!("{probed:?}"));
+    assert!(probed.induction.iter().all(|v| !v.is_nan()), "every score is defined on the probe");
+    // Export the scores; a click on a head opens it in the heatmap.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("induction.csv");
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    retype(&mut h, "Export path", path.to_str().unwrap());
+    h.get_by_label("Save").click();
+    wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && path.is_file());
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let cell: f32 = csv.lines().nth(1).unwrap().split(',').nth(1).unwrap().parse().unwrap();
+    assert_eq!(cell, probed.induction[0]);
+    h.get_by_label("Statistics of layer 1 head 0").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.view, View::Heatmap);
+    // Typing goes back to the text.
+    h.get_by_label("Sentence A").focus();
+    h.step();
+    h.get_by_label("Sentence A").type_text(" again");
+    wait_until(&mut h, "the text's run", |a| !a.session.probe_shown && a.session.run.is_some());
+}
+
+#[test]
+fn contribution_graph_draws_the_library_routes_and_a_clicked_edge_selects_its_head() {
+    use attnviz::analysis::contrib::Node;
+    use attnviz::model::{Interventions, LoadedModel};
+    let text = "the cat sat on the mat";
+    let mut h = lens_app("tiny-llama", text);
+    h.get_by_label("Contribution graph").click();
+    settled(&mut h);
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    let tokens = model.run(text, None).unwrap().tokens;
+    let n = tokens.len();
+    let faithful = Interventions::default();
+    let expected = model.contributions(&tokens, &faithful).unwrap();
+    let figure = |h: &Harness<'static, AttnvizApp>| match h.state().current_figure() {
+        attnviz::export::Figure::Graph(g) => g,
+        other => panic!("{other:?}"),
+    };
+    let routes = expected.graph.routes(n - 1, 0.04);
+    let shown = figure(&h);
+    assert!(!routes.is_empty());
+    assert_eq!(
+        shown.edges.iter().map(|e| e.weight).collect::<Vec<_>>(),
+        routes.iter().map(|e| e.weight).collect::<Vec<_>>()
+    );
+    // Every node names its logit-lens top token: the prediction's node the model's own top token.
+    let top = expected.lens.as_ref().unwrap().cell(expected.graph.layers.len(), n - 1).next().unwrap().0;
+    assert_eq!(shown.nodes[0].label, attnviz::analysis::tokens::pretty_label(&model.tokenizer.token_of(top)));
+    // The threshold slider (keyboard: one step up) changes the routes.
+    h.get_by_role_and_label(egui::accesskit::Role::Slider, "Threshold").focus();
+    h.step();
+    h.key_press(Key::ArrowRight);
+    h.run_steps(2);
+    let threshold = h.state().settings.graph_threshold;
+    assert!((threshold - 0.045).abs() < 1e-6, "{threshold}");
+    let fewer = expected.graph.routes(n - 1, threshold);
+    assert_eq!(figure(&h).edges.len(), fewer.len());
+    // A click on an attention edge selects its strongest head; what it promotes is listed.
+    let (i, edge) =
+        fewer.iter().enumerate().find(|(_, e)| matches!(e.to, Node::Attn(..)) && !e.heads.is_empty()).unwrap();
+    let Node::Attn(layer, to) = edge.to else { unreachable!() };
+    let head = usize::from(edge.heads[0].0);
+    let name = format!("Edge {}", figure(&h).edges[i].name);
+    h.get_by_label(&name).click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.graph_head, Some((usize::from(layer), head, to as usize)));
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (usize::from(layer), vec![head]));
+    let effect = model.head_effect(&tokens, to as usize, (usize::from(layer), head), 8, &faithful).unwrap();
+    let shown_effect = h.state().session.effect.as_ref().unwrap().1.clone().unwrap();
+    assert_eq!(
+        shown_effect.promoted.iter().map(|p| p.1).collect::<Vec<_>>(),
+        effect.promoted.iter().map(|p| p.1).collect::<Vec<_>>()
+    );
+    // Export: the PNG decodes, the CSV lists the edges.
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["graph.png", "graph.csv"] {
+        let path = dir.path().join(name);
+        export_through_dialog(&mut h, &path);
+        assert!(!h.state().session.status.as_ref().unwrap().is_error);
+        let bytes = std::fs::read(&path).unwrap();
+        if name.ends_with("png") {
+            assert!(image::load_from_memory(&bytes).unwrap().height() > 100);
+        } else {
+            assert_eq!(String::from_utf8(bytes).unwrap().lines().count(), fewer.len() + 1);
+        }
+    }
+    h.get_by_label("Open in the heatmap").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.view, View::Heatmap);
+    assert_eq!(h.state().settings.layer_idx, usize::from(layer));
+}
+
+#[test]
+fn contribution_graph_says_why_a_post_ln_model_has_none() {
+    let h = lens_app("tiny-bert", "post norm");
+    let mut h = h;
+    h.get_by_label("Contribution graph").click();
+    settled(&mut h);
+    let why = h.state().session.graph_refusal.clone().expect("BERT normalises after each block");
+    h.get_by_label(&why);
+    assert!(h.state().session.graph.is_none());
+}

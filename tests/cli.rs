@@ -902,3 +902,50 @@ fn export_stack_cross_labels_target_rows_and_source_columns_and_refuses_rollout(
     assert_error(&export("cross", "heads", &refused, false), "--stack cross needs --target");
     assert!(!refused.exists());
 }
+
+#[test]
+fn export_draws_the_readout_views_and_writes_their_numbers() {
+    let dir = tmp();
+    let model = fixture("tiny-llama");
+    for (view, ext) in
+        [("lens", "png"), ("lens", "csv"), ("dla", "png"), ("dla", "csv"), ("graph", "png"), ("roles", "png")]
+    {
+        let path = dir.path().join(format!("{view}.{ext}"));
+        let m = model.to_str().unwrap();
+        let out = attnviz(&[
+            "export",
+            "--model",
+            m,
+            "--text",
+            "a cat and a cat",
+            "--view",
+            view,
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{view}: {}", stderr(&out));
+        if ext == "png" {
+            let img = image::open(&path).unwrap_or_else(|e| panic!("{view}: {e}"));
+            assert!(img.width() > 100, "{view}");
+        } else {
+            let csv = std::fs::read_to_string(&path).unwrap();
+            assert!(csv.lines().count() > 2, "{view}: {csv}");
+        }
+    }
+    // A model without a language-model head says why.
+    let o = dir.path().join("bert-lens.png");
+    assert_error(
+        &attnviz(&[
+            "export",
+            "--model",
+            tiny().to_str().unwrap(),
+            "--text",
+            "a",
+            "--view",
+            "lens",
+            "-o",
+            o.to_str().unwrap(),
+        ]),
+        "language-model head",
+    );
+}

@@ -153,3 +153,80 @@ fn long_input_frame_times() {
         }
     }
 }
+
+/// The readout views on the embedded `SmolLM2` at 64 and 512 tokens: the time until the selected
+/// position's lens column and the whole lens grid are on screen (computed on the worker thread),
+/// the frames while it computes and after, and whether the view is idle once done.
+#[test]
+#[ignore = "measurement; run with --ignored --nocapture"]
+fn readout_frame_times() {
+    let dir = attnviz::model::loader::smollm2_dir();
+    let model = LoadedModel::load(&dir).unwrap();
+    for n in [64usize, 512] {
+        let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, n).unwrap();
+        let text = model.tokenizer.decode(&tokens.ids);
+        let startup = Startup { model_dir: Some(dir.clone()), text: Some(text), ..Startup::default() };
+        let mut h = Harness::builder()
+            .with_size(egui::vec2(1360.0, 860.0))
+            .with_step_dt(1.0 / 60.0)
+            .build_eframe(move |cc| AttnvizApp::with_storage(&cc.egui_ctx, None, startup));
+        let start = Instant::now();
+        while h.state().session.run.is_none() || h.state().is_busy() {
+            assert!(start.elapsed() < Duration::from_secs(300), "no run");
+            h.step();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let shown = h.state().session.run.as_ref().unwrap().tokens.len();
+        h.hover_at(egui::pos2(1300.0, 850.0));
+        h.state_mut().settings.view = View::Lens;
+        let asked = Instant::now();
+        let (mut column_s, mut busy_frames, mut busy_ms) = (None, 0usize, 0.0f64);
+        while !h.state().session.lens.grid_done() {
+            assert!(asked.elapsed() < Duration::from_secs(900), "no lens");
+            let t = Instant::now();
+            h.step();
+            busy_ms += t.elapsed().as_secs_f64() * 1e3;
+            busy_frames += 1;
+            if column_s.is_none() && h.state().session.lens.streams > 0 {
+                column_s = Some(asked.elapsed().as_secs_f64());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let grid_s = asked.elapsed().as_secs_f64();
+        let (first, settled) = switch_frame_ms(&mut h);
+        let mean = mean_frame_ms(&mut h, 30, false);
+        let scrolling = mean_frame_ms(&mut h, 30, true);
+        let idle = h.output().viewport_output[&egui::ViewportId::ROOT].repaint_delay == Duration::MAX;
+        println!(
+            "tokens={shown} view=Lens column_on_screen_s={:.2} grid_on_screen_s={grid_s:.2} mean_frame_while_computing_ms={:.2} \
+             longest_frame_after_ms={first:.1} frames_until_settled={settled} mean_frame_ms={mean:.2} scrolling_ms={scrolling:.2} idle={idle}",
+            column_s.unwrap_or(f64::NAN),
+            busy_ms / busy_frames.max(1) as f64
+        );
+        // The other readout views: the time until their data is on screen, then their frames.
+        for (view, role) in [(View::Attribution, None), (View::Stats, Some(2)), (View::Graph, None)] {
+            h.state_mut().settings.view = view;
+            h.state_mut().settings.stats_role = role;
+            let asked = Instant::now();
+            let (mut frames, mut busy_ms) = (0usize, 0.0f64);
+            h.run_steps(2);
+            while h.state().is_busy() {
+                assert!(asked.elapsed() < Duration::from_secs(900), "no {view:?}");
+                let t = Instant::now();
+                h.step();
+                busy_ms += t.elapsed().as_secs_f64() * 1e3;
+                frames += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let ready_s = asked.elapsed().as_secs_f64();
+            let (first, settled) = switch_frame_ms(&mut h);
+            let mean = mean_frame_ms(&mut h, 30, false);
+            let idle = h.output().viewport_output[&egui::ViewportId::ROOT].repaint_delay == Duration::MAX;
+            println!(
+                "tokens={shown} view={view:?} on_screen_s={ready_s:.2} mean_frame_while_computing_ms={:.2} \
+                 longest_frame_after_ms={first:.1} frames_until_settled={settled} mean_frame_ms={mean:.2} idle={idle}",
+                busy_ms / frames.max(1) as f64
+            );
+        }
+    }
+}

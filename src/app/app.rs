@@ -17,10 +17,14 @@ use crate::render::Theme;
 use super::command::{Command, Commands, Setting};
 use super::data::{FlowKey, FlowResult, Generation, Status, ViewData};
 use super::derive::{DeriveKey, Derived, DerivedValue, Deriver};
+use super::readout::{DlaKey, EffectKey, EffectShown};
 use super::state::{CompareMode, CompareSource, PeFigure, RolloutMode, Settings, Source, ThemeChoice, View};
 use super::views::Views;
 use super::worker::{Done, Job, LongRequest, ModelInfo, RunSpec, Worker};
 use crate::model::PlaygroundConfig;
+
+/// Random tokens in each half of the app's probe (as `attnviz heads`; fewer on a short model).
+pub const PROBE_HALF: usize = 24;
 
 /// Key of the settings in eframe's storage.
 const SETTINGS_KEY: &str = "attnviz-settings";
@@ -160,9 +164,45 @@ pub struct Session {
     applied_theme: Option<ThemeChoice>,
     /// The generation shown or in progress (the shown run is its prompt and continuation).
     pub generation: Option<Generation>,
+    /// The logit lens of the token run, as far as it is computed.
+    pub lens: super::lens::LensState,
+    /// Why the logit lens does not apply to what is shown (None: it does).
+    pub lens_refusal: Option<String>,
+    /// The attribution shown: what it is of, the result, milliseconds it took.
+    pub dla: Option<(DlaKey, Result<Arc<crate::analysis::attribution::Attribution>, String>, f64)>,
+    /// The attribution asked for and not back yet.
+    pub dla_pending: Option<DlaKey>,
+    /// The selected head's effect shown.
+    pub effect: Option<(EffectKey, Result<Arc<EffectShown>, String>)>,
+    /// The effect asked for and not back yet.
+    pub effect_pending: Option<EffectKey>,
+    /// The contribution graph shown: the token run it is of, the graph, milliseconds it took.
+    pub graph: Option<(u64, Result<Arc<super::readout::GraphShown>, String>, f64)>,
+    /// The token run whose graph is being computed.
+    pub graph_pending: Option<u64>,
+    /// Id of the last probe of repeated random tokens asked for.
+    probe_id: u64,
+    /// Whether the run shown is that probe (not the text).
+    pub probe_shown: bool,
+    /// Why the contribution graph does not apply (None: it does).
+    pub graph_refusal: Option<String>,
 }
 
 impl Session {
+    /// Asks the worker for a head's effect unless it is shown or asked for already.
+    fn request_effect(
+        &mut self,
+        key: EffectKey,
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        iv: crate::model::Interventions,
+    ) {
+        if self.effect.as_ref().is_none_or(|e| e.0 != key) && self.effect_pending.as_ref() != Some(&key) {
+            self.next_id += 1;
+            self.effect_pending = Some(key.clone());
+            self.worker.send(Job::HeadEffect { id: self.next_id, key, tokens, interventions: iv });
+        }
+    }
+
     /// Whether the run shown is the run of `settings`' text and model (or no run, or a failed
     /// one, is shown): what a settled app must always satisfy.
     pub fn shown_input_matches(&self, settings: &Settings) -> bool {
@@ -220,6 +260,17 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         frame_ms: s.frame_ms,
         derived: &s.derived,
         generation: s.generation.as_ref(),
+        lens: &s.lens,
+        lens_refusal: s.lens_refusal.as_deref(),
+        lens_tokens: s.token_run.as_ref().map(|t| &t.run.tokens),
+        dla: s.dla.as_ref(),
+        dla_pending: s.dla_pending.is_some(),
+        effect: s.effect.as_ref(),
+        effect_pending: s.effect_pending.is_some(),
+        probe_shown: s.probe_shown,
+        graph: s.graph.as_ref(),
+        graph_pending: s.graph_pending.is_some(),
+        graph_refusal: s.graph_refusal.as_deref(),
         stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
             let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
             if has_target { settings.stack } else { Stack::Encoder }
@@ -319,6 +370,17 @@ impl AttnvizApp {
                 derived: Derived::default(),
                 applied_theme: None,
                 generation: None,
+                lens: super::lens::LensState::default(),
+                lens_refusal: None,
+                dla: None,
+                dla_pending: None,
+                effect: None,
+                effect_pending: None,
+                probe_id: 0,
+                probe_shown: false,
+                graph: None,
+                graph_pending: None,
+                graph_refusal: None,
             },
             views,
             settings,
@@ -396,6 +458,166 @@ impl AttnvizApp {
         });
         self.session.in_flight.push((id, input.clone()));
         self.session.requested_input = Some(input);
+    }
+
+    /// Why the logit lens does not apply to what is shown now (None: it does).
+    fn lens_refusal(&self) -> Option<String> {
+        if self.settings.source == Source::Playground {
+            return Some(
+                "The playground is a random encoder with no language-model head: the logit lens reads the \
+                 pretrained model's residual stream through its own unembedding."
+                    .into(),
+            );
+        }
+        if let Some(why) = self.session.model.as_ref().and_then(|m| m.readout_refusal.clone()) {
+            return Some(super::views::capitalised(&why) + ".");
+        }
+        if self.session.token_run.as_ref().is_some_and(|t| t.run.long.is_some()) {
+            return Some(format!(
+                "This input is longer than “Record up to” ({} tokens) and is shown pooled: the logit lens \
+                 reads inputs recorded token by token.",
+                self.settings.record_tokens
+            ));
+        }
+        None
+    }
+
+    /// The token run a readout view computes from: when `view` is open and applies (`refused`
+    /// says it does not), no generation is writing (it replaces the run at every token: the
+    /// view waits for its end) and there are tokens.
+    fn readout_input(&self, view: View, refused: bool) -> Option<&TokenRun> {
+        let writing = self.session.generation.as_ref().is_some_and(|g| g.finished.is_none());
+        if self.settings.view != view || refused || writing {
+            return None;
+        }
+        self.session.token_run.as_ref().filter(|t| !t.run.tokens.is_empty())
+    }
+
+    /// Asks the worker for the logit lens when its view is open: the selected position's column
+    /// first, then the grid chunk by chunk; a newer input or position replaces what is in flight.
+    fn request_lens_if_needed(&mut self) {
+        self.session.lens_refusal = self.lens_refusal();
+        let Some(t) = self.readout_input(View::Lens, self.session.lens_refusal.is_some()) else { return };
+        let n = t.run.tokens.len();
+        let key = super::lens::LensKey { source_id: t.source_id, watch: self.settings.lens_watch.clone() };
+        let tokens = Arc::new(t.run.tokens.clone());
+        let lens = &mut self.session.lens;
+        if lens.key.as_ref() != Some(&key) {
+            *lens = super::lens::LensState::new(key.clone(), n);
+            lens.started = Some(Instant::now());
+        }
+        if lens.error.is_some() {
+            return;
+        }
+        let selected = self.settings.lens_position.unwrap_or(n - 1).min(n - 1);
+        let need_column = lens.find(selected).is_none();
+        match &lens.in_flight {
+            Some((_, column, _)) if !need_column || *column == Some(selected) => return,
+            None if !need_column && lens.grid_done() => return,
+            _ => {}
+        }
+        let chunks = lens.missing_chunks();
+        self.session.next_id += 1;
+        let id = self.session.next_id;
+        let column = need_column.then_some(selected);
+        self.session.lens.in_flight = Some((id, column, chunks.clone()));
+        let interventions = self.settings.interventions.clone();
+        self.session.worker.send(Job::Lens { id, key, tokens, column, chunks, interventions });
+    }
+
+    /// Asks the worker for the attribution (and the selected head's effect) the attribution view
+    /// shows, when they differ from what is shown and from what is asked for.
+    fn request_attribution_if_needed(&mut self) {
+        let Some(t) = self.readout_input(View::Attribution, self.session.lens_refusal.is_some()) else { return };
+        let n = t.run.tokens.len();
+        let position = self.settings.dla_position.unwrap_or(n - 1).min(n - 1);
+        let source_id = t.source_id;
+        let tokens = Arc::new(t.run.tokens.clone());
+        let (layers, heads) = (t.run.attention.layers(), t.run.attention.heads());
+        let interventions = self.settings.interventions.clone();
+        let key = DlaKey {
+            source_id,
+            position,
+            target: self.settings.dla_target.clone(),
+            versus: self.settings.dla_versus.clone(),
+        };
+        let s = &mut self.session;
+        if s.dla.as_ref().is_none_or(|d| d.0 != key) && s.dla_pending.as_ref() != Some(&key) {
+            s.next_id += 1;
+            s.dla_pending = Some(key.clone());
+            let job = Job::Attribute {
+                id: s.next_id,
+                key,
+                tokens: Arc::clone(&tokens),
+                interventions: interventions.clone(),
+            };
+            s.worker.send(job);
+        }
+        let Some(head) = self.settings.dla_head.filter(|&(l, h)| l < layers && h < heads) else { return };
+        s.request_effect(EffectKey { source_id, position, head }, tokens, interventions);
+    }
+
+    /// Asks the worker for the contribution graph of the token run (once per run) and for the
+    /// effect of the head selected on one of its edges, when the graph view is open.
+    fn request_graph_if_needed(&mut self) {
+        let s = &self.session;
+        self.session.graph_refusal = if self.settings.source == Source::Playground {
+            Some("The playground is a random encoder: the contribution graph follows the pretrained model.".into())
+        } else if let Some(why) = s.model.as_ref().and_then(|m| m.contribution_refusal.clone()) {
+            Some(super::views::capitalised(&why) + ".")
+        } else if s.token_run.as_ref().is_some_and(|t| t.run.long.is_some()) {
+            Some(format!(
+                "This input is longer than “Record up to” ({} tokens) and is shown pooled: the graph reads inputs \
+                 recorded token by token.",
+                self.settings.record_tokens
+            ))
+        } else {
+            None
+        };
+        let Some(t) = self.readout_input(View::Graph, self.session.graph_refusal.is_some()) else { return };
+        let source_id = t.source_id;
+        let tokens = Arc::new(t.run.tokens.clone());
+        let (layers, heads, n) = (t.run.attention.layers(), t.run.attention.heads(), t.run.tokens.len());
+        let interventions = self.settings.interventions.clone();
+        let s = &mut self.session;
+        if s.graph.as_ref().is_none_or(|g| g.0 != source_id) && s.graph_pending != Some(source_id) {
+            s.next_id += 1;
+            s.graph_pending = Some(source_id);
+            let job = Job::Contributions {
+                id: s.next_id,
+                source_id,
+                tokens: Arc::clone(&tokens),
+                interventions: interventions.clone(),
+            };
+            s.worker.send(job);
+        }
+        // The head effect needs a head: a model without one has none to show.
+        if s.lens_refusal.is_some() {
+            return;
+        }
+        let Some((layer, head, position)) =
+            self.settings.graph_head.filter(|&(l, h, p)| l < layers && h < heads && p < n)
+        else {
+            return;
+        };
+        s.request_effect(EffectKey { source_id, position, head: (layer, head) }, tokens, interventions);
+    }
+
+    /// Runs the loaded model on its seeded probe of repeated random tokens (shown until the text
+    /// changes), so induction and duplicate-token heads show on any text.
+    fn start_probe(&mut self) {
+        let Some(model) = &self.session.model else { return };
+        if self.settings.source != Source::Pretrained || model.seq2seq {
+            self.set_status("The probe runs the pretrained decoder-only or encoder model, not the playground", true);
+            return;
+        }
+        let half = PROBE_HALF.min(model.max_positions.saturating_sub(1) / 2).max(1);
+        self.stop_generation(true);
+        let id = self.next_id();
+        self.session.probe_id = id;
+        self.session.requested_run_id = id;
+        let interventions = self.settings.interventions.clone();
+        self.session.worker.send(Job::Probe { id, half, seed: 0, interventions });
     }
 
     /// Stops the generation in progress; with `forget`, its later progress is dropped too (a new
@@ -568,6 +790,10 @@ impl AttnvizApp {
             || s.flow_pending.is_some()
             || s.derived.any_pending()
             || s.generation.as_ref().is_some_and(|g| g.finished.is_none())
+            || s.lens.in_flight.is_some()
+            || s.dla_pending.is_some()
+            || s.effect_pending.is_some()
+            || s.graph_pending.is_some()
     }
 
     fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
@@ -627,6 +853,7 @@ impl AttnvizApp {
                         continue; // older than what is shown
                     }
                     let s = &mut self.session;
+                    s.probe_shown = id == s.probe_id;
                     if !progress {
                         s.shown_input = s.in_flight.iter().find(|(i, _)| *i == id).map(|(_, input)| input.clone());
                         s.in_flight.retain(|(i, _)| *i > id);
@@ -691,6 +918,52 @@ impl AttnvizApp {
                             g.error = Some(e.clone());
                             self.set_status(format!("Could not continue the text: {e}"), true);
                         }
+                    }
+                }
+                Done::Lens { id, key, result, watched, notes, finished, elapsed_ms } => {
+                    let lens = &mut self.session.lens;
+                    if lens.key.as_ref() != Some(&key) {
+                        continue; // of an older input
+                    }
+                    lens.watched = watched;
+                    lens.watch_notes = notes;
+                    match result {
+                        Ok(part) => {
+                            lens.streams = part.lens.streams;
+                            let column = part.lens.positions.len() == 1;
+                            lens.parts.push(part);
+                            if column && lens.column_ms.is_none() {
+                                lens.column_ms = Some(elapsed_ms);
+                            }
+                            if lens.grid_ms.is_none() && lens.grid_done() {
+                                lens.grid_ms = lens.started.map(|t| t.elapsed().as_secs_f64() * 1e3);
+                            }
+                        }
+                        Err(e) => lens.error = Some(e),
+                    }
+                    if finished && lens.in_flight.as_ref().is_some_and(|f| f.0 == id) {
+                        lens.in_flight = None;
+                    }
+                }
+                Done::Attributed { key, result, elapsed_ms } => {
+                    let s = &mut self.session;
+                    if s.dla_pending.as_ref() == Some(&key) {
+                        s.dla_pending = None;
+                        s.dla = Some((key, result, elapsed_ms));
+                    }
+                }
+                Done::Graph { source_id, result, elapsed_ms } => {
+                    let s = &mut self.session;
+                    if s.graph_pending == Some(source_id) {
+                        s.graph_pending = None;
+                        s.graph = Some((source_id, result, elapsed_ms));
+                    }
+                }
+                Done::Effect { key, result } => {
+                    let s = &mut self.session;
+                    if s.effect_pending.as_ref() == Some(&key) {
+                        s.effect_pending = None;
+                        s.effect = Some((key, result));
                     }
                 }
                 Done::Compared { id, result } => {
@@ -775,7 +1048,10 @@ impl AttnvizApp {
                 head_idx: heads.first().copied().unwrap_or(0),
                 query_pos: self.settings.neuron_query,
             },
-            View::Stats => Figure::Stats(self.settings.stat),
+            View::Stats => match self.settings.stats_role {
+                Some(role) => Figure::Roles(role),
+                None => Figure::Stats(self.settings.stat),
+            },
             View::Rollout => {
                 let flow = match &self.session.flow {
                     Some(f) if self.settings.rollout_mode == RolloutMode::Flow && f.key == self.flow_key() => {
@@ -796,6 +1072,68 @@ impl AttnvizApp {
                 },
                 None => Figure::Heatmap { layer_idx, head_idxs: heads },
             },
+            View::Attribution => match &self.session.dla {
+                Some((_, Ok(a), _)) => {
+                    let name = self.session.model.as_ref().map_or("model", |m| m.name.as_str());
+                    let label = self.session.token_run.as_ref().map(|t| t.run.label(a.position)).unwrap_or_default();
+                    let title = format!(
+                        "{name} · direct logit attribution of {} at position {} “{label}” · Σ terms = {:.3}, logit {:.3}",
+                        super::readout::target_text(a),
+                        a.position,
+                        a.total(),
+                        a.logit
+                    );
+                    Figure::Attribution(Arc::new(super::readout::attribution_table(a, title)))
+                }
+                _ => Figure::Attribution(Arc::new(crate::export::Table {
+                    title: String::new(),
+                    row_labels: Vec::new(),
+                    col_labels: Vec::new(),
+                    values: Vec::new(),
+                })),
+            },
+            View::Graph => {
+                let s = &self.session;
+                let labels: Vec<String> = s
+                    .token_run
+                    .as_ref()
+                    .map(|t| t.run.tokens.tokens.iter().map(|x| crate::analysis::tokens::pretty_label(x)).collect())
+                    .unwrap_or_default();
+                let n = labels.len();
+                let position = self.settings.graph_position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+                let name = s.model.as_ref().map_or("model", |m| m.name.as_str());
+                let figure = match &s.graph {
+                    Some((_, Ok(graph), _)) => {
+                        let title = format!(
+                            "{name} · contribution graph to the prediction at position {position} “{}” · threshold {:.2}",
+                            labels.get(position).map_or("", String::as_str),
+                            self.settings.graph_threshold
+                        );
+                        super::readout::graph_figure(graph, &labels, (position, self.settings.graph_threshold), title).0
+                    }
+                    _ => crate::export::GraphFigure {
+                        title: format!("{name} · contribution graph (not computed)"),
+                        tokens: labels,
+                        layers: 0,
+                        nodes: Vec::new(),
+                        edges: Vec::new(),
+                    },
+                };
+                Figure::Graph(Arc::new(figure))
+            }
+            View::Lens => {
+                let s = &self.session;
+                let labels: Vec<String> = s
+                    .token_run
+                    .as_ref()
+                    .map(|t| (0..t.run.tokens.len()).map(|i| t.run.label(i)).collect())
+                    .unwrap_or_default();
+                let n = labels.len();
+                let selected = self.settings.lens_position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+                let name = s.model.as_ref().map_or("model", |m| m.name.as_str());
+                let mode = (self.settings.lens_mode, self.settings.lens_rank_of);
+                Figure::Lens(Arc::new(s.lens.figure(&labels, name, mode, selected)))
+            }
             View::Positions => {
                 let learned = |cosine: bool| match &self.session.model {
                     Some(ModelInfo { name, positions: Some(sim), .. }) => Figure::LearnedPositions {
@@ -913,6 +1251,7 @@ impl AttnvizApp {
             Command::Pin(selection) => self.session.pinned = selection,
             Command::Continue(max_new) => self.start_generation(max_new),
             Command::StopGeneration => self.stop_generation(false),
+            Command::Probe => self.start_probe(),
             Command::Playground(checked) => self.set_playground(checked),
             Command::Derive(key) => {
                 // Only for the run shown now (a view may have asked during a change of run).
@@ -1043,6 +1382,9 @@ impl eframe::App for AttnvizApp {
         self.sync_view_runs();
         self.request_run_if_changed();
         self.request_compare_if_changed();
+        self.request_lens_if_needed();
+        self.request_attribution_if_needed();
+        self.request_graph_if_needed();
         // Drag & drop of a model folder.
         let dropped: Vec<PathBuf> = ctx.input(|i| {
             i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect()
@@ -1074,6 +1416,9 @@ impl eframe::App for AttnvizApp {
         self.request_flow_if_needed(&ctx);
         self.request_run_if_changed();
         self.request_compare_if_changed();
+        self.request_lens_if_needed();
+        self.request_attribution_if_needed();
+        self.request_graph_if_needed();
         if self.settings != before {
             // A widget changed a setting after it was drawn (e.g. a selectable label): draw the
             // new state now, not at the next input event.

@@ -43,6 +43,8 @@ pub enum Command {
     Continue(usize),
     /// Stop the generation in progress (what is written so far stays).
     StopGeneration,
+    /// Show a seeded probe of repeated random tokens instead of the text (until the text changes).
+    Probe,
 }
 
 /// The commands of one frame, in the order they were raised.
@@ -141,6 +143,18 @@ settings_fields! {
     record_tokens => RecordTokens: usize,
     long_view => LongView: crate::analysis::long::LongView,
     window_start => WindowStart: Option<usize>,
+    lens_mode => LensMode: super::state::LensMode,
+    lens_watch => LensWatch: Vec<String>,
+    lens_rank_of => LensRankOf: usize,
+    lens_position => LensPosition: Option<usize>,
+    dla_position => DlaPosition: Option<usize>,
+    dla_target => DlaTarget: String,
+    dla_versus => DlaVersus: String,
+    dla_head => DlaHead: Option<(usize, usize)>,
+    stats_role => StatsRole: Option<usize>,
+    graph_position => GraphPosition: Option<usize>,
+    graph_threshold => GraphThreshold: f32,
+    graph_head => GraphHead: Option<(usize, usize, usize)>,
 }
 
 #[cfg(test)]

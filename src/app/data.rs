@@ -63,6 +63,7 @@ pub struct Generation {
 }
 
 /// Everything a view may read in one frame.
+#[allow(clippy::struct_excessive_bools)] // independent facts of different tasks, not a state machine
 #[derive(Clone, Copy)]
 pub struct ViewData<'a> {
     /// The persisted settings (views change them through [`super::command::Command::Set`]).
@@ -110,6 +111,32 @@ pub struct ViewData<'a> {
     pub derived: &'a Derived,
     /// The generation shown or in progress.
     pub generation: Option<&'a Generation>,
+    /// The logit lens of the token run, as far as it is computed.
+    pub lens: &'a crate::app::lens::LensState,
+    /// Why the logit lens does not apply (None: it does).
+    pub lens_refusal: Option<&'a str>,
+    /// The token-level input the lens reads (the shown run may be merged into words).
+    pub lens_tokens: Option<&'a crate::analysis::tokens::Tokens>,
+    /// The attribution shown: what it is of, the result, milliseconds it took.
+    #[allow(clippy::type_complexity)]
+    pub dla:
+        Option<&'a (crate::app::readout::DlaKey, Result<Arc<crate::analysis::attribution::Attribution>, String>, f64)>,
+    /// Whether a newer attribution is being computed.
+    pub dla_pending: bool,
+    /// The selected head's effect shown.
+    #[allow(clippy::type_complexity)]
+    pub effect: Option<&'a (crate::app::readout::EffectKey, Result<Arc<crate::app::readout::EffectShown>, String>)>,
+    /// Whether a newer effect is being computed.
+    pub effect_pending: bool,
+    /// The contribution graph shown: the token run it is of, the graph, milliseconds it took.
+    #[allow(clippy::type_complexity)]
+    pub graph: Option<&'a (u64, Result<Arc<crate::app::readout::GraphShown>, String>, f64)>,
+    /// Whether a graph is being computed.
+    pub graph_pending: bool,
+    /// Why the contribution graph does not apply (None: it does).
+    pub graph_refusal: Option<&'a str>,
+    /// Whether the run shown is the probe of repeated random tokens (not the text).
+    pub probe_shown: bool,
     /// For an encoder–decoder: the attention the views show (encoder, decoder or cross); None
     /// for every other model.
     pub stack: Option<crate::analysis::Stack>,

@@ -23,6 +23,11 @@ pub enum DeriveKey {
         /// The shown run.
         view_id: u64,
     },
+    /// Head-role scores (previous-token, duplicate, induction, first-token) of the shown run.
+    Roles {
+        /// The shown run.
+        view_id: u64,
+    },
     /// Rollout after every layer, the given heads averaged per layer.
     Rollout {
         /// The shown run.
@@ -70,6 +75,7 @@ impl DeriveKey {
     pub fn view_id(&self) -> Option<u64> {
         match self {
             Self::Stats { view_id }
+            | Self::Roles { view_id }
             | Self::Rollout { view_id, .. }
             | Self::Thumbnails { view_id, .. }
             | Self::HeadMatrices { view_id, .. } => Some(*view_id),
@@ -88,6 +94,7 @@ impl DeriveKey {
             Self::Words { .. } => 4,
             Self::Stack { .. } => 6,
             Self::HeadLines(_) => 5,
+            Self::Roles { .. } => 7,
         }
     }
 }
@@ -177,6 +184,8 @@ impl HeadMatrices {
 pub enum DerivedValue {
     /// Head statistics.
     Stats(Arc<HeadStats>),
+    /// Head-role scores, or why there are none (cross-attention, pooled spans, merged words).
+    Roles(Result<Arc<crate::analysis::roles::HeadScores>, String>),
     /// Rollout after every layer.
     Rollout(Arc<Vec<Vec<f32>>>),
     /// Model-view thumbnails.
@@ -245,12 +254,29 @@ pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> Li
     }
 }
 
+/// The head-role scores of a run: over its tokens (the scores compare token ids), so not of
+/// cross-attention, pooled spans or words.
+fn role_scores(run: &Run) -> Result<Arc<crate::analysis::roles::HeadScores>, String> {
+    let a = &run.attention;
+    if !a.is_square() {
+        return Err("Head roles are scores of self-attention: choose the encoder or decoder stack.".into());
+    }
+    if run.long.is_some() {
+        return Err("Head roles compare tokens: a long input shown pooled into spans has none.".into());
+    }
+    if run.tokens.ids.len() != a.seq_len() {
+        return Err("Head roles compare token ids: this run has none per row.".into());
+    }
+    Ok(Arc::new(crate::analysis::roles::HeadScores::compute(a, &run.tokens.ids)))
+}
+
 /// Computes `key` from `run` (on the derive thread); `matrices` are the head view's matrices a
 /// [`DeriveKey::HeadLines`] draws.
 pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> DerivedValue {
     let a = &run.attention;
     match key {
         DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, run.keys()))),
+        DeriveKey::Roles { .. } => DerivedValue::Roles(role_scores(run)),
         // Not defined for cross-attention (the rollout view says so and never asks): one empty
         // matrix per layer rather than a product of rectangles.
         DeriveKey::Rollout { .. } if !a.is_square() => DerivedValue::Rollout(Arc::new(vec![Vec::new(); a.layers()])),
@@ -338,6 +364,14 @@ impl Derived {
     pub fn stats(&self, view_id: u64) -> Option<&Arc<HeadStats>> {
         match self.get(&DeriveKey::Stats { view_id }) {
             Some(DerivedValue::Stats(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Head-role scores of the shown run `view_id` (or why there are none).
+    pub fn roles(&self, view_id: u64) -> Option<&Result<Arc<crate::analysis::roles::HeadScores>, String>> {
+        match self.get(&DeriveKey::Roles { view_id }) {
+            Some(DerivedValue::Roles(r)) => Some(r),
             _ => None,
         }
     }

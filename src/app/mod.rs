@@ -5,6 +5,8 @@ pub mod app;
 pub mod command;
 pub mod data;
 pub mod derive;
+pub mod lens;
+pub mod readout;
 pub mod state;
 pub mod views;
 pub mod worker;

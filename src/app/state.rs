@@ -29,11 +29,17 @@ pub enum View {
     Compare,
     /// Positional encodings: sinusoidal and learned, and their dot products.
     Positions,
+    /// The logit lens: what every layer's residual stream would predict at every position.
+    Lens,
+    /// Direct logit attribution: each head's, MLP's and the embeddings' share of one logit.
+    Attribution,
+    /// The contribution graph: the routes from a prediction back to the input tokens.
+    Graph,
 }
 
 impl View {
     /// Every view, in tab order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 11] = [
         Self::Head,
         Self::Model,
         Self::Heatmap,
@@ -42,6 +48,9 @@ impl View {
         Self::Rollout,
         Self::Compare,
         Self::Positions,
+        Self::Lens,
+        Self::Attribution,
+        Self::Graph,
     ];
 
     /// Tab label.
@@ -55,6 +64,9 @@ impl View {
             Self::Rollout => "Rollout / flow",
             Self::Compare => "Compare",
             Self::Positions => "Positional encoding",
+            Self::Lens => "Logit lens",
+            Self::Attribution => "Logit attribution",
+            Self::Graph => "Contribution graph",
         }
     }
 
@@ -62,6 +74,17 @@ impl View {
     pub fn needs_run(self) -> bool {
         self != Self::Positions
     }
+}
+
+/// What a logit-lens cell shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum LensMode {
+    /// The top token of the stream and its probability.
+    #[default]
+    Probability,
+    /// The rank of one followed token (the model's final prediction, or a watched token), as
+    /// in Ecco's rank mode.
+    Rank,
 }
 
 /// Which model the attention views show.
@@ -231,6 +254,31 @@ pub struct Settings {
     pub long_view: crate::analysis::long::LongView,
     /// First token of a long input's window (None: its last tokens).
     pub window_start: Option<usize>,
+    /// Probability or rank in the logit lens.
+    pub lens_mode: LensMode,
+    /// Tokens the logit lens follows across layers (" Paris", or as the vocabulary spells it, `ĠLondon`).
+    pub lens_watch: Vec<String>,
+    /// Which followed token the rank mode shows: 0 the final prediction, `i` the `i`-th watched.
+    pub lens_rank_of: usize,
+    /// The position selected in the logit lens (None: the last token).
+    pub lens_position: Option<usize>,
+    /// The position whose prediction is attributed (None: the last token).
+    pub dla_position: Option<usize>,
+    /// The token whose logit is attributed, as typed (empty: the model's top prediction).
+    pub dla_target: String,
+    /// A token subtracted from the target (empty: none): the attribution of "A − B".
+    pub dla_versus: String,
+    /// The head whose write's promoted and suppressed tokens are shown.
+    pub dla_head: Option<(usize, usize)>,
+    /// A head-role score colouring the statistics grid instead of the statistic (an index into
+    /// [`crate::analysis::roles::SCORE_NAMES`]).
+    pub stats_role: Option<usize>,
+    /// The position whose prediction the contribution graph traces (None: the last token).
+    pub graph_position: Option<usize>,
+    /// Edges below this proportion are left out of the contribution graph.
+    pub graph_threshold: f32,
+    /// The head selected on an attention edge of the graph: layer, head, and the token it writes to.
+    pub graph_head: Option<(usize, usize, usize)>,
 }
 
 /// Most tokens the record-at-token-level setting accepts.
@@ -284,6 +332,18 @@ impl Default for Settings {
             record_tokens: crate::analysis::long::RECORD_TOKENS,
             long_view: crate::analysis::long::LongView::Overview,
             window_start: None,
+            lens_mode: LensMode::Probability,
+            lens_watch: Vec::new(),
+            lens_rank_of: 0,
+            lens_position: None,
+            dla_position: None,
+            dla_target: String::new(),
+            dla_versus: String::new(),
+            dla_head: None,
+            stats_role: None,
+            graph_position: None,
+            graph_threshold: 0.04,
+            graph_head: None,
         }
     }
 }

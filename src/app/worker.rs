@@ -63,6 +63,10 @@ pub struct ModelInfo {
     pub can_translate: bool,
     /// For GGUF weights: what they were ("GGUF `Q4_1` (210), …, dequantised to f32").
     pub quantization: Option<String>,
+    /// Why the logit lens and attribution do not apply (None: they do).
+    pub readout_refusal: Option<String>,
+    /// Why the contribution graph does not apply (None: it does).
+    pub contribution_refusal: Option<String>,
 }
 
 impl ModelInfo {
@@ -91,6 +95,8 @@ impl ModelInfo {
             seq2seq: model.decoder.is_some(),
             can_translate: model.decoder.as_ref().is_some_and(|d| d.net.has_lm_head()),
             quantization: model.quantization.clone(),
+            readout_refusal: model.readout_refusal(),
+            contribution_refusal: model.contribution_refusal(),
         }
     }
 }
@@ -132,6 +138,69 @@ pub enum Job {
         max_prompt: usize,
         /// Set by the UI to stop.
         stop: Arc<AtomicBool>,
+    },
+    /// The logit lens of `tokens`: first the column of `column` (if any), then the grid chunks
+    /// starting at `chunks` ([`crate::app::lens::lens_chunks`]), each sent as [`Done::Lens`]. A
+    /// newer job stops it between two parts; it goes on after that job unless a newer lens
+    /// replaces it.
+    Lens {
+        /// Request id.
+        id: u64,
+        /// What the lens is of.
+        key: crate::app::lens::LensKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// A position computed first, alone.
+        column: Option<usize>,
+        /// Start positions of the grid chunks to compute.
+        chunks: Vec<usize>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// Direct logit attribution at one position ([`Done::Attributed`]).
+    Attribute {
+        /// Request id.
+        id: u64,
+        /// What it is of (target and versus as typed).
+        key: crate::app::readout::DlaKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// The tokens one head's write promotes and suppresses ([`Done::Effect`]).
+    HeadEffect {
+        /// Request id.
+        id: u64,
+        /// What it is of.
+        key: crate::app::readout::EffectKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// The contribution graph of a token run ([`Done::Graph`]).
+    Contributions {
+        /// Request id.
+        id: u64,
+        /// Id of the token run.
+        source_id: u64,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// Run the loaded model on its seeded probe of repeated random tokens
+    /// ([`LoadedModel::probe_tokens`]); the result comes back as [`Done::Ran`].
+    Probe {
+        /// Request id; larger is newer.
+        id: u64,
+        /// Random tokens in each half.
+        half: usize,
+        /// Seed.
+        seed: u64,
+        /// Interventions.
+        interventions: Interventions,
     },
     /// Run a model on an input.
     Run {
@@ -208,6 +277,48 @@ pub enum Done {
         seconds: f64,
         /// For a translation: the target written so far, decoded (it fills the Target box).
         target: Option<String>,
+    },
+    /// A part of a logit lens is computed (or the lens failed).
+    Lens {
+        /// Request id.
+        id: u64,
+        /// What it is of.
+        key: crate::app::lens::LensKey,
+        /// The part, or why the lens failed.
+        result: Result<Arc<crate::app::lens::LensPart>, String>,
+        /// The watched tokens found, with their ids.
+        watched: Vec<(String, u32)>,
+        /// Why some watched tokens were left out.
+        notes: Vec<String>,
+        /// Whether this is the job's last part.
+        finished: bool,
+        /// Milliseconds since the job started.
+        elapsed_ms: f64,
+    },
+    /// An attribution finished.
+    Attributed {
+        /// What it is of.
+        key: crate::app::readout::DlaKey,
+        /// The attribution, or why there is none.
+        result: Result<Arc<crate::analysis::attribution::Attribution>, String>,
+        /// Milliseconds it took.
+        elapsed_ms: f64,
+    },
+    /// A contribution graph finished.
+    Graph {
+        /// Id of the token run it is of.
+        source_id: u64,
+        /// The graph, or why there is none.
+        result: Result<Arc<crate::app::readout::GraphShown>, String>,
+        /// Milliseconds it took.
+        elapsed_ms: f64,
+    },
+    /// A head's effect finished.
+    Effect {
+        /// What it is of.
+        key: crate::app::readout::EffectKey,
+        /// The effect, or why there is none.
+        result: Result<Arc<crate::app::readout::EffectShown>, String>,
     },
     /// A comparison run finished.
     Compared {
@@ -464,6 +575,120 @@ fn generate_streaming(
     if send(done) { Ok(carried) } else { Err(()) }
 }
 
+/// Runs an attribution or head-effect job.
+fn readout_job(model: &LoadedModel, job: Job) -> Done {
+    let start = Instant::now();
+    let id_of = |text: &str| -> Result<Option<u32>, String> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        model.tokenizer.single_id(text).map(Some).map_err(|e| format!("“{text}”: {e}"))
+    };
+    match job {
+        Job::HeadEffect { key, tokens, interventions, .. } => {
+            let k = crate::app::readout::EFFECT_K;
+            let result = model
+                .head_effect(&tokens, key.position, key.head, k, &interventions)
+                .map(|e| {
+                    let label = |list: Vec<(u32, f32)>| {
+                        list.into_iter()
+                            .map(|(t, v)| (crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)), v))
+                            .collect()
+                    };
+                    Arc::new(crate::app::readout::EffectShown {
+                        promoted: label(e.promoted),
+                        suppressed: label(e.suppressed),
+                    })
+                })
+                .map_err(|e| e.to_string());
+            Done::Effect { key, result }
+        }
+        Job::Attribute { key, tokens, interventions, .. } => {
+            let result = id_of(&key.target).and_then(|target| {
+                let versus = id_of(&key.versus)?;
+                model
+                    .attribute(&tokens, key.position, target, versus, &interventions)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            });
+            Done::Attributed { key, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
+        }
+        Job::Contributions { source_id, tokens, interventions, .. } => {
+            let result = model
+                .contributions(&tokens, &interventions)
+                .map(|run| {
+                    let named =
+                        run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
+                    let labels = crate::app::readout::token_labels(model, named.collect::<Vec<_>>());
+                    Arc::new(crate::app::readout::GraphShown { run, labels })
+                })
+                .map_err(|e| e.to_string());
+            Done::Graph { source_id, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
+        }
+        _ => unreachable!("only readout jobs"),
+    }
+}
+
+/// Computes a lens job's parts, sending each; a newer job (`stale`) stops it between parts and
+/// the rest is returned (to go on later). `Err` when the UI is gone.
+fn lens_parts(
+    model: &LoadedModel,
+    job: Job,
+    stale: &dyn Fn() -> bool,
+    send: &dyn Fn(Done) -> bool,
+) -> Result<Option<Job>, ()> {
+    use crate::app::lens::{LENS_CHUNK, LENS_TOP_K, LensPart};
+    let Job::Lens { id, key, tokens, column, chunks, interventions } = job else { return Ok(None) };
+    let start = Instant::now();
+    let (mut watched, mut notes) = (Vec::new(), Vec::new());
+    for w in &key.watch {
+        match model.tokenizer.single_id(w) {
+            Ok(id) => watched.push((w.clone(), id)),
+            Err(e) => notes.push(format!("“{w}”: {e}")),
+        }
+    }
+    let ids: Vec<u32> = watched.iter().map(|(_, id)| *id).collect();
+    let n = tokens.len();
+    let mut parts: Vec<Vec<usize>> = column.into_iter().map(|p| vec![p]).collect();
+    parts.extend(chunks.iter().map(|&s| (s..(s + LENS_CHUNK).min(n)).collect()));
+    for (i, positions) in parts.iter().enumerate() {
+        if i > 0 && stale() {
+            let rest = Job::Lens {
+                id,
+                key,
+                tokens,
+                column: None,
+                chunks: parts[i..].iter().filter_map(|p| p.first().copied()).collect(),
+                interventions,
+            };
+            // Only grid chunks remain (a column, if asked, is always the first part).
+            return Ok(Some(rest));
+        }
+        let result = model.lens(&tokens, positions, LENS_TOP_K, &ids, &interventions).map(|lens| {
+            let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())).copied();
+            let labels = crate::app::readout::token_labels(model, named);
+            Arc::new(LensPart { lens, labels })
+        });
+        let failed = result.is_err();
+        let done = Done::Lens {
+            id,
+            key: key.clone(),
+            result: result.map_err(|e| e.to_string()),
+            watched: watched.clone(),
+            notes: notes.clone(),
+            finished: failed || i + 1 == parts.len(),
+            elapsed_ms: start.elapsed().as_secs_f64() * 1e3,
+        };
+        if !send(done) {
+            return Err(());
+        }
+        if failed {
+            break;
+        }
+    }
+    Ok(None)
+}
+
 /// Handle to the named inference thread.
 pub struct Worker {
     jobs: Sender<Job>,
@@ -476,14 +701,30 @@ pub struct Worker {
 impl Worker {
     /// Starts the thread; `wake` is called after each finished job (to repaint the UI).
     pub fn spawn(wake: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(wake);
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel::<Done>();
+        let (graph_tx, graph_rx) = channel::<(Arc<LoadedModel>, Job)>();
+        let (graph_done, graph_wake) = (done_tx.clone(), Arc::clone(&wake));
+        std::thread::Builder::new().name("attnviz-graph".into()).spawn(move || {
+            while let Ok(mut next) = graph_rx.recv() {
+                // Only the newest graph asked for is computed.
+                while let Ok(newer) = graph_rx.try_recv() {
+                    next = newer;
+                }
+                let (model, job) = next;
+                if graph_done.send(readout_job(&model, job)).is_err() {
+                    return;
+                }
+                graph_wake();
+            }
+        })?;
         let sent = Arc::new(AtomicU64::new(0));
         let sent_seen = Arc::clone(&sent);
         std::thread::Builder::new().name("attnviz-inference".into()).spawn(move || {
             // Jobs taken off the queue so far.
             let mut taken = 0u64;
-            let mut model: Option<LoadedModel> = None;
+            let mut model: Option<Arc<LoadedModel>> = None;
             // The playground model last built, reused while its hyperparameters stay the same.
             let mut playground: Option<(PlaygroundConfig, LoadedModel)> = None;
             // The comparison's other model folder, kept while it stays the same.
@@ -493,6 +734,8 @@ impl Worker {
             // A long input's run stopped by another job: run again after a comparison, unless a
             // newer run replaces it (a generation or a model load replaces what is shown anyway).
             let mut owed: Option<Job> = None;
+            // A lens stopped by another job: its remaining parts, unless a newer lens replaces it.
+            let mut owed_lens: Option<Job> = None;
             loop {
                 let first = match carried.take() {
                     Some(job) => job,
@@ -505,7 +748,8 @@ impl Worker {
                     },
                 };
                 // Coalesce: of everything queued, keep the newest load, run, comparison and generation.
-                let (mut load, mut run, mut compare, mut generate) = (None, None, None, None);
+                let (mut load, mut run, mut compare, mut generate, mut lens) = (None, None, None, None, None);
+                let (mut attribute, mut effect, mut probe, mut graph) = (None, None, None, None);
                 let mut next = Some(first);
                 while let Some(job) = next {
                     match job {
@@ -513,6 +757,11 @@ impl Worker {
                         j @ Job::Run { .. } => run = Some(j),
                         j @ Job::Compare { .. } => compare = Some(j),
                         j @ Job::Generate { .. } => generate = Some(j),
+                        j @ Job::Lens { .. } => lens = Some(j),
+                        j @ Job::Attribute { .. } => attribute = Some(j),
+                        j @ Job::HeadEffect { .. } => effect = Some(j),
+                        j @ Job::Probe { .. } => probe = Some(j),
+                        j @ Job::Contributions { .. } => graph = Some(j),
                     }
                     next = match job_rx.try_recv() {
                         Ok(j) => {
@@ -524,11 +773,12 @@ impl Worker {
                     };
                 }
                 run = run.or(owed.take().filter(|_| generate.is_none() && load.is_none()));
+                lens = lens.or(owed_lens.take().filter(|_| load.is_none()));
                 if let Some(Job::Load { id, dir }) = load {
                     let result = match LoadedModel::load(&dir) {
                         Ok(m) => {
                             let info = ModelInfo::of(&m);
-                            model = Some(m);
+                            model = Some(Arc::new(m));
                             Ok(info)
                         }
                         Err(e) => Err(e.to_string()),
@@ -540,7 +790,7 @@ impl Worker {
                 }
                 if let Some(Job::Run { id, text, pair, target, spec }) = run {
                     let start = Instant::now();
-                    let long = match (&spec, model.as_ref()) {
+                    let long = match (&spec, model.as_deref()) {
                         (RunSpec::Pretrained(iv, Some(long)), Some(m)) => {
                             let stale = || sent_seen.load(Ordering::SeqCst) > taken;
                             let send = |done: Done| {
@@ -555,7 +805,7 @@ impl Worker {
                         owed = Some(Job::Run { id, text, pair, target, spec });
                     } else if long == LongOutcome::NotLong {
                         let input = (text.as_str(), pair.as_deref(), target.as_deref());
-                        let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
+                        let result = run_spec(&spec, input, model.as_deref(), &mut playground, &mut other);
                         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
                         if done_tx.send(Done::Ran { id, result, window: None, elapsed_ms }).is_err() {
                             return;
@@ -563,16 +813,56 @@ impl Worker {
                         wake();
                     }
                 }
+                if let (Some(Job::Probe { id, half, seed, interventions }), Some(m)) = (probe, model.as_deref()) {
+                    let start = Instant::now();
+                    let result = m
+                        .probe_tokens(half, seed)
+                        .and_then(|t| m.run_tokens(t, None, crate::model::Capture::Full, &interventions))
+                        .map(Arc::new)
+                        .map_err(|e| e.to_string());
+                    let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+                    if done_tx.send(Done::Ran { id, result, window: None, elapsed_ms }).is_err() {
+                        return;
+                    }
+                    wake();
+                }
                 if let Some(Job::Compare { id, text, pair, target, spec }) = compare {
                     let input = (text.as_str(), pair.as_deref(), target.as_deref());
-                    let result = run_spec(&spec, input, model.as_ref(), &mut playground, &mut other);
+                    let result = run_spec(&spec, input, model.as_deref(), &mut playground, &mut other);
                     if done_tx.send(Done::Compared { id, result }).is_err() {
                         return;
                     }
                     wake();
                 }
+                // The graph takes as long as several passes and cannot stop half-way: it runs on a
+                // thread of its own (one graph at a time, the newest asked for next), so newer runs
+                // do not wait for it; a stale result is dropped by the UI.
+                if let (Some(job), Some(m)) = (graph, model.as_ref()) {
+                    if graph_tx.send((Arc::clone(m), job)).is_err() {
+                        return;
+                    }
+                }
+                for job in [attribute, effect].into_iter().flatten() {
+                    let Some(m) = model.as_deref() else { break };
+                    if done_tx.send(readout_job(m, job)).is_err() {
+                        return;
+                    }
+                    wake();
+                }
+                if let (Some(job), Some(m)) = (lens, model.as_deref()) {
+                    let stale = || sent_seen.load(Ordering::SeqCst) > taken;
+                    let send = |done: Done| {
+                        let ok = done_tx.send(done).is_ok();
+                        wake();
+                        ok
+                    };
+                    match lens_parts(m, job, &stale, &send) {
+                        Ok(rest) => owed_lens = rest,
+                        Err(()) => return,
+                    }
+                }
                 if let Some(Job::Generate { id, text, max_new, max_prompt, stop }) = generate {
-                    let Some(m) = model.as_ref() else { continue };
+                    let Some(m) = model.as_deref() else { continue };
                     let send = |done: Done| {
                         let ok = done_tx.send(done).is_ok();
                         wake();

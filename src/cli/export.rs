@@ -31,6 +31,17 @@ pub enum ViewArg {
     Rollout,
     /// Attention flow through layers 0..=--layer (all heads, or --head).
     Flow,
+    /// A head-role score per head (--score: previous-token, duplicate-token, induction, first-token).
+    Roles,
+    /// The logit lens: streams × positions, each cell its top token (or --rank: the rank of the
+    /// final prediction); --query frames a position. Needs a model with a language-model head.
+    Lens,
+    /// Direct logit attribution of the prediction at --query (default the last token; --target,
+    /// --versus as in `attnviz dla`): layers × heads, attention biases, MLPs, embeddings.
+    Dla,
+    /// The contribution graph: the routes to the prediction at --query (default the last token)
+    /// above --threshold (default 0.04 for this view).
+    Graph,
 }
 
 /// Which attention of an encoder–decoder to draw.
@@ -133,12 +144,25 @@ pub struct ExportArgs {
     /// Hide head-view lines weaker than this.
     #[arg(long, default_value_t = 0.0)]
     pub threshold: f32,
-    /// Query token position (neuron).
+    /// Query token position (neuron); for lens, dla and graph the position framed or traced
+    /// (0, the default there: the last token).
     #[arg(long, default_value_t = 0)]
     pub query: usize,
     /// Statistic to draw (stats).
     #[arg(long, value_enum, default_value_t = StatArg::Entropy)]
     pub stat: StatArg,
+    /// Head-role score (roles): previous-token, duplicate-token, induction or first-token.
+    #[arg(long, default_value = "induction")]
+    pub score: String,
+    /// Lens: colour and write the rank of the final prediction instead of the top token.
+    #[arg(long)]
+    pub rank: bool,
+    /// Dla: the token whose logit is split (default: the top prediction), e.g. " Paris".
+    #[arg(long)]
+    pub target_token: Option<String>,
+    /// Dla: a token subtracted (the attribution of target − versus).
+    #[arg(long)]
+    pub versus: Option<String>,
     /// Merge word pieces into words first (attention to a word summed, from a word averaged).
     #[arg(long)]
     pub words: bool,
@@ -170,6 +194,9 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
         scale: args.scale,
         colormap: args.colormap,
     };
+    if matches!(args.view, ViewArg::Lens | ViewArg::Dla | ViewArg::Graph) {
+        return readout_figure(model_dir, args, style);
+    }
     let figure_needs_run = !matches!(args.view, ViewArg::Pe | ViewArg::PeDot);
     let stack = Stack::from(args.stack);
     if stack != Stack::Encoder {
@@ -208,6 +235,17 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
             Figure::Neuron { layer_idx: args.layer, head_idx: args.head.unwrap_or(0), query_pos: args.query }
         }
         ViewArg::Stats => Figure::Stats(args.stat.into()),
+        ViewArg::Roles => {
+            let name = args.score.replace('-', "_");
+            let Some(role) = crate::analysis::roles::SCORE_NAMES.iter().position(|n| *n == name) else {
+                anyhow::bail!(
+                    "unknown --score {:?}: previous-token, duplicate-token, induction or first-token",
+                    args.score
+                );
+            };
+            Figure::Roles(role)
+        }
+        ViewArg::Lens | ViewArg::Dla | ViewArg::Graph => unreachable!("drawn by readout_figure"),
         ViewArg::Rollout => Figure::Rollout { layer_idx: args.layer, head_idxs: all_heads(heads), flow: None },
         ViewArg::Flow => {
             let run = run.as_ref().context("--text is required")?;
@@ -236,6 +274,73 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
         eprintln!("wrote {} ({w}×{h})", args.output.display());
     } else {
         export_table(run.as_ref(), &figure, &args.output).map_err(anyhow::Error::from)?;
+        eprintln!("wrote {}", args.output.display());
+    }
+    Ok(())
+}
+
+/// `--view lens|dla|graph`: figures the model computes from its residual stream (not from a
+/// recorded run), laid out by the same code as the app's views.
+fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> anyhow::Result<()> {
+    use std::sync::Arc;
+    let text = args.text.as_deref().with_context(|| format!("--text is required for --view {:?}", args.view))?;
+    let model = args.model.load(model_dir)?;
+    let interventions = args.model.interventions()?;
+    let tokens = super::readout::input_tokens(&model, text)?;
+    super::note_run(&model, interventions.describe().as_deref());
+    let n = tokens.len();
+    let position = if args.query == 0 && n > 0 { n - 1 } else { args.query };
+    if position >= n {
+        anyhow::bail!("--query {position} is out of range: the input has {n} tokens");
+    }
+    let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
+    let figure = match args.view {
+        ViewArg::Lens => {
+            let lens = model.lens(&tokens, &[], crate::app::lens::LENS_TOP_K, &[], &interventions)?;
+            let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())).copied();
+            let names = crate::app::readout::token_labels(&model, named.collect::<Vec<_>>());
+            let state = crate::app::lens::LensState {
+                positions: n,
+                streams: lens.streams,
+                parts: vec![Arc::new(crate::app::lens::LensPart { lens, labels: names })],
+                ..crate::app::lens::LensState::default()
+            };
+            let mode =
+                if args.rank { crate::app::state::LensMode::Rank } else { crate::app::state::LensMode::Probability };
+            Figure::Lens(Arc::new(state.figure(&labels, &model.name, (mode, 0), position)))
+        }
+        ViewArg::Dla => {
+            let id = |t: &Option<String>| t.as_deref().map(|t| model.tokenizer.single_id(t)).transpose();
+            let a = model.attribute(&tokens, position, id(&args.target_token)?, id(&args.versus)?, &interventions)?;
+            let title = format!(
+                "{} · direct logit attribution of {} at position {position} “{}” · Σ terms = {:.3}, logit {:.3}",
+                model.name,
+                crate::app::readout::target_text(&a),
+                labels[position],
+                a.total(),
+                a.logit
+            );
+            Figure::Attribution(Arc::new(crate::app::readout::attribution_table(&a, title)))
+        }
+        _ => {
+            let run = model.contributions(&tokens, &interventions)?;
+            let named = run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
+            let names = crate::app::readout::token_labels(&model, named.collect::<Vec<_>>());
+            let graph = crate::app::readout::GraphShown { run, labels: names };
+            let threshold = if args.threshold > 0.0 { args.threshold } else { 0.04 };
+            let title = format!(
+                "{} · contribution graph to the prediction at position {position} “{}” · threshold {threshold:.2}",
+                model.name, labels[position]
+            );
+            Figure::Graph(Arc::new(crate::app::readout::graph_figure(&graph, &labels, (position, threshold), title).0))
+        }
+    };
+    let is_png = args.output.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
+    if is_png {
+        let (w, h) = export_png(None, &figure, style, &args.output).map_err(anyhow::Error::from)?;
+        eprintln!("wrote {} ({w}×{h})", args.output.display());
+    } else {
+        export_table(None, &figure, &args.output).map_err(anyhow::Error::from)?;
         eprintln!("wrote {}", args.output.display());
     }
     Ok(())

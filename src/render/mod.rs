@@ -6,8 +6,10 @@
 mod canvas;
 mod colorbar;
 mod colormap;
+mod graph;
 mod head_view;
 mod heatmap;
+mod lens;
 mod model_grid;
 mod pe;
 pub mod text;
@@ -15,11 +17,13 @@ pub mod text;
 pub use canvas::{MAX_SIDE, Segment, cell_text_rgb, stack};
 pub use colorbar::format_cell_value;
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
+pub use graph::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width, graph};
 pub use head_view::{
     HeadLines, HeadViewLayout, HeadViewSpec, Side, draw_lines, head_view, head_view_layout, head_view_layout_sides,
     transparent_image,
 };
 pub use heatmap::{CellGrid, HeatmapSpec, heatmap, symmetric_range};
+pub use lens::{TextGridSpec, text_grid};
 pub use model_grid::{ModelGridSpec, model_grid};
 pub use pe::{pe_dot, pe_encoding};
 pub use text::{draw_text, fit_text, text_width};

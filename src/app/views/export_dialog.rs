@@ -19,6 +19,9 @@ pub fn default_export_path(settings: &Settings, home: Option<&Path>) -> PathBuf 
         View::Stats => format!("attnviz-head-stats-{}.png", settings.stat.key()),
         View::Rollout => format!("attnviz-rollout-layer{}.png", settings.layer_idx),
         View::Compare => format!("attnviz-compare-layer{}.png", settings.layer_idx),
+        View::Lens => "attnviz-logit-lens.png".to_string(),
+        View::Attribution => "attnviz-logit-attribution.png".to_string(),
+        View::Graph => "attnviz-contribution-graph.png".to_string(),
         View::Positions => match settings.pe_figure {
             PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
             PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
@@ -75,6 +78,9 @@ fn export_dialog_ui(
             View::Stats => "the head statistics grid",
             View::Rollout => "the rollout heatmap",
             View::Compare => "the comparison",
+            View::Lens => "the logit lens grid (the cells computed so far)",
+            View::Attribution => "the attribution grid (layers × heads, MLPs, embeddings)",
+            View::Graph => "the contribution graph (its edges' proportions as numbers)",
             View::Positions => match settings.pe_figure {
                 PeFigure::Encoding => "the positional encoding",
                 PeFigure::Dot => "the dot products PE·PE",
@@ -83,7 +89,10 @@ fn export_dialog_ui(
             },
         };
         ui.label(format!("Saves {what} as a PNG image, drawn the same way as `attnviz export`."));
-        if matches!(settings.view, View::Heatmap | View::Neuron | View::Stats | View::Rollout | View::Compare) {
+        if matches!(
+            settings.view,
+            View::Heatmap | View::Neuron | View::Stats | View::Rollout | View::Compare | View::Lens
+        ) {
             ui.label(RichText::new("End the path in .csv, .json or .npz to save the numbers instead.").small().weak());
         }
         let label = ui.label("Export path");

@@ -3,13 +3,16 @@
 //! commands; it never imports the app. Expensive derived data is computed off the UI thread
 //! (`app::derive`); a view keeps only what it draws (textures), keyed by what they depend on.
 
+pub mod attribution_view;
 pub mod compare_view;
 pub mod export_dialog;
 pub mod generation_panel;
+pub mod graph_view;
 pub mod head_view;
 pub mod heatmap_view;
 pub mod input_bar;
 pub mod interventions_panel;
+pub mod lens_view;
 pub mod matrix;
 pub mod model_view;
 pub mod neuron_view;
@@ -49,6 +52,12 @@ pub struct Views {
     pub compare: compare_view::CompareView,
     /// Continue the text and step through what the model wrote.
     pub generation: generation_panel::GenerationPanel,
+    /// Logit lens: the watch box.
+    pub lens: lens_view::LensView,
+    /// Logit attribution: the grid's texture.
+    pub attribution: attribution_view::AttributionView,
+    /// Contribution graph: the laid-out routes.
+    pub graph: graph_view::GraphView,
 }
 
 impl Views {
@@ -66,6 +75,9 @@ impl Views {
             rollout: rollout_view::RolloutView::default(),
             compare: compare_view::CompareView::default(),
             generation: generation_panel::GenerationPanel::default(),
+            lens: lens_view::LensView::default(),
+            attribution: attribution_view::AttributionView::default(),
+            graph: graph_view::GraphView::default(),
         }
     }
 
@@ -168,6 +180,9 @@ impl Views {
             View::Stats => self.stats.ui(ui, data, commands),
             View::Rollout => self.rollout.ui(ui, data, commands),
             View::Compare => self.compare.ui(ui, data, commands),
+            View::Lens => self.lens.ui(ui, data, commands),
+            View::Attribution => self.attribution.ui(ui, data, commands),
+            View::Graph => self.graph.ui(ui, data, commands),
             View::Positions => {}
         }
     }
@@ -195,6 +210,78 @@ fn stack_switch_ui(ui: &mut egui::Ui, settings: &Settings, commands: &mut Comman
         ui.label(RichText::new("(words: source only)").small().weak())
             .on_hover_text("Word pieces are merged on the encoder side; the target stays in tokens");
     }
+}
+
+/// Says why a readout view does not apply to the model shown (`what` the view needs, weakly).
+pub fn refusal_ui(ui: &mut egui::Ui, why: &str, what: &str) {
+    ui.add_space(20.0);
+    ui.colored_label(ui.visuals().warn_fg_color, RichText::new(why).strong());
+    ui.label(RichText::new(what).weak());
+}
+
+/// A position picker: a strong `title`, a number box, the token's label; ← / → step when no text
+/// box has the keyboard. Returns the new position when it changed.
+pub fn position_ui(ui: &mut egui::Ui, title: &str, hint: &str, labels: &[String], position: usize) -> Option<usize> {
+    let n = labels.len();
+    ui.label(RichText::new(title).strong());
+    let mut pos = position;
+    ui.add(egui::DragValue::new(&mut pos).range(0..=n.saturating_sub(1))).on_hover_text(hint);
+    ui.label(format!("“{}”", labels.get(position).map_or("", String::as_str)));
+    if ui.memory(|m| m.focused().is_none()) {
+        let (left, right) = ui.input(|i| (i.key_pressed(egui::Key::ArrowLeft), i.key_pressed(egui::Key::ArrowRight)));
+        if left {
+            pos = pos.saturating_sub(1);
+        } else if right {
+            pos = (pos + 1).min(n.saturating_sub(1));
+        }
+    }
+    (pos != position).then_some(pos)
+}
+
+/// What the head `(layer_idx, head_idx)`'s write at `position` promotes and suppresses, once the
+/// worker has it (`data.effect`); a button opens the head in the heatmap.
+pub fn head_effect_ui(
+    ui: &mut egui::Ui,
+    data: &ViewData<'_>,
+    (layer_idx, head_idx, position): (usize, usize, usize),
+    title: &str,
+    commands: &mut Commands,
+) {
+    ui.horizontal(|ui| {
+        ui.label(RichText::new(title).strong());
+        if ui.button("Open in the heatmap").clicked() {
+            commands.push(Command::OpenHead { layer_idx, head_idx });
+        }
+    });
+    if data.lens_refusal.is_some() {
+        return; // no language-model head to read what it promotes with
+    }
+    match data.effect.filter(|e| e.0.head == (layer_idx, head_idx) && e.0.position == position) {
+        Some((_, Ok(effect))) if !data.effect_pending => {
+            let list = |items: &[(String, f32)]| {
+                items.iter().map(|(t, v)| format!("“{t}” {v:+.3}")).collect::<Vec<_>>().join("  ")
+            };
+            ui.label(format!("Promotes (top {}): {}", crate::app::readout::EFFECT_K, list(&effect.promoted)));
+            ui.label(format!("Suppresses: {}", list(&effect.suppressed)));
+        }
+        Some((_, Err(e))) if !data.effect_pending => {
+            ui.colored_label(ui.visuals().error_fg_color, capitalised(e));
+        }
+        _ => computing_ui(ui, "what this head promotes"),
+    }
+}
+
+/// Makes head `head_idx` of layer `layer_idx` the one the attention views show (the others
+/// deselected), without leaving the current view.
+pub fn select_head(
+    settings: &crate::app::state::Settings,
+    (layer_idx, head_idx): (usize, usize),
+    commands: &mut Commands,
+) {
+    use super::command::Setting;
+    let heads = (0..settings.heads.len().max(head_idx + 1)).map(|h| h == head_idx).collect();
+    commands.push(Command::Set(Setting::Layer(layer_idx)));
+    commands.push(Command::Set(Setting::Heads(heads)));
 }
 
 /// A spinner and "computing …" while derived data is produced off the UI thread.

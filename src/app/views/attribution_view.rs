@@ -1,0 +1,178 @@
+//! Direct logit attribution (`TransformerLens`'s `decompose_resid` + `apply_ln_to_stack`): how much
+//! each head, each MLP and the embeddings wrote towards one token's logit at one position, as a
+//! layers × heads grid (diverging colours, symmetric range) with the attention bias and the MLP
+//! of each layer as their own columns and the embeddings as their own row. A click selects a head
+//! and lists the tokens its write promotes and suppresses; the selected head opens in the heatmap.
+
+use egui::RichText;
+
+use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
+use crate::app::command::{Command, Commands, Setting};
+use crate::app::data::ViewData;
+use crate::app::readout::{attribution_table, target_text};
+use crate::render::Colormap;
+
+/// The attribution view's state: the grid's texture, the boxes being typed.
+#[derive(Default)]
+pub struct AttributionView {
+    texture: MatrixTexture,
+}
+
+impl AttributionView {
+    /// Draws the view.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        if let Some(why) = data.lens_refusal {
+            let what = "Direct logit attribution reads each part's write through the model's final norm and its \
+                        language-model head: a decoder with its head.";
+            super::refusal_ui(ui, why, what);
+            return;
+        }
+        let Some(tokens) = data.lens_tokens else { return };
+        let settings = data.settings;
+        let n = tokens.len();
+        if n == 0 {
+            return;
+        }
+        let position = settings.dla_position.unwrap_or(n - 1).min(n - 1);
+        controls_ui(ui, data, tokens, position, commands);
+        let Some((key, result, ms)) = data.dla else {
+            super::computing_ui(ui, "the attribution");
+            return;
+        };
+        if data.dla_pending {
+            super::computing_ui(ui, "the attribution");
+        }
+        let a = match result {
+            Ok(a) => a,
+            Err(e) => {
+                ui.colored_label(ui.visuals().error_fg_color, super::capitalised(e));
+                return;
+            }
+        };
+        let label = crate::analysis::tokens::pretty_label(&tokens.tokens[key.position.min(n - 1)]);
+        ui.label(
+            RichText::new(format!(
+                "Logit of {} at position {} “{label}”: Σ terms = {:.4} = logit {:.4}",
+                target_text(a),
+                a.position,
+                a.total(),
+                a.logit
+            ))
+            .strong(),
+        );
+        ui.label(
+            RichText::new(format!(
+                "Embeddings {:+.4} · attention biases {:+.4} · MLPs {:+.4} · heads {:+.4} · constant (head bias, final \
+                 norm bias) {:+.4}. Each part's write through the final norm, linearised at this input, and the \
+                 unembedding row (TransformerLens' decompose_resid). Click a head to see what its write promotes; \
+                 computed in {ms:.0} ms.",
+                a.embeddings,
+                a.attention_biases.iter().sum::<f32>(),
+                a.mlps.iter().sum::<f32>(),
+                a.heads.iter().sum::<f32>(),
+                a.lm_head_bias
+            ))
+            .small()
+            .weak(),
+        );
+        let table = attribution_table(a, String::new());
+        let (rows, cols, heads) = (table.row_labels.len(), table.col_labels.len(), a.heads_per_layer);
+        let range = symmetric_range(&table.values);
+        let hover = |r: usize, c: usize, v: f32| {
+            let what = match (r, c) {
+                (r, _) if r == a.layers => "The embeddings".to_string(),
+                (l, c) if c < heads => format!("Layer {l} head {c}"),
+                (l, c) if c == heads => format!("Layer {l} attention output bias (constant)"),
+                (l, _) => format!("Layer {l} MLP"),
+            };
+            let share = if a.logit.abs() > 1e-9 {
+                format!(" ({:.1}% of the logit)", 100.0 * v / a.logit)
+            } else {
+                String::new()
+            };
+            let click = if r < a.layers && c < heads { "\n\nClick to see what this head promotes" } else { "" };
+            format!("{what}\ncontribution {v:+.6}{share}{click}")
+        };
+        let name = |r: usize, c: usize| format!("Attribution of {} {}", table.row_labels[r], table.col_labels[c]);
+        let key_hash = super::matrix::key_of(&(key, rows, cols));
+        let grid_h = (ui.available_height() - 170.0).max(120.0);
+        // The whole grid in view when it fits (rows of a 30-layer model shrink to fit).
+        let fit_w = (ui.available_width() - 200.0) / cols.max(1) as f32;
+        let fit_h = (grid_h - 70.0) / rows.max(1) as f32;
+        let cell = fit_w.min(fit_h).clamp(14.0, 56.0);
+        let mut clicked = None;
+        egui::ScrollArea::both().id_salt("dla-grid").max_height(grid_h).auto_shrink([false, true]).show(ui, |ui| {
+            clicked = matrix_ui(
+                ui,
+                &mut self.texture,
+                key_hash,
+                &MatrixSpec {
+                    id: "dla",
+                    values: &table.values,
+                    rows,
+                    cols,
+                    row_labels: &table.row_labels,
+                    col_labels: &table.col_labels,
+                    range,
+                    colormap: Colormap::RdBu,
+                    cell,
+                    hover: &hover,
+                    clickable: Some(&name),
+                },
+            )
+            .clicked;
+        });
+        if let Some((layer_idx, head_idx)) = clicked.filter(|&(r, c)| r < a.layers && c < heads) {
+            commands.push(Command::Set(Setting::DlaHead(Some((layer_idx, head_idx)))));
+            super::select_head(settings, (layer_idx, head_idx), commands);
+        }
+        ui.separator();
+        effect_ui(ui, data, (a.layers, heads), commands);
+    }
+}
+
+/// Position, target and "versus" boxes.
+fn controls_ui(
+    ui: &mut egui::Ui,
+    data: &ViewData<'_>,
+    tokens: &crate::analysis::tokens::Tokens,
+    position: usize,
+    commands: &mut Commands,
+) {
+    let settings = data.settings;
+    ui.horizontal_wrapped(|ui| {
+        let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
+        let hint = "The position whose next-token prediction is attributed (← / → step)";
+        if let Some(pos) = super::position_ui(ui, "Position", hint, &labels, position) {
+            commands.push(Command::Set(Setting::DlaPosition(Some(pos))));
+        }
+        ui.separator();
+        let mut target = settings.dla_target.clone();
+        let label = ui.label("Target token");
+        ui.add(egui::TextEdit::singleline(&mut target).desired_width(110.0).hint_text("top prediction"))
+            .labelled_by(label.id)
+            .on_hover_text("The token whose logit is split (empty: the model's top prediction), e.g. \" Paris\"");
+        if target != settings.dla_target {
+            commands.push(Command::Set(Setting::DlaTarget(target)));
+        }
+        let mut versus = settings.dla_versus.clone();
+        let label = ui.label("− versus");
+        ui.add(egui::TextEdit::singleline(&mut versus).desired_width(110.0).hint_text("none"))
+            .labelled_by(label.id)
+            .on_hover_text("A token subtracted: the attribution of the logit difference target − versus");
+        if versus != settings.dla_versus {
+            commands.push(Command::Set(Setting::DlaVersus(versus)));
+        }
+    });
+}
+
+/// The selected head: open it in the heatmap, the tokens its write promotes and suppresses.
+fn effect_ui(ui: &mut egui::Ui, data: &ViewData<'_>, (layers, heads): (usize, usize), commands: &mut Commands) {
+    let Some((layer_idx, head_idx)) = data.settings.dla_head.filter(|&(l, h)| l < layers && h < heads) else {
+        ui.label(RichText::new("Click a head to see the tokens its write promotes and suppresses.").weak());
+        return;
+    };
+    let position = data.dla.map_or(0, |d| d.0.position);
+    let title = format!("Layer {layer_idx} head {head_idx}");
+    super::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+}

@@ -1,0 +1,197 @@
+//! The contribution graph (Ferrando & Voita 2024, the LLM transparency tool): the routes that carry
+//! information from the input tokens to one prediction — token columns, the embeddings at the
+//! bottom and each layer's attention, MLP and output above, edges as wide and as opaque as their
+//! share; every node shows its logit-lens top token. A click on an attention edge selects its
+//! strongest head: it opens in the heatmap and its write's promoted tokens are listed.
+
+use std::sync::Arc;
+
+use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
+
+use crate::app::command::{Command, Commands, Setting};
+use crate::app::data::ViewData;
+use crate::app::readout::{EdgeHead, GraphShown, graph_figure};
+use crate::export::GraphFigure;
+use crate::render::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width};
+
+/// What a laid-out graph was made from: token run, position, threshold bits.
+type LayoutKey = (u64, usize, u32);
+
+/// The graph view's state: the laid-out routes, rebuilt when the run, position or threshold change.
+#[derive(Default)]
+pub struct GraphView {
+    layout: Option<(LayoutKey, Arc<GraphFigure>, Vec<Option<EdgeHead>>)>,
+    /// How many times the routes were laid out.
+    pub layouts: usize,
+}
+
+impl GraphView {
+    /// Draws the view.
+    pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+        if let Some(why) = data.graph_refusal {
+            let what = "The graph splits each block's write into its parts: a decoder whose blocks add to the stream.";
+            super::refusal_ui(ui, why, what);
+            return;
+        }
+        let Some(tokens) = data.lens_tokens else { return };
+        let settings = data.settings;
+        let n = tokens.len();
+        if n == 0 {
+            return;
+        }
+        let position = settings.graph_position.unwrap_or(n - 1).min(n - 1);
+        let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
+        controls_ui(ui, settings, &labels, position, commands);
+        let graph = match data.graph {
+            Some((source_id, Ok(graph), ms)) if !data.graph_pending => (source_id, graph, ms),
+            Some((_, Err(e), _)) if !data.graph_pending => {
+                ui.colored_label(ui.visuals().error_fg_color, super::capitalised(e));
+                return;
+            }
+            _ => {
+                super::computing_ui(ui, &format!("the contribution graph of {n} tokens"));
+                return;
+            }
+        };
+        let (source_id, graph, ms) = graph;
+        let key = (*source_id, position, settings.graph_threshold.to_bits());
+        if self.layout.as_ref().is_none_or(|l| l.0 != key) {
+            let (figure, heads) = graph_figure(graph, &labels, (position, settings.graph_threshold), String::new());
+            self.layout = Some((key, Arc::new(figure), heads));
+            self.layouts += 1;
+        }
+        let Some((_, figure, heads)) = &self.layout else { return };
+        let (figure, heads) = (Arc::clone(figure), heads.clone());
+        ui.label(
+            RichText::new(format!(
+                "The routes to the prediction at position {position} “{}”: {} edges above {:.2} of the information at \
+                 their node (Ferrando & Voita 2024). Blue: attention, orange: MLP, grey: residual. Each node shows its \
+                 logit-lens top token. Click an attention edge's dot to open its strongest head. Computed in {ms:.0} ms.",
+                labels[position],
+                figure.edges.len(),
+                settings.graph_threshold
+            ))
+            .small()
+            .weak(),
+        );
+        let graph_h = (ui.available_height() - 90.0).max(160.0);
+        egui::ScrollArea::both().id_salt("graph").max_height(graph_h).auto_shrink([false, true]).show(ui, |ui| {
+            graph_ui(ui, settings, &figure, &heads, commands);
+        });
+        ui.separator();
+        head_ui(ui, data, graph, &labels, commands);
+    }
+}
+
+/// Position and threshold.
+fn controls_ui(
+    ui: &mut egui::Ui,
+    settings: &crate::app::state::Settings,
+    labels: &[String],
+    position: usize,
+    commands: &mut Commands,
+) {
+    ui.horizontal_wrapped(|ui| {
+        if let Some(pos) =
+            super::position_ui(ui, "Prediction at", "The output position traced (← / →)", labels, position)
+        {
+            commands.push(Command::Set(Setting::GraphPosition(Some(pos))));
+        }
+        ui.separator();
+        let mut threshold = settings.graph_threshold;
+        let label = ui.label("Threshold");
+        ui.add(egui::Slider::new(&mut threshold, 0.0..=0.5).step_by(0.005))
+            .labelled_by(label.id)
+            .on_hover_text("Edges carrying less than this share of their node's information are left out");
+        if threshold.to_bits() != settings.graph_threshold.to_bits() {
+            commands.push(Command::Set(Setting::GraphThreshold(threshold)));
+        }
+    });
+}
+
+/// Draws the laid-out graph; a click on an attention edge's dot selects its strongest head.
+fn graph_ui(
+    ui: &mut egui::Ui,
+    settings: &crate::app::state::Settings,
+    figure: &GraphFigure,
+    heads: &[Option<EdgeHead>],
+    commands: &mut Commands,
+) {
+    let selected = settings.graph_head;
+    let (col_w, row_h) = GRAPH_CELL;
+    let left_w = 60.0;
+    let levels = 2 * figure.layers;
+    let n = figure.tokens.len();
+    let size = vec2(left_w + n as f32 * col_w, (levels as f32 + 1.0) * row_h + 24.0);
+    let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
+    let painter = ui.painter_at(rect);
+    let text = ui.visuals().text_color();
+    let muted = ui.visuals().weak_text_color();
+    let bottom = rect.top() + levels as f32 * row_h + row_h / 2.0;
+    let at = |column: f32, level: f32| pos2(rect.left() + left_w + (column + 0.5) * col_w, bottom - level * row_h);
+    let font = FontId::proportional(10.0);
+    for l in 0..figure.layers {
+        let p = at(0.0, 2.0 * l as f32 + 2.0);
+        painter.text(pos2(rect.left() + 4.0, p.y), egui::Align2::LEFT_CENTER, format!("L{l}"), font.clone(), muted);
+    }
+    painter.text(pos2(rect.left() + 4.0, bottom), egui::Align2::LEFT_CENTER, "emb", font.clone(), muted);
+    for edge in &figure.edges {
+        let (Some(a), Some(b)) = (figure.nodes.get(edge.from), figure.nodes.get(edge.to)) else { continue };
+        let [r, g, bl] = edge_rgb(edge.kind);
+        let color = Color32::from_rgba_unmultiplied(r, g, bl, (edge_alpha(edge.weight) * 255.0) as u8);
+        painter
+            .line_segment([at(a.column, a.level), at(b.column, b.level)], Stroke::new(edge_width(edge.weight), color));
+    }
+    for node in &figure.nodes {
+        let p = at(node.column, node.level);
+        painter.circle_filled(p, 3.0, text);
+        let galley = super::matrix::fitted_label(&painter, &node.label, &font, text, col_w * 0.6);
+        painter.galley(pos2(p.x + 5.0, p.y - galley.size().y - 1.0), galley, text);
+    }
+    for (i, token) in figure.tokens.iter().enumerate() {
+        let p = at(i as f32, 0.0);
+        let galley = super::matrix::fitted_label(&painter, token, &FontId::proportional(12.0), text, col_w - 4.0);
+        painter.galley(pos2(p.x - galley.size().x / 2.0, bottom + row_h / 2.0), galley, text);
+    }
+    // A dot in the middle of each attention edge: hover names it, a click selects its head.
+    for (i, (edge, head)) in figure.edges.iter().zip(heads).enumerate() {
+        let (Some(a), Some(b), Some(head)) = (figure.nodes.get(edge.from), figure.nodes.get(edge.to), head) else {
+            continue;
+        };
+        let mid = at(f32::midpoint(a.column, b.column), f32::midpoint(a.level, b.level));
+        if !ui.clip_rect().contains(mid) {
+            continue;
+        }
+        let hit = Rect::from_center_size(mid, vec2(10.0, 10.0));
+        let resp = ui.interact(hit, ui.scope_id().with(("graph-edge", i)), Sense::click());
+        let name = format!("Edge {}", edge.name);
+        resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &name));
+        let on = selected == Some(*head);
+        let [r, g, bl] = edge_rgb(edge.kind);
+        painter.circle_filled(mid, if on || resp.hovered() { 5.0 } else { 3.0 }, Color32::from_rgb(r, g, bl));
+        if on {
+            painter.circle_stroke(mid, 6.0, Stroke::new(2.0, text));
+        }
+        if resp.clicked() {
+            commands.push(Command::Set(Setting::GraphHead(Some(*head))));
+            super::select_head(settings, (head.0, head.1), commands);
+        }
+        resp.on_hover_text_at_pointer(format!(
+            "{}\nproportion {:.4}\nClick to select this head",
+            edge.name, edge.weight
+        ));
+    }
+}
+
+/// The head selected on an edge: open it in the heatmap, what its write promotes.
+fn head_ui(ui: &mut egui::Ui, data: &ViewData<'_>, graph: &GraphShown, labels: &[String], commands: &mut Commands) {
+    let layers = graph.run.graph.layers.len();
+    let Some((layer_idx, head_idx, position)) =
+        data.settings.graph_head.filter(|&(l, _, p)| l < layers && p < labels.len())
+    else {
+        ui.label(RichText::new("Click the dot of an attention edge to select its strongest head.").weak());
+        return;
+    };
+    let title = format!("Layer {layer_idx} head {head_idx}, writing into “{}”", labels[position]);
+    super::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+}

@@ -7,6 +7,7 @@
 //! above a threshold are followed back to the input tokens: the routes the information took.
 //! One pass, no patching. Plain data: the model hands over the streams and each head's values.
 
+use rayon::prelude::*;
 use serde::Serialize;
 
 /// ε of the proportions (`llm-transparency-tool`'s `EPS`).
@@ -39,6 +40,10 @@ pub fn proportions(count: usize, whole: &[f32], mut part: impl FnMut(usize, &mut
     out
 }
 
+/// One token's shares in a layer: the heads' reads kept, the residual's share after attention,
+/// the MLP's and the residual's after the MLP.
+type TokenShares = (Vec<(u32, u32, u16, f32)>, f32, f32, f32);
+
 /// One layer's contributions.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct LayerContributions {
@@ -69,29 +74,47 @@ impl LayerContributions {
             &v[i * hidden..(i + 1) * hidden]
         }
         let heads = probs.len();
+        // Each token's parts, in parallel over tokens; a part no attention reaches (a masked
+        // key: A = 0) is ε without computing its distance, which equals ‖whole‖₁ exactly there.
+        let rows: Vec<TokenShares> = (0..n)
+            .into_par_iter()
+            .map(|to| {
+                let whole = row(mid, to, hidden);
+                let norm = l1(whole);
+                let mut raw = Vec::with_capacity(n * heads + 1);
+                for from in 0..n {
+                    for (h, values) in values.iter().enumerate() {
+                        let a = probs[h][to * n + from];
+                        let distance: f32 = if a == 0.0 {
+                            norm
+                        } else {
+                            whole.iter().zip(row(values, from, hidden)).map(|(w, v)| (w - a * v).abs()).sum()
+                        };
+                        raw.push((norm - distance).max(EPS));
+                    }
+                }
+                let residual: f32 = whole.iter().zip(row(pre, to, hidden)).map(|(w, p)| (w - p).abs()).sum();
+                raw.push((norm - residual).max(EPS));
+                let sum: f32 = raw.iter().sum();
+                let kept = raw[..n * heads]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &c)| (k, c / sum))
+                    .filter(|&(_, p)| p >= KEPT_FLOOR)
+                    .map(|(k, p)| (to as u32, (k / heads) as u32, (k % heads) as u16, p))
+                    .collect();
+                let c = proportions(2, row(post, to, hidden), |k, buf| {
+                    buf.copy_from_slice(row(if k == 0 { mlp } else { mid }, to, hidden));
+                });
+                (kept, raw[n * heads] / sum, c[0], c[1])
+            })
+            .collect();
         let mut out = Self::default();
-        for to in 0..n {
-            // Parts: each (from, head), then the residual stream (the one-off part).
-            let c = proportions(n * heads + 1, row(mid, to, hidden), |k, buf| {
-                if k == n * heads {
-                    buf.copy_from_slice(row(pre, to, hidden));
-                } else {
-                    let (from, h) = (k / heads, k % heads);
-                    let a = probs[h][to * n + from];
-                    buf.iter_mut().zip(row(values[h], from, hidden)).for_each(|(b, v)| *b = a * v);
-                }
-            });
-            for (k, &p) in c[..n * heads].iter().enumerate() {
-                if p >= KEPT_FLOOR {
-                    out.heads.push((to as u32, (k / heads) as u32, (k % heads) as u16, p));
-                }
-            }
-            out.residual_attn.push(c[n * heads]);
-            let c = proportions(2, row(post, to, hidden), |k, buf| {
-                buf.copy_from_slice(row(if k == 0 { mlp } else { mid }, to, hidden));
-            });
-            out.mlp.push(c[0]);
-            out.residual_mlp.push(c[1]);
+        for (kept, residual_attn, mlp, residual_mlp) in rows {
+            out.heads.extend(kept);
+            out.residual_attn.push(residual_attn);
+            out.mlp.push(mlp);
+            out.residual_mlp.push(residual_mlp);
         }
         out
     }

@@ -651,6 +651,8 @@ fn lens_parts(
     let n = tokens.len();
     let mut parts: Vec<Vec<usize>> = column.into_iter().map(|p| vec![p]).collect();
     parts.extend(chunks.iter().map(|&s| (s..(s + LENS_CHUNK).min(n)).collect()));
+    // One pass keeps every stream's rows; each part only reads them through the head.
+    let streams = model.lens_streams(&tokens, &interventions);
     for (i, positions) in parts.iter().enumerate() {
         if i > 0 && stale() {
             let rest = Job::Lens {
@@ -664,16 +666,22 @@ fn lens_parts(
             // Only grid chunks remain (a column, if asked, is always the first part).
             return Ok(Some(rest));
         }
-        let result = model.lens(&tokens, positions, LENS_TOP_K, &ids, &interventions).map(|lens| {
-            let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())).copied();
-            let labels = crate::app::readout::token_labels(model, named);
-            Arc::new(LensPart { lens, labels })
-        });
+        let result = match &streams {
+            Ok(rows) => model
+                .lens_from(rows, positions, LENS_TOP_K, &ids)
+                .map(|lens| {
+                    let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())).copied();
+                    let labels = crate::app::readout::token_labels(model, named);
+                    Arc::new(LensPart { lens, labels })
+                })
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
         let failed = result.is_err();
         let done = Done::Lens {
             id,
             key: key.clone(),
-            result: result.map_err(|e| e.to_string()),
+            result,
             watched: watched.clone(),
             notes: notes.clone(),
             finished: failed || i + 1 == parts.len(),

@@ -45,6 +45,12 @@ impl StreamRows {
         let size = self.positions.len() * self.hidden;
         &self.rows[s * size..(s + 1) * size]
     }
+
+    /// Stream `s`'s rows of the kept positions at indices `at`.
+    pub fn rows_at(&self, s: usize, at: &[usize]) -> Vec<f32> {
+        let (stream, h) = (self.stream(s), self.hidden);
+        at.iter().flat_map(|&i| stream[i * h..(i + 1) * h].iter().copied()).collect()
+    }
 }
 
 impl Listener for StreamRows {
@@ -193,6 +199,30 @@ impl LoadedModel {
                 why: format!("the input has {n} tokens (positions 0 to {})", n.saturating_sub(1)),
             });
         }
+        let mut rows = StreamRows::new(positions.clone());
+        self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut rows)?;
+        self.lens_from(&rows, &positions, top_k, watch)
+    }
+
+    /// The residual rows of every position at every stream of one pass: what [`Self::lens_from`]
+    /// reads any positions' lens from without running the model again (a view computing the
+    /// lens piece by piece runs the model once).
+    pub fn lens_streams(&self, tokens: &Tokens, interventions: &Interventions) -> Result<StreamRows, ModelError> {
+        self.refuse_readout()?;
+        self.check_tokens(tokens, interventions)?;
+        let mut rows = StreamRows::new((0..tokens.len()).collect());
+        self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut rows)?;
+        Ok(rows)
+    }
+
+    /// The lens at `positions` (each one `streams` kept) from rows a pass kept.
+    pub fn lens_from(
+        &self,
+        streams: &StreamRows,
+        positions: &[usize],
+        top_k: usize,
+        watch: &[u32],
+    ) -> Result<Lens, ModelError> {
         let vocab = self.net.description().vocab_size;
         if let Some(&t) = watch.iter().find(|&&t| t as usize >= vocab) {
             return Err(ModelError::Unsupported {
@@ -201,10 +231,20 @@ impl LoadedModel {
                 why: format!("outside the vocabulary ({vocab})"),
             });
         }
-        let mut rows = StreamRows::new(positions.clone());
-        self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut rows)?;
+        let at: Vec<usize> = positions
+            .iter()
+            .map(|p| {
+                streams.positions.iter().position(|q| q == p).ok_or_else(|| ModelError::Unsupported {
+                    field: "position".into(),
+                    value: p.to_string(),
+                    why: "not among the positions the pass kept".into(),
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let net = &self.net;
-        Ok(Lens::build(rows.streams(), positions, top_k, watch, |s| stream_logits(net, rows.stream(s))))
+        Ok(Lens::build(streams.streams(), positions.to_vec(), top_k, watch, |s| {
+            stream_logits(net, &streams.rows_at(s, &at))
+        }))
     }
 
     /// Direct logit attribution at `position` of `tokens`: each part's share of `target`'s logit

@@ -241,9 +241,23 @@ impl LoadedModel {
                 })
             })
             .collect::<Result<_, _>>()?;
+        // The unembedding reads the whole vocabulary table once per call: take the rows of
+        // several streams together (about 128 rows a call), the streams asked for last first.
+        let per_call = (128 / at.len().max(1)).max(1);
+        let mut ready: std::collections::HashMap<usize, Vec<f32>> = std::collections::HashMap::new();
         let net = &self.net;
         Ok(Lens::build(streams.streams(), positions.to_vec(), top_k, watch, |s| {
-            stream_logits(net, &streams.rows_at(s, &at))
+            if let Some(logits) = ready.remove(&s) {
+                return logits;
+            }
+            let first = (s + 1).saturating_sub(per_call);
+            let rows: Vec<f32> = (first..=s).flat_map(|t| streams.rows_at(t, &at)).collect();
+            let logits = stream_logits(net, &rows);
+            let per_stream = logits.len() / (s + 1 - first);
+            for (t, chunk) in (first..=s).zip(logits.chunks(per_stream.max(1))) {
+                ready.insert(t, chunk.to_vec());
+            }
+            ready.remove(&s).unwrap_or_default()
         }))
     }
 

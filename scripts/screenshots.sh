@@ -189,3 +189,30 @@ click 98 625 1
 click 500 560
 xdotool mousemove 1300 800
 shot long-window 1
+# What heads do, on SmolLM2 (the tab bar's second row): the logit lens of "The capital of France
+# is", scrolled to the last blocks with block 29 at "is" hovered (" Paris" third there, first at the
+# output); the logit attribution of " Paris" with head 23.4 clicked (what its write promotes); the
+# contribution graph of the prediction; the head roles on the probe, coloured by induction.
+relaunch --model smollm2 --text "The capital of France is"
+sleep 4
+nudge 3
+click 314 99 2
+nudge 3
+xdotool mousemove 560 450
+for _ in $(seq 8); do xdotool click 5; sleep 0.1; done
+xdotool mousemove 695 565
+shot lens 1
+click 413 99 2
+click 401 581 1.5
+shot attribution 1
+click 540 99 4
+nudge 6
+xdotool mousemove 1300 800
+shot contribution-graph 2
+click 675 76 1.5
+click 884 177 2
+click 608 177 1
+xdotool mousemove 560 600
+for _ in $(seq 12); do xdotool click 5; sleep 0.1; done
+xdotool mousemove 1300 800
+shot head-roles 1

@@ -7,32 +7,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use attnviz::model::engine::{EachHead, EachLayer, Input};
 use attnviz::model::{Capture, Interventions, LoadedModel, Network};
-use common::{Rng, root};
-
-/// Every fixture model (each family's folder, the rope scalings, each GGUF file).
-fn fixtures() -> Vec<PathBuf> {
-    let list = |dir: &Path| -> Vec<PathBuf> { std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect() };
-    let mut dirs = Vec::new();
-    for p in list(&root().join("tests/fixtures/models")) {
-        if p.join("config.json").is_file() {
-            dirs.push(p);
-        } else if p.is_dir() {
-            dirs.extend(list(&p).into_iter().filter(|f| f.extension().is_some_and(|e| e == "gguf")));
-        }
-    }
-    dirs.sort();
-    assert!(dirs.len() >= 20, "the fixture families are there");
-    dirs
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
+use common::{Rng, bits, fixture_models as fixtures, root};
 
 /// A random input for `net`: 1 to `max_len` random vocabulary ids (and random token types where
 /// the model reads them).

@@ -7,32 +7,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use attnviz::model::describe::{NormKind, NormPlacement};
 use attnviz::model::engine::{Context, EngineError, Input, LayerSlots, Listener, PassShape, Point, Record, Wants};
 use attnviz::model::{Capture, Interventions, LoadedModel, Network};
-use common::{Rng, root};
-
-/// Every fixture model (each family's folder, each GGUF file).
-fn fixtures() -> Vec<PathBuf> {
-    let list = |dir: &Path| -> Vec<PathBuf> { std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect() };
-    let mut dirs = Vec::new();
-    for p in list(&root().join("tests/fixtures/models")) {
-        if p.join("config.json").is_file() {
-            dirs.push(p);
-        } else if p.is_dir() {
-            dirs.extend(list(&p).into_iter().filter(|f| f.extension().is_some_and(|e| e == "gguf")));
-        }
-    }
-    dirs.sort();
-    assert!(dirs.len() >= 20, "the fixture families are there");
-    dirs
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
+use common::{Rng, bits, fixture_models as fixtures, root};
 
 /// `a + b` element by element.
 fn add(a: &[f32], b: &[f32]) -> Vec<f32> {

@@ -113,3 +113,24 @@ impl Rng {
         &items[self.below(items.len())]
     }
 }
+
+/// Every fixture model (each family's folder, the rope scalings, each GGUF file).
+pub fn fixture_models() -> Vec<PathBuf> {
+    let list = |dir: &Path| -> Vec<PathBuf> { std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect() };
+    let mut dirs = Vec::new();
+    for p in list(&root().join("tests/fixtures/models")) {
+        if p.join("config.json").is_file() {
+            dirs.push(p);
+        } else if p.is_dir() {
+            dirs.extend(list(&p).into_iter().filter(|f| f.extension().is_some_and(|e| e == "gguf")));
+        }
+    }
+    dirs.sort();
+    assert!(dirs.len() >= 20, "the fixture families are there");
+    dirs
+}
+
+/// The bits of each value (to compare bit for bit).
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}

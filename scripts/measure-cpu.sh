@@ -5,7 +5,8 @@
 #   moves: CPU milliseconds per mouse move over the head view, two moves a second.
 # Needs: apt-get install xvfb xdotool. Usage:
 #   scripts/measure-cpu.sh [path/to/attnviz] [TEXT]   (default: target/release/attnviz, the example sentence)
-# VIEW=model|heatmap|pe|stats measures another tab (its tab is clicked after typing).
+# VIEW=model|heatmap|pe|stats|lens|dla|graph measures another tab (its tab is clicked after typing;
+# the last three need a model with a head: ATTNVIZ_MODEL=smollm2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/attnviz}
@@ -29,6 +30,9 @@ case "${VIEW:-head}" in
   heatmap) xdotool mousemove 486 76 click 1 ;;
   stats) xdotool mousemove 676 76 click 1 ;;
   pe) xdotool mousemove 978 76 click 1 ;;
+  lens) xdotool mousemove 314 99 click 1 ;;
+  dla) xdotool mousemove 413 99 click 1 ;;
+  graph) xdotool mousemove 540 99 click 1 ;;
 esac
 sleep 3
 xdotool mousemove 1300 840

@@ -949,3 +949,22 @@ fn export_draws_the_readout_views_and_writes_their_numbers() {
         "language-model head",
     );
 }
+
+/// `$ATTNVIZ_MODEL` naming an embedded model by its short name opens it (it overflowed the stack:
+/// the embedded models were looked for beside the folder the variable named).
+#[test]
+fn attnviz_model_may_name_an_embedded_model() {
+    let dir = tmp();
+    for name in ["smollm2", "minilm"] {
+        let path = dir.path().join(format!("{name}.json"));
+        let out = common::output_sandboxed(
+            Command::new(env!("CARGO_BIN_EXE_attnviz"))
+                .args(["dump", "--text", "The cat sat.", "-o", path.to_str().unwrap()])
+                .env("ATTNVIZ_MODEL", name),
+        );
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let dump: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        let want = if name == "smollm2" { "SmolLM2-135M-Instruct.Q4_1.gguf" } else { "all-MiniLM-L6-v2" };
+        assert_eq!(dump["model"], want, "{name}");
+    }
+}

@@ -23,6 +23,12 @@ pub fn default_model_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("ATTNVIZ_MODEL").filter(|v| !v.is_empty()) {
         return PathBuf::from(dir);
     }
+    embedded_dir()
+}
+
+/// Where the embedded `MiniLM` is, whatever `$ATTNVIZ_MODEL` says: beside the executable (or two
+/// folders up, for `target/release`), else in the source tree.
+fn embedded_dir() -> PathBuf {
     let rel = Path::new("assets").join("models").join(DEFAULT_MODEL_NAME);
     let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel);
     let exe_dir = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf));
@@ -216,14 +222,14 @@ pub const SMOLLM2_NAME: &str = "SmolLM2-135M-Instruct";
 
 /// Where the embedded `SmolLM2` folder is (beside the embedded `MiniLM`).
 pub fn smollm2_dir() -> PathBuf {
-    let default = default_model_dir();
+    let default = embedded_dir();
     default.parent().map_or_else(|| PathBuf::from(SMOLLM2_NAME), |a| a.join(SMOLLM2_NAME))
 }
 
 /// The embedded models by their short names: `minilm` and `smollm2` (any case).
 fn embedded_model(spec: &Path) -> Option<PathBuf> {
     let name = spec.to_str()?.to_ascii_lowercase();
-    let default = default_model_dir();
+    let default = embedded_dir();
     let assets = default.parent()?;
     match name.as_str() {
         "minilm" | "all-minilm-l6-v2" if !spec.exists() => Some(assets.join(DEFAULT_MODEL_NAME)),

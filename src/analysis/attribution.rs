@@ -26,18 +26,27 @@ pub struct Readout<'a> {
 }
 
 impl Readout<'_> {
-    /// One part's share of the logit: `Σ_d (centre(x)_d / scale) · w_d · u_d`, summed in f64.
-    pub fn share(&self, x: &[f32]) -> f64 {
+    /// `x` through the final norm as linearised at this position: `centre(x)_d / scale · w_d`,
+    /// in f64.
+    fn normed<'x>(&'x self, x: &'x [f32]) -> impl Iterator<Item = f64> + 'x {
         let mean =
             if self.centred { x.iter().map(|&v| f64::from(v)).sum::<f64>() / x.len().max(1) as f64 } else { 0.0 };
         let scale = f64::from(self.scale);
-        x.iter()
-            .enumerate()
-            .map(|(d, &v)| {
-                let w = self.norm_weight.get(d).map_or(1.0, |&w| f64::from(w));
-                (f64::from(v) - mean) / scale * w * f64::from(self.unembedding[d])
-            })
-            .sum()
+        x.iter().enumerate().map(move |(d, &v)| {
+            let w = self.norm_weight.get(d).map_or(1.0, |&w| f64::from(w));
+            (f64::from(v) - mean) / scale * w
+        })
+    }
+
+    /// One part's share of the logit: `Σ_d (centre(x)_d / scale) · w_d · u_d`, summed in f64.
+    pub fn share(&self, x: &[f32]) -> f64 {
+        self.normed(x).zip(self.unembedding).map(|(n, &u)| n * f64::from(u)).sum()
+    }
+
+    /// A part's write through the final norm as linearised here (what the unembedding then turns
+    /// into its change of every logit).
+    pub fn through_norm(&self, x: &[f32]) -> Vec<f32> {
+        self.normed(x).map(|n| n as f32).collect()
     }
 
     /// What does not depend on the input: the norm's bias through the row, plus the head's bias.

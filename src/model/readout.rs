@@ -342,18 +342,18 @@ impl LoadedModel {
         let mut writes = PositionWrites::new(position);
         self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut writes)?;
         let h = d.hidden;
-        let mut x = writes.head_writes[(layer * d.heads + head) * h..][..h].to_vec();
-        // Through the final norm, linearised: centred (LayerNorm), over the scale, times the weight.
+        let write = &writes.head_writes[(layer * d.heads + head) * h..][..h];
+        // Through the final norm, linearised as direct logit attribution takes it.
         let basis = self.net.logit_basis(0).ok_or_else(|| ModelError::Input("no head".into()))?;
-        if basis.centred {
-            let mean = x.iter().sum::<f32>() / h.max(1) as f32;
-            for v in &mut x {
-                *v -= mean;
-            }
-        }
-        for (i, v) in x.iter_mut().enumerate() {
-            *v = *v / writes.scale * basis.norm_weight.get(i).copied().unwrap_or(1.0);
-        }
+        let readout = Readout {
+            centred: basis.centred,
+            scale: writes.scale,
+            norm_weight: &basis.norm_weight,
+            norm_bias: &basis.norm_bias,
+            unembedding: &basis.unembedding,
+            bias: basis.bias,
+        };
+        let x = readout.through_norm(write);
         let logits = self.net.unembed_directions(&x).unwrap_or_default();
         let mut order: Vec<u32> = (0..logits.len() as u32).collect();
         order.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));

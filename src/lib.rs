@@ -11,3 +11,4 @@ pub mod cli;
 pub mod export;
 pub mod model;
 pub mod render;
+pub mod train;

@@ -13,6 +13,7 @@ pub mod lens;
 pub mod pe;
 pub mod readout;
 pub mod stats;
+pub mod train;
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,10 @@ pub enum Command {
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a
     /// text or on a probe of repeated random tokens.
     Heads(heads::HeadsArgs),
+    /// Train a small transformer on a generated task (induction, sort, reverse, the course's
+    /// sentiment classifier, modular addition) and save it as a model folder attnviz and
+    /// transformers open.
+    Train(train::TrainArgs),
 }
 
 /// Runs the parsed command line.
@@ -92,6 +97,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Lens(args)) => lens::run(model.as_deref(), &args),
         Some(Command::Dla(args)) => dla::run(model.as_deref(), &args),
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
+        Some(Command::Train(args)) => train::run(&args),
     }
 }
 

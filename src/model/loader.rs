@@ -362,6 +362,35 @@ impl LoadedModel {
         Ok(Self { name, dir, net, tokenizer, playground: false, eos: g.eos, quantization, decoder: None })
     }
 
+    /// A model made in memory (the training lab's): `config.json`'s text, tensors under the
+    /// checkpoint's names and `tokenizer.json`'s text, read through the same family mapping and
+    /// checks as a folder. `dir` is where it would be saved (nothing is read from it).
+    pub fn from_memory(
+        name: &str,
+        dir: &Path,
+        config: &str,
+        tensors: families::Tensors,
+        tokenizer_json: &str,
+    ) -> Result<Self, ModelError> {
+        let (family, desc, _) = families::describe_full(config)?;
+        let tensors = (family.canonical)(tensors, &desc)
+            .map_err(|message| ModelError::Weights { path: dir.to_path_buf(), message })?;
+        let weights = checked_weights(tensors, &desc, dir, WeightStorage::F32)?;
+        let net = Network::load(&desc, weights)
+            .map_err(|e| ModelError::Weights { path: dir.to_path_buf(), message: e.to_string() })?;
+        let tokenizer = TextTokenizer::from_json(tokenizer_json, desc.max_len)?;
+        Ok(Self {
+            name: name.to_string(),
+            dir: dir.to_path_buf(),
+            net,
+            tokenizer,
+            playground: false,
+            eos: Vec::new(),
+            quantization: None,
+            decoder: None,
+        })
+    }
+
     /// The network's description.
     pub fn description(&self) -> &Description {
         self.net.description()

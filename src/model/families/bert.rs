@@ -51,6 +51,32 @@ pub static ELECTRA: Family = Family {
     canonical: |t, _| Ok(rename_by_table(t, &["electra."], LAYERS)),
 };
 
+/// The training lab's pre-LN encoder classifier (`model_type` "attnviz-pre-ln-bert"): BERT's
+/// tensors and keys, each block normalising before its sub-layers (`attention.output.LayerNorm`
+/// before attention, `output.LayerNorm` before the MLP), a final norm (`encoder.LayerNorm`).
+/// transformers has no such class: it refuses the `model_type`.
+pub static PRE_LN_BERT: Family = Family {
+    decoder: None,
+    model_types: &["attnviz-pre-ln-bert"],
+    describe: |keys| {
+        let desc = bert_like(keys, Variant::Bert)?;
+        Ok(Description { norm: crate::model::NormPlacement::Pre, final_norm: true, ..desc })
+    },
+    canonical: |mut t, _| {
+        let mut finals = Vec::new();
+        for leaf in ["weight", "bias"] {
+            for prefix in ["bert.", ""] {
+                if let Some(norm) = t.remove(&format!("{prefix}encoder.LayerNorm.{leaf}")) {
+                    finals.push((format!("final_norm.{leaf}"), norm));
+                }
+            }
+        }
+        let mut out = rename_by_table(t, &["bert."], LAYERS);
+        out.extend(finals);
+        Ok(out)
+    },
+};
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Variant {
     Bert,

@@ -36,6 +36,9 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
     let s =
         Sizes::read(keys, ["vocab_size", "n_embd", "n_layer", "n_head", "n_inner"], Some(hidden.saturating_mul(4)))?;
     let rows = positions(keys, "n_positions")?;
+    // GPT2LMHeadModel ties its head to the token embeddings unless the config says otherwise (the
+    // training lab's models have an output matrix of their own).
+    let tied = keys.opt_bool("tie_word_embeddings")?.unwrap_or(true);
     if s.intermediate == 0 {
         return Err(unsupported("n_inner", "0".into(), "must be at least 1"));
     }
@@ -52,14 +55,14 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
         causal: true,
         norm: NormPlacement::Pre,
         final_norm: true,
-        lm_head: LmHead::Tied,
+        lm_head: if tied { LmHead::Tied } else { LmHead::Own },
         ..base
     })
 }
 
 /// GPT-2 tensors (with or without the `transformer.` prefix) → canonical names; `Conv1D` weights
-/// transposed, `c_attn` split into q, k and v; the language-model head and the old checkpoints'
-/// mask buffers (`attn.bias`, `attn.masked_bias`) dropped.
+/// transposed, `c_attn` split into q, k and v; the old checkpoints'
+/// mask buffers (`attn.bias`, `attn.masked_bias`) dropped; the head kept when it is not tied.
 fn canonical(tensors: Tensors, desc: &Description) -> Result<Tensors, String> {
     let h = desc.hidden;
     let mut out = HashMap::new();
@@ -73,6 +76,7 @@ fn canonical(tensors: Tensors, desc: &Description) -> Result<Tensors, String> {
                 "wpe.weight" => "embed.positions.weight",
                 "ln_f.weight" => "final_norm.weight",
                 "ln_f.bias" => "final_norm.bias",
+                "lm_head.weight" if desc.lm_head == LmHead::Own => "lm_head.weight",
                 _ => continue,
             };
             out.insert(canon.to_string(), t);

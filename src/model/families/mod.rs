@@ -77,6 +77,7 @@ const FAMILIES: &[&Family] = &[
     &bert::BERT,
     &bert::ROBERTA,
     &bert::ELECTRA,
+    &bert::PRE_LN_BERT,
     &distilbert::DISTILBERT,
     &albert::ALBERT,
     &mpnet::MPNET,

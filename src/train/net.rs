@@ -1,0 +1,309 @@
+//! The networks the lab trains, on Candle's autograd: their parameters are `Var`s in a `VarMap`
+//! (what candle-nn's `AdamW` steps), initialised from the seed as `PyTorch` initialises its layers.
+//!
+//! - The decoder is GPT-2's block (pre-LN, causal, fused q/k/v, learned or fixed sinusoidal
+//!   positions, a final norm, an output matrix of its own), with or without the MLP.
+//! - The classifier is BERT's encoder (embeddings + positions + an embedding norm, post-LN blocks —
+//!   or pre-LN with a final norm), pooled by the mean of its tokens or by a `[CLS]` token, then a
+//!   linear layer to two classes.
+//!
+//! Linear weights are held `in × out` (GPT-2's `Conv1D` layout): `x · W + b`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use candle_core::{D, DType, Device, IndexOp, Tensor, Var};
+use candle_nn::VarMap;
+
+use super::config::{Pooling, TrainConfig};
+use super::ops::{AttentionSoftmax, LayerNorm};
+use super::tasks::{Rng, Task};
+use crate::analysis::pe::{self, PeLayout, PeParams};
+use crate::model::NormPlacement;
+use crate::model::playground::PeKind;
+
+/// Layer norm epsilon (GPT-2's and the playground's).
+pub const NORM_EPS: f64 = 1e-5;
+/// BERT's, for the classifier.
+pub const BERT_NORM_EPS: f64 = 1e-12;
+
+/// A network being trained.
+pub struct Net {
+    /// What it is.
+    pub cfg: TrainConfig,
+    /// Embedding rows (the task's vocabulary).
+    pub vocab: usize,
+    /// Position table rows (the task's longest input).
+    pub positions: usize,
+    /// Every trained parameter.
+    pub varmap: VarMap,
+    vars: HashMap<String, Var>,
+    /// A fixed position table (sinusoidal or none: zeros), not trained.
+    fixed_positions: Option<Tensor>,
+    dtype: DType,
+}
+
+impl std::fmt::Debug for Net {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Net").field("cfg", &self.cfg).field("values", &self.trained_values()).finish_non_exhaustive()
+    }
+}
+
+/// What a forward pass returns.
+#[derive(Debug)]
+pub struct Outputs {
+    /// `[batch, len, vocab]` for the decoder, `[batch, 2]` for the classifier.
+    pub logits: Tensor,
+    /// Per layer `[batch, heads, len, len]`.
+    pub attention: Vec<Tensor>,
+    /// The last hidden state (after the final norm, before pooling), `[batch · len, d_model]`.
+    pub hidden: Tensor,
+}
+
+/// Parameters of a configuration (for the size check before anything is allocated).
+pub fn parameter_count(cfg: &TrainConfig) -> usize {
+    let task = Task::new(cfg);
+    let (v, p, d, f) = (task.vocab_size(), task.max_len(), cfg.d_model, cfg.mlp);
+    let per_layer = 2 * d + 3 * d * d + 3 * d + d * d + d + if f > 0 { 2 * d + d * f + f + f * d + d } else { 0 };
+    let positions = if cfg.pe == PeKind::Learned { p * d } else { 0 };
+    let head = if cfg.task.is_classifier() { 2 * d + 2 + 2 * d } else { d * v + 2 * d };
+    v * d + positions + cfg.layers * per_layer + head
+}
+
+impl Net {
+    /// A network for `cfg`, its weights drawn from `cfg.seed`.
+    pub fn new(cfg: &TrainConfig, dtype: DType) -> candle_core::Result<Self> {
+        let task = Task::new(cfg);
+        let (vocab, positions, d) = (task.vocab_size(), task.max_len(), cfg.d_model);
+        let mut net = Self {
+            cfg: cfg.clone(),
+            vocab,
+            positions,
+            varmap: VarMap::new(),
+            vars: HashMap::new(),
+            fixed_positions: None,
+            dtype,
+        };
+        let mut rng = Rng::new(cfg.seed, 0x1417);
+        let dev = Device::Cpu;
+        // As PyTorch: embeddings N(0, 1); linear weights and biases U(±1/√fan_in); norms 1 and 0.
+        let normal = |rng: &mut Rng, shape: (usize, usize)| -> candle_core::Result<Tensor> {
+            let v: Vec<f32> = (0..shape.0 * shape.1).map(|_| rng.normal()).collect();
+            Tensor::from_vec(v, shape, &dev)
+        };
+        let uniform = |rng: &mut Rng, shape: &[usize], fan_in: usize| -> candle_core::Result<Tensor> {
+            let bound = 1.0 / (fan_in as f64).sqrt();
+            let n: usize = shape.iter().product();
+            let v: Vec<f32> = (0..n).map(|_| ((rng.uniform() * 2.0 - 1.0) * bound) as f32).collect();
+            Tensor::from_vec(v, shape, &Device::Cpu)
+        };
+        let ones = |n: usize| Tensor::ones(n, DType::F32, &Device::Cpu);
+        let zeros = |n: usize| Tensor::zeros(n, DType::F32, &Device::Cpu);
+        net.add("tok", normal(&mut rng, (vocab, d))?)?;
+        match cfg.pe {
+            PeKind::Learned => net.add("pos", normal(&mut rng, (positions, d))?)?,
+            PeKind::Interleaved | PeKind::Concatenated => {
+                let layout = if cfg.pe == PeKind::Interleaved { PeLayout::Interleaved } else { PeLayout::Concatenated };
+                let table = pe::encoding(PeParams { d_model: d, positions, base: cfg.pe_base, layout })
+                    .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+                net.fixed_positions = Some(Tensor::from_vec(table, (positions, d), &Device::Cpu)?.to_dtype(dtype)?);
+            }
+            PeKind::None => net.fixed_positions = Some(Tensor::zeros((positions, d), dtype, &Device::Cpu)?),
+        }
+        let classifier = cfg.task.is_classifier();
+        if classifier {
+            net.add("emb_ln.w", ones(d)?)?;
+            net.add("emb_ln.b", zeros(d)?)?;
+        }
+        for l in 0..cfg.layers {
+            net.add(&format!("h.{l}.ln1.w"), ones(d)?)?;
+            net.add(&format!("h.{l}.ln1.b"), zeros(d)?)?;
+            net.add(&format!("h.{l}.qkv.w"), uniform(&mut rng, &[d, 3 * d], d)?)?;
+            net.add(&format!("h.{l}.qkv.b"), uniform(&mut rng, &[3 * d], d)?)?;
+            net.add(&format!("h.{l}.o.w"), uniform(&mut rng, &[d, d], d)?)?;
+            net.add(&format!("h.{l}.o.b"), uniform(&mut rng, &[d], d)?)?;
+            if cfg.mlp > 0 {
+                net.add(&format!("h.{l}.ln2.w"), ones(d)?)?;
+                net.add(&format!("h.{l}.ln2.b"), zeros(d)?)?;
+                net.add(&format!("h.{l}.up.w"), uniform(&mut rng, &[d, cfg.mlp], d)?)?;
+                net.add(&format!("h.{l}.up.b"), uniform(&mut rng, &[cfg.mlp], d)?)?;
+                net.add(&format!("h.{l}.down.w"), uniform(&mut rng, &[cfg.mlp, d], cfg.mlp)?)?;
+                net.add(&format!("h.{l}.down.b"), uniform(&mut rng, &[d], cfg.mlp)?)?;
+            }
+        }
+        if net.final_norm() {
+            net.add("ln_f.w", ones(d)?)?;
+            net.add("ln_f.b", zeros(d)?)?;
+        }
+        if classifier {
+            net.add("head.w", uniform(&mut rng, &[d, 2], d)?)?;
+            net.add("head.b", uniform(&mut rng, &[2], d)?)?;
+        } else {
+            net.add("head.w", uniform(&mut rng, &[d, vocab], d)?)?;
+        }
+        Ok(net)
+    }
+
+    #[allow(clippy::needless_pass_by_value)] // takes the freshly made tensor
+    fn add(&mut self, name: &str, t: Tensor) -> candle_core::Result<()> {
+        let var = Var::from_tensor(&t.to_dtype(self.dtype)?)?;
+        self.varmap.data().lock().map_err(|_| candle_core::Error::Msg("poisoned".into()))?.insert(name.into(), var.clone());
+        self.vars.insert(name.into(), var);
+        Ok(())
+    }
+
+    /// Whether the stack ends in a norm: the decoder and pre-LN classifiers.
+    pub fn final_norm(&self) -> bool {
+        !self.cfg.task.is_classifier() || self.cfg.norm == NormPlacement::Pre
+    }
+
+    /// Whether blocks normalise before their sub-layers.
+    pub fn pre_ln(&self) -> bool {
+        !self.cfg.task.is_classifier() || self.cfg.norm == NormPlacement::Pre
+    }
+
+    /// A parameter by name.
+    pub fn get(&self, name: &str) -> candle_core::Result<&Tensor> {
+        self.vars.get(name).map(Var::as_tensor).ok_or_else(|| candle_core::Error::Msg(format!("no parameter {name}")))
+    }
+
+    /// Every parameter, by name (sorted).
+    pub fn named(&self) -> Vec<(String, Var)> {
+        let mut v: Vec<(String, Var)> = self.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// The position table as used (learned, sinusoidal or zeros).
+    pub fn position_table(&self) -> candle_core::Result<Tensor> {
+        match &self.fixed_positions {
+            Some(t) => Ok(t.clone()),
+            None => Ok(self.get("pos")?.clone()),
+        }
+    }
+
+    /// Number of trained values.
+    pub fn trained_values(&self) -> usize {
+        self.vars.values().map(|v| v.elem_count()).sum()
+    }
+
+    fn linear(&self, x: &Tensor, name: &str) -> candle_core::Result<Tensor> {
+        let y = x.matmul(self.get(&format!("{name}.w"))?)?;
+        match self.vars.get(&format!("{name}.b")) {
+            Some(b) => y.broadcast_add(b.as_tensor()),
+            None => Ok(y),
+        }
+    }
+
+    fn norm(&self, x: &Tensor, name: &str) -> candle_core::Result<Tensor> {
+        let eps = if self.cfg.task.is_classifier() { BERT_NORM_EPS } else { NORM_EPS };
+        LayerNorm { eps }.apply(x, self.get(&format!("{name}.w"))?, self.get(&format!("{name}.b"))?)
+    }
+
+    /// The pass over `ids` (`rows × len`, row-major); `lengths` are the sequences' lengths before
+    /// padding (the classifier's batches), `keep_attention` returns every layer's attention.
+    pub fn forward(
+        &self,
+        ids: &[u32],
+        rows: usize,
+        len: usize,
+        lengths: Option<&[usize]>,
+        keep_attention: bool,
+    ) -> candle_core::Result<Outputs> {
+        let cfg = &self.cfg;
+        let (d, h) = (cfg.d_model, cfg.heads);
+        let dh = d / h;
+        if len > self.positions {
+            candle_core::bail!("{len} tokens: the model has positions for {}", self.positions);
+        }
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab) {
+            candle_core::bail!("token id {bad} is past the vocabulary ({})", self.vocab);
+        }
+        let ids_t = Tensor::from_slice(ids, rows * len, &Device::Cpu)?;
+        let tok = self.get("tok")?.index_select(&ids_t, 0)?.reshape((rows, len, d))?;
+        let pos = self.position_table()?.narrow(0, 0, len)?;
+        let mut x = tok.broadcast_add(&pos)?.reshape((rows * len, d))?;
+        let classifier = cfg.task.is_classifier();
+        if classifier {
+            x = self.norm(&x, "emb_ln")?;
+        }
+        let softmax = AttentionSoftmax {
+            scale: 1.0 / (dh as f64).sqrt(),
+            causal: !classifier,
+            lengths: lengths.map(|l| Arc::new(l.to_vec())),
+        };
+        let pre = self.pre_ln();
+        let mut attention = Vec::new();
+        for l in 0..cfg.layers {
+            let p = format!("h.{l}");
+            let a_in = if pre { self.norm(&x, &format!("{p}.ln1"))? } else { x.clone() };
+            let qkv = self.linear(&a_in, &format!("{p}.qkv"))?.reshape((rows, len, 3, h, dh))?.permute((2, 0, 3, 1, 4))?;
+            let (q, k, v) = (qkv.i(0)?.contiguous()?, qkv.i(1)?.contiguous()?, qkv.i(2)?.contiguous()?);
+            let scores = q.matmul(&k.t()?)?;
+            let probs = softmax.apply(&scores)?;
+            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((rows * len, d))?;
+            let attn_out = self.linear(&ctx, &format!("{p}.o"))?;
+            if keep_attention {
+                attention.push(probs);
+            }
+            x = if pre { (x + attn_out)? } else { self.norm(&(x + attn_out)?, &format!("{p}.ln1"))? };
+            if cfg.mlp > 0 {
+                let m_in = if pre { self.norm(&x, &format!("{p}.ln2"))? } else { x.clone() };
+                let up = self.linear(&m_in, &format!("{p}.up"))?;
+                let act = if classifier { up.gelu_erf()? } else { up.gelu()? };
+                let down = self.linear(&act, &format!("{p}.down"))?;
+                x = if pre { (x + down)? } else { self.norm(&(x + down)?, &format!("{p}.ln2"))? };
+            }
+        }
+        if self.final_norm() {
+            x = self.norm(&x, "ln_f")?;
+        }
+        let hidden = x.clone();
+        let logits = if classifier {
+            let x = x.reshape((rows, len, d))?;
+            let pooled = match cfg.pooling {
+                Pooling::Cls => x.i((.., 0, ..))?,
+                Pooling::Mean => {
+                    // The mean over each sequence's own tokens (padding excluded).
+                    let lengths: Vec<usize> = lengths.map_or_else(|| vec![len; rows], <[usize]>::to_vec);
+                    let mut weights = vec![0f32; rows * len];
+                    for (r, &n) in lengths.iter().enumerate() {
+                        let n = n.clamp(1, len);
+                        weights[r * len..r * len + n].fill(1.0 / n as f32);
+                    }
+                    let w = Tensor::from_vec(weights, (rows, len, 1), &Device::Cpu)?.to_dtype(self.dtype)?;
+                    x.broadcast_mul(&w)?.sum(1)?
+                }
+            };
+            self.linear(&pooled, "head")?
+        } else {
+            self.linear(&x, "head")?.reshape((rows, len, self.vocab))?
+        };
+        Ok(Outputs { logits, attention, hidden })
+    }
+
+    /// The mean cross-entropy of a batch's targets (next tokens from `from`, or labels).
+    pub fn loss(&self, out: &Outputs, ids: &[u32], rows: usize, len: usize, targets: &super::tasks::Targets) -> candle_core::Result<Tensor> {
+        match targets {
+            super::tasks::Targets::Next { from } => {
+                let n = len - 1 - from;
+                let logits = out.logits.narrow(1, *from, n)?.reshape((rows * n, self.vocab))?;
+                let next: Vec<u32> =
+                    (0..rows).flat_map(|r| ids[r * len + from + 1..(r + 1) * len].iter().copied()).collect();
+                let next = Tensor::from_vec(next, rows * n, &Device::Cpu)?;
+                cross_entropy(&logits, &next)
+            }
+            super::tasks::Targets::Labels { labels, .. } => {
+                let labels = Tensor::from_slice(labels, rows, &Device::Cpu)?;
+                cross_entropy(&out.logits, &labels)
+            }
+        }
+    }
+}
+
+/// Mean cross-entropy of rows of logits against class ids (log-softmax with the max subtracted).
+fn cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
+    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
+    picked.mean_all()?.neg()
+}

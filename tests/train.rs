@@ -1,0 +1,252 @@
+//! The training lab: the network trained is the network shown (its forward pass equals the
+//! engine's on the same weights), its gradients are right, a seeded run repeats, a diverging run
+//! stops with its last good checkpoint, and a saved folder loads back as the same model.
+#![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
+
+use attnviz::model::playground::PeKind;
+use attnviz::model::{Capture, Interventions, LoadedModel, NormPlacement};
+use attnviz::train::{Net, Pooling, TaskKind, Targets, TrainConfig, TrainError, Trainer};
+use candle_core::DType;
+
+fn small(task: TaskKind) -> TrainConfig {
+    TrainConfig {
+        layers: 2,
+        heads: 2,
+        d_model: 16,
+        batch: 8,
+        steps: 20,
+        eval_every: 10,
+        checkpoint_every: 10,
+        ..TrainConfig::for_task(task)
+    }
+}
+
+/// The variants the tests cover: every task, both norms, both poolings, every positional encoding.
+fn variants() -> Vec<TrainConfig> {
+    let induction = TrainConfig { vocab: 12, context: 16, ..small(TaskKind::Induction) };
+    vec![
+        induction.clone(),
+        TrainConfig { mlp: 24, pe: PeKind::Interleaved, ..induction.clone() },
+        TrainConfig { pe: PeKind::Concatenated, pe_base: 100.0, ..induction },
+        TrainConfig { mlp: 24, ..small(TaskKind::Sort) },
+        TrainConfig { mlp: 24, pe: PeKind::None, ..small(TaskKind::Reverse) },
+        TrainConfig { vocab: 7, mlp: 24, batch: 8, ..small(TaskKind::ModAdd) },
+        TrainConfig { mlp: 24, ..small(TaskKind::Sentiment) },
+        TrainConfig { mlp: 24, pooling: Pooling::Cls, pe: PeKind::Learned, ..small(TaskKind::Sentiment) },
+        TrainConfig { mlp: 0, pooling: Pooling::Cls, pe: PeKind::Interleaved, norm: NormPlacement::Pre, ..small(TaskKind::Sentiment) },
+    ]
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// After some training (weights away from their start), the lab's pass over the probe and the
+/// engine's pass over the model the lab hands the views agree: tokens, every head's attention,
+/// the last hidden state and the decoder's logits, to 1e-5.
+#[test]
+fn the_trained_network_is_the_network_the_views_show() {
+    for cfg in variants() {
+        let mut t = Trainer::new(&cfg).unwrap();
+        for _ in 0..cfg.steps {
+            t.step().unwrap();
+        }
+        let model = t.model().unwrap();
+        let probe = t.task.probe();
+        let run = model.run(&probe, None).unwrap();
+        let ids = run.tokens.ids.clone();
+        let words: Vec<String> = ids.iter().map(|&i| t.task.vocab[i as usize].clone()).collect();
+        let spelled = probe.split(' ').map(String::from);
+        let expected: Vec<String> =
+            if cfg.pooling == Pooling::Cls && cfg.task.is_classifier() { std::iter::once("[CLS]".into()).chain(spelled).collect() } else { spelled.collect() };
+        assert_eq!(words, expected, "{}: the probe tokenizes back to its words", cfg.describe());
+        let n = ids.len();
+        let out = t.net.forward(&ids, 1, n, Some(&[n]), true).unwrap();
+        let engine = model.net.forward(&ids, &vec![0; n], Capture::Attention, &Interventions::default()).unwrap();
+        let ours: Vec<f32> = out.attention.iter().flat_map(|a| a.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect();
+        let d = max_diff(&ours, &engine.probs);
+        assert!(d < 1e-5, "{}: attention differs by {d}", cfg.describe());
+        let hidden: Vec<f32> = out.hidden.flatten_all().unwrap().to_vec1().unwrap();
+        let d = max_diff(&hidden, &engine.last_hidden);
+        assert!(d < 1e-4, "{}: last hidden state differs by {d}", cfg.describe());
+        if !cfg.task.is_classifier() {
+            let logits: Vec<f32> = out.logits.flatten_all().unwrap().to_vec1().unwrap();
+            let v = t.net.vocab;
+            for i in 0..n {
+                let row = model.net.logits(&engine.last_hidden[i * cfg.d_model..(i + 1) * cfg.d_model]).unwrap();
+                let d = max_diff(&logits[i * v..(i + 1) * v], &row);
+                assert!(d < 1e-4, "{}: logits at {i} differ by {d}", cfg.describe());
+            }
+        }
+    }
+}
+
+/// Every parameter's gradient against central differences of the loss, in f64, on tiny networks
+/// of every kind (embeddings, learned positions, norms, fused q/k/v, output, MLP, head).
+#[test]
+fn gradients_match_finite_differences() {
+    for cfg in variants() {
+        let cfg = TrainConfig { d_model: 8, mlp: cfg.mlp.min(6), ..cfg };
+        let net = Net::new(&cfg, DType::F64).unwrap();
+        let mut rng = attnviz::train::Rng::new(5, 5);
+        let b = attnviz::train::Task::new(&cfg).batch(&mut rng, 3);
+        let lengths = match &b.targets {
+            Targets::Labels { lengths, .. } => Some(lengths.clone()),
+            Targets::Next { .. } => None,
+        };
+        let loss_of = |net: &Net| {
+            let out = net.forward(&b.ids, b.rows, b.len, lengths.as_deref(), false).unwrap();
+            net.loss(&out, &b.ids, b.rows, b.len, &b.targets).unwrap()
+        };
+        let grads = loss_of(&net).backward().unwrap();
+        let mut checked = 0;
+        for (name, var) in net.named() {
+            let g: Vec<f64> = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let base: Vec<f64> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+            // A spread of entries of every parameter (all of the small ones).
+            let stride = (base.len() / 12).max(1);
+            for i in (0..base.len()).step_by(stride) {
+                let at = |delta: f64| {
+                    let mut v = base.clone();
+                    v[i] += delta;
+                    var.set(&candle_core::Tensor::from_vec(v, var.as_tensor().shape(), &candle_core::Device::Cpu).unwrap()).unwrap();
+                    let l = loss_of(&net).to_scalar::<f64>().unwrap();
+                    var.set(&candle_core::Tensor::from_vec(base.clone(), var.as_tensor().shape(), &candle_core::Device::Cpu).unwrap()).unwrap();
+                    l
+                };
+                let numeric = (at(1e-5) - at(-1e-5)) / 2e-5;
+                let tolerance = 1e-6 + 1e-4 * numeric.abs();
+                assert!(
+                    (numeric - g[i]).abs() < tolerance,
+                    "{}: d loss / d {name}[{i}] = {} by autograd, {numeric} numerically",
+                    cfg.describe(),
+                    g[i]
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 50, "{checked}");
+    }
+}
+
+#[test]
+fn a_seeded_run_repeats_and_another_seed_differs() {
+    let cfg = TrainConfig { steps: 15, ..variants()[0].clone() };
+    let curve = |cfg: &TrainConfig| {
+        let mut t = Trainer::new(cfg).unwrap();
+        (0..cfg.steps).map(|_| t.step().unwrap().to_bits()).collect::<Vec<u32>>()
+    };
+    let a = curve(&cfg);
+    assert_eq!(a, curve(&cfg));
+    assert_ne!(a, curve(&TrainConfig { seed: 1, ..cfg.clone() }));
+    let s = TrainConfig { steps: 8, ..variants()[6].clone() };
+    assert_eq!(curve(&s), curve(&s));
+}
+
+/// A learning rate that blows the weights up: the run stops with a message naming the step and the
+/// learning rate, and the network is back at its last good (finite) checkpoint.
+#[test]
+fn a_diverging_run_stops_and_keeps_its_last_good_checkpoint() {
+    let cfg = TrainConfig { lr: 1e30, steps: 40, checkpoint_every: 1, ..variants()[0].clone() };
+    let mut t = Trainer::new(&cfg).unwrap();
+    let before: Vec<Vec<f32>> =
+        t.net.named().iter().map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()).collect();
+    let err = loop {
+        match t.step() {
+            Ok(_) => assert!(t.step < cfg.steps, "no divergence with lr 1e30"),
+            Err(e) => break e,
+        }
+    };
+    let TrainError::Diverged { kept, restored, .. } = &err else { panic!("{err}") };
+    assert!(restored);
+    let message = err.to_string();
+    assert!(message.contains("diverged") && message.contains("1000000000000000000000000000000"), "{message}");
+    let after: Vec<Vec<f32>> =
+        t.net.named().iter().map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()).collect();
+    assert!(after.iter().flatten().all(|v| v.is_finite()));
+    if *kept == 0 {
+        assert_eq!(before, after);
+    }
+    let kept_step = t.checkpoints.list.last().unwrap().step;
+    assert_eq!(kept_step, *kept);
+    // The views still get a model: the good one.
+    t.model().unwrap();
+}
+
+#[test]
+fn bad_settings_name_their_field() {
+    let err = |cfg: TrainConfig| Trainer::new(&cfg).unwrap_err().to_string();
+    let base = TrainConfig::default();
+    assert!(err(TrainConfig { heads: 3, ..base.clone() }).starts_with("d_model"));
+    assert!(err(TrainConfig { lr: f64::NAN, ..base.clone() }).starts_with("lr"));
+    assert!(err(TrainConfig { layers: 0, ..base.clone() }).starts_with("layers"));
+    assert!(err(TrainConfig { batch: 0, ..base.clone() }).starts_with("batch"));
+    assert!(err(TrainConfig { vocab: 11, ..TrainConfig::for_task(TaskKind::Sort) }).starts_with("vocab"));
+    assert!(err(TrainConfig { mlp: 0, ..TrainConfig::for_task(TaskKind::Sentiment) }).starts_with("mlp"));
+    assert!(err(TrainConfig { d_model: 1024, layers: 12, mlp: 8192, ..base }).starts_with("size"));
+}
+
+/// Saved and loaded back through the folder loader: the same model, bit for bit; saving over a
+/// folder replaces it whole; an unwritable place is an error that leaves nothing behind.
+#[test]
+fn a_saved_folder_loads_back_as_the_same_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, cfg) in variants().into_iter().enumerate() {
+        let mut t = Trainer::new(&cfg).unwrap();
+        for _ in 0..5 {
+            t.step().unwrap();
+        }
+        let dir = tmp.path().join(format!("m{i}"));
+        t.save(&dir).unwrap();
+        for file in ["config.json", "model.safetensors", "tokenizer.json", "training.json"] {
+            assert!(dir.join(file).is_file(), "{file}");
+        }
+        let loaded = LoadedModel::load(&dir).unwrap();
+        let shown = t.model().unwrap();
+        let probe = t.task.probe();
+        let (a, b) = (loaded.run(&probe, None).unwrap(), shown.run(&probe, None).unwrap());
+        assert_eq!(a.tokens.ids, b.tokens.ids);
+        assert_eq!(a.attention, b.attention, "{}", cfg.describe());
+        assert_eq!(a.last_hidden, b.last_hidden);
+        // Saving again replaces the folder.
+        t.step().unwrap();
+        t.save(&dir).unwrap();
+        let training: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("training.json")).unwrap()).unwrap();
+        assert_eq!(training["step"], 6);
+    }
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), variants().len(), "no staging folders left: {left:?}");
+    // A file where the folder should be.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"keep me").unwrap();
+    let t = Trainer::new(&variants()[0]).unwrap();
+    let err = t.save(&file).unwrap_err().to_string();
+    assert!(err.contains("a-file") && err.contains("not a folder"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+}
+
+/// The default induction run (the `PyTorch` peer's settings) forms an induction head: the best
+/// head's score on held-out repeated sequences passes 0.5 (it starts near 1/64).
+#[test]
+fn the_default_induction_run_forms_an_induction_head() {
+    let cfg = TrainConfig::default();
+    let mut t = Trainer::new(&cfg).unwrap();
+    let start = t.evaluate().unwrap();
+    assert!(start.metric < 0.1, "{}", start.metric);
+    let formed = loop {
+        t.step().unwrap();
+        if t.step % 50 == 0 {
+            let e = t.evaluate().unwrap();
+            if e.metric >= 0.5 {
+                break Some(e);
+            }
+        }
+        if t.finished() {
+            break None;
+        }
+    };
+    let e = formed.expect("no induction head within the default 1,500 steps");
+    eprintln!("induction head formed by step {} (score {:.3})", e.step, e.metric);
+    assert!(e.held_out_loss < start.held_out_loss - 1.0, "the repeated half became predictable");
+}

@@ -58,6 +58,8 @@ enum Background {
     PickedExport(Option<PathBuf>),
     /// The scan of the local Hugging Face cache finished.
     CachedModels(Vec<CachedModel>),
+    /// A native folder dialog for saving a trained model returned.
+    PickedSave(Option<PathBuf>),
 }
 
 /// A model run as it came from the worker, with the id word merges are keyed on.
@@ -186,6 +188,12 @@ pub struct Session {
     pub probe_shown: bool,
     /// Why the contribution graph does not apply (None: it does).
     pub graph_refusal: Option<String>,
+    /// The training lab's run, if one was started.
+    pub lab: Option<super::lab::Lab>,
+    /// Whether the training lab's panel is open.
+    pub lab_open: bool,
+    /// What the lab replaced: the model folder and the text, restored when it closes.
+    lab_return: Option<(PathBuf, String, bool)>,
 }
 
 impl Session {
@@ -271,6 +279,8 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         graph: s.graph.as_ref(),
         graph_pending: s.graph_pending.is_some(),
         graph_refusal: s.graph_refusal.as_deref(),
+        lab: s.lab.as_ref(),
+        lab_open: s.lab_open,
         stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
             let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
             if has_target { settings.stack } else { Stack::Encoder }
@@ -381,6 +391,9 @@ impl AttnvizApp {
                 graph: None,
                 graph_pending: None,
                 graph_refusal: None,
+                lab: None,
+                lab_open: false,
+                lab_return: None,
             },
             views,
             settings,
@@ -800,10 +813,104 @@ impl AttnvizApp {
         self.session.status = Some(Status { text: text.into(), is_error });
     }
 
+    /// Handles the training lab's commands.
+    fn train_command(&mut self, ctx: &egui::Context, c: super::command::TrainCommand) {
+        use super::command::TrainCommand as T;
+        use super::lab::{Control, Lab};
+        match c {
+            T::Open => self.session.lab_open = true,
+            T::Close => {
+                self.session.lab_open = false;
+                self.session.lab = None;
+                // Back to the model and text the lab replaced.
+                if let Some((dir, text, pair)) = self.session.lab_return.take() {
+                    self.settings.text = text;
+                    self.settings.pair_enabled = pair;
+                    self.load_model(dir);
+                }
+            }
+            T::Start { cfg, experiment } => {
+                if let Err(e) = cfg.validate() {
+                    self.set_status(e.to_string(), true);
+                    return;
+                }
+                if self.session.lab_return.is_none() {
+                    let dir = self.settings.model_dir.clone().unwrap_or_else(default_model_dir);
+                    self.session.lab_return = Some((dir, self.settings.text.clone(), self.settings.pair_enabled));
+                }
+                // The views show the network being trained, on the task's probe.
+                self.session.lab = None;
+                self.settings.train = cfg.clone();
+                self.settings.source = Source::Pretrained;
+                self.settings.pair_enabled = false;
+                self.settings.text = crate::train::Task::new(&cfg).probe();
+                let wake = ctx.clone();
+                let what = if experiment { "the course's three variants".to_string() } else { cfg.describe() };
+                match Lab::start(cfg, experiment, move || wake.request_repaint()) {
+                    Ok(lab) => {
+                        self.set_status(format!("Training lab: training {what}"), false);
+                        self.session.lab = Some(lab);
+                        self.session.lab_open = true;
+                    }
+                    Err(e) => self.set_status(format!("cannot start the training thread: {e}"), true),
+                }
+            }
+            T::Pause | T::Resume | T::Scrub(_) | T::Live | T::Save(_) => {
+                let Some(lab) = &mut self.session.lab else { return };
+                lab.send(match c {
+                    T::Pause => Control::Pause,
+                    T::Resume => Control::Resume,
+                    T::Scrub(i) => Control::Scrub(i),
+                    T::Save(dir) => Control::Save(dir),
+                    _ => Control::Live,
+                });
+            }
+            T::BrowseSave => {
+                let tx = self.session.background_tx.clone();
+                let ctx = ctx.clone();
+                spawn_named("attnviz-dialog", move || {
+                    let picked = rfd::FileDialog::new().set_title("Save the trained model as a folder").pick_folder();
+                    let _ = tx.send(Background::PickedSave(picked));
+                    ctx.request_repaint();
+                });
+            }
+        }
+    }
+
     /// Applies finished background work.
     fn poll(&mut self) {
+        let installed = self.session.lab.as_mut().and_then(|lab| {
+            lab.poll();
+            lab.new_model.take()
+        });
+        if let Some(model) = installed {
+            let id = self.next_id();
+            self.session.worker.send(Job::Install { id, model });
+        }
         while let Some(done) = self.session.worker.try_recv() {
             match done {
+                Done::Installed { info, .. } => {
+                    // The training lab's network: the same model, further trained (its run is
+                    // replaced when the new one arrives), or a new shape (the old run is dropped).
+                    self.settings.fit_model(info.layers, info.heads);
+                    self.settings.interventions.fit_to(info.layers, info.heads);
+                    let s = &mut self.session;
+                    let same = s.model.as_ref().is_some_and(|m| {
+                        (m.family.as_str(), m.layers, m.heads, m.hidden) == (info.family.as_str(), info.layers, info.heads, info.hidden)
+                    });
+                    s.model = Some(info);
+                    s.load_error = None;
+                    if !same {
+                        s.pinned = None;
+                        s.token_run = None;
+                        s.shown_input = None;
+                        s.in_flight.clear();
+                        s.requested_compare = None;
+                        s.run_id = s.requested_run_id;
+                    }
+                    s.requested_input = None;
+                    s.requested_compare = None;
+                }
                 Done::Loaded { dir, result, .. } => {
                     self.session.loading = None;
                     match result {
@@ -1015,6 +1122,14 @@ impl AttnvizApp {
                 }
                 Background::PickedExport(Some(path)) => self.views.export.path_input = path.display().to_string(),
                 Background::CachedModels(models) => self.session.cached_models = Some(models),
+                Background::PickedSave(Some(dir)) => {
+                    if let Some(lab) = &mut self.session.lab {
+                        lab.send(super::lab::Control::Save(dir));
+                    }
+                }
+                Background::PickedSave(None) => {
+                    self.set_status("Nothing chosen: type the folder in the lab's Save box", false);
+                }
                 Background::PickedModel(None) | Background::PickedExport(None) => {
                     self.set_status(
                         "Nothing chosen (if no file dialog appeared, this desktop has none: type the path in the box)",
@@ -1212,6 +1327,12 @@ impl AttnvizApp {
                 setting.apply(&mut self.settings);
             }
             Command::LoadModel(dir) => {
+                // A model the user asks for ends the training lab's run (its network would
+                // replace the model at its next evaluation).
+                if self.session.lab.take().is_some() {
+                    self.session.lab_return = None;
+                    self.set_status("The training lab's run ended: another model was opened", false);
+                }
                 self.session.switch_on_load = true;
                 self.views.side.model_path_input = dir.display().to_string();
                 self.load_model(dir);
@@ -1239,6 +1360,7 @@ impl AttnvizApp {
                 });
             }
             Command::Export(path) => self.export(ctx, path),
+            Command::Train(c) => self.train_command(ctx, c),
             Command::OpenExport => self.views.export.open = true,
             Command::CloseExport => self.views.export.open = false,
             Command::OpenHead { layer_idx, head_idx } => {

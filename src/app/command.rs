@@ -45,6 +45,37 @@ pub enum Command {
     StopGeneration,
     /// Show a seeded probe of repeated random tokens instead of the text (until the text changes).
     Probe,
+    /// The training lab.
+    Train(TrainCommand),
+}
+
+/// What the training lab's panel asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TrainCommand {
+    /// Open the lab's panel.
+    Open,
+    /// Close it: the run ends, the model and text it replaced come back.
+    Close,
+    /// Train these settings from step 0 (the course's three variants when `experiment`); the
+    /// views show the network being trained on the task's probe.
+    Start {
+        /// The settings.
+        cfg: crate::train::TrainConfig,
+        /// The course's experiment.
+        experiment: bool,
+    },
+    /// Pause the run.
+    Pause,
+    /// Resume it.
+    Resume,
+    /// Show the checkpoint of this index.
+    Scrub(usize),
+    /// Show the live network again.
+    Live,
+    /// Ask the OS for a folder to save to.
+    BrowseSave,
+    /// Save the network to this folder.
+    Save(PathBuf),
 }
 
 /// The commands of one frame, in the order they were raised.
@@ -155,6 +186,7 @@ settings_fields! {
     graph_position => GraphPosition: Option<usize>,
     graph_threshold => GraphThreshold: f32,
     graph_head => GraphHead: Option<(usize, usize, usize)>,
+    train => Train: crate::train::TrainConfig,
 }
 
 #[cfg(test)]

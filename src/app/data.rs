@@ -135,6 +135,10 @@ pub struct ViewData<'a> {
     pub graph_pending: bool,
     /// Why the contribution graph does not apply (None: it does).
     pub graph_refusal: Option<&'a str>,
+    /// The training lab's run.
+    pub lab: Option<&'a super::lab::Lab>,
+    /// Whether the lab's panel is open.
+    pub lab_open: bool,
     /// Whether the run shown is the probe of repeated random tokens (not the text).
     pub probe_shown: bool,
     /// For an encoder–decoder: the attention the views show (encoder, decoder or cross); None

@@ -5,6 +5,7 @@ pub mod app;
 pub mod command;
 pub mod data;
 pub mod derive;
+pub mod lab;
 pub mod lens;
 pub mod readout;
 pub mod state;

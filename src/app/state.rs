@@ -279,6 +279,8 @@ pub struct Settings {
     pub graph_threshold: f32,
     /// The head selected on an attention edge of the graph: layer, head, and the token it writes to.
     pub graph_head: Option<(usize, usize, usize)>,
+    /// The training lab's settings.
+    pub train: crate::train::TrainConfig,
 }
 
 /// Most tokens the record-at-token-level setting accepts.
@@ -344,6 +346,7 @@ impl Default for Settings {
             graph_position: None,
             graph_threshold: 0.04,
             graph_head: None,
+            train: crate::train::TrainConfig::default(),
         }
     }
 }

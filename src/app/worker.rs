@@ -111,6 +111,13 @@ pub enum Job {
         /// The folder.
         dir: PathBuf,
     },
+    /// Make `model` the loaded model (the training lab's network); answered by [`Done::Installed`].
+    Install {
+        /// Request id.
+        id: u64,
+        /// The model.
+        model: Arc<LoadedModel>,
+    },
     /// Run the comparison's second input (B); its result comes back as [`Done::Compared`].
     Compare {
         /// Request id; larger is newer.
@@ -241,6 +248,13 @@ pub enum RunSpec {
 /// A finished job.
 #[derive(Debug)]
 pub enum Done {
+    /// A model handed over by [`Job::Install`] is the loaded one.
+    Installed {
+        /// Request id.
+        id: u64,
+        /// What it is.
+        info: ModelInfo,
+    },
     /// A model load finished.
     Loaded {
         /// Request id.
@@ -761,7 +775,7 @@ impl Worker {
                 let mut next = Some(first);
                 while let Some(job) = next {
                     match job {
-                        j @ Job::Load { .. } => load = Some(j),
+                        j @ (Job::Load { .. } | Job::Install { .. }) => load = Some(j),
                         j @ Job::Run { .. } => run = Some(j),
                         j @ Job::Compare { .. } => compare = Some(j),
                         j @ Job::Generate { .. } => generate = Some(j),
@@ -782,6 +796,14 @@ impl Worker {
                 }
                 run = run.or(owed.take().filter(|_| generate.is_none() && load.is_none()));
                 lens = lens.or(owed_lens.take().filter(|_| load.is_none()));
+                if let Some(Job::Install { id, model: installed }) = &load {
+                    let info = ModelInfo::of(installed);
+                    model = Some(Arc::clone(installed));
+                    if done_tx.send(Done::Installed { id: *id, info }).is_err() {
+                        return;
+                    }
+                    wake();
+                }
                 if let Some(Job::Load { id, dir }) = load {
                     let result = match LoadedModel::load(&dir) {
                         Ok(m) => {

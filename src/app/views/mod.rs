@@ -20,6 +20,7 @@ pub mod pe_view;
 pub mod playground_panel;
 pub mod rollout_view;
 pub mod side_panel;
+pub mod train_panel;
 pub mod stats_view;
 
 use egui::{Color32, RichText};
@@ -58,6 +59,8 @@ pub struct Views {
     pub attribution: attribution_view::AttributionView,
     /// Contribution graph: the laid-out routes.
     pub graph: graph_view::GraphView,
+    /// The training lab's panel: the typed save folder.
+    pub train: train_panel::TrainPanel,
 }
 
 impl Views {
@@ -78,6 +81,7 @@ impl Views {
             lens: lens_view::LensView::default(),
             attribution: attribution_view::AttributionView::default(),
             graph: graph_view::GraphView::default(),
+            train: train_panel::TrainPanel::default(),
         }
     }
 
@@ -86,6 +90,9 @@ impl Views {
         self.input.ui(ui, data, commands);
         self.side.ui(ui, data, commands);
         status_bar_ui(ui, data);
+        if data.lab_open {
+            self.train.ui(ui, data, commands);
+        }
         if generation_panel::GenerationPanel::shown(data) {
             egui::Panel::right("generation").resizable(false).exact_size(270.0).show(ui, |ui| {
                 egui::ScrollArea::vertical().show(ui, |ui| self.generation.ui(ui, data, commands));

@@ -208,6 +208,17 @@ fn playground_panel_ui(
         }
         ui.label(RichText::new("The last valid model stays on screen.").small().weak());
     }
+    ui.separator();
+    if ui
+        .button("Train a transformer…")
+        .on_hover_text(
+            "The training lab: train a small transformer on a task (induction heads, sorting, the course's sentiment \
+             classifier) and watch its attention learn in every view",
+        )
+        .clicked()
+    {
+        commands.push(Command::Train(crate::app::command::TrainCommand::Open));
+    }
     if ui.small_button("Reset hyperparameters").clicked() {
         *cfg = PlaygroundConfig::default();
         *inputs = PlaygroundInputs::of(cfg);

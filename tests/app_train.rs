@@ -1,0 +1,168 @@
+//! The training lab in the app, driven headless with `egui_kittest`: open it from the playground,
+//! Train, watch the views follow the network, Pause, scrub back through the checkpoints, Save, and
+//! Close back to the model it replaced.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use attnviz::app::lab::LabState;
+use attnviz::app::{AttnvizApp, Startup};
+use attnviz::model::LoadedModel;
+use attnviz::train::{TaskKind, TrainConfig};
+use egui::Key;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+
+mod common;
+
+fn tiny() -> PathBuf {
+    common::root().join("tests/fixtures/models/tiny-bert")
+}
+
+fn harness() -> Harness<'static, AttnvizApp> {
+    let (work_dir, home) = common::sandbox();
+    let startup = Startup {
+        model_dir: Some(tiny()),
+        text: Some("the cat sat".into()),
+        hf_cache: Some(tiny().join("no-hf-cache-here")),
+        work_dir: Some(work_dir),
+        home: Some(home),
+        ..Startup::default()
+    };
+    Harness::builder()
+        .with_size(egui::vec2(1360.0, 1700.0)) // tall: the lab's panel shows whole, unscrolled
+        .with_step_dt(1.0 / 60.0)
+        .build_eframe(move |cc| AttnvizApp::with_storage(&cc.egui_ctx, None, startup))
+}
+
+fn wait_until(h: &mut Harness<'static, AttnvizApp>, what: &str, cond: impl Fn(&AttnvizApp) -> bool) {
+    let start = Instant::now();
+    while !cond(h.state()) {
+        assert!(start.elapsed() < Duration::from_secs(120), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+        h.step();
+    }
+    h.step();
+}
+
+fn lab_step(a: &AttnvizApp) -> usize {
+    a.session.lab.as_ref().map_or(0, |l| l.step)
+}
+
+#[test]
+fn train_pause_scrub_save_and_close_from_the_panel() {
+    let mut h = harness();
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    // A small run (the settings a student would have typed), so the test is quick in a debug build.
+    h.state_mut().settings.train = TrainConfig {
+        layers: 1,
+        heads: 2,
+        d_model: 16,
+        vocab: 12,
+        context: 16,
+        batch: 8,
+        steps: 400,
+        eval_every: 10,
+        checkpoint_every: 10,
+        ..TrainConfig::for_task(TaskKind::Induction)
+    };
+    h.get_by_label("Playground").click();
+    h.run_steps(2);
+    h.get_by_label("Train a transformer…").click();
+    h.run_steps(2);
+    assert!(h.state().session.lab_open);
+    h.get_by_label("▶ Train").click();
+    wait_until(&mut h, "an evaluated, installed network", |a| {
+        lab_step(a) >= 20 && a.session.model.as_ref().is_some_and(|m| m.name.starts_with("trained induction"))
+    });
+    // Every view shows the network being trained, on the task's probe.
+    let probe = attnviz::train::Task::new(&h.state().settings.train).probe();
+    assert_eq!(h.state().settings.text, probe);
+    wait_until(&mut h, "the trained network's run", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.tokens.len() == 16 && r.attention.heads() == 2)
+    });
+    let model = h.state().session.model.as_ref().unwrap();
+    assert_eq!((model.family.as_str(), model.layers, model.heads), ("gpt2", 1, 2));
+
+    // Pause: the steps stop.
+    h.get_by_label("Pause").click();
+    h.run_steps(2);
+    assert_eq!(h.state().session.lab.as_ref().unwrap().state, LabState::Paused);
+    std::thread::sleep(Duration::from_millis(300));
+    h.run_steps(3);
+    let paused_at = lab_step(h.state());
+    std::thread::sleep(Duration::from_millis(400));
+    h.run_steps(3);
+    assert_eq!(lab_step(h.state()), paused_at, "no steps while paused");
+    assert!(paused_at < 400);
+
+    // Scrub back one checkpoint with the keyboard: the views show the network at that step.
+    let lab = h.state().session.lab.as_ref().unwrap();
+    let kept = lab.checkpoints.clone();
+    assert!(kept.len() >= 3, "{kept:?}");
+    let last = *kept.last().unwrap();
+    h.get_by_label(&format!("step {last}")).focus();
+    h.run_steps(1);
+    h.key_press(Key::ArrowLeft);
+    let earlier = kept[kept.len() - 2];
+    wait_until(&mut h, "the checkpoint's network", |a| {
+        a.session.lab.as_ref().is_some_and(|l| l.scrubbed == Some(kept.len() - 2) && l.shown_step == earlier)
+            && a.session.model.as_ref().is_some_and(|m| m.name.ends_with(&format!("step {earlier}")))
+    });
+    h.get_by_label("Live").click();
+    wait_until(&mut h, "the live network again", |a| {
+        a.session.lab.as_ref().is_some_and(|l| l.scrubbed.is_none())
+            && a.session.model.as_ref().is_some_and(|m| m.name.ends_with(&format!("step {paused_at}")))
+    });
+
+    // Save to a typed folder: it opens as a model folder with the network's attention.
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("induction-model");
+    h.get_by_label("Save to").focus();
+    h.run_steps(1);
+    h.get_by_label("Save to").type_text(target.to_str().unwrap());
+    h.run_steps(1);
+    h.get_by_label("Save").click();
+    wait_until(&mut h, "the save", |a| a.session.lab.as_ref().is_some_and(|l| l.saved.is_some()));
+    let saved = h.state().session.lab.as_ref().unwrap().saved.clone().unwrap();
+    assert_eq!(saved.unwrap(), target);
+    let loaded = LoadedModel::load(&target).unwrap();
+    let run = loaded.run(&probe, None).unwrap();
+    wait_until(&mut h, "the live run", |a| !a.is_busy());
+    let shown = h.state().session.run.as_ref().unwrap();
+    assert_eq!(run.attention, shown.attention, "the saved folder is the network the views show");
+
+    // Resume runs to the end.
+    h.get_by_label("▶ Resume").click();
+    wait_until(&mut h, "the end of the run", |a| {
+        a.session.lab.as_ref().is_some_and(|l| l.state == LabState::Finished && l.step == 400)
+    });
+    let lab = h.state().session.lab.as_ref().unwrap();
+    assert_eq!(lab.losses.len(), 400, "one loss per step");
+    assert!(lab.evaluations.len() >= 40);
+
+    // Close: back to the model and the text the lab replaced.
+    h.get_by_label("Close").click();
+    wait_until(&mut h, "the previous model", |a| {
+        a.session.model.as_ref().is_some_and(|m| m.name == "tiny-bert") && a.session.run.is_some() && !a.is_busy()
+    });
+    assert_eq!(h.state().settings.text, "the cat sat");
+    assert!(h.state().session.lab.is_none() && !h.state().session.lab_open);
+}
+
+#[test]
+fn invalid_settings_are_explained_and_train_is_disabled() {
+    let mut h = harness();
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.state_mut().settings.train = TrainConfig { heads: 3, ..TrainConfig::default() };
+    h.get_by_label("Playground").click();
+    h.run_steps(2);
+    h.get_by_label("Train a transformer…").click();
+    h.run_steps(2);
+    let message = "⚠ 64 is not divisible by 3 heads (each head gets d_model / heads dimensions)";
+    assert!(h.query_by_label(message).is_some(), "the error is shown next to d_model");
+    h.get_by_label("▶ Train").click();
+    h.run_steps(3);
+    assert!(h.state().session.lab.is_none(), "nothing trains with invalid settings");
+}

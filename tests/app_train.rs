@@ -133,14 +133,22 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     let shown = h.state().session.run.as_ref().unwrap();
     assert_eq!(run.attention, shown.attention, "the saved folder is the network the views show");
 
-    // Resume runs to the end.
+    // Resume, then Stop: the run ends where it is; its network stays shown.
     h.get_by_label("▶ Resume").click();
-    wait_until(&mut h, "the end of the run", |a| {
-        a.session.lab.as_ref().is_some_and(|l| l.state == LabState::Finished && l.step == 400)
-    });
+    wait_until(&mut h, "more steps", |a| lab_step(a) >= paused_at + 30);
+    h.get_by_label("Stop").click();
+    wait_until(&mut h, "the stop", |a| a.session.lab.as_ref().is_some_and(|l| l.state == LabState::Stopped));
     let lab = h.state().session.lab.as_ref().unwrap();
-    assert_eq!(lab.losses.len(), 400, "one loss per step");
-    assert!(lab.evaluations.len() >= 40);
+    let stopped_at = lab.step;
+    assert!(stopped_at < 400);
+    assert_eq!(lab.losses.len(), stopped_at, "one loss per step");
+    assert_eq!(lab.evaluations.last().unwrap().step, stopped_at);
+    wait_until(&mut h, "the stopped network", |a| {
+        a.session.model.as_ref().is_some_and(|m| m.name.ends_with(&format!("step {stopped_at}")))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    h.run_steps(3);
+    assert_eq!(lab_step(h.state()), stopped_at);
 
     // Close: back to the model and the text the lab replaced.
     h.get_by_label("Close").click();

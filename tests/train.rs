@@ -8,6 +8,8 @@ use attnviz::model::{Capture, Interventions, LoadedModel, NormPlacement};
 use attnviz::train::{Net, Pooling, TaskKind, Targets, TrainConfig, TrainError, Trainer};
 use candle_core::DType;
 
+mod common;
+
 fn small(task: TaskKind) -> TrainConfig {
     TrainConfig {
         layers: 2,
@@ -249,4 +251,46 @@ fn the_default_induction_run_forms_an_induction_head() {
     let e = formed.expect("no induction head within the default 1,500 steps");
     eprintln!("induction head formed by step {} (score {:.3})", e.step, e.metric);
     assert!(e.held_out_loss < start.held_out_loss - 1.0, "the repeated half became predictable");
+}
+
+/// `attnviz train`: a line per evaluation (step, loss, the task's metric), the folder saved and
+/// loadable; bad settings and an unwritable folder are errors that name what is wrong.
+#[test]
+fn the_command_line_trains_reports_and_saves() {
+    let bin = env!("CARGO_BIN_EXE_attnviz");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("sorter");
+    let args = [
+        "train", "--task", "sort", "--layers", "1", "--heads", "2", "--d-model", "16", "--mlp", "16", "--context", "7",
+        "--batch", "8", "--steps", "30", "--eval", "10", "--seed", "3", "-o",
+    ];
+    let run = common::output_sandboxed(std::process::Command::new(bin).args(args).arg(&out));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("step ")).collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    for (line, step) in lines.iter().zip([10, 20, 30]) {
+        assert!(line.starts_with(&format!("step {step} loss ")) && line.contains(" accuracy ") && line.contains("ms_per_step"), "{line}");
+    }
+    assert!(stdout.contains(&format!("saved {}", out.display())), "{stdout}");
+    let m = LoadedModel::load(&out).unwrap();
+    let run = m.run("3 1 4 = 1 3 4", None).unwrap();
+    assert_eq!(run.tokens.ids, [3, 1, 4, 10, 1, 3, 4]);
+    let training: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("training.json")).unwrap()).unwrap();
+    assert_eq!(training["config"]["task"], "Sort");
+    assert_eq!(training["evaluations"].as_array().unwrap().len(), 3);
+
+    let bad = common::output_sandboxed(std::process::Command::new(bin).args(["train", "--heads", "3"]));
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("d_model") && err.contains("divisible"), "{err}");
+
+    let blocker = tmp.path().join("file");
+    std::fs::write(&blocker, b"x").unwrap();
+    let target = blocker.join("model");
+    let unwritable = common::output_sandboxed(std::process::Command::new(bin).args(["train", "--steps", "2", "--eval", "1", "-o"]).arg(&target));
+    assert!(!unwritable.status.success());
+    let err = String::from_utf8_lossy(&unwritable.stderr);
+    assert!(err.contains("cannot save"), "{err}");
+    assert_eq!(std::fs::read(&blocker).unwrap(), b"x");
 }

@@ -855,11 +855,12 @@ impl AttnvizApp {
                     Err(e) => self.set_status(format!("cannot start the training thread: {e}"), true),
                 }
             }
-            T::Pause | T::Resume | T::Scrub(_) | T::Live | T::Save(_) => {
+            T::Pause | T::Resume | T::Stop | T::Scrub(_) | T::Live | T::Save(_) => {
                 let Some(lab) = &mut self.session.lab else { return };
                 lab.send(match c {
                     T::Pause => Control::Pause,
                     T::Resume => Control::Resume,
+                    T::Stop => Control::Stop,
                     T::Scrub(i) => Control::Scrub(i),
                     T::Save(dir) => Control::Save(dir),
                     _ => Control::Live,

@@ -68,6 +68,8 @@ pub enum TrainCommand {
     Pause,
     /// Resume it.
     Resume,
+    /// End it where it is.
+    Stop,
     /// Show the checkpoint of this index.
     Scrub(usize),
     /// Show the live network again.

@@ -19,6 +19,8 @@ pub enum Control {
     Pause,
     /// Go on stepping.
     Resume,
+    /// End the run where it is (the network stays shown, checkpoints and Save stay usable).
+    Stop,
     /// Show checkpoint `index` (the run is not changed).
     Scrub(usize),
     /// Show the network as it is now.
@@ -61,6 +63,8 @@ pub enum Event {
     },
     /// The run did all its steps.
     Finished,
+    /// The run was stopped.
+    Stopped,
     /// The run stopped on an error (a diverging loss: the network is back at its last good
     /// checkpoint).
     Failed(String),
@@ -91,6 +95,8 @@ pub enum LabState {
     Paused,
     /// All steps done.
     Finished,
+    /// Ended by Stop.
+    Stopped,
     /// Stopped on an error.
     Failed(String),
 }
@@ -223,6 +229,7 @@ impl Lab {
                     self.checkpoint_limit = limit;
                 }
                 Event::Finished => self.state = LabState::Finished,
+                Event::Stopped => self.state = LabState::Stopped,
                 Event::Failed(message) => self.state = LabState::Failed(message),
                 Event::Saved(result) => self.saved = Some(result),
                 Event::Variant { row, evaluation } => {
@@ -312,6 +319,20 @@ fn train_thread(cfg: &TrainConfig, control: &Receiver<Control>, send: &dyn Fn(Ev
                 last = Instant::now();
                 last_step = t.step;
             }
+            Some(Control::Stop) => {
+                if !losses.is_empty() {
+                    send(Event::Progress { step: t.step, losses: std::mem::take(&mut losses), steps_per_s: 0.0 });
+                }
+                if !stopped && !t.finished() {
+                    stopped = true;
+                    if let Ok(e) = t.evaluate() {
+                        send(Event::Evaluated(e));
+                    }
+                    send(live(&t));
+                    send(checkpoints(&t));
+                    send(Event::Stopped);
+                }
+            }
             Some(Control::Scrub(i)) => {
                 let event = match t.checkpoint_model(i) {
                     Ok(m) => Event::Model {
@@ -387,12 +408,20 @@ fn experiment_thread(cfg: &TrainConfig, control: &Receiver<Control>, send: &dyn 
                     loop {
                         match control.recv() {
                             Ok(Control::Resume) => break,
+                            Ok(Control::Stop) => {
+                                send(Event::Stopped);
+                                return;
+                            }
                             Ok(_) => {}
                             Err(_) => return,
                         }
                     }
                     last = Instant::now();
                     last_step = t.step;
+                }
+                Ok(Control::Stop) => {
+                    send(Event::Stopped);
+                    return;
                 }
                 Ok(_) | Err(TryRecvError::Empty) => {}
                 Err(TryRecvError::Disconnected) => return,

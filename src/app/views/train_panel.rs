@@ -200,10 +200,16 @@ fn controls_ui(ui: &mut Ui, lab: Option<&Lab>, cfg: &TrainConfig, valid: bool, c
                 if ui.button("Pause").clicked() {
                     commands.push(Command::Train(TrainCommand::Pause));
                 }
+                if ui.button("Stop").on_hover_text("End the run here: the network stays, to inspect and save").clicked() {
+                    commands.push(Command::Train(TrainCommand::Stop));
+                }
             }
             Some(LabState::Paused) => {
                 if ui.button("▶ Resume").clicked() {
                     commands.push(Command::Train(TrainCommand::Resume));
+                }
+                if ui.button("Stop").on_hover_text("End the run here: the network stays, to inspect and save").clicked() {
+                    commands.push(Command::Train(TrainCommand::Stop));
                 }
                 if ui.add_enabled(valid, egui::Button::new("Train from step 0")).clicked() {
                     commands.push(start(false));
@@ -285,6 +291,9 @@ fn progress_ui(ui: &mut Ui, lab: &Lab) {
         }
         LabState::Finished => {
             ui.label(format!("Done: {total} steps in {:.0} s.", lab.elapsed().as_secs_f64()));
+        }
+        LabState::Stopped => {
+            ui.label(format!("Stopped at step {}.", lab.step));
         }
         LabState::Failed(message) => {
             ui.colored_label(ui.visuals().error_fg_color, format!("⚠ {message}"));

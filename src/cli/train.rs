@@ -120,9 +120,20 @@ impl TrainArgs {
     }
 }
 
-fn line(task: TaskKind, e: &Evaluation, ms_per_step: f64) -> String {
+fn line(task: TaskKind, layers: usize, e: &Evaluation, ms_per_step: f64) -> String {
     let metric = match task {
-        TaskKind::Induction => format!("repeated_half_loss {:.3} induction_score {:.3}", e.held_out_loss, e.metric),
+        TaskKind::Induction => {
+            // The best head, as L{layer}H{head}.
+            let heads = e.head_scores.len() / layers.max(1);
+            let best = (0..e.head_scores.len()).max_by(|&a, &b| e.head_scores[a].total_cmp(&e.head_scores[b])).unwrap_or(0);
+            format!(
+                "repeated_half_loss {:.3} induction_score {:.3} best_head L{}H{}",
+                e.held_out_loss,
+                e.metric,
+                best / heads.max(1),
+                best % heads.max(1)
+            )
+        }
         _ => format!("held_out_loss {:.3} accuracy {:.3}", e.held_out_loss, e.metric),
     };
     let order = e.order_accuracy.map(|a| format!(" order_dependent_accuracy {a:.3}")).unwrap_or_default();
@@ -149,7 +160,7 @@ fn train(cfg: &TrainConfig, quiet_bar: bool) -> anyhow::Result<Trainer> {
             let e = t.evaluate()?;
             let mut sorted = times.clone();
             sorted.sort_by(f64::total_cmp);
-            bar.suspend(|| println!("{}", line(cfg.task, &e, sorted[sorted.len() / 2])));
+            bar.suspend(|| println!("{}", line(cfg.task, cfg.layers, &e, sorted[sorted.len() / 2])));
         }
     }
     bar.finish_and_clear();

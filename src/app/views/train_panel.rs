@@ -347,7 +347,8 @@ fn curves_ui(ui: &mut Ui, lab: &Lab) {
     });
     if lab.cfg.task == TaskKind::Induction && lab.evaluations.iter().any(|e| !e.head_scores.is_empty()) {
         ui.label(RichText::new("Each head's induction score (the bump: an induction head forming)").small());
-        plot("train-heads", "induction score").include_y(0.0).include_y(1.0).show(ui, |p| {
+        let legend = Legend::default().text_style(egui::TextStyle::Small).position(egui_plot::Corner::LeftTop);
+        plot("train-heads", "induction score").height(170.0).legend(legend).include_y(0.0).include_y(1.0).show(ui, |p| {
             let heads = lab.cfg.heads;
             let count = lab.evaluations.iter().map(|e| e.head_scores.len()).max().unwrap_or(0);
             for i in 0..count {

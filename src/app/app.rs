@@ -897,7 +897,8 @@ impl AttnvizApp {
                     self.settings.interventions.fit_to(info.layers, info.heads);
                     let s = &mut self.session;
                     let same = s.model.as_ref().is_some_and(|m| {
-                        (m.family.as_str(), m.layers, m.heads, m.hidden) == (info.family.as_str(), info.layers, info.heads, info.hidden)
+                        (m.family.as_str(), m.layers, m.heads, m.hidden)
+                            == (info.family.as_str(), info.layers, info.heads, info.hidden)
                     });
                     s.model = Some(info);
                     s.load_error = None;

@@ -20,8 +20,8 @@ pub mod pe_view;
 pub mod playground_panel;
 pub mod rollout_view;
 pub mod side_panel;
-pub mod train_panel;
 pub mod stats_view;
+pub mod train_panel;
 
 use egui::{Color32, RichText};
 

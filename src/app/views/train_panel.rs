@@ -119,7 +119,12 @@ fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, Stri
         }
     };
     egui::Grid::new("train-grid").num_columns(2).spacing([8.0, 3.0]).show(ui, |ui| {
-        let whole = |ui: &mut Ui, label: &str, field: &str, hint: &str, value: &mut usize, range: std::ops::RangeInclusive<usize>| {
+        let whole = |ui: &mut Ui,
+                     label: &str,
+                     field: &str,
+                     hint: &str,
+                     value: &mut usize,
+                     range: std::ops::RangeInclusive<usize>| {
             ui.label(label).on_hover_text(hint);
             ui.add(egui::DragValue::new(value).range(range).speed(0.2));
             ui.end_row();
@@ -132,10 +137,24 @@ fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, Stri
         match cfg.task {
             TaskKind::Induction => {
                 whole(ui, "tokens", "vocab", "Random tokens the sequences are drawn from", &mut cfg.vocab, 2..=4096);
-                whole(ui, "context", "context", "Sequence length: context/2 random tokens, then the same again", &mut cfg.context, 4..=512);
+                whole(
+                    ui,
+                    "context",
+                    "context",
+                    "Sequence length: context/2 random tokens, then the same again",
+                    &mut cfg.context,
+                    4..=512,
+                );
             }
             TaskKind::Sort | TaskKind::Reverse => {
-                whole(ui, "context", "context", "Sequence length: (context − 1)/2 digits, =, the answer", &mut cfg.context, 5..=129);
+                whole(
+                    ui,
+                    "context",
+                    "context",
+                    "Sequence length: (context − 1)/2 digits, =, the answer",
+                    &mut cfg.context,
+                    5..=129,
+                );
             }
             TaskKind::ModAdd => whole(ui, "p", "vocab", "The modulus: a + b mod p", &mut cfg.vocab, 2..=997),
             TaskKind::Sentiment => {}
@@ -181,7 +200,14 @@ fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, Stri
         ui.label("seed").on_hover_text("Seed of the weights and of every batch");
         ui.add(egui::DragValue::new(&mut cfg.seed).speed(0.2));
         ui.end_row();
-        whole(ui, "evaluate every", "eval_every", "Evaluate, keep a checkpoint and refresh the views every N steps", &mut cfg.eval_every, 1..=100_000);
+        whole(
+            ui,
+            "evaluate every",
+            "eval_every",
+            "Evaluate, keep a checkpoint and refresh the views every N steps",
+            &mut cfg.eval_every,
+            1..=100_000,
+        );
     });
     cfg.checkpoint_every = cfg.eval_every;
     if let Some((field, message)) = &error
@@ -257,7 +283,9 @@ fn save_ui(ui: &mut Ui, save_path: &mut String, commands: &mut Commands) {
         let label = ui.label("Save to");
         ui.add(egui::TextEdit::singleline(save_path).desired_width(200.0).hint_text("folder"))
             .labelled_by(label.id)
-            .on_hover_text("A folder to create (or replace): config.json, model.safetensors, tokenizer.json, training.json");
+            .on_hover_text(
+                "A folder to create (or replace): config.json, model.safetensors, tokenizer.json, training.json",
+            );
         let path = save_path.trim();
         if ui.add_enabled(!path.is_empty(), egui::Button::new("Save")).clicked() {
             commands.push(Command::Train(TrainCommand::Save(path.into())));
@@ -348,18 +376,21 @@ fn curves_ui(ui: &mut Ui, lab: &Lab) {
     if lab.cfg.task == TaskKind::Induction && lab.evaluations.iter().any(|e| !e.head_scores.is_empty()) {
         ui.label(RichText::new("Each head's induction score (the bump: an induction head forming)").small());
         let legend = Legend::default().text_style(egui::TextStyle::Small).position(egui_plot::Corner::LeftTop);
-        plot("train-heads", "induction score").height(170.0).legend(legend).include_y(0.0).include_y(1.0).show(ui, |p| {
-            let heads = lab.cfg.heads;
-            let count = lab.evaluations.iter().map(|e| e.head_scores.len()).max().unwrap_or(0);
-            for i in 0..count {
-                let points: Vec<[f64; 2]> = lab
-                    .evaluations
-                    .iter()
-                    .filter_map(|e| Some([e.step as f64, f64::from(*e.head_scores.get(i)?)]))
-                    .collect();
-                p.line(Line::new(format!("L{} H{}", i / heads, i % heads), PlotPoints::from(points)));
-            }
-        });
+        plot("train-heads", "induction score").height(170.0).legend(legend).include_y(0.0).include_y(1.0).show(
+            ui,
+            |p| {
+                let heads = lab.cfg.heads;
+                let count = lab.evaluations.iter().map(|e| e.head_scores.len()).max().unwrap_or(0);
+                for i in 0..count {
+                    let points: Vec<[f64; 2]> = lab
+                        .evaluations
+                        .iter()
+                        .filter_map(|e| Some([e.step as f64, f64::from(*e.head_scores.get(i)?)]))
+                        .collect();
+                    p.line(Line::new(format!("L{} H{}", i / heads, i % heads), PlotPoints::from(points)));
+                }
+            },
+        );
     }
 }
 
@@ -374,7 +405,10 @@ fn scrubber_ui(ui: &mut Ui, lab: &Lab, commands: &mut Commands) {
     ui.horizontal(|ui| {
         let step = lab.checkpoints[index];
         let slider = egui::Slider::new(&mut index, 0..=last).show_value(false).text(format!("step {step}"));
-        let moved = ui.add(slider).on_hover_text("Slide back and forth through training: every view shows the network at that checkpoint").changed();
+        let moved = ui
+            .add(slider)
+            .on_hover_text("Slide back and forth through training: every view shows the network at that checkpoint")
+            .changed();
         if moved {
             commands.push(Command::Train(TrainCommand::Scrub(index)));
         }

@@ -2189,3 +2189,67 @@ fn contribution_graph_says_why_a_post_ln_model_has_none() {
     h.get_by_label(&why);
     assert!(h.state().session.graph.is_none());
 }
+
+/// Opens tiny-llama on `text` and waits for its first run.
+fn llama_app(text: &str) -> Harness<'static, AttnvizApp> {
+    let mut h =
+        harness_with(Startup { model_dir: Some(tiny_llama()), text: Some(text.into()), ..Startup::default() }, None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.run_steps(2);
+    h
+}
+
+/// Presses Continue ▶ and waits for the generation to end.
+fn continue_text(h: &mut Harness<'static, AttnvizApp>) {
+    h.get_by_label("Continue ▶").click();
+    wait_until(h, "the generation", |a| a.session.generation.as_ref().is_some_and(|g| g.finished.is_some()));
+    settled(h);
+}
+
+#[test]
+fn continue_writes_with_the_interventions_shown_and_says_so() {
+    let mut h = llama_app("The cat sat on");
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    h.get_by_label("Ablate layer 0 head 1").click();
+    h.get_by_label("Ablate layer 1 head 3").click();
+    wait_until(&mut h, "the ablated run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    h.state_mut().views.generation.max_new = 6;
+    continue_text(&mut h);
+    let iv = h.state().settings.interventions.clone();
+    assert_eq!(iv.ablated.len(), 2);
+    let run = h.state().session.run.clone().unwrap();
+    let g = h.state().session.generation.clone().unwrap();
+    assert_eq!(run.intervention.as_deref(), Some("ablated heads 0:1,1:3"), "the written run is the modified model's");
+    assert!(h.query_by_label_contains("MODIFIED MODEL — ablated heads 0:1,1:3").is_some(), "and the banner says so");
+    assert!(h.query_by_label_contains("Faithful model").is_none());
+    // The library writes the same with the same interventions, and differently without them.
+    let model = attnviz::model::LoadedModel::load(&tiny_llama()).unwrap();
+    let write = |iv: &attnviz::model::Interventions| {
+        let mut lib =
+            attnviz::model::generate::Generator::start_modified(&model, "The cat sat on", 8, None, iv).unwrap();
+        while lib.next(6).unwrap().is_some() {}
+        (lib.tokens().ids.clone(), lib.steps.clone())
+    };
+    let (ids, steps) = write(&iv);
+    assert_eq!(run.tokens.ids, ids);
+    assert_eq!(g.steps.len(), steps.len());
+    for (app_step, lib_step) in g.steps.iter().zip(&steps) {
+        for (a, b) in app_step.iter().zip(lib_step) {
+            assert_eq!(a.id, b.id);
+            assert!((a.prob - b.prob).abs() < 1e-6, "{} vs {}", a.prob, b.prob);
+        }
+    }
+    let (_, faithful) = write(&attnviz::model::Interventions::default());
+    assert!(
+        (faithful[0][0].prob - steps[0][0].prob).abs() > 1e-4,
+        "ablating heads changes the candidates: {} vs {}",
+        faithful[0][0].prob,
+        steps[0][0].prob
+    );
+    // The recorded attention is the modified model's full pass over prompt and continuation.
+    let full = model.run_tokens(run.tokens.clone(), None, attnviz::model::Capture::Full, &iv).unwrap();
+    for (x, y) in run.attention.as_slice().iter().zip(full.attention.as_slice()) {
+        assert!((x - y).abs() < 1e-5);
+    }
+}

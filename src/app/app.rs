@@ -651,7 +651,8 @@ impl AttnvizApp {
             stop: stop.clone(),
         });
         let (text, max_prompt) = (self.settings.text.clone(), self.settings.record_tokens);
-        self.session.worker.send(Job::Generate { id, text, max_new, max_prompt, stop });
+        let interventions = self.settings.interventions.clone();
+        self.session.worker.send(Job::Generate { id, text, max_new, max_prompt, stop, interventions });
     }
 
     /// Puts what a translation wrote in the Target box without running the model again: the shown

@@ -138,6 +138,8 @@ pub enum Job {
         max_prompt: usize,
         /// Set by the UI to stop.
         stop: Arc<AtomicBool>,
+        /// The interventions of the model shown: the modified model writes.
+        interventions: Interventions,
     },
     /// The logit lens of `tokens`: first the column of `column` (if any), then the grid chunks
     /// starting at `chunks` ([`crate::app::lens::lens_chunks`]), each sent as [`Done::Lens`]. A
@@ -453,7 +455,7 @@ fn failed_generation(id: u64, start: Instant, error: String) -> Done {
 fn translate_streaming(
     model: &LoadedModel,
     id: u64,
-    text: &str,
+    (text, interventions): (&str, &Interventions),
     (max_new, _): (usize, usize),
     stop: &AtomicBool,
     jobs: &Receiver<Job>,
@@ -463,35 +465,37 @@ fn translate_streaming(
     let failed = |e: String| failed_generation(id, start, e);
     let mut carried = None;
     let mut gone = false;
-    let result = crate::model::generate::translate(model, text, max_new, TOP_K, |ids, steps, encoder, decoder| {
-        match jobs.try_recv() {
-            Ok(job) => {
-                carried = Some(job);
-                return false;
+    let limits = (max_new, TOP_K);
+    let result =
+        crate::model::generate::translate_with(model, text, limits, interventions, |ids, steps, encoder, decoder| {
+            match jobs.try_recv() {
+                Ok(job) => {
+                    carried = Some(job);
+                    return false;
+                }
+                Err(TryRecvError::Disconnected) => {
+                    gone = true;
+                    return false;
+                }
+                Err(TryRecvError::Empty) => {}
             }
-            Err(TryRecvError::Disconnected) => {
+            let mut run = encoder.clone();
+            run.prompt_len = Some(run.tokens.len());
+            run.decoder = Some(decoder.clone());
+            let progress = Done::Generated {
+                id,
+                result: Ok(Arc::new(run)),
+                steps: Arc::new(steps.to_vec()),
+                finished: None,
+                seconds: start.elapsed().as_secs_f64(),
+                target: Some(model.tokenizer.decode(&ids[1..])),
+            };
+            if !send(progress) {
                 gone = true;
                 return false;
             }
-            Err(TryRecvError::Empty) => {}
-        }
-        let mut run = encoder.clone();
-        run.prompt_len = Some(run.tokens.len());
-        run.decoder = Some(decoder.clone());
-        let progress = Done::Generated {
-            id,
-            result: Ok(Arc::new(run)),
-            steps: Arc::new(steps.to_vec()),
-            finished: None,
-            seconds: start.elapsed().as_secs_f64(),
-            target: Some(model.tokenizer.decode(&ids[1..])),
-        };
-        if !send(progress) {
-            gone = true;
-            return false;
-        }
-        !stop.load(Ordering::Relaxed)
-    });
+            !stop.load(Ordering::Relaxed)
+        });
     if gone {
         return Err(());
     }
@@ -519,7 +523,7 @@ fn translate_streaming(
 fn generate_streaming(
     model: &LoadedModel,
     id: u64,
-    text: &str,
+    (text, interventions): (&str, &Interventions),
     (max_new, max_prompt): (usize, usize),
     stop: &AtomicBool,
     jobs: &Receiver<Job>,
@@ -527,7 +531,7 @@ fn generate_streaming(
 ) -> Result<Option<Job>, ()> {
     let start = Instant::now();
     let failed = |e: crate::model::ModelError| failed_generation(id, start, e.to_string());
-    let mut g = match Generator::start_within(model, text, TOP_K, Some(max_prompt)) {
+    let mut g = match Generator::start_modified(model, text, TOP_K, Some(max_prompt), interventions) {
         Ok(g) => g,
         Err(e) => return if send(failed(e)) { Ok(None) } else { Err(()) },
     };
@@ -869,7 +873,7 @@ impl Worker {
                         Err(()) => return,
                     }
                 }
-                if let Some(Job::Generate { id, text, max_new, max_prompt, stop }) = generate {
+                if let Some(Job::Generate { id, text, max_new, max_prompt, stop, interventions }) = generate {
                     let Some(m) = model.as_deref() else { continue };
                     let send = |done: Done| {
                         let ok = done_tx.send(done).is_ok();
@@ -878,7 +882,7 @@ impl Worker {
                     };
                     let streaming = if m.decoder.is_some() { translate_streaming } else { generate_streaming };
                     let limits = (max_new, max_prompt);
-                    match streaming(m, id, &text, limits, &stop, &job_rx, &send) {
+                    match streaming(m, id, (&text, &interventions), limits, &stop, &job_rx, &send) {
                         Ok(next) => carried = next,
                         Err(()) => return,
                     }

@@ -2253,3 +2253,37 @@ fn continue_writes_with_the_interventions_shown_and_says_so() {
         assert!((x - y).abs() < 1e-5);
     }
 }
+
+#[test]
+fn interventions_belong_to_the_model_they_were_set_on() {
+    let mut h = llama_app("The cat sat on");
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    for head in 0..4 {
+        h.get_by_label(&format!("Ablate layer 0 head {head}")).click();
+    }
+    h.get_by_label("Ablate layer 1 head 2").click();
+    wait_until(&mut h, "the ablated run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    assert_eq!(h.state().settings.interventions.ablated.len(), 5);
+    // Another model of the same shape (2 layers × 4 heads): nothing is carried over.
+    load(&mut h, &tiny());
+    settled(&mut h);
+    assert!(h.state().settings.interventions.is_faithful(), "{:?}", h.state().settings.interventions);
+    assert!(h.state().session.run.as_ref().unwrap().intervention.is_none());
+    let status = h.state().session.status.clone().unwrap().text;
+    assert!(status.contains("interventions reset") && status.contains("ablated heads 0:0,0:1,0:2,0:3,1:2"), "{status}");
+    assert!(h.query_by_label_contains("interventions reset to the faithful model").is_some(), "the notice is shown");
+    // And back: they are not revived either.
+    load(&mut h, &tiny_llama());
+    settled(&mut h);
+    assert!(h.state().settings.interventions.is_faithful());
+    // Set on this model, they stay with it across a launch.
+    h.get_by_label("Ablate layer 1 head 0").click();
+    settled(&mut h);
+    let mut storage = MemoryStorage::default();
+    eframe::App::save(h.state_mut(), &mut storage);
+    drop(h);
+    let mut h2 = harness_with(Startup::default(), Some(storage));
+    wait_until(&mut h2, "the restored run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    assert_eq!(h2.state().session.run.as_ref().unwrap().intervention.as_deref(), Some("ablated heads 1:0"));
+}

@@ -810,7 +810,7 @@ impl AttnvizApp {
                     match result {
                         Ok(info) => {
                             self.settings.fit_model(info.layers, info.heads);
-                            self.settings.interventions.fit_to(info.layers, info.heads);
+                            let reset = self.settings.interventions_meet(&dir, info.layers, info.heads);
                             // A model the user just loaded is the one they want to see.
                             if std::mem::take(&mut self.session.switch_on_load) {
                                 self.settings.source = Source::Pretrained;
@@ -819,7 +819,11 @@ impl AttnvizApp {
                             self.settings.model_dir = (!embedded).then(|| dir.clone());
                             self.settings.remember_model(&dir);
                             self.views.side.model_path_input = dir.display().to_string();
-                            self.set_status(format!("Loaded {} from {}", info.name, dir.display()), false);
+                            let mut status = format!("Loaded {} from {}", info.name, dir.display());
+                            if let Some(reset) = reset {
+                                status += &format!(" · {reset}");
+                            }
+                            self.set_status(status, false);
                             let s = &mut self.session;
                             s.model = Some(info);
                             s.load_error = None;

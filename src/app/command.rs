@@ -128,6 +128,7 @@ settings_fields! {
     source => Source: super::state::Source,
     playground => Playground: crate::model::PlaygroundConfig,
     interventions => Interventions: crate::model::Interventions,
+    interventions_model => InterventionsModel: Option<PathBuf>,
     pe => Pe: crate::analysis::PeParams,
     pe_plot_dims => PePlotDims: Vec<usize>,
     pe_plot_row => PePlotRow: usize,

@@ -223,6 +223,9 @@ pub struct Settings {
     pub playground: PlaygroundConfig,
     /// Interventions on the pretrained model.
     pub interventions: Interventions,
+    /// The model the interventions were set on (its folder or hub id): they are reset when
+    /// another model loads, never carried over or trimmed to its shape.
+    pub interventions_model: Option<PathBuf>,
     /// Positional-encoding panel parameters.
     pub pe: PeParams,
     /// Dimensions drawn in the encoding line plot.
@@ -312,6 +315,7 @@ impl Default for Settings {
             source: Source::Pretrained,
             playground: PlaygroundConfig::default(),
             interventions: Interventions::default(),
+            interventions_model: None,
             pe: PeParams {
                 d_model: 128,
                 positions: 64,
@@ -372,6 +376,24 @@ impl Settings {
         self.recent_models.retain(|m| m != spec);
         self.recent_models.insert(0, spec.to_path_buf());
         self.recent_models.truncate(RECENT_MODELS);
+    }
+
+    /// Interventions meeting a model that loaded from `dir` (`layers` × `heads`): kept when they
+    /// were set on that model (and still fit it), else reset to the faithful model. Returns the
+    /// notice to show when some were dropped.
+    pub fn interventions_meet(&mut self, dir: &std::path::Path, layers: usize, heads: usize) -> Option<String> {
+        let set_on = self.interventions_model.replace(dir.to_path_buf());
+        if self.interventions.is_faithful() {
+            return None;
+        }
+        let same = set_on.as_deref() == Some(dir) && self.interventions.validate(layers, heads).is_ok();
+        if same {
+            return None;
+        }
+        let what = self.interventions.describe().unwrap_or_default();
+        self.interventions = Interventions::default();
+        let whose = set_on.map_or_else(|| "another model".to_string(), |d| d.display().to_string());
+        Some(format!("interventions reset to the faithful model ({what} were set on {whose})"))
     }
 
     /// Makes layer and head selections fit a model of `layers` × `heads` (all heads on when the

@@ -2287,3 +2287,20 @@ fn interventions_belong_to_the_model_they_were_set_on() {
     wait_until(&mut h2, "the restored run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
     assert_eq!(h2.state().session.run.as_ref().unwrap().intervention.as_deref(), Some("ablated heads 1:0"));
 }
+
+#[test]
+fn the_playground_shows_no_grouped_query_attention_of_the_pretrained_model() {
+    // tiny-llama: 4 query heads share 2 key/value heads; the playground's 4 heads share nothing.
+    let mut h = llama_app("The cat sat on");
+    assert!(h.query_by_label_contains("4 query heads share 2 key/value heads").is_some());
+    h.get_by_label("Playground").click();
+    wait_until(&mut h, "the playground run", |a| a.session.run.as_ref().is_some_and(|r| r.playground));
+    h.run_steps(2);
+    assert_eq!(h.state().session.run.as_ref().unwrap().attention.heads(), 4);
+    assert!(h.query_by_label_contains("key/value head").is_none(), "no grouping text or chip tooltips");
+    assert!(h.query_by_label_contains("query heads share").is_none());
+    h.get_by_label_contains("Pretrained:").click();
+    wait_until(&mut h, "the pretrained run", |a| a.session.run.as_ref().is_some_and(|r| !r.playground));
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("4 query heads share 2 key/value heads").is_some());
+}

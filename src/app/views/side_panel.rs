@@ -53,7 +53,12 @@ impl SidePanel {
                 if let Some((layers, heads)) = shape {
                     layer_picker_ui(ui, &mut settings, layers);
                     ui.add_space(6.0);
-                    let kv = data.model.map_or(heads, |m| m.kv_heads).clamp(1, heads);
+                    // Grouped-query attention is the loaded model's: the playground (or its run,
+                    // still on screen while the pretrained model's comes) has none.
+                    let pretrained_shown =
+                        settings.source == Source::Pretrained && data.run.is_none_or(|r| !r.playground);
+                    let model = data.model.filter(|_| pretrained_shown);
+                    let kv = model.map_or(heads, |m| m.kv_heads).clamp(1, heads);
                     head_chips_ui(ui, &mut settings, heads, kv);
                     ui.separator();
                 }

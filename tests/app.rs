@@ -2304,3 +2304,46 @@ fn the_playground_shows_no_grouped_query_attention_of_the_pretrained_model() {
     h.run_steps(2);
     assert!(h.query_by_label_contains("4 query heads share 2 key/value heads").is_some());
 }
+
+#[test]
+fn visiting_the_playground_keeps_the_written_text_and_the_selection() {
+    let mut h = llama_app("The cat sat on");
+    h.state_mut().views.generation.max_new = 5;
+    continue_text(&mut h);
+    let written = h.state().session.run.clone().unwrap();
+    let g = h.state().session.generation.clone().unwrap();
+    assert!(g.written >= 1);
+    h.get_by_label("L1").click();
+    h.get_by_label("None").click();
+    h.get_by_label("H2").click();
+    h.run_steps(2);
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.heads.clone()), (1, vec![false, false, true, false]));
+    // The playground with one layer of two heads.
+    h.get_by_label("Playground").click();
+    h.run_steps(2);
+    retype(&mut h, "layers", "1");
+    retype(&mut h, "heads", "2");
+    wait_until(&mut h, "the playground run", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.playground && r.attention.layers() == 1 && r.attention.heads() == 2)
+    });
+    settled(&mut h);
+    assert_eq!(h.state().settings.layer_idx, 0);
+    assert!(
+        h.state().session.status.as_ref().is_none_or(|s| !s.text.starts_with("Wrote")),
+        "no status about tokens not shown"
+    );
+    h.get_by_label_contains("Pretrained:").click();
+    wait_until(&mut h, "the pretrained run", |a| a.session.run.as_ref().is_some_and(|r| !r.playground));
+    settled(&mut h);
+    let back = h.state().session.run.clone().unwrap();
+    assert_eq!(back.tokens.ids, written.tokens.ids, "the written tokens are back");
+    assert_eq!(back.prompt_len, written.prompt_len);
+    assert_eq!(h.state().session.generation.as_ref().map(|g| g.written), Some(g.written));
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.heads.clone()), (1, vec![false, false, true, false]));
+    let status = h.state().session.status.clone().unwrap();
+    assert!(status.text.starts_with(&format!("Wrote {} tokens", g.written)), "{status:?}");
+    // The playground kept its own selection too.
+    h.get_by_label("Playground").click();
+    wait_until(&mut h, "the playground run", |a| a.session.run.as_ref().is_some_and(|r| r.playground));
+    assert_eq!(h.state().settings.heads.len(), 2);
+}

@@ -73,6 +73,23 @@ struct TokenRun {
 /// What a run is of: sentence A, sentence B, an encoder–decoder's target, the model.
 type RunInput = (String, Option<String>, Option<String>, RunSpec);
 
+/// What the pretrained model showed when the playground was opened: given back on the way
+/// back when its input is still the one asked for (a generation is not written again).
+struct Parked {
+    /// The run shown (a generation's prompt and continuation).
+    token_run: TokenRun,
+    /// What it was the run of.
+    input: RunInput,
+    /// The generation it came from, if any.
+    generation: Option<Generation>,
+    /// Tokenizer + model time of that run.
+    inference_ms: f64,
+    /// The status bar's message then.
+    status: Option<Status>,
+    /// The pinned token.
+    pinned: Option<super::state::TokenSelection>,
+}
+
 /// Said above every view when an encoder–decoder has no target yet.
 pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no target yet. Type a Target (or press Translate) to see the decoder's self-attention and its cross-attention to the source.";
 
@@ -186,6 +203,10 @@ pub struct Session {
     pub probe_shown: bool,
     /// Why the contribution graph does not apply (None: it does).
     pub graph_refusal: Option<String>,
+    /// The pretrained model's run while the playground is shown.
+    parked: Option<Parked>,
+    /// The layer and heads selected on the source not shown (each keeps its own).
+    other_selection: Option<(usize, Vec<bool>)>,
 }
 
 impl Session {
@@ -381,6 +402,8 @@ impl AttnvizApp {
                 graph: None,
                 graph_pending: None,
                 graph_refusal: None,
+                parked: None,
+                other_selection: None,
             },
             views,
             settings,
@@ -433,6 +456,65 @@ impl AttnvizApp {
             }
             Err(e) => self.session.playground_error = Some(e),
         }
+    }
+
+    /// Before showing `to` instead of the current source: keeps this source's layer and heads
+    /// (and gives back `to`'s), and parks the pretrained model's settled run.
+    fn leave_source(&mut self, to: Source) {
+        let mine = (self.settings.layer_idx, self.settings.heads.clone());
+        if let Some((layer_idx, heads)) = self.session.other_selection.replace(mine) {
+            self.settings.layer_idx = layer_idx;
+            self.settings.heads = heads;
+        }
+        let s = &mut self.session;
+        let writing = s.generation.as_ref().is_some_and(|g| g.finished.is_none());
+        if to != Source::Playground {
+            return;
+        }
+        s.parked = None;
+        if !writing && s.run_error.is_none() {
+            if let (Some(token_run), Some(input)) = (s.token_run.clone(), s.shown_input.clone()) {
+                s.parked = Some(Parked {
+                    token_run,
+                    input,
+                    generation: s.generation.clone(),
+                    inference_ms: s.inference_ms,
+                    status: s.status.clone(),
+                    pinned: s.pinned,
+                });
+            }
+        }
+    }
+
+    /// Back on the pretrained model: shows its parked run again if it is still the run of the
+    /// text and model asked for (else the usual run follows).
+    fn restore_parked(&mut self) {
+        let Some(parked) = self.session.parked.take() else { return };
+        let wanted = (
+            self.settings.text.clone(),
+            self.settings.pair().map(str::to_string),
+            self.session.run_target(&self.settings),
+            self.run_spec(),
+        );
+        if parked.input != wanted {
+            return;
+        }
+        self.stop_generation(true);
+        let id = self.next_id();
+        let s = &mut self.session;
+        // Whatever is in flight (the playground's run) is older than this.
+        s.requested_run_id = id;
+        s.run_id = id;
+        s.in_flight.clear();
+        s.requested_input = Some(wanted.clone());
+        s.shown_input = Some(wanted);
+        s.token_run = Some(parked.token_run);
+        s.generation = parked.generation;
+        s.inference_ms = parked.inference_ms;
+        s.status = parked.status;
+        s.pinned = parked.pinned;
+        s.run_error = None;
+        s.probe_shown = false;
     }
 
     /// Asks for a run if the input or the model differs from the last one asked for.
@@ -626,8 +708,11 @@ impl AttnvizApp {
         if let Some(g) = &self.session.generation {
             g.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        if forget {
-            self.session.generation = None;
+        if forget && self.session.generation.take().is_some() {
+            // "Wrote 20 tokens" no longer describes what is shown.
+            if self.session.status.as_ref().is_some_and(|st| !st.is_error && st.text.starts_with("Wrote ")) {
+                self.session.status = None;
+            }
         }
     }
 
@@ -812,8 +897,12 @@ impl AttnvizApp {
                             self.settings.fit_model(info.layers, info.heads);
                             let reset = self.settings.interventions_meet(&dir, info.layers, info.heads);
                             // A model the user just loaded is the one they want to see.
-                            if std::mem::take(&mut self.session.switch_on_load) {
+                            if std::mem::take(&mut self.session.switch_on_load)
+                                && self.settings.source != Source::Pretrained
+                            {
                                 self.settings.source = Source::Pretrained;
+                                // The pretrained selection kept aside was the old model's.
+                                self.session.other_selection = None;
                             }
                             let embedded = dir == default_model_dir();
                             self.settings.model_dir = (!embedded).then(|| dir.clone());
@@ -833,6 +922,7 @@ impl AttnvizApp {
                             s.shown_input = None;
                             s.in_flight.clear();
                             s.requested_compare = None;
+                            s.parked = None;
                             s.run_id = s.requested_run_id;
                             s.requested_input = None;
                         }
@@ -1214,7 +1304,17 @@ impl AttnvizApp {
                     // Positions change meaning between tokens and words, and between stacks.
                     self.session.pinned = None;
                 }
+                let switch = match setting {
+                    Setting::Source(to) if to != self.settings.source => Some(to),
+                    _ => None,
+                };
+                if let Some(to) = switch {
+                    self.leave_source(to);
+                }
                 setting.apply(&mut self.settings);
+                if switch == Some(Source::Pretrained) {
+                    self.restore_parked();
+                }
             }
             Command::LoadModel(dir) => {
                 self.session.switch_on_load = true;

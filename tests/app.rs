@@ -987,15 +987,16 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
     wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
     h.get_by_label("Difference B − A").click();
     h.run_steps(2);
-    assert!(h.query_by_label_contains("needs the same tokens").is_some(), "different tokens: side by side");
+    assert!(h.query_by_label_contains("needs as many tokens").is_some(), "different counts: side by side");
     assert!(h.query_by_label_contains("A has 5 tokens, B has 6").is_some(), "the reason, in numbers");
-    // Same count, other words: the message says where they part (not "A has 6, B has 6").
+    // Same count, other words: the difference is drawn, the positions that differ are named.
     retype(&mut h, "Sentence to compare", "the dog sat");
     wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 5));
     h.run_steps(2);
+    assert!(h.query_by_label_contains("needs as many tokens").is_none());
     assert!(
-        h.query_by_label_contains("token 2 is “cat” in A and “dog” in B").is_some(),
-        "the first token that differs is named"
+        h.query_by_label_contains("The tokens differ at position 2 (“cat” / “dog”)").is_some(),
+        "the tokens that differ are named"
     );
     retype(&mut h, "Sentence to compare", "the dog sat down");
     wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
@@ -2346,4 +2347,34 @@ fn visiting_the_playground_keeps_the_written_text_and_the_selection() {
     h.get_by_label("Playground").click();
     wait_until(&mut h, "the playground run", |a| a.session.run.as_ref().is_some_and(|r| r.playground));
     assert_eq!(h.state().settings.heads.len(), 2);
+}
+
+#[test]
+fn difference_of_the_apps_own_example_pair_is_drawn_with_the_differing_token_marked() {
+    // The embedded all-MiniLM-L6-v2 on the example sentence and the comparison's example
+    // ("…too tired." / "…too wide."): 16 tokens each.
+    let mut h = harness_with(Startup::default(), None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    assert_eq!(h.state().settings.text, attnviz::app::state::EXAMPLE_SENTENCE);
+    h.get_by_label("Compare").click();
+    h.run_steps(2);
+    h.get_by_label("Difference B − A").click();
+    wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+    settled(&mut h);
+    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().session.run_b.clone().unwrap());
+    assert_eq!((a.tokens.len(), b.tokens.len()), (16, 16));
+    assert!(h.query_by_label_contains("needs as many tokens").is_none(), "not refused");
+    assert!(h.query_by_label_contains("The tokens differ at position 13 (“tired” / “wide”)").is_some());
+    assert!(matches!(h.state().current_figure(), attnviz::export::Figure::Compare { difference: true, .. }));
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("difference.csv");
+    export_through_dialog(&mut h, &csv);
+    let rows = csv_rows(&csv);
+    assert_eq!(rows[14][0], "tired ≠ wide", "the differing row is marked");
+    assert_eq!(rows[0][14], "tired ≠ wide", "and its column");
+    assert_eq!(rows[3][0], "animal");
+    let heads: Vec<usize> = (0..12).collect();
+    let (am, bm) = (a.attention.mean_of_heads(0, &heads), b.attention.mean_of_heads(0, &heads));
+    let v: f32 = rows[14][14].parse().unwrap();
+    assert!((v - (bm[13 * 16 + 13] - am[13 * 16 + 13])).abs() < 1e-6);
 }

@@ -1161,9 +1161,9 @@ impl AttnvizApp {
                     layer_idx,
                     head_idxs: heads,
                     other: crate::export::SharedRun(Arc::clone(b)),
-                    // As in the view: different tokens fall back to side by side.
+                    // As in the view: different token counts fall back to side by side.
                     difference: self.settings.compare.mode == CompareMode::Difference
-                        && self.session.run.as_ref().is_some_and(|a| a.tokens.tokens == b.tokens.tokens),
+                        && self.session.run.as_ref().is_some_and(|a| a.tokens.len() == b.tokens.len()),
                 },
                 None => Figure::Heatmap { layer_idx, head_idxs: heads },
             },

@@ -2378,3 +2378,23 @@ fn difference_of_the_apps_own_example_pair_is_drawn_with_the_differing_token_mar
     let v: f32 = rows[14][14].parse().unwrap();
     assert!((v - (bm[13 * 16 + 13] - am[13 * 16 + 13])).abs() < 1e-6);
 }
+
+#[test]
+fn the_written_continuation_is_shown_as_readable_text_and_copied() {
+    let mut h = llama_app("The cat sat on");
+    h.state_mut().views.generation.max_new = 4;
+    continue_text(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    let prompt = run.prompt_len.unwrap();
+    let model = attnviz::model::LoadedModel::load(&tiny_llama()).unwrap();
+    let written = model.tokenizer.decode(&run.tokens.ids[prompt..]);
+    assert!(!written.trim().is_empty());
+    let g = h.state().session.generation.clone().unwrap();
+    assert_eq!(g.text.as_deref(), Some(written.as_str()), "the tokenizer's decoding of what it wrote");
+    let full = format!("The cat sat on{written}");
+    assert!(h.query_by_label(&full).is_some(), "prompt and continuation shown as one text: {full:?}");
+    h.get_by_label("Copy").click();
+    h.step();
+    let copied = h.output().platform_output.commands.iter().any(|c| *c == egui::OutputCommand::CopyText(full.clone()));
+    assert!(copied, "{:?}", h.output().platform_output.commands);
+}

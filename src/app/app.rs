@@ -734,6 +734,8 @@ impl AttnvizApp {
             error: None,
             seconds: 0.0,
             stop: stop.clone(),
+            prompt: self.settings.text.clone(),
+            text: None,
         });
         let (text, max_prompt) = (self.settings.text.clone(), self.settings.record_tokens);
         let interventions = self.settings.interventions.clone();
@@ -984,10 +986,14 @@ impl AttnvizApp {
                     if self.session.generation.as_ref().is_none_or(|g| g.id != id) {
                         continue;
                     }
-                    if let Some(target) = target.filter(|_| result.is_ok()) {
+                    let translated = self.session.model.as_ref().is_some_and(|m| m.seq2seq);
+                    if let Some(target) = target.clone().filter(|_| result.is_ok() && translated) {
                         self.adopt_target(target);
                     }
                     let Some(g) = self.session.generation.as_mut().filter(|g| g.id == id) else { continue };
+                    if target.is_some() {
+                        g.text = target;
+                    }
                     g.steps = steps;
                     g.finished = finished;
                     g.seconds = seconds;

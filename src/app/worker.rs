@@ -277,7 +277,8 @@ pub enum Done {
         finished: Option<Stop>,
         /// Seconds spent writing so far.
         seconds: f64,
-        /// For a translation: the target written so far, decoded (it fills the Target box).
+        /// What was written so far, decoded by the tokenizer: for a translation the target (it
+        /// fills the Target box), for a continuation what follows the prompt.
         target: Option<String>,
     },
     /// A part of a logit lens is computed (or the lens failed).
@@ -556,7 +557,7 @@ fn generate_streaming(
                     steps: Arc::new(g.steps.clone()),
                     finished: None,
                     seconds: start.elapsed().as_secs_f64(),
-                    target: None,
+                    target: Some(model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..])),
                 };
                 if !send(progress) {
                     return Err(());
@@ -574,7 +575,7 @@ fn generate_streaming(
         steps: Arc::new(g.steps.clone()),
         finished: g.stopped(),
         seconds: start.elapsed().as_secs_f64(),
-        target: None,
+        target: Some(model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..])),
     };
     if send(done) { Ok(carried) } else { Err(()) }
 }

@@ -968,3 +968,16 @@ fn attnviz_model_may_name_an_embedded_model() {
         assert_eq!(dump["model"], want, "{name}");
     }
 }
+
+#[test]
+fn help_lists_every_family_attnviz_opens_encoder_decoders_included() {
+    let out = attnviz(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    // --help wraps to the terminal: compare with the words joined by single spaces.
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for model_type in attnviz::model::families::supported_model_types().split(", ") {
+        assert!(flat.contains(&format!("({model_type})")), "--help names no {model_type}: {flat}");
+    }
+    assert!(flat.contains("encoder–decoders, with cross-attention: BART (bart), mBART (mbart), Marian (marian)"));
+}

@@ -2398,3 +2398,27 @@ fn the_written_continuation_is_shown_as_readable_text_and_copied() {
     let copied = h.output().platform_output.commands.iter().any(|c| *c == egui::OutputCommand::CopyText(full.clone()));
     assert!(copied, "{:?}", h.output().platform_output.commands);
 }
+
+/// Whether the button labelled `label` is shown selected.
+fn button_selected(h: &Harness<'static, AttnvizApp>, label: &str) -> bool {
+    use egui_kittest::kittest::NodeT;
+    let node = h.get_all_by_label(label).find(|n| n.accesskit_node().role() == egui::accesskit::Role::Button).unwrap();
+    node.accesskit_node().toggled() == Some(egui::accesskit::Toggled::True)
+}
+
+#[test]
+fn the_embedded_model_loaded_looks_selected() {
+    let mut h = harness_with(Startup::default(), None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    assert!(button_selected(&h, "all-MiniLM-L6-v2"));
+    assert!(!button_selected(&h, "SmolLM2-135M-Instruct"));
+    h.get_by_label("SmolLM2-135M-Instruct").click();
+    h.step();
+    wait_until(&mut h, "SmolLM2", |a| a.session.model.as_ref().is_some_and(|m| m.name.contains("SmolLM2")));
+    assert!(button_selected(&h, "SmolLM2-135M-Instruct"));
+    assert!(!button_selected(&h, "all-MiniLM-L6-v2"));
+    // Another folder: neither.
+    load(&mut h, &tiny());
+    h.run_steps(2);
+    assert!(!button_selected(&h, "SmolLM2-135M-Instruct") && !button_selected(&h, "all-MiniLM-L6-v2"));
+}

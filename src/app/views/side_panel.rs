@@ -128,17 +128,20 @@ impl SidePanel {
         });
         ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new("Embedded:").small());
+            // The embedded model loaded now looks selected.
+            let loaded = |dir: &std::path::Path| data.model.is_some_and(|m| m.dir == dir);
+            let minilm = default_model_dir();
             if ui
-                .add_enabled(!busy, egui::Button::new("all-MiniLM-L6-v2").small())
+                .add_enabled(!busy, egui::Button::new("all-MiniLM-L6-v2").small().selected(loaded(&minilm)))
                 .on_hover_text("The sentence encoder attnviz opens on (BERT family, 6 layers × 12 heads)")
                 .clicked()
             {
-                commands.push(Command::LoadModel(default_model_dir()));
+                commands.push(Command::LoadModel(minilm));
             }
             let smollm2 = crate::model::loader::smollm2_dir();
             if smollm2.is_dir()
                 && ui
-                    .add_enabled(!busy, egui::Button::new("SmolLM2-135M-Instruct").small())
+                    .add_enabled(!busy, egui::Button::new("SmolLM2-135M-Instruct").small().selected(loaded(&smollm2)))
                     .on_hover_text("A small language model that writes (Llama family, 30 layers × 9 heads, Q4_1 GGUF): type a prompt and press Continue")
                     .clicked()
             {

@@ -2422,3 +2422,37 @@ fn the_embedded_model_loaded_looks_selected() {
     h.run_steps(2);
     assert!(!button_selected(&h, "SmolLM2-135M-Instruct") && !button_selected(&h, "all-MiniLM-L6-v2"));
 }
+
+#[test]
+fn changed_settings_are_saved_a_moment_later_without_waiting_for_a_clean_exit() {
+    let mut h = app("remember this");
+    let mut storage = MemoryStorage::default();
+    let t0 = Instant::now();
+    // Launch settings are written once, a moment later.
+    assert!(h.state_mut().autosave(&mut storage, t0).is_some());
+    assert!(h.state_mut().autosave(&mut storage, t0 + attnviz::app::SAVE_AFTER).is_none());
+    assert!(storage.0.contains_key("attnviz-settings"));
+    storage.0.clear();
+    assert!(h.state_mut().autosave(&mut storage, t0 + Duration::from_secs(5)).is_none(), "nothing changed");
+    assert!(storage.0.is_empty(), "nothing written when nothing changed");
+    h.get_by_label("L1").click();
+    h.run_steps(2);
+    let t1 = t0 + Duration::from_secs(10);
+    let wait = h.state_mut().autosave(&mut storage, t1).unwrap();
+    assert_eq!(wait, attnviz::app::SAVE_AFTER, "debounced");
+    // Another change restarts the wait.
+    h.get_by_label("Heatmap").click();
+    h.run_steps(2);
+    let t2 = t1 + Duration::from_millis(600);
+    assert_eq!(h.state_mut().autosave(&mut storage, t2), Some(attnviz::app::SAVE_AFTER));
+    assert!(h.state_mut().autosave(&mut storage, t2 + Duration::from_millis(500)).is_some());
+    assert!(storage.0.is_empty());
+    assert!(h.state_mut().autosave(&mut storage, t2 + attnviz::app::SAVE_AFTER).is_none());
+    // What was written is what a relaunch restores, with no clean exit in between.
+    let saved = h.state().settings.clone();
+    drop(h); // as a kill: the harness never calls save() at exit
+    let h2 = harness_with(Startup::default(), Some(storage));
+    assert_eq!(h2.state().settings.layer_idx, 1);
+    assert_eq!(h2.state().settings.view, View::Heatmap);
+    assert_eq!(h2.state().settings.text, saved.text);
+}

@@ -29,6 +29,10 @@ pub const PROBE_HALF: usize = 24;
 /// Key of the settings in eframe's storage.
 const SETTINGS_KEY: &str = "attnviz-settings";
 
+/// Settings are written this long after their last change (a kill — SIGTERM, a crash — loses at
+/// most this much; typing does not write at every keystroke).
+pub const SAVE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How the app starts: the command line's `--model`, `--text`, `--text-pair`.
 #[derive(Debug, Clone, Default)]
 pub struct Startup {
@@ -207,6 +211,10 @@ pub struct Session {
     parked: Option<Parked>,
     /// The layer and heads selected on the source not shown (each keeps its own).
     other_selection: Option<(usize, Vec<bool>)>,
+    /// The settings last written to storage.
+    saved: Option<Settings>,
+    /// Settings changed since they were saved: as they were last seen, and since when.
+    unsaved: Option<(Settings, Instant)>,
 }
 
 impl Session {
@@ -404,6 +412,8 @@ impl AttnvizApp {
                 graph_refusal: None,
                 parked: None,
                 other_selection: None,
+                saved: None,
+                unsaved: None,
             },
             views,
             settings,
@@ -1126,6 +1136,32 @@ impl AttnvizApp {
         }
     }
 
+    /// Writes the settings to `storage` once they have not changed for [`SAVE_AFTER`] (`now`),
+    /// and flushes it. Returns how long to wait before asking again, while changes are unsaved.
+    pub fn autosave(&mut self, storage: &mut dyn eframe::Storage, now: Instant) -> Option<std::time::Duration> {
+        let s = &mut self.session;
+        if s.saved.as_ref() == Some(&self.settings) {
+            s.unsaved = None;
+            return None;
+        }
+        let since = match &s.unsaved {
+            Some((seen, since)) if *seen == self.settings => *since,
+            _ => {
+                s.unsaved = Some((self.settings.clone(), now));
+                now
+            }
+        };
+        let quiet = now.saturating_duration_since(since);
+        if quiet < SAVE_AFTER {
+            return Some(SAVE_AFTER - quiet);
+        }
+        eframe::set_value(storage, SETTINGS_KEY, &self.settings);
+        storage.flush();
+        s.saved = Some(self.settings.clone());
+        s.unsaved = None;
+        None
+    }
+
     /// The figure the current view would export.
     pub fn current_figure(&self) -> Figure {
         // What the views show: the layer and heads limited to the shown run (an encoder–decoder's
@@ -1538,6 +1574,13 @@ impl eframe::App for AttnvizApp {
         // The whole previous frame as eframe timed it (layout, tessellation, painting), not just
         // this function; headless (tests) it is not reported, and this function's time stands in.
         let ms = frame.info().cpu_usage.map_or_else(|| start.elapsed().as_secs_f32() * 1e3, |s| s * 1e3);
+        // Changed settings are written soon after, not only at a clean exit (a SIGTERM loses
+        // nothing older than SAVE_AFTER).
+        if let Some(storage) = frame.storage_mut() {
+            if let Some(wait) = self.autosave(storage, Instant::now()) {
+                ctx.request_repaint_after(wait);
+            }
+        }
         let s = &mut self.session;
         s.frame_ms = if s.frame_ms == 0.0 { ms } else { 0.9 * s.frame_ms + 0.1 * ms };
     }
@@ -1550,5 +1593,6 @@ impl eframe::App for AttnvizApp {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, SETTINGS_KEY, &self.settings);
+        self.session.saved = Some(self.settings.clone());
     }
 }

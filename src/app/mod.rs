@@ -13,7 +13,7 @@ pub mod worker;
 
 use std::path::PathBuf;
 
-pub use app::{AttnvizApp, Startup};
+pub use app::{AttnvizApp, SAVE_AFTER, Startup};
 pub use command::{Command, Commands, Setting};
 pub use data::{FlowKey, FlowResult, Status, ViewData};
 

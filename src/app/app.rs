@@ -48,6 +48,8 @@ pub struct Startup {
     pub work_dir: Option<PathBuf>,
     /// The folder exports go to until one is written elsewhere (None: `$HOME`).
     pub home: Option<PathBuf>,
+    /// An attention file to open ([`crate::analysis::import`]).
+    pub attention_file: Option<PathBuf>,
 }
 
 /// Results of background tasks other than inference and derived data.
@@ -60,6 +62,10 @@ enum Background {
     PickedModel(Option<PathBuf>),
     /// A native save dialog returned.
     PickedExport(Option<PathBuf>),
+    /// A native file dialog for an attention file returned.
+    PickedAttention(Option<PathBuf>),
+    /// An attention file was read (or why not).
+    OpenedAttention(PathBuf, Result<Arc<Run>, String>),
     /// The scan of the local Hugging Face cache finished.
     CachedModels(Vec<CachedModel>),
 }
@@ -94,6 +100,9 @@ struct Parked {
     pinned: Option<super::state::TokenSelection>,
 }
 
+/// Said by views that run the model when an attention file is shown (`{what}`: what they need).
+pub const FILE_NEEDS_MODEL: &str = "This view needs the model: an attention file holds attention only, and {what} the model's residual stream through its unembedding. Open the model (side panel) to use it.";
+
 /// Said above every view when an encoder–decoder has no target yet.
 pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no target yet. Type a Target (or press Translate) to see the decoder's self-attention and its cross-attention to the source.";
 
@@ -105,7 +114,18 @@ fn run_spec(settings: &Settings, playground: &PlaygroundConfig) -> RunSpec {
             RunSpec::Pretrained(settings.interventions.clone(), Some(long))
         }
         Source::Playground => RunSpec::Playground(playground.clone()),
+        Source::File => RunSpec::File(settings.attention_file.clone().unwrap_or_default()),
     }
+}
+
+/// What the next run of `settings` is of: the sentences, the target and the model (an attention
+/// file is the same run whatever the sentence boxes hold).
+fn run_input(settings: &Settings, session: &Session) -> RunInput {
+    let spec = run_spec(settings, &session.playground_active);
+    if matches!(spec, RunSpec::File(_)) {
+        return (String::new(), None, None, spec);
+    }
+    (settings.text.clone(), settings.pair().map(str::to_string), session.run_target(settings), spec)
 }
 
 /// What the app knows besides the settings: the model, the runs, what is in flight. Views never
@@ -209,8 +229,12 @@ pub struct Session {
     pub graph_refusal: Option<String>,
     /// The pretrained model's run while the playground is shown.
     parked: Option<Parked>,
-    /// The layer and heads selected on the source not shown (each keeps its own).
-    other_selection: Option<(usize, Vec<bool>)>,
+    /// An attention file being read.
+    pub opening: Option<PathBuf>,
+    /// An attention file picked in a dialog, opened at the next frame.
+    pending_open: Option<PathBuf>,
+    /// The layer and heads selected on the sources not shown (each keeps its own).
+    selections: Vec<(Source, (usize, Vec<bool>))>,
     /// The settings last written to storage.
     saved: Option<Settings>,
     /// Settings changed since they were saved: as they were last seen, and since when.
@@ -238,13 +262,7 @@ impl Session {
         if self.run.is_none() || self.run_error.is_some() {
             return true;
         }
-        let wanted = (
-            settings.text.clone(),
-            settings.pair().map(str::to_string),
-            self.run_target(settings),
-            run_spec(settings, &self.playground_active),
-        );
-        self.shown_input.as_ref() == Some(&wanted)
+        self.shown_input.as_ref() == Some(&run_input(settings, self))
     }
 
     /// The target the next run's decoder reads: the Target box, for a loaded encoder–decoder.
@@ -300,10 +318,15 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         graph: s.graph.as_ref(),
         graph_pending: s.graph_pending.is_some(),
         graph_refusal: s.graph_refusal.as_deref(),
-        stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
-            let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
-            if has_target { settings.stack } else { Stack::Encoder }
-        }),
+        stack: if settings.source == Source::File {
+            // A file with a decoder side is an encoder–decoder's attention.
+            s.token_run.as_ref().filter(|t| t.run.decoder.is_some()).map(|_| settings.stack)
+        } else {
+            s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
+                let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
+                if has_target { settings.stack } else { Stack::Encoder }
+            })
+        },
         stack_note: s
             .token_run
             .as_ref()
@@ -411,7 +434,9 @@ impl AttnvizApp {
                 graph_pending: None,
                 graph_refusal: None,
                 parked: None,
-                other_selection: None,
+                selections: Vec::new(),
+                opening: None,
+                pending_open: None,
                 saved: None,
                 unsaved: None,
             },
@@ -422,6 +447,9 @@ impl AttnvizApp {
         let checked = app.views.side.playground.check(&app.settings.playground);
         app.set_playground(checked);
         app.load_model(model_dir);
+        if let Some(path) = startup.attention_file {
+            app.open_attention(ctx, path);
+        }
         // Listing the cache reads every model's config.json: off the UI thread.
         let cache = startup.hf_cache.unwrap_or_else(crate::model::hub::cache_dir);
         let scan = std::thread::Builder::new().name("hf-cache-scan".into()).spawn(move || {
@@ -471,14 +499,18 @@ impl AttnvizApp {
     /// Before showing `to` instead of the current source: keeps this source's layer and heads
     /// (and gives back `to`'s), and parks the pretrained model's settled run.
     fn leave_source(&mut self, to: Source) {
+        let from = self.settings.source;
         let mine = (self.settings.layer_idx, self.settings.heads.clone());
-        if let Some((layer_idx, heads)) = self.session.other_selection.replace(mine) {
+        let s = &mut self.session;
+        s.selections.retain(|(source, _)| *source != from);
+        s.selections.push((from, mine));
+        if let Some(i) = s.selections.iter().position(|(source, _)| *source == to) {
+            let (_, (layer_idx, heads)) = s.selections.swap_remove(i);
             self.settings.layer_idx = layer_idx;
             self.settings.heads = heads;
         }
-        let s = &mut self.session;
         let writing = s.generation.as_ref().is_some_and(|g| g.finished.is_none());
-        if to != Source::Playground {
+        if from != Source::Pretrained {
             return;
         }
         s.parked = None;
@@ -500,12 +532,7 @@ impl AttnvizApp {
     /// text and model asked for (else the usual run follows).
     fn restore_parked(&mut self) {
         let Some(parked) = self.session.parked.take() else { return };
-        let wanted = (
-            self.settings.text.clone(),
-            self.settings.pair().map(str::to_string),
-            self.session.run_target(&self.settings),
-            self.run_spec(),
-        );
+        let wanted = run_input(&self.settings, &self.session);
         if parked.input != wanted {
             return;
         }
@@ -533,8 +560,7 @@ impl AttnvizApp {
         if self.session.model.is_none() && matches!(spec, RunSpec::Pretrained(..)) {
             return;
         }
-        let target = self.session.run_target(&self.settings);
-        let input = (self.settings.text.clone(), self.settings.pair().map(str::to_string), target, spec);
+        let input = run_input(&self.settings, &self.session);
         if self.session.requested_input.as_ref() == Some(&input) {
             return;
         }
@@ -554,6 +580,9 @@ impl AttnvizApp {
 
     /// Why the logit lens does not apply to what is shown now (None: it does).
     fn lens_refusal(&self) -> Option<String> {
+        if self.settings.source == Source::File {
+            return Some(FILE_NEEDS_MODEL.replace("{what}", "the logit lens and logit attribution read"));
+        }
         if self.settings.source == Source::Playground {
             return Some(
                 "The playground is a random encoder with no language-model head: the logit lens reads the \
@@ -653,7 +682,9 @@ impl AttnvizApp {
     /// effect of the head selected on one of its edges, when the graph view is open.
     fn request_graph_if_needed(&mut self) {
         let s = &self.session;
-        self.session.graph_refusal = if self.settings.source == Source::Playground {
+        self.session.graph_refusal = if self.settings.source == Source::File {
+            Some(FILE_NEEDS_MODEL.replace("{what}", "the contribution graph follows"))
+        } else if self.settings.source == Source::Playground {
             Some("The playground is a random encoder: the contribution graph follows the pretrained model.".into())
         } else if let Some(why) = s.model.as_ref().and_then(|m| m.contribution_refusal.clone()) {
             Some(super::views::capitalised(&why) + ".")
@@ -768,6 +799,11 @@ impl AttnvizApp {
         // B is read with the same target: its decoder and cross-attention compare too.
         let target = self.session.run_target(&self.settings);
         match self.settings.compare.source {
+            CompareSource::Sentence | CompareSource::Interventions if self.settings.source == Source::File => Err(
+                "An attention file has no model to run another input or the faithful model: compare it with another \
+                 attention file or a model folder (Another model)."
+                    .into(),
+            ),
             CompareSource::Sentence => {
                 if self.settings.compare.text_b.trim().is_empty() {
                     return Err("Type sentence B above to compare.".into());
@@ -883,6 +919,7 @@ impl AttnvizApp {
     pub fn is_busy(&self) -> bool {
         let s = &self.session;
         s.loading.is_some()
+            || s.opening.is_some()
             || s.requested_run_id > s.run_id
             || s.requested_compare_id > s.compare_id
             || s.flow_pending.is_some()
@@ -914,7 +951,7 @@ impl AttnvizApp {
                             {
                                 self.settings.source = Source::Pretrained;
                                 // The pretrained selection kept aside was the old model's.
-                                self.session.other_selection = None;
+                                self.session.selections.retain(|(s, _)| *s != Source::Pretrained);
                             }
                             let embedded = dir == default_model_dir();
                             self.settings.model_dir = (!embedded).then(|| dir.clone());
@@ -982,6 +1019,15 @@ impl AttnvizApp {
                             }
                             s.token_run = Some(TokenRun { source_id, run, window });
                             s.run_error = None;
+                        }
+                        Err(e) if matches!(&self.session.shown_input, Some((.., RunSpec::File(_)))) => {
+                            // A remembered attention file that no longer reads: as a vanished
+                            // model folder, the pretrained model is shown and the error said.
+                            self.session.run_id = id;
+                            self.settings.source = Source::Pretrained;
+                            let msg = format!("Could not open {e}");
+                            self.session.load_error = Some(msg.clone());
+                            self.set_status(msg, true);
                         }
                         Err(e) => {
                             // No stale run of another text or model stays on screen (its banner
@@ -1126,7 +1172,22 @@ impl AttnvizApp {
                 }
                 Background::PickedExport(Some(path)) => self.views.export.path_input = path.display().to_string(),
                 Background::CachedModels(models) => self.session.cached_models = Some(models),
-                Background::PickedModel(None) | Background::PickedExport(None) => {
+                Background::PickedAttention(Some(path)) => {
+                    self.views.side.model_path_input = path.display().to_string();
+                    self.session.pending_open = Some(path);
+                }
+                Background::OpenedAttention(path, result) => {
+                    self.session.opening = None;
+                    match result {
+                        Ok(run) => self.show_attention(path, run),
+                        Err(e) => {
+                            let msg = format!("Could not open {e}");
+                            self.session.load_error = Some(msg.clone());
+                            self.set_status(msg, true);
+                        }
+                    }
+                }
+                Background::PickedModel(None) | Background::PickedExport(None) | Background::PickedAttention(None) => {
                     self.set_status(
                         "Nothing chosen (if no file dialog appeared, this desktop has none: type the path in the box)",
                         false,
@@ -1358,6 +1419,22 @@ impl AttnvizApp {
                     self.restore_parked();
                 }
             }
+            Command::LoadModel(dir) if dir.is_file() && crate::analysis::import::is_attention_file(&dir) => {
+                self.open_attention(ctx, dir);
+            }
+            Command::OpenAttention(path) => self.open_attention(ctx, path),
+            Command::BrowseAttention => {
+                let tx = self.session.background_tx.clone();
+                let ctx = ctx.clone();
+                spawn_named("attnviz-dialog", move || {
+                    let picked = rfd::FileDialog::new()
+                        .set_title("Open attention saved by other code")
+                        .add_filter("Attention (JSON, NumPy)", &["json", "npz"])
+                        .pick_file();
+                    let _ = tx.send(Background::PickedAttention(picked));
+                    ctx.request_repaint();
+                });
+            }
             Command::LoadModel(dir) => {
                 self.session.switch_on_load = true;
                 self.views.side.model_path_input = dir.display().to_string();
@@ -1416,6 +1493,55 @@ impl AttnvizApp {
                 }
             }
         }
+    }
+
+    /// Reads an attention file off the UI thread; it is shown once read (a bad file changes
+    /// nothing but the error shown).
+    fn open_attention(&mut self, ctx: &egui::Context, path: PathBuf) {
+        self.views.side.model_path_input = path.display().to_string();
+        self.session.opening = Some(path.clone());
+        let tx = self.session.background_tx.clone();
+        let ctx = ctx.clone();
+        spawn_named("attnviz-open", move || {
+            let result = super::worker::read_attention(&path);
+            let _ = tx.send(Background::OpenedAttention(path, result));
+            ctx.request_repaint();
+        });
+    }
+
+    /// Shows an attention file that was read: its run replaces what is shown (the pretrained
+    /// model's run is parked, as for the playground).
+    fn show_attention(&mut self, path: PathBuf, run: Arc<Run>) {
+        if self.settings.source != Source::File {
+            self.leave_source(Source::File);
+        }
+        self.settings.source = Source::File;
+        self.settings.attention_file = Some(path.clone());
+        self.settings.fit_model(run.attention.layers(), run.attention.heads());
+        self.stop_generation(true);
+        let id = self.next_id();
+        let input = run_input(&self.settings, &self.session);
+        let s = &mut self.session;
+        s.requested_run_id = id;
+        s.run_id = id;
+        s.in_flight.clear();
+        s.requested_input = Some(input.clone());
+        s.shown_input = Some(input);
+        s.load_error = None;
+        s.run_error = None;
+        s.pinned = None;
+        s.probe_shown = false;
+        s.inference_ms = 0.0;
+        let a = &run.attention;
+        let text = format!(
+            "Opened {}: {} layers × {} heads × {} tokens (attention only: views that need the model say so)",
+            path.display(),
+            a.layers(),
+            a.heads(),
+            a.seq_len()
+        );
+        s.token_run = Some(TokenRun { source_id: id, run, window: None });
+        self.set_status(text, false);
     }
 
     /// Handles the commands raised so far, in order.
@@ -1537,8 +1663,16 @@ impl eframe::App for AttnvizApp {
             i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect()
         });
         if let Some(dir) = dropped.into_iter().next() {
-            let dir = if dir.is_file() { dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir) } else { dir };
-            self.run_command(ctx, Command::LoadModel(dir));
+            if dir.is_file() && crate::analysis::import::is_attention_file(&dir) {
+                self.run_command(ctx, Command::OpenAttention(dir));
+            } else {
+                let dir =
+                    if dir.is_file() { dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir) } else { dir };
+                self.run_command(ctx, Command::LoadModel(dir));
+            }
+        }
+        if let Some(path) = self.session.pending_open.take() {
+            self.run_command(ctx, Command::OpenAttention(path));
         }
         if self.is_busy() || self.session.exporting.is_some() {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));

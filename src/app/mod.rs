@@ -29,7 +29,11 @@ fn renderer() -> eframe::Renderer {
 }
 
 pub fn run_app(model: Option<PathBuf>, text: Option<String>, text_pair: Option<String>) -> anyhow::Result<()> {
-    let startup = Startup { model_dir: model, text, text_pair, ..Startup::default() };
+    run_app_with(Startup { model_dir: model, text, text_pair, ..Startup::default() })
+}
+
+/// Opens the desktop app window as `startup` says.
+pub fn run_app_with(startup: Startup) -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("attnviz")

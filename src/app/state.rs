@@ -95,6 +95,8 @@ pub enum Source {
     Pretrained,
     /// The from-scratch playground encoder with random weights.
     Playground,
+    /// Attention saved by other code ([`crate::analysis::import`]): no model behind it.
+    File,
 }
 
 /// Which positional-encoding figure the export dialog writes.
@@ -221,6 +223,8 @@ pub struct Settings {
     pub source: Source,
     /// The playground's hyperparameters as last edited (may be invalid; the last valid one runs).
     pub playground: PlaygroundConfig,
+    /// The attention file last opened (shown when `source` is [`Source::File`]).
+    pub attention_file: Option<PathBuf>,
     /// Interventions on the pretrained model.
     pub interventions: Interventions,
     /// The model the interventions were set on (its folder or hub id): they are reset when
@@ -314,6 +318,7 @@ impl Default for Settings {
             cell_size: 36.0,
             source: Source::Pretrained,
             playground: PlaygroundConfig::default(),
+            attention_file: None,
             interventions: Interventions::default(),
             interventions_model: None,
             pe: PeParams {

@@ -236,8 +236,11 @@ pub enum RunSpec {
     Pretrained(Interventions, Option<LongRequest>),
     /// The playground encoder with these (valid) hyperparameters.
     Playground(PlaygroundConfig),
-    /// Another model folder, faithful (comparison runs only; the model is cached).
+    /// Another model folder, faithful (comparison runs only; the model is cached), or an
+    /// attention file.
     Folder(PathBuf),
+    /// An attention file saved by other code ([`crate::analysis::import`]).
+    File(PathBuf),
 }
 
 /// A finished job.
@@ -341,6 +344,10 @@ fn run_spec(
     other: &mut Option<(PathBuf, LoadedModel)>,
 ) -> Result<Arc<Run>, String> {
     let run = match spec {
+        RunSpec::File(path) => return read_attention(path),
+        RunSpec::Folder(path) if path.is_file() && crate::analysis::import::is_attention_file(path) => {
+            return read_attention(path);
+        }
         RunSpec::Pretrained(iv, _) => match model {
             Some(m) => m.run_with(text, pair, iv).and_then(|run| with_decoder(m, run, target)),
             None => return Err("no model is loaded".to_string()),
@@ -365,6 +372,11 @@ fn run_spec(
         }
     };
     run.map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// An attention file as a run.
+pub fn read_attention(path: &std::path::Path) -> Result<Arc<Run>, String> {
+    crate::analysis::import::read_attention_file(path).map(Arc::new).map_err(|e| e.to_string())
 }
 
 /// What [`run_long`] did.

@@ -10,6 +10,7 @@ pub mod export;
 pub mod generate;
 pub mod heads;
 pub mod lens;
+pub mod open;
 pub mod pe;
 pub mod readout;
 pub mod stats;
@@ -79,6 +80,9 @@ pub enum Command {
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a
     /// text or on a probe of repeated random tokens.
     Heads(heads::HeadsArgs),
+    /// Open attention saved by other code (attnviz dump's JSON or NPZ, or the same keys written from
+    /// Hugging Face, TransformerLens or a vision transformer; see the README) in the app.
+    Open(open::OpenArgs),
 }
 
 /// Runs the parsed command line.
@@ -95,6 +99,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Lens(args)) => lens::run(model.as_deref(), &args),
         Some(Command::Dla(args)) => dla::run(model.as_deref(), &args),
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
+        Some(Command::Open(args)) => open::run(model, &args),
     }
 }
 

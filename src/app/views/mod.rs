@@ -324,6 +324,11 @@ fn shown_model_banner(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
     let Some(run) = data.run else { return };
     let visuals = ui.visuals().clone();
     let (text, color, reset) = match (&run.intervention, run.playground) {
+        _ if data.settings.source == Source::File => (
+            format!("ATTENTION FILE — {}: attention only, no model behind it", run.shown_name()),
+            visuals.hyperlink_color,
+            false,
+        ),
         (Some(how), _) => {
             (format!("MODIFIED MODEL — {how} — not the faithful {}", run.shown_name()), visuals.warn_fg_color, true)
         }
@@ -339,6 +344,7 @@ fn shown_model_banner(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
         let pending = match data.settings.source {
             Source::Pretrained => run.playground,
             Source::Playground => !run.playground,
+            Source::File => false,
         };
         if pending {
             ui.spinner();

@@ -43,6 +43,7 @@ impl SidePanel {
                         super::interventions_panel::interventions_panel_ui(ui, &mut settings, data);
                     }
                     Source::Playground => self.playground.ui(ui, &mut settings, data, commands),
+                    Source::File => attention_file_ui(ui, data, commands),
                 }
                 ui.separator();
                 // The shape of what is shown: the run's (playground, fewer layers), else the model's.
@@ -148,6 +149,9 @@ impl SidePanel {
                 commands.push(Command::LoadModel(smollm2));
             }
         });
+        if ui.button("Open attention file…").on_hover_text(ATTENTION_HINT).clicked() {
+            commands.push(Command::BrowseAttention);
+        }
         known_models_ui(ui, recent, data, commands, busy);
     }
 }
@@ -161,8 +165,50 @@ fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'_>) {
             .on_hover_text("The loaded model with its trained weights");
         ui.selectable_value(&mut settings.source, Source::Playground, "Playground")
             .on_hover_text("A from-scratch encoder with random weights and hyperparameters you choose");
+        if let Some(path) = &settings.attention_file {
+            let name =
+                path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+            ui.selectable_value(&mut settings.source, Source::File, format!("File: {name}"))
+                .on_hover_text(format!("Attention saved by other code: {}", path.display()));
+        }
     });
 }
+
+/// The attention file shown: what it holds, what works without a model, and how to open another.
+fn attention_file_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+    ui.label(RichText::new("Attention file").strong());
+    if let Some(path) = &data.settings.attention_file {
+        ui.label(RichText::new(path.display().to_string()).small().weak());
+    }
+    if let Some(run) = data.run {
+        let a = &run.attention;
+        let shape = format!("{} layers × {} heads × {} tokens", a.layers(), a.heads(), a.seq_len());
+        ui.label(RichText::new(&run.model_name).strong());
+        ui.label(if a.is_square() { shape } else { format!("{shape} × {} keys", a.keys()) });
+        if run.decoder.is_some() {
+            ui.label(RichText::new("with a decoder side: pick Decoder or Cross above the views").small());
+        }
+    }
+    ui.label(
+        RichText::new(
+            "Attention only: the head view, model view, heatmap, statistics, rollout, words, comparisons and \
+             export work; views that run the model (neuron view, logit lens, attribution, graph, writing) say so.",
+        )
+        .small()
+        .weak(),
+    );
+    if let Some(err) = data.load_error {
+        ui.colored_label(ui.visuals().error_fg_color, err);
+    }
+    if ui.button("Open attention file…").on_hover_text(ATTENTION_HINT).clicked() {
+        commands.push(Command::BrowseAttention);
+    }
+}
+
+/// What an attention file is, for hover texts.
+const ATTENTION_HINT: &str = "Attention saved by other code, as JSON or NumPy .npz: `attentions` (layers × heads × \
+     queries × keys) and `tokens` — what `attnviz dump` writes, or the README's Python for Hugging Face, \
+     TransformerLens or a vision transformer. You can also drop the file on the window or type its path below.";
 
 /// Recently opened models and the models in the local Hugging Face cache, each opened in a click.
 fn known_models_ui(ui: &mut egui::Ui, recent: &[PathBuf], data: &ViewData<'_>, commands: &mut Commands, busy: bool) {

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use attnviz::analysis::select::PairFilter;
@@ -2455,4 +2456,113 @@ fn changed_settings_are_saved_a_moment_later_without_waiting_for_a_clean_exit() 
     assert_eq!(h2.state().settings.layer_idx, 1);
     assert_eq!(h2.state().settings.view, View::Heatmap);
     assert_eq!(h2.state().settings.text, saved.text);
+}
+
+fn attention_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/attention").join(name)
+}
+
+#[test]
+fn an_attention_file_opens_in_every_view_that_needs_only_attention() {
+    let mut h = app("The cat sat.");
+    let model_run = h.state().session.run.clone().unwrap();
+    // A bad file first: the reason is shown, the model's run stays.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("broken.npz");
+    std::fs::write(&bad, b"PK\x03\x04 not really").unwrap();
+    load(&mut h, &bad);
+    wait_until(&mut h, "the file's error", |a| a.session.load_error.is_some());
+    assert!(h.state().session.load_error.as_deref().unwrap().contains("broken.npz: not a NumPy .npz archive"));
+    assert!(h.query_all_by_label_contains("broken.npz: not a NumPy .npz archive").next().is_some(), "shown");
+    assert_eq!(h.state().settings.source, attnviz::app::state::Source::Pretrained);
+    assert!(Arc::ptr_eq(h.state().session.run.as_ref().unwrap(), &model_run), "nothing lost");
+    // The vision transformer's patches.
+    let vit = attention_fixture("vit.npz");
+    load(&mut h, &vit);
+    wait_until(&mut h, "the file", |a| a.settings.source == attnviz::app::state::Source::File);
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!((run.attention.layers(), run.attention.heads(), run.tokens.len()), (2, 4, 17));
+    assert!(h.query_by_label_contains("ATTENTION FILE — vit.npz").is_some());
+    assert!(head_lines(&mut h) > 0, "the head view draws its lines");
+    // Typing changes nothing: the file is the run.
+    h.get_by_label("Sentence A").click();
+    h.get_by_label("Sentence A").type_text(" more");
+    settled(&mut h);
+    assert!(Arc::ptr_eq(h.state().session.run.as_ref().unwrap(), &run));
+    // Model view, heatmap, statistics (with head roles on the labels), rollout: drawn.
+    for view in ["Model view", "Heatmap", "Head statistics", "Rollout / flow"] {
+        h.get_by_label(view).click();
+        settled(&mut h);
+    }
+    assert!(h.state().session.derived.rollout(h.state().session.view_id, &[0, 1, 2, 3]).is_some());
+    // The views that run the model say so.
+    for view in ["Neuron view", "Logit lens", "Logit attribution", "Contribution graph"] {
+        h.get_by_label(view).click();
+        settled(&mut h);
+        assert!(h.query_by_label_contains("needs the model").is_some(), "{view} says it needs the model");
+    }
+    assert!(h.query_by_label("Continue ▶").is_none(), "no writing without a model");
+    // Compare: another file, as B − A.
+    h.get_by_label("Compare").click();
+    h.run_steps(2);
+    h.get_by_label("Another sentence").click();
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("An attention file has no model to run another input").is_some());
+    h.get_by_label("Another model").click();
+    h.run_steps(2);
+    retype(&mut h, "Model B folder", vit.to_str().unwrap());
+    h.get_by_label("Use as B").click();
+    wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+    h.get_by_label("Difference B − A").click();
+    settled(&mut h);
+    assert!(h.query_by_label_contains("largest change 0.0000").is_some(), "the same file: no difference");
+    // Export the heatmap's numbers.
+    h.get_by_label("Heatmap").click();
+    settled(&mut h);
+    let csv = dir.path().join("vit.csv");
+    export_through_dialog(&mut h, &csv);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 18);
+    assert!(text.lines().next().unwrap().ends_with(",\"patch 3,3\""), "labels with commas are quoted");
+    // Back on the model: its run, as it was.
+    h.get_by_label_contains("Pretrained:").click();
+    settled(&mut h);
+    assert!(
+        Arc::ptr_eq(h.state().session.run.as_ref().unwrap(), &model_run) || {
+            h.state().session.run.as_ref().unwrap().tokens.tokens.contains(&"more".to_string())
+        }
+    );
+    assert!(h.state().session.run.as_ref().unwrap().neuron.is_some(), "the model's run");
+    // The file is remembered across launches.
+    let mut storage = MemoryStorage::default();
+    h.get_by_label("File: vit.npz").click();
+    settled(&mut h);
+    eframe::App::save(h.state_mut(), &mut storage);
+    drop(h);
+    let mut h2 = harness_with(Startup::default(), Some(storage));
+    wait_until(&mut h2, "the remembered file", |a| a.session.run.as_ref().is_some_and(|r| r.tokens.len() == 17));
+}
+
+#[test]
+fn an_encoder_decoder_file_shows_its_three_attentions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bart.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_attnviz"))
+        .args(["dump", "--model", tiny_bart().to_str().unwrap(), "--text", "The cat sat.", "--target", "Le chat"])
+        .args(["-o", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut h =
+        harness_with(Startup { model_dir: Some(tiny()), attention_file: Some(path), ..Startup::default() }, None);
+    wait_until(&mut h, "the file", |a| {
+        a.settings.source == attnviz::app::state::Source::File && a.session.run.is_some()
+    });
+    settled(&mut h);
+    pick_stack(&mut h, "Cross");
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    assert!(!run.attention.is_square(), "cross-attention: target rows, source columns");
+    assert_eq!(run.attention.keys(), 6);
 }

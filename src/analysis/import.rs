@@ -1,5 +1,5 @@
 //! Attention saved by other code — `attnviz dump`'s JSON and NPZ, or the same keys written from
-//! Hugging Face (`output_attentions=True`), a TransformerLens cache or a vision transformer (see
+//! Hugging Face (`output_attentions=True`), a `TransformerLens` cache or a vision transformer (see
 //! the README's schema) — read into a [`Run`]. Files are untrusted: every shape is checked before
 //! anything is allocated for it, at most [`MAX_VALUES`] values are read, every value must be a
 //! probability and every row sum to 1.
@@ -58,7 +58,8 @@ pub fn is_attention_file(path: &Path) -> bool {
         "model.safetensors.index.json",
     ];
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_ascii_lowercase();
-    name.ends_with(".npz") || (name.ends_with(".json") && !MODEL_JSON.contains(&name.as_str()))
+    let ext = Path::new(&name).extension().and_then(|e| e.to_str()).unwrap_or_default();
+    ext == "npz" || (ext == "json" && !MODEL_JSON.contains(&name.as_str()))
 }
 
 /// Reads an attention file (JSON or NPZ, by its first bytes) into a run named after the file's
@@ -318,9 +319,9 @@ impl<'de> serde::de::Visitor<'de> for PartsVisitor<'_> {
             match key.as_str() {
                 "model" => parts.model = map.next_value_seed(OptionalString(self.strings))?,
                 "intervention" => parts.intervention = map.next_value_seed(OptionalString(self.strings))?,
-                "tokens" => parts.tokens = Some(map.next_value_seed(strings.clone())?),
-                "key_tokens" => parts.key_tokens = Some(map.next_value_seed(strings.clone())?),
-                "target_tokens" => parts.target_tokens = Some(map.next_value_seed(strings.clone())?),
+                "tokens" => parts.tokens = Some(map.next_value_seed(strings)?),
+                "key_tokens" => parts.key_tokens = Some(map.next_value_seed(strings)?),
+                "target_tokens" => parts.target_tokens = Some(map.next_value_seed(strings)?),
                 "segments" => {
                     let values: Vec<i64> = map.next_value()?;
                     if values.len() > MAX_TOKENS {
@@ -710,7 +711,7 @@ fn read_ints(r: &mut impl Read, npy: &NpyHeader, name: &str) -> Result<Vec<i64>,
     Ok(bytes
         .chunks_exact(size)
         .map(|b| match (size, npy.descr.as_str()) {
-            (1, "|i1") => i64::from(b[0].cast_signed()),
+            (1, "|i1") => i64::from(i8::from_le_bytes([b[0]])),
             (1, _) => i64::from(b[0]),
             (2, _) => i64::from(i16::from_le_bytes([b[0], b[1]])),
             (4, _) => i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])),
@@ -763,6 +764,7 @@ fn read_strings(r: &mut impl Read, npy: &NpyHeader, name: &str, left: &mut usize
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // exact values on purpose
 mod tests {
     use super::*;
 
@@ -804,7 +806,7 @@ mod tests {
             (r#"{"tokens": ["a"], "attentions": [[[[2]]]]}"#, "probabilities"),
             (r#"{"tokens": ["a"], "attentions": [[[["x"]]]]}"#, "nested lists of numbers"),
             (r#"{"tokens": ["a", "b"], "attentions": [[[[1, 0, 0], [0, 1, 0]]]]}"#, "key_tokens"),
-            (r#"[1, 2]"#, "not an attention file"),
+            ("[1, 2]", "not an attention file"),
             (r#"{"tokens": ["a"], "attentions": [[[[1]]]]"#, "not an attention file"),
         ];
         for (text, needle) in cases {

@@ -959,7 +959,7 @@ impl AttnvizApp {
                             self.views.side.model_path_input = dir.display().to_string();
                             let mut status = format!("Loaded {} from {}", info.name, dir.display());
                             if let Some(reset) = reset {
-                                status += &format!(" · {reset}");
+                                status = format!("{status} · {reset}");
                             }
                             self.set_status(status, false);
                             let s = &mut self.session;
@@ -1179,7 +1179,7 @@ impl AttnvizApp {
                 Background::OpenedAttention(path, result) => {
                     self.session.opening = None;
                     match result {
-                        Ok(run) => self.show_attention(path, run),
+                        Ok(run) => self.show_attention(&path, run),
                         Err(e) => {
                             let msg = format!("Could not open {e}");
                             self.session.load_error = Some(msg.clone());
@@ -1214,7 +1214,7 @@ impl AttnvizApp {
         };
         let quiet = now.saturating_duration_since(since);
         if quiet < SAVE_AFTER {
-            return Some(SAVE_AFTER - quiet);
+            return Some(SAVE_AFTER.saturating_sub(quiet));
         }
         eframe::set_value(storage, SETTINGS_KEY, &self.settings);
         storage.flush();
@@ -1511,12 +1511,12 @@ impl AttnvizApp {
 
     /// Shows an attention file that was read: its run replaces what is shown (the pretrained
     /// model's run is parked, as for the playground).
-    fn show_attention(&mut self, path: PathBuf, run: Arc<Run>) {
+    fn show_attention(&mut self, path: &std::path::Path, run: Arc<Run>) {
         if self.settings.source != Source::File {
             self.leave_source(Source::File);
         }
         self.settings.source = Source::File;
-        self.settings.attention_file = Some(path.clone());
+        self.settings.attention_file = Some(path.to_path_buf());
         self.settings.fit_model(run.attention.layers(), run.attention.heads());
         self.stop_generation(true);
         let id = self.next_id();

@@ -1,5 +1,6 @@
 //! `attnviz open FILE`: attention saved by other code, checked, then shown in the app.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -31,13 +32,13 @@ pub fn run(model: Option<PathBuf>, args: &OpenArgs) -> anyhow::Result<()> {
         a.seq_len()
     );
     if !a.is_square() {
-        summary += &format!(" × {} keys", a.keys());
+        let _ = write!(summary, " × {} keys", a.keys());
     }
     if run.causal {
         summary += " · causal (masked above the diagonal)";
     }
     if let Some(d) = &run.decoder {
-        summary += &format!(" · decoder side: {} target tokens", d.tokens.len());
+        let _ = write!(summary, " · decoder side: {} target tokens", d.tokens.len());
     }
     if args.check {
         println!("{summary}");

@@ -2556,7 +2556,12 @@ fn an_encoder_decoder_file_shows_its_three_attentions() {
     wait_until(&mut h, "the file", |a| {
         a.settings.source == attnviz::app::state::Source::File && a.session.run.is_some()
     });
+    wait_until(&mut h, "the model beside it", |a| a.session.model.is_some());
     settled(&mut h);
+    // The model loading beside it (in either order) leaves the file shown, and says so.
+    let status = h.state().session.status.clone().unwrap().text;
+    assert!(status.starts_with("Opened") && status.contains("bart.json"), "{status}");
+    assert_eq!(h.state().session.run.as_ref().unwrap().tokens.len(), 6);
     pick_stack(&mut h, "Cross");
     settled(&mut h);
     let run = h.state().session.run.clone().unwrap();

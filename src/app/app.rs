@@ -943,7 +943,6 @@ impl AttnvizApp {
                     self.session.loading = None;
                     match result {
                         Ok(info) => {
-                            self.settings.fit_model(info.layers, info.heads);
                             let reset = self.settings.interventions_meet(&dir, info.layers, info.heads);
                             // A model the user just loaded is the one they want to see.
                             if std::mem::take(&mut self.session.switch_on_load)
@@ -953,27 +952,37 @@ impl AttnvizApp {
                                 // The pretrained selection kept aside was the old model's.
                                 self.session.selections.retain(|(s, _)| *s != Source::Pretrained);
                             }
+                            // An attention file shown (opened with the app, the model loading
+                            // beside it) stays as it is.
+                            let file_shown = self.settings.source == Source::File;
+                            if !file_shown {
+                                self.settings.fit_model(info.layers, info.heads);
+                            }
                             let embedded = dir == default_model_dir();
                             self.settings.model_dir = (!embedded).then(|| dir.clone());
                             self.settings.remember_model(&dir);
-                            self.views.side.model_path_input = dir.display().to_string();
                             let mut status = format!("Loaded {} from {}", info.name, dir.display());
                             if let Some(reset) = reset {
                                 status = format!("{status} · {reset}");
                             }
-                            self.set_status(status, false);
+                            if !file_shown {
+                                self.views.side.model_path_input = dir.display().to_string();
+                                self.set_status(status, false);
+                            }
                             let s = &mut self.session;
                             s.model = Some(info);
                             s.load_error = None;
-                            s.pinned = None;
-                            // The old run belongs to the old model (its heads and layers differ).
-                            s.token_run = None;
-                            s.shown_input = None;
-                            s.in_flight.clear();
                             s.requested_compare = None;
                             s.parked = None;
-                            s.run_id = s.requested_run_id;
-                            s.requested_input = None;
+                            if !file_shown {
+                                s.pinned = None;
+                                // The old run belongs to the old model (its heads and layers differ).
+                                s.token_run = None;
+                                s.shown_input = None;
+                                s.in_flight.clear();
+                                s.run_id = s.requested_run_id;
+                                s.requested_input = None;
+                            }
                         }
                         Err(e) => {
                             self.session.switch_on_load = false;

@@ -379,7 +379,10 @@ pub fn status_bar_ui(ui: &mut egui::Ui, data: &ViewData<'_>) {
                 ui.label(RichText::new(format!("frame {:.1} ms", data.frame_ms)).weak())
                     .on_hover_text("CPU time spent building this frame (smoothed)");
                 if let Some(run) = data.run {
-                    let source = if run.intervention.is_some() {
+                    let from_file = data.settings.source == Source::File;
+                    let source = if from_file {
+                        "attention file"
+                    } else if run.intervention.is_some() {
                         "modified model"
                     } else if run.playground {
                         "playground"
@@ -390,13 +393,10 @@ pub fn status_bar_ui(ui: &mut egui::Ui, data: &ViewData<'_>) {
                         Some(long) => long.describe(),
                         None => format!("{} tokens", run.tokens.len()),
                     };
+                    let timing =
+                        if from_file { String::new() } else { format!(" · model {:.0} ms", data.inference_ms) };
                     ui.label(
-                        RichText::new(format!(
-                            "{tokens} · {source} · model {:.0} ms · {}",
-                            data.inference_ms,
-                            data.settings.view.label()
-                        ))
-                        .weak(),
+                        RichText::new(format!("{tokens} · {source}{timing} · {}", data.settings.view.label())).weak(),
                     );
                 }
                 if data.run_pending {

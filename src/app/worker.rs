@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::analysis::Run;
 use crate::analysis::pe::table_similarity;
-use crate::model::generate::{Candidate, Generator, Stop};
+use crate::model::generate::{Candidate, Generator, Stop, translate_with};
 use crate::model::{Interventions, LoadedModel, PlaygroundConfig};
 
 /// Candidates kept per generation step.
@@ -478,37 +478,35 @@ fn translate_streaming(
     let failed = |e: String| failed_generation(id, start, e);
     let mut carried = None;
     let mut gone = false;
-    let limits = (max_new, TOP_K);
-    let result =
-        crate::model::generate::translate_with(model, text, limits, interventions, |ids, steps, encoder, decoder| {
-            match jobs.try_recv() {
-                Ok(job) => {
-                    carried = Some(job);
-                    return false;
-                }
-                Err(TryRecvError::Disconnected) => {
-                    gone = true;
-                    return false;
-                }
-                Err(TryRecvError::Empty) => {}
+    let result = translate_with(model, text, (max_new, TOP_K), interventions, |ids, steps, encoder, decoder| {
+        match jobs.try_recv() {
+            Ok(job) => {
+                carried = Some(job);
+                return false;
             }
-            let mut run = encoder.clone();
-            run.prompt_len = Some(run.tokens.len());
-            run.decoder = Some(decoder.clone());
-            let progress = Done::Generated {
-                id,
-                result: Ok(Arc::new(run)),
-                steps: Arc::new(steps.to_vec()),
-                finished: None,
-                seconds: start.elapsed().as_secs_f64(),
-                target: Some(model.tokenizer.decode(&ids[1..])),
-            };
-            if !send(progress) {
+            Err(TryRecvError::Disconnected) => {
                 gone = true;
                 return false;
             }
-            !stop.load(Ordering::Relaxed)
-        });
+            Err(TryRecvError::Empty) => {}
+        }
+        let mut run = encoder.clone();
+        run.prompt_len = Some(run.tokens.len());
+        run.decoder = Some(decoder.clone());
+        let progress = Done::Generated {
+            id,
+            result: Ok(Arc::new(run)),
+            steps: Arc::new(steps.to_vec()),
+            finished: None,
+            seconds: start.elapsed().as_secs_f64(),
+            target: Some(model.tokenizer.decode(&ids[1..])),
+        };
+        if !send(progress) {
+            gone = true;
+            return false;
+        }
+        !stop.load(Ordering::Relaxed)
+    });
     if gone {
         return Err(());
     }

@@ -2568,3 +2568,30 @@ fn an_encoder_decoder_file_shows_its_three_attentions() {
     assert!(!run.attention.is_square(), "cross-attention: target rows, source columns");
     assert_eq!(run.attention.keys(), 6);
 }
+
+#[test]
+fn translate_writes_with_the_interventions_shown() {
+    let source = "The cat sat on the mat.";
+    let mut h = seq2seq_app(source);
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    h.get_by_label("Ablate layer 0 head 1").click();
+    h.get_by_label("Ablate layer 1 head 2").click();
+    wait_until(&mut h, "the ablated run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    h.get_all_by_label("Translate ▶").next().unwrap().click();
+    wait_until(&mut h, "the translation", |a| a.session.generation.as_ref().is_some_and(|g| g.finished.is_some()));
+    settled(&mut h);
+    let iv = h.state().settings.interventions.clone();
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(run.intervention.as_deref(), Some("ablated heads 0:1,1:2"), "the written run is the modified model's");
+    assert!(h.query_by_label_contains("MODIFIED MODEL — ablated heads 0:1,1:2").is_some());
+    // The library translates the same with the same interventions, differently without them.
+    let model = attnviz::model::LoadedModel::load(&tiny_bart()).unwrap();
+    let with = attnviz::model::generate::translate_with(&model, source, (6, 8), &iv, |_, _, _, _| true).unwrap();
+    let faithful = attnviz::model::generate::translate(&model, source, 6, 8, |_, _, _, _| true).unwrap();
+    let g = h.state().session.generation.clone().unwrap();
+    // (The button beside the Target box asks for its own count: compare the steps both wrote.)
+    assert!(g.steps.len() >= with.steps.len());
+    assert_eq!(g.steps[..with.steps.len()], with.steps, "each step's candidates, as the library's with them");
+    assert_ne!(with.steps, faithful.steps, "the ablations change what the decoder is given");
+}

@@ -1066,6 +1066,7 @@ fn dumps_open_again_as_the_same_attention() {
             assert_eq!(file.attention.as_slice(), run.attention.as_slice(), "{model} {format}: bit for bit");
             assert_eq!(file.causal, model == "tiny-gpt2", "{model} {format}");
             assert_eq!(file.decoder.is_some(), model == "tiny-bart", "{model} {format}");
+            assert_eq!(file.model_name, model, "{model} {format}: named after the model, in JSON and NPZ");
             if let Some(d) = &file.decoder {
                 assert_eq!(d.cross.keys(), run.tokens.len());
             }

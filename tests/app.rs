@@ -2595,3 +2595,38 @@ fn translate_writes_with_the_interventions_shown() {
     assert_eq!(g.steps[..with.steps.len()], with.steps, "each step's candidates, as the library's with them");
     assert_ne!(with.steps, faithful.steps, "the ablations change what the decoder is given");
 }
+
+#[test]
+fn a_rectangular_attention_file_draws_rows_over_other_tokens() {
+    // Two query tokens attending over three others (as cross-attention would), one layer, two heads.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rect.json");
+    let head = "[[0.2, 0.3, 0.5], [1, 0, 0]]";
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"tokens": ["le", "chat"], "key_tokens": ["the", "cat", "sat"], "attentions": [[{head}, {head}]]}}"#
+        ),
+    )
+    .unwrap();
+    let mut h =
+        harness_with(Startup { model_dir: Some(tiny()), attention_file: Some(path), ..Startup::default() }, None);
+    wait_until(&mut h, "the file", |a| a.session.run.as_ref().is_some_and(|r| !r.attention.is_square()));
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!((run.tokens.len(), run.attention.keys()), (2, 3));
+    assert_eq!(run.key_label(2), "sat");
+    assert!(head_lines(&mut h) > 0);
+    for view in ["Model view", "Heatmap", "Head statistics", "Rollout / flow", "Compare"] {
+        h.get_by_label(view).click();
+        settled(&mut h);
+    }
+    h.get_by_label("Heatmap").click();
+    settled(&mut h);
+    let dir2 = tempfile::tempdir().unwrap();
+    let csv = dir2.path().join("rect.csv");
+    export_through_dialog(&mut h, &csv);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.lines().next().unwrap().ends_with("the,cat,sat"), "{text}");
+}

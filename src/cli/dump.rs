@@ -244,7 +244,7 @@ impl Streamed<'_> {
         npz.array("tokens", &NpyArray::Str(&self.tokens.tokens))?;
         let segments = self.tokens.segments.iter().map(|&s| i64::from(s)).collect();
         npz.array("segments", &NpyArray::I64 { shape: vec![n], data: segments })?;
-        npz.array("model", &NpyArray::Str(&[self.model.name.clone()]))?;
+        npz.array("model", &NpyArray::Str(std::slice::from_ref(&self.model.name)))?;
         if let Some(how) = self.interventions.describe() {
             npz.array("intervention", &NpyArray::Str(&[how]))?;
         }

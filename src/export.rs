@@ -642,11 +642,23 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
                     bt.heads()
                 )));
             }
-            if let Some(why) = crate::analysis::tokens::token_difference(&run.tokens, &b.tokens) {
-                return Err(ExportError::Unavailable(format!(
-                    "the difference needs the same tokens in A and B ({why}): show them side by side"
-                )));
-            }
+            let differ = crate::analysis::tokens::token_difference(&run.tokens, &b.tokens).map_err(|why| {
+                ExportError::Unavailable(format!(
+                    "the difference needs as many tokens in A as in B ({why}): show them side by side"
+                ))
+            })?;
+            // Positions whose tokens differ are labelled “a ≠ b”.
+            let labels: Vec<String> = labels
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    if differ.contains(&i) {
+                        crate::analysis::tokens::difference_label(l, &b.label(i))
+                    } else {
+                        l.clone()
+                    }
+                })
+                .collect();
             let mut values = bt.mean_of_heads(*layer_idx, head_idxs);
             for (v, av) in values.iter_mut().zip(a.mean_of_heads(*layer_idx, head_idxs)) {
                 *v -= av;

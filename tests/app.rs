@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use attnviz::analysis::select::PairFilter;
@@ -987,15 +988,16 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
     wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
     h.get_by_label("Difference B − A").click();
     h.run_steps(2);
-    assert!(h.query_by_label_contains("needs the same tokens").is_some(), "different tokens: side by side");
+    assert!(h.query_by_label_contains("needs as many tokens").is_some(), "different counts: side by side");
     assert!(h.query_by_label_contains("A has 5 tokens, B has 6").is_some(), "the reason, in numbers");
-    // Same count, other words: the message says where they part (not "A has 6, B has 6").
+    // Same count, other words: the difference is drawn, the positions that differ are named.
     retype(&mut h, "Sentence to compare", "the dog sat");
     wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 5));
     h.run_steps(2);
+    assert!(h.query_by_label_contains("needs as many tokens").is_none());
     assert!(
-        h.query_by_label_contains("token 2 is “cat” in A and “dog” in B").is_some(),
-        "the first token that differs is named"
+        h.query_by_label_contains("The tokens differ at position 2 (“cat” / “dog”)").is_some(),
+        "the tokens that differ are named"
     );
     retype(&mut h, "Sentence to compare", "the dog sat down");
     wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
@@ -2188,4 +2190,443 @@ fn contribution_graph_says_why_a_post_ln_model_has_none() {
     let why = h.state().session.graph_refusal.clone().expect("BERT normalises after each block");
     h.get_by_label(&why);
     assert!(h.state().session.graph.is_none());
+}
+
+/// Opens tiny-llama on `text` and waits for its first run.
+fn llama_app(text: &str) -> Harness<'static, AttnvizApp> {
+    let mut h =
+        harness_with(Startup { model_dir: Some(tiny_llama()), text: Some(text.into()), ..Startup::default() }, None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.run_steps(2);
+    h
+}
+
+/// Presses Continue ▶ and waits for the generation to end.
+fn continue_text(h: &mut Harness<'static, AttnvizApp>) {
+    h.get_by_label("Continue ▶").click();
+    wait_until(h, "the generation", |a| a.session.generation.as_ref().is_some_and(|g| g.finished.is_some()));
+    settled(h);
+}
+
+#[test]
+fn continue_writes_with_the_interventions_shown_and_says_so() {
+    let mut h = llama_app("The cat sat on");
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    h.get_by_label("Ablate layer 0 head 1").click();
+    h.get_by_label("Ablate layer 1 head 3").click();
+    wait_until(&mut h, "the ablated run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    h.state_mut().views.generation.max_new = 6;
+    continue_text(&mut h);
+    let iv = h.state().settings.interventions.clone();
+    assert_eq!(iv.ablated.len(), 2);
+    let run = h.state().session.run.clone().unwrap();
+    let g = h.state().session.generation.clone().unwrap();
+    assert_eq!(run.intervention.as_deref(), Some("ablated heads 0:1,1:3"), "the written run is the modified model's");
+    assert!(h.query_by_label_contains("MODIFIED MODEL — ablated heads 0:1,1:3").is_some(), "and the banner says so");
+    assert!(h.query_by_label_contains("Faithful model").is_none());
+    // The library writes the same with the same interventions, and differently without them.
+    let model = attnviz::model::LoadedModel::load(&tiny_llama()).unwrap();
+    let write = |iv: &attnviz::model::Interventions| {
+        let mut lib =
+            attnviz::model::generate::Generator::start_modified(&model, "The cat sat on", 8, None, iv).unwrap();
+        while lib.next(6).unwrap().is_some() {}
+        (lib.tokens().ids.clone(), lib.steps.clone())
+    };
+    let (ids, steps) = write(&iv);
+    assert_eq!(run.tokens.ids, ids);
+    assert_eq!(g.steps.len(), steps.len());
+    for (app_step, lib_step) in g.steps.iter().zip(&steps) {
+        for (a, b) in app_step.iter().zip(lib_step) {
+            assert_eq!(a.id, b.id);
+            assert!((a.prob - b.prob).abs() < 1e-6, "{} vs {}", a.prob, b.prob);
+        }
+    }
+    let (_, faithful) = write(&attnviz::model::Interventions::default());
+    assert!(
+        (faithful[0][0].prob - steps[0][0].prob).abs() > 1e-4,
+        "ablating heads changes the candidates: {} vs {}",
+        faithful[0][0].prob,
+        steps[0][0].prob
+    );
+    // The recorded attention is the modified model's full pass over prompt and continuation.
+    let full = model.run_tokens(run.tokens.clone(), None, attnviz::model::Capture::Full, &iv).unwrap();
+    for (x, y) in run.attention.as_slice().iter().zip(full.attention.as_slice()) {
+        assert!((x - y).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn interventions_belong_to_the_model_they_were_set_on() {
+    let mut h = llama_app("The cat sat on");
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    for head in 0..4 {
+        h.get_by_label(&format!("Ablate layer 0 head {head}")).click();
+    }
+    h.get_by_label("Ablate layer 1 head 2").click();
+    wait_until(&mut h, "the ablated run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    assert_eq!(h.state().settings.interventions.ablated.len(), 5);
+    // Another model of the same shape (2 layers × 4 heads): nothing is carried over.
+    load(&mut h, &tiny());
+    settled(&mut h);
+    assert!(h.state().settings.interventions.is_faithful(), "{:?}", h.state().settings.interventions);
+    assert!(h.state().session.run.as_ref().unwrap().intervention.is_none());
+    let status = h.state().session.status.clone().unwrap().text;
+    assert!(status.contains("interventions reset") && status.contains("ablated heads 0:0,0:1,0:2,0:3,1:2"), "{status}");
+    assert!(h.query_by_label_contains("interventions reset to the faithful model").is_some(), "the notice is shown");
+    // And back: they are not revived either.
+    load(&mut h, &tiny_llama());
+    settled(&mut h);
+    assert!(h.state().settings.interventions.is_faithful());
+    // Set on this model, they stay with it across a launch.
+    h.get_by_label("Ablate layer 1 head 0").click();
+    settled(&mut h);
+    let mut storage = MemoryStorage::default();
+    eframe::App::save(h.state_mut(), &mut storage);
+    drop(h);
+    let mut h2 = harness_with(Startup::default(), Some(storage));
+    wait_until(&mut h2, "the restored run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    assert_eq!(h2.state().session.run.as_ref().unwrap().intervention.as_deref(), Some("ablated heads 1:0"));
+}
+
+#[test]
+fn the_playground_shows_no_grouped_query_attention_of_the_pretrained_model() {
+    // tiny-llama: 4 query heads share 2 key/value heads; the playground's 4 heads share nothing.
+    let mut h = llama_app("The cat sat on");
+    assert!(h.query_by_label_contains("4 query heads share 2 key/value heads").is_some());
+    h.get_by_label("Playground").click();
+    wait_until(&mut h, "the playground run", |a| a.session.run.as_ref().is_some_and(|r| r.playground));
+    h.run_steps(2);
+    assert_eq!(h.state().session.run.as_ref().unwrap().attention.heads(), 4);
+    assert!(h.query_by_label_contains("key/value head").is_none(), "no grouping text or chip tooltips");
+    assert!(h.query_by_label_contains("query heads share").is_none());
+    h.get_by_label_contains("Pretrained:").click();
+    wait_until(&mut h, "the pretrained run", |a| a.session.run.as_ref().is_some_and(|r| !r.playground));
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("4 query heads share 2 key/value heads").is_some());
+}
+
+#[test]
+fn visiting_the_playground_keeps_the_written_text_and_the_selection() {
+    let mut h = llama_app("The cat sat on");
+    h.state_mut().views.generation.max_new = 5;
+    continue_text(&mut h);
+    let written = h.state().session.run.clone().unwrap();
+    let g = h.state().session.generation.clone().unwrap();
+    assert!(g.written >= 1);
+    h.get_by_label("L1").click();
+    h.get_by_label("None").click();
+    h.get_by_label("H2").click();
+    h.run_steps(2);
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.heads.clone()), (1, vec![false, false, true, false]));
+    // The playground with one layer of two heads.
+    h.get_by_label("Playground").click();
+    h.run_steps(2);
+    retype(&mut h, "layers", "1");
+    retype(&mut h, "heads", "2");
+    wait_until(&mut h, "the playground run", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.playground && r.attention.layers() == 1 && r.attention.heads() == 2)
+    });
+    settled(&mut h);
+    assert_eq!(h.state().settings.layer_idx, 0);
+    assert!(
+        h.state().session.status.as_ref().is_none_or(|s| !s.text.starts_with("Wrote")),
+        "no status about tokens not shown"
+    );
+    h.get_by_label_contains("Pretrained:").click();
+    wait_until(&mut h, "the pretrained run", |a| a.session.run.as_ref().is_some_and(|r| !r.playground));
+    settled(&mut h);
+    let back = h.state().session.run.clone().unwrap();
+    assert_eq!(back.tokens.ids, written.tokens.ids, "the written tokens are back");
+    assert_eq!(back.prompt_len, written.prompt_len);
+    assert_eq!(h.state().session.generation.as_ref().map(|g| g.written), Some(g.written));
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.heads.clone()), (1, vec![false, false, true, false]));
+    let status = h.state().session.status.clone().unwrap();
+    assert!(status.text.starts_with(&format!("Wrote {} tokens", g.written)), "{status:?}");
+    // The playground kept its own selection too.
+    h.get_by_label("Playground").click();
+    wait_until(&mut h, "the playground run", |a| a.session.run.as_ref().is_some_and(|r| r.playground));
+    assert_eq!(h.state().settings.heads.len(), 2);
+}
+
+#[test]
+fn difference_of_the_apps_own_example_pair_is_drawn_with_the_differing_token_marked() {
+    // The embedded all-MiniLM-L6-v2 on the example sentence and the comparison's example
+    // ("…too tired." / "…too wide."): 16 tokens each.
+    let mut h = harness_with(Startup::default(), None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    assert_eq!(h.state().settings.text, attnviz::app::state::EXAMPLE_SENTENCE);
+    h.get_by_label("Compare").click();
+    h.run_steps(2);
+    h.get_by_label("Difference B − A").click();
+    wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+    settled(&mut h);
+    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().session.run_b.clone().unwrap());
+    assert_eq!((a.tokens.len(), b.tokens.len()), (16, 16));
+    assert!(h.query_by_label_contains("needs as many tokens").is_none(), "not refused");
+    assert!(h.query_by_label_contains("The tokens differ at position 13 (“tired” / “wide”)").is_some());
+    assert!(matches!(h.state().current_figure(), attnviz::export::Figure::Compare { difference: true, .. }));
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("difference.csv");
+    export_through_dialog(&mut h, &csv);
+    let rows = csv_rows(&csv);
+    assert_eq!(rows[14][0], "tired ≠ wide", "the differing row is marked");
+    assert_eq!(rows[0][14], "tired ≠ wide", "and its column");
+    assert_eq!(rows[3][0], "animal");
+    let heads: Vec<usize> = (0..12).collect();
+    let (am, bm) = (a.attention.mean_of_heads(0, &heads), b.attention.mean_of_heads(0, &heads));
+    let v: f32 = rows[14][14].parse().unwrap();
+    assert!((v - (bm[13 * 16 + 13] - am[13 * 16 + 13])).abs() < 1e-6);
+}
+
+#[test]
+fn the_written_continuation_is_shown_as_readable_text_and_copied() {
+    let mut h = llama_app("The cat sat on");
+    h.state_mut().views.generation.max_new = 4;
+    continue_text(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    let prompt = run.prompt_len.unwrap();
+    let model = attnviz::model::LoadedModel::load(&tiny_llama()).unwrap();
+    let written = model.tokenizer.decode(&run.tokens.ids[prompt..]);
+    assert!(!written.trim().is_empty());
+    let g = h.state().session.generation.clone().unwrap();
+    assert_eq!(g.text.as_deref(), Some(written.as_str()), "the tokenizer's decoding of what it wrote");
+    let full = format!("The cat sat on{written}");
+    assert!(h.query_by_label(&full).is_some(), "prompt and continuation shown as one text: {full:?}");
+    h.get_by_label("Copy").click();
+    h.step();
+    let copied = h.output().platform_output.commands.iter().any(|c| *c == egui::OutputCommand::CopyText(full.clone()));
+    assert!(copied, "{:?}", h.output().platform_output.commands);
+}
+
+/// Whether the button labelled `label` is shown selected.
+fn button_selected(h: &Harness<'static, AttnvizApp>, label: &str) -> bool {
+    use egui_kittest::kittest::NodeT;
+    let node = h.get_all_by_label(label).find(|n| n.accesskit_node().role() == egui::accesskit::Role::Button).unwrap();
+    node.accesskit_node().toggled() == Some(egui::accesskit::Toggled::True)
+}
+
+#[test]
+fn the_embedded_model_loaded_looks_selected() {
+    let mut h = harness_with(Startup::default(), None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    assert!(button_selected(&h, "all-MiniLM-L6-v2"));
+    assert!(!button_selected(&h, "SmolLM2-135M-Instruct"));
+    h.get_by_label("SmolLM2-135M-Instruct").click();
+    h.step();
+    wait_until(&mut h, "SmolLM2", |a| a.session.model.as_ref().is_some_and(|m| m.name.contains("SmolLM2")));
+    assert!(button_selected(&h, "SmolLM2-135M-Instruct"));
+    assert!(!button_selected(&h, "all-MiniLM-L6-v2"));
+    // Another folder: neither.
+    load(&mut h, &tiny());
+    h.run_steps(2);
+    assert!(!button_selected(&h, "SmolLM2-135M-Instruct") && !button_selected(&h, "all-MiniLM-L6-v2"));
+}
+
+#[test]
+fn changed_settings_are_saved_a_moment_later_without_waiting_for_a_clean_exit() {
+    let mut h = app("remember this");
+    let mut storage = MemoryStorage::default();
+    let t0 = Instant::now();
+    // Launch settings are written once, a moment later.
+    assert!(h.state_mut().autosave(&mut storage, t0).is_some());
+    assert!(h.state_mut().autosave(&mut storage, t0 + attnviz::app::SAVE_AFTER).is_none());
+    assert!(storage.0.contains_key("attnviz-settings"));
+    storage.0.clear();
+    assert!(h.state_mut().autosave(&mut storage, t0 + Duration::from_secs(5)).is_none(), "nothing changed");
+    assert!(storage.0.is_empty(), "nothing written when nothing changed");
+    h.get_by_label("L1").click();
+    h.run_steps(2);
+    let t1 = t0 + Duration::from_secs(10);
+    let wait = h.state_mut().autosave(&mut storage, t1).unwrap();
+    assert_eq!(wait, attnviz::app::SAVE_AFTER, "debounced");
+    // Another change restarts the wait.
+    h.get_by_label("Heatmap").click();
+    h.run_steps(2);
+    let t2 = t1 + Duration::from_millis(600);
+    assert_eq!(h.state_mut().autosave(&mut storage, t2), Some(attnviz::app::SAVE_AFTER));
+    assert!(h.state_mut().autosave(&mut storage, t2 + Duration::from_millis(500)).is_some());
+    assert!(storage.0.is_empty());
+    assert!(h.state_mut().autosave(&mut storage, t2 + attnviz::app::SAVE_AFTER).is_none());
+    // What was written is what a relaunch restores, with no clean exit in between.
+    let saved = h.state().settings.clone();
+    drop(h); // as a kill: the harness never calls save() at exit
+    let h2 = harness_with(Startup::default(), Some(storage));
+    assert_eq!(h2.state().settings.layer_idx, 1);
+    assert_eq!(h2.state().settings.view, View::Heatmap);
+    assert_eq!(h2.state().settings.text, saved.text);
+}
+
+fn attention_fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/attention").join(name)
+}
+
+#[test]
+fn an_attention_file_opens_in_every_view_that_needs_only_attention() {
+    let mut h = app("The cat sat.");
+    let model_run = h.state().session.run.clone().unwrap();
+    // A bad file first: the reason is shown, the model's run stays.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("broken.npz");
+    std::fs::write(&bad, b"PK\x03\x04 not really").unwrap();
+    load(&mut h, &bad);
+    wait_until(&mut h, "the file's error", |a| a.session.load_error.is_some());
+    assert!(h.state().session.load_error.as_deref().unwrap().contains("broken.npz: not a NumPy .npz archive"));
+    assert!(h.query_all_by_label_contains("broken.npz: not a NumPy .npz archive").next().is_some(), "shown");
+    assert_eq!(h.state().settings.source, attnviz::app::state::Source::Pretrained);
+    assert!(Arc::ptr_eq(h.state().session.run.as_ref().unwrap(), &model_run), "nothing lost");
+    // The vision transformer's patches.
+    let vit = attention_fixture("vit.npz");
+    load(&mut h, &vit);
+    wait_until(&mut h, "the file", |a| a.settings.source == attnviz::app::state::Source::File);
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!((run.attention.layers(), run.attention.heads(), run.tokens.len()), (2, 4, 17));
+    assert!(h.query_by_label_contains("ATTENTION FILE — vit.npz").is_some());
+    assert!(head_lines(&mut h) > 0, "the head view draws its lines");
+    // Typing changes nothing: the file is the run.
+    h.get_by_label("Sentence A").click();
+    h.get_by_label("Sentence A").type_text(" more");
+    settled(&mut h);
+    assert!(Arc::ptr_eq(h.state().session.run.as_ref().unwrap(), &run));
+    // Model view, heatmap, statistics (with head roles on the labels), rollout: drawn.
+    for view in ["Model view", "Heatmap", "Head statistics", "Rollout / flow"] {
+        h.get_by_label(view).click();
+        settled(&mut h);
+    }
+    assert!(h.state().session.derived.rollout(h.state().session.view_id, &[0, 1, 2, 3]).is_some());
+    // The views that run the model say so.
+    for view in ["Neuron view", "Logit lens", "Logit attribution", "Contribution graph"] {
+        h.get_by_label(view).click();
+        settled(&mut h);
+        assert!(h.query_by_label_contains("needs the model").is_some(), "{view} says it needs the model");
+    }
+    assert!(h.query_by_label("Continue ▶").is_none(), "no writing without a model");
+    // Compare: another file, as B − A.
+    h.get_by_label("Compare").click();
+    h.run_steps(2);
+    h.get_by_label("Another sentence").click();
+    h.run_steps(2);
+    assert!(h.query_by_label_contains("An attention file has no model to run another input").is_some());
+    h.get_by_label("Another model").click();
+    h.run_steps(2);
+    retype(&mut h, "Model B folder", vit.to_str().unwrap());
+    h.get_by_label("Use as B").click();
+    wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+    h.get_by_label("Difference B − A").click();
+    settled(&mut h);
+    assert!(h.query_by_label_contains("largest change 0.0000").is_some(), "the same file: no difference");
+    // Export the heatmap's numbers.
+    h.get_by_label("Heatmap").click();
+    settled(&mut h);
+    let csv = dir.path().join("vit.csv");
+    export_through_dialog(&mut h, &csv);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 18);
+    assert!(text.lines().next().unwrap().ends_with(",\"patch 3,3\""), "labels with commas are quoted");
+    // Back on the model: the text typed meanwhile is its input.
+    h.get_by_label_contains("Pretrained:").click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.text, "The cat sat. more");
+    assert!(h.state().session.run.as_ref().unwrap().tokens.tokens.contains(&"more".to_string()));
+    assert!(h.state().session.run.as_ref().unwrap().neuron.is_some(), "the model's run");
+    // The file is remembered across launches.
+    let mut storage = MemoryStorage::default();
+    h.get_by_label("File: vit.npz").click();
+    settled(&mut h);
+    eframe::App::save(h.state_mut(), &mut storage);
+    drop(h);
+    let mut h2 = harness_with(Startup::default(), Some(storage));
+    wait_until(&mut h2, "the remembered file", |a| a.session.run.as_ref().is_some_and(|r| r.tokens.len() == 17));
+}
+
+#[test]
+fn an_encoder_decoder_file_shows_its_three_attentions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bart.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_attnviz"))
+        .args(["dump", "--model", tiny_bart().to_str().unwrap(), "--text", "The cat sat.", "--target", "Le chat"])
+        .args(["-o", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut h =
+        harness_with(Startup { model_dir: Some(tiny()), attention_file: Some(path), ..Startup::default() }, None);
+    wait_until(&mut h, "the file", |a| {
+        a.settings.source == attnviz::app::state::Source::File && a.session.run.is_some()
+    });
+    wait_until(&mut h, "the model beside it", |a| a.session.model.is_some());
+    settled(&mut h);
+    // The model loading beside it (in either order) leaves the file shown, and says so.
+    let status = h.state().session.status.clone().unwrap().text;
+    assert!(status.starts_with("Opened") && status.contains("bart.json"), "{status}");
+    assert_eq!(h.state().session.run.as_ref().unwrap().tokens.len(), 6);
+    pick_stack(&mut h, "Cross");
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    assert!(!run.attention.is_square(), "cross-attention: target rows, source columns");
+    assert_eq!(run.attention.keys(), 6);
+}
+
+#[test]
+fn translate_writes_with_the_interventions_shown() {
+    let source = "The cat sat on the mat.";
+    let mut h = seq2seq_app(source);
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    h.get_by_label("Ablate layer 0 head 1").click();
+    h.get_by_label("Ablate layer 1 head 2").click();
+    wait_until(&mut h, "the ablated run", |a| a.session.run.as_ref().is_some_and(|r| r.intervention.is_some()));
+    h.get_all_by_label("Translate ▶").next().unwrap().click();
+    wait_until(&mut h, "the translation", |a| a.session.generation.as_ref().is_some_and(|g| g.finished.is_some()));
+    settled(&mut h);
+    let iv = h.state().settings.interventions.clone();
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(run.intervention.as_deref(), Some("ablated heads 0:1,1:2"), "the written run is the modified model's");
+    assert!(h.query_by_label_contains("MODIFIED MODEL — ablated heads 0:1,1:2").is_some());
+    // The library translates the same with the same interventions, differently without them.
+    let model = attnviz::model::LoadedModel::load(&tiny_bart()).unwrap();
+    let with = attnviz::model::generate::translate_with(&model, source, (6, 8), &iv, |_, _, _, _| true).unwrap();
+    let faithful = attnviz::model::generate::translate(&model, source, 6, 8, |_, _, _, _| true).unwrap();
+    let g = h.state().session.generation.clone().unwrap();
+    // (The button beside the Target box asks for its own count: compare the steps both wrote.)
+    assert!(g.steps.len() >= with.steps.len());
+    assert_eq!(g.steps[..with.steps.len()], with.steps, "each step's candidates, as the library's with them");
+    assert_ne!(with.steps, faithful.steps, "the ablations change what the decoder is given");
+}
+
+#[test]
+fn a_rectangular_attention_file_draws_rows_over_other_tokens() {
+    // Two query tokens attending over three others (as cross-attention would), one layer, two heads.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rect.json");
+    let head = "[[0.2, 0.3, 0.5], [1, 0, 0]]";
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"tokens": ["le", "chat"], "key_tokens": ["the", "cat", "sat"], "attentions": [[{head}, {head}]]}}"#
+        ),
+    )
+    .unwrap();
+    let mut h =
+        harness_with(Startup { model_dir: Some(tiny()), attention_file: Some(path), ..Startup::default() }, None);
+    wait_until(&mut h, "the file", |a| a.session.run.as_ref().is_some_and(|r| !r.attention.is_square()));
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!((run.tokens.len(), run.attention.keys()), (2, 3));
+    assert_eq!(run.key_label(2), "sat");
+    assert!(head_lines(&mut h) > 0);
+    for view in ["Model view", "Heatmap", "Head statistics", "Rollout / flow", "Compare"] {
+        h.get_by_label(view).click();
+        settled(&mut h);
+    }
+    h.get_by_label("Heatmap").click();
+    settled(&mut h);
+    let dir2 = tempfile::tempdir().unwrap();
+    let csv = dir2.path().join("rect.csv");
+    export_through_dialog(&mut h, &csv);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 3, "{text}");
+    assert!(text.lines().next().unwrap().ends_with("the,cat,sat"), "{text}");
 }

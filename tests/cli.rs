@@ -968,3 +968,117 @@ fn attnviz_model_may_name_an_embedded_model() {
         assert_eq!(dump["model"], want, "{name}");
     }
 }
+
+#[test]
+fn help_lists_every_family_attnviz_opens_encoder_decoders_included() {
+    let out = attnviz(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    // --help wraps to the terminal: compare with the words joined by single spaces.
+    let flat = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    for model_type in attnviz::model::families::supported_model_types().split(", ") {
+        assert!(flat.contains(&format!("({model_type})")), "--help names no {model_type}: {flat}");
+    }
+    assert!(flat.contains("encoder–decoders, with cross-attention: BART (bart), mBART (mbart), Marian (marian)"));
+}
+
+fn attention_fixture(name: &str) -> PathBuf {
+    root().join("tests/fixtures/attention").join(name)
+}
+
+#[test]
+fn open_check_reads_the_readme_examples_files() {
+    let cases = [
+        ("bert.npz", "../models/tiny-bert · 2 layers × 4 heads × 16 tokens"),
+        ("gpt2-tl.npz", "gpt2 (TransformerLens) · 2 layers × 4 heads × 32 tokens · causal"),
+        ("vit.npz", "vit.npz · 2 layers × 4 heads × 17 tokens"),
+    ];
+    for (name, summary) in cases {
+        let path = attention_fixture(name);
+        let out = attnviz(&["open", "--check", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let said = String::from_utf8(out.stdout).unwrap();
+        assert!(said.contains(summary), "{name}: {said}");
+    }
+    // The Hugging Face example's attention is the model's: attnviz's own run of tiny-bert on the
+    // same sentence matches it, token for token (to bfloat16 precision: tiny-bert's weights are
+    // bfloat16, and transformers 5 computes in the checkpoint's dtype unless told otherwise).
+    let file = attnviz::analysis::import::read_attention_file(&attention_fixture("bert.npz")).unwrap();
+    let model = attnviz::model::LoadedModel::load(&tiny()).unwrap();
+    let run = model.run("The animal didn't cross the street because it was too tired.", None).unwrap();
+    assert_eq!(file.tokens.tokens, run.tokens.tokens);
+    let worst =
+        file.attention.as_slice().iter().zip(run.attention.as_slice()).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    assert!(worst < 2e-2, "{worst}");
+    // The vision transformer's labels are its patches.
+    let vit = attnviz::analysis::import::read_attention_file(&attention_fixture("vit.npz")).unwrap();
+    assert_eq!(vit.tokens.tokens[0], "[CLS]");
+    assert_eq!(vit.tokens.tokens[16], "patch 3,3");
+    assert!(vit.tokens.special[0] && !vit.tokens.special[1]);
+}
+
+#[test]
+fn the_readme_examples_are_the_blocks_the_fixture_script_runs() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let script = std::fs::read_to_string(root().join("tests/fixtures/make_attention_examples.py")).unwrap();
+    let blocks: Vec<&str> = readme
+        .split("```python\n")
+        .skip(1)
+        .filter_map(|b| b.split("```").next())
+        .filter(|b| b.starts_with("# attnviz open "))
+        .collect();
+    assert_eq!(blocks.len(), 3, "the README shows three examples");
+    for block in blocks {
+        let name = block.split_whitespace().nth(3).unwrap();
+        assert!(attention_fixture(name).is_file(), "{name}: written by the script and committed");
+        // The script replaces one line of each block (the checkpoint it loads), quoted in it.
+        let replaced = block.lines().filter(|l| script.contains(&format!("'{l}'"))).count();
+        assert_eq!(replaced, 1, "{name}: one line the script replaces");
+        assert!(block.lines().count() <= 10, "{name}: ten lines at most");
+        assert!(block.contains(&format!("np.savez_compressed(\"{name}\"")), "{name}");
+    }
+}
+
+#[test]
+fn dumps_open_again_as_the_same_attention() {
+    let dir = tmp();
+    let cases: [(&str, Vec<&str>); 3] = [
+        ("tiny-bert", vec!["--text", "The cat sat.", "--text-pair", "It purred."]),
+        ("tiny-gpt2", vec!["--text", "The cat sat on the mat."]),
+        ("tiny-bart", vec!["--text", "The cat sat.", "--target", "Le chat"]),
+    ];
+    for (model, args) in cases {
+        let dir_of = root().join("tests/fixtures/models").join(model);
+        let m = attnviz::model::LoadedModel::load(&dir_of).unwrap();
+        for format in ["json", "npz"] {
+            let out = dir.path().join(format!("{model}.{format}"));
+            let mut all =
+                vec!["dump", "--model", dir_of.to_str().unwrap(), "--format", format, "-o", out.to_str().unwrap()];
+            all.extend(&args);
+            let done = attnviz(&all);
+            assert!(done.status.success(), "{}", stderr(&done));
+            let file = attnviz::analysis::import::read_attention_file(&out).unwrap();
+            let text = args[1];
+            let pair = args.iter().position(|a| *a == "--text-pair").map(|i| args[i + 1]);
+            let run = m.run(text, pair).unwrap();
+            assert_eq!(file.tokens.tokens, run.tokens.tokens, "{model} {format}");
+            assert_eq!(file.tokens.segments, run.tokens.segments, "{model} {format}");
+            assert_eq!(file.attention.as_slice(), run.attention.as_slice(), "{model} {format}: bit for bit");
+            assert_eq!(file.causal, model == "tiny-gpt2", "{model} {format}");
+            assert_eq!(file.decoder.is_some(), model == "tiny-bart", "{model} {format}");
+            assert_eq!(file.model_name, model, "{model} {format}: named after the model, in JSON and NPZ");
+            if let Some(d) = &file.decoder {
+                assert_eq!(d.cross.keys(), run.tokens.len());
+            }
+        }
+    }
+}
+
+#[test]
+fn open_refuses_a_bad_file_with_one_line_before_any_window() {
+    let dir = tmp();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"tokens": ["a", "b"], "attentions": [[[[0.9, 0.9], [0.5, 0.5]]]]}"#).unwrap();
+    assert_error(&attnviz(&["open", bad.to_str().unwrap()]), "bad.json: `attentions`[0][0][0] sums to 1.8, not 1");
+    assert_error(&attnviz(&["open", "--check", "/no/such/file.npz"]), "/no/such/file.npz");
+}

@@ -895,11 +895,17 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn every_class_of_hostile_input_is_a_clear_error_in_bounded_time_and_memory() {
+    check_cases(cases(), load_and_run);
+}
+
+/// Builds and opens each case with `open`: a clear error with the case's words (or `Ok` when it
+/// has none), in bounded time and memory.
+fn check_cases(cases: Vec<Case>, open: fn(&Path) -> Result<(), String>) {
     let mut failures = Vec::new();
-    for case in cases() {
+    for case in cases {
         let (dir, path) = (case.build)();
         let shown = path.clone();
-        let a = attempt(move || load_and_run(&shown));
+        let a = attempt(move || open(&shown));
         drop(dir);
         let line = format!("{} → {:?} in {:?}, {} KB", case.class, a.result, a.elapsed, a.peak_bytes >> 10);
         println!("{line}");
@@ -1686,4 +1692,239 @@ fn regressions_stay_fixed() {
         replayed += 1;
     }
     println!("{replayed} regressions replayed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention files from strangers (`attnviz open`, the app's Open): the same promise.
+
+/// Reads an attention file as `attnviz open` does.
+fn open_attention(path: &Path) -> Result<(), String> {
+    attnviz::analysis::import::read_attention_file(path).map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// A `.npy` array's bytes: header for `descr` and `shape`, then `body`.
+fn npy(descr: &str, shape: &str, body: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    header.push_str(&" ".repeat((64 - (10 + header.len() + 1) % 64) % 64));
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&u16::try_from(header.len()).unwrap().to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+/// An `.npz` of raw entries (name, bytes), stored.
+fn npz_of(entries: &[(&str, Vec<u8>)]) -> (tempfile::TempDir, PathBuf) {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.npz");
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, bytes) in entries {
+        zip.start_file(*name, options).unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    zip.finish().unwrap();
+    (dir, path)
+}
+
+/// Good tokens for a 2-token file.
+fn two_tokens() -> (&'static str, Vec<u8>) {
+    ("tokens.npy", npy("<U1", "(2,)", &[b'a', 0, 0, 0, b'b', 0, 0, 0]))
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn json_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.json");
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+fn attention_cases() -> Vec<Case> {
+    vec![
+        Case {
+            class: "attention: a declared shape whose element count overflows",
+            build: || {
+                npz_of(&[("attentions.npy", npy("<f4", "(4294967296, 4294967296, 4294967296, 2)", &[])), two_tokens()])
+            },
+            needles: &["hostile.npz", "`attentions`", "too large"],
+        },
+        Case {
+            class: "attention: a declared 2⁴² values with no data",
+            build: || npz_of(&[("attentions.npy", npy("<f4", "(4096, 64, 4096, 4096)", &[])), two_tokens()]),
+            needles: &["more than the 268435456 attention values"],
+        },
+        Case {
+            class: "attention: data cut short",
+            build: || npz_of(&[("attentions.npy", npy("<f4", "(1, 1, 2, 2)", &f32_bytes(&[1.0]))), two_tokens()]),
+            needles: &["`attentions` is cut short: 4 of 16 bytes"],
+        },
+        Case {
+            class: "attention: a truncated archive",
+            build: || {
+                let (dir, path) = npz_of(&[
+                    ("attentions.npy", npy("<f4", "(1, 1, 2, 2)", &f32_bytes(&[1.0, 0.0, 0.5, 0.5]))),
+                    two_tokens(),
+                ]);
+                let bytes = std::fs::read(&path).unwrap();
+                std::fs::write(&path, &bytes[..bytes.len() - 30]).unwrap();
+                (dir, path)
+            },
+            needles: &["not a NumPy .npz archive"],
+        },
+        Case {
+            class: "attention: pickled token labels",
+            build: || {
+                npz_of(&[
+                    ("attentions.npy", npy("<f4", "(1, 1, 2, 2)", &f32_bytes(&[1.0, 0.0, 0.5, 0.5]))),
+                    ("tokens.npy", npy("|O", "(2,)", b"\x80\x04junk")),
+                ])
+            },
+            needles: &["object array (pickled)", "dtype=str"],
+        },
+        Case {
+            class: "attention: Fortran order",
+            build: || {
+                let mut a = npy("<f4", "(1, 1, 2, 2)", &f32_bytes(&[1.0, 0.0, 0.5, 0.5]));
+                let at = a.windows(5).position(|w| w == b"False").unwrap();
+                a[at..at + 5].copy_from_slice(b"True ");
+                npz_of(&[("attentions.npy", a), two_tokens()])
+            },
+            needles: &["Fortran order"],
+        },
+        Case {
+            class: "attention: big-endian floats",
+            build: || npz_of(&[("attentions.npy", npy(">f4", "(1, 1, 2, 2)", &[0; 16])), two_tokens()]),
+            needles: &["little-endian floats"],
+        },
+        Case {
+            class: "attention: NaN weights",
+            build: || {
+                npz_of(&[
+                    ("attentions.npy", npy("<f4", "(1, 1, 2, 2)", &f32_bytes(&[f32::NAN, 0.0, 0.5, 0.5]))),
+                    two_tokens(),
+                ])
+            },
+            needles: &["holds NaN", "probabilities"],
+        },
+        Case {
+            class: "attention: a 10 000-entry archive",
+            build: || {
+                let entries: Vec<(String, Vec<u8>)> = (0..10_000).map(|i| (format!("x{i}.npy"), Vec::new())).collect();
+                let refs: Vec<(&str, Vec<u8>)> = entries.iter().map(|(n, b)| (n.as_str(), b.clone())).collect();
+                npz_of(&refs)
+            },
+            needles: &["10000 arrays in the archive"],
+        },
+        Case {
+            class: "attention: a .npy header claiming 4 GB",
+            build: || {
+                let mut a = b"\x93NUMPY\x02\x00".to_vec();
+                a.extend_from_slice(&u32::MAX.to_le_bytes());
+                npz_of(&[("attentions.npy", a), two_tokens()])
+            },
+            needles: &["a .npy header of 4294967295 bytes"],
+        },
+        Case {
+            class: "attention: JSON nested 100 000 deep",
+            build: || json_file(&format!("{{\"tokens\": [\"a\"], \"attentions\": {}}}", deep_json(100_000))),
+            needles: &["hostile.json", "not an attention file"],
+        },
+        Case {
+            class: "attention: a ragged JSON list",
+            build: || json_file(r#"{"tokens": ["a", "b"], "attentions": [[[[1, 0], [0.5, 0.25, 0.25]]]]}"#),
+            needles: &["ragged"],
+        },
+        Case {
+            class: "attention: a row that does not sum to 1",
+            build: || json_file(r#"{"tokens": ["a", "b"], "attentions": [[[[1, 0], [0.5, 0.25]]]]}"#),
+            needles: &["`attentions`[0][0][1] sums to 0.75, not 1"],
+        },
+        Case {
+            class: "attention: labels that do not match the rows",
+            build: || json_file(r#"{"tokens": ["a"], "attentions": [[[[1, 0], [0.5, 0.5]]]]}"#),
+            needles: &["`tokens` has 1 labels for 2 query rows"],
+        },
+        Case {
+            class: "attention: a 5 GiB sparse file",
+            build: || {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("huge.json");
+                sparse(&path, b"{\"tokens\": [", 5 << 30);
+                (dir, path)
+            },
+            needles: &["huge.json", "larger than"],
+        },
+        Case {
+            class: "attention: a folder named like a file",
+            build: || {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("folder.npz");
+                std::fs::create_dir(&path).unwrap();
+                (dir, path)
+            },
+            needles: &["folder.npz: not a file"],
+        },
+        #[cfg(unix)]
+        Case {
+            class: "attention: a FIFO that never ends",
+            build: || {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("pipe.json");
+                fifo(&path);
+                (dir, path)
+            },
+            needles: &["pipe.json: not a file"],
+        },
+    ]
+}
+
+#[test]
+fn hostile_attention_files_are_clear_errors_in_bounded_time_and_memory() {
+    check_cases(attention_cases(), open_attention);
+}
+
+/// Seeded mutations of the README examples' files and of a dump's JSON: each ends in `Ok` or a
+/// clean error, in bounded time and memory.
+#[test]
+fn fuzz_attention_files() {
+    quiet_panics_counted();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/attention");
+    let json = br#"{"model": "m", "tokens": ["[CLS]", "a", "b"], "segments": [0, 0, 1], "attentions": [[[[1, 0, 0], [0.5, 0.5, 0], [0.2, 0.3, 0.5]]], [[[0.1, 0.1, 0.8], [0.3, 0.3, 0.4], [1, 0, 0]]]]}"#.to_vec();
+    let seeds: Vec<(&str, Vec<u8>)> = vec![
+        ("vit.npz", std::fs::read(root.join("vit.npz")).unwrap()),
+        ("bert.npz", std::fs::read(root.join("bert.npz")).unwrap()),
+        ("dump.json", json),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let (mut ok, mut errors) = (0, 0);
+    let mut crashes = Vec::new();
+    for i in 0..90u64 {
+        let (name, base) = &seeds[(i % 3) as usize];
+        let mut rng = Rng((18 + i).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut bytes = base.clone();
+        let len = bytes.len();
+        mutate_bytes(&mut bytes, &mut rng, 0..len);
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let shown = path.clone();
+        let a = attempt(move || open_attention(&shown));
+        match (&a.result, a.crash()) {
+            (_, Some(crash)) => {
+                let saved = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("attention-crash-{i}-{name}"));
+                std::fs::write(&saved, &bytes).unwrap();
+                crashes.push(format!("{name} #{i}: {crash} (saved in {})", saved.display()));
+            }
+            (Some(Ok(())), None) => ok += 1,
+            _ => errors += 1,
+        }
+    }
+    println!("fuzz attention files: {ok} Ok, {errors} clean errors");
+    assert!(crashes.is_empty(), "{}", crashes.join("\n"));
+    assert!(errors > 0, "the mutations reach the checks");
 }

@@ -52,17 +52,37 @@ impl Tokens {
     }
 }
 
-/// Why two inputs' tokens are not the same, in words: their counts when they differ, else the first
-/// position where they part ("token 3 is “cat” in A and “dog” in B"); None when they are the same.
-pub fn token_difference(a: &Tokens, b: &Tokens) -> Option<String> {
-    if a.tokens == b.tokens {
+/// Where two inputs' tokens differ, for B − A: the positions whose tokens differ (empty: the same
+/// tokens), or — when their counts differ and B − A cannot be drawn — why, in words.
+pub fn token_difference(a: &Tokens, b: &Tokens) -> Result<Vec<usize>, String> {
+    if a.len() != b.len() {
+        return Err(format!("A has {} tokens, B has {}", a.len(), b.len()));
+    }
+    Ok(a.tokens.iter().zip(&b.tokens).enumerate().filter(|(_, (x, y))| x != y).map(|(i, _)| i).collect())
+}
+
+/// The label of position `i` in B − A: A's label, or “a ≠ b” where B's token differs.
+pub fn difference_label(a_label: &str, b_label: &str) -> String {
+    if a_label == b_label { a_label.to_string() } else { format!("{a_label} ≠ {b_label}") }
+}
+
+/// A sentence naming the positions whose tokens differ (None when none do).
+pub fn differing_note(
+    differ: &[usize],
+    a_label: impl Fn(usize) -> String,
+    b_label: impl Fn(usize) -> String,
+) -> Option<String> {
+    if differ.is_empty() {
         return None;
     }
-    if a.len() != b.len() {
-        return Some(format!("A has {} tokens, B has {}", a.len(), b.len()));
-    }
-    let i = a.tokens.iter().zip(&b.tokens).position(|(x, y)| x != y)?;
-    Some(format!("the tokens differ: token {i} is “{}” in A and “{}” in B", a.label(i), b.label(i)))
+    let listed: Vec<String> =
+        differ.iter().take(6).map(|&i| format!("{i} (“{}” / “{}”)", a_label(i), b_label(i))).collect();
+    let more = if differ.len() > 6 { format!(" and {} more", differ.len() - 6) } else { String::new() };
+    let s = if differ.len() == 1 { "" } else { "s" };
+    Some(format!(
+        "The tokens differ at position{s} {}{more}: marked ≠, their rows and columns compare different tokens.",
+        listed.join(", ")
+    ))
 }
 
 /// Makes a token readable in a diagram: `Ġ`/`▁` word starts dropped (a token of spaces alone shows
@@ -141,12 +161,14 @@ mod tests {
     fn token_differences_are_said_in_words() {
         let t =
             |words: &[&str]| Tokens { tokens: words.iter().map(ToString::to_string).collect(), ..Tokens::default() };
-        assert_eq!(token_difference(&t(&["a", "b"]), &t(&["a", "b"])), None);
-        assert_eq!(token_difference(&t(&["a"]), &t(&["a", "b"])).unwrap(), "A has 1 tokens, B has 2");
-        assert_eq!(
-            token_difference(&t(&["the", "cat"]), &t(&["the", "dog"])).unwrap(),
-            "the tokens differ: token 1 is “cat” in A and “dog” in B"
-        );
+        assert_eq!(token_difference(&t(&["a", "b"]), &t(&["a", "b"])), Ok(vec![]));
+        assert_eq!(token_difference(&t(&["a"]), &t(&["a", "b"])).unwrap_err(), "A has 1 tokens, B has 2");
+        assert_eq!(token_difference(&t(&["the", "cat", "sat"]), &t(&["the", "dog", "sat"])), Ok(vec![1]));
+        assert_eq!(difference_label("cat", "dog"), "cat ≠ dog");
+        assert_eq!(difference_label("the", "the"), "the");
+        let note = differing_note(&[1], |_| "cat".into(), |_| "dog".into()).unwrap();
+        assert!(note.starts_with("The tokens differ at position 1 (“cat” / “dog”)"), "{note}");
+        assert_eq!(differing_note(&[], |_| String::new(), |_| String::new()), None);
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub const PROBE_HALF: usize = 24;
 /// Key of the settings in eframe's storage.
 const SETTINGS_KEY: &str = "attnviz-settings";
 
+/// Settings are written this long after their last change (a kill — SIGTERM, a crash — loses at
+/// most this much; typing does not write at every keystroke).
+pub const SAVE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How the app starts: the command line's `--model`, `--text`, `--text-pair`.
 #[derive(Debug, Clone, Default)]
 pub struct Startup {
@@ -44,6 +48,8 @@ pub struct Startup {
     pub work_dir: Option<PathBuf>,
     /// The folder exports go to until one is written elsewhere (None: `$HOME`).
     pub home: Option<PathBuf>,
+    /// An attention file to open ([`crate::analysis::import`]).
+    pub attention_file: Option<PathBuf>,
 }
 
 /// Results of background tasks other than inference and derived data.
@@ -56,6 +62,10 @@ enum Background {
     PickedModel(Option<PathBuf>),
     /// A native save dialog returned.
     PickedExport(Option<PathBuf>),
+    /// A native file dialog for an attention file returned.
+    PickedAttention(Option<PathBuf>),
+    /// An attention file was read (or why not).
+    OpenedAttention(PathBuf, Result<Arc<Run>, String>),
     /// The scan of the local Hugging Face cache finished.
     CachedModels(Vec<CachedModel>),
     /// A native folder dialog for saving a trained model returned.
@@ -75,6 +85,26 @@ struct TokenRun {
 /// What a run is of: sentence A, sentence B, an encoder–decoder's target, the model.
 type RunInput = (String, Option<String>, Option<String>, RunSpec);
 
+/// What the pretrained model showed when the playground was opened: given back on the way
+/// back when its input is still the one asked for (a generation is not written again).
+struct Parked {
+    /// The run shown (a generation's prompt and continuation).
+    token_run: TokenRun,
+    /// What it was the run of.
+    input: RunInput,
+    /// The generation it came from, if any.
+    generation: Option<Generation>,
+    /// Tokenizer + model time of that run.
+    inference_ms: f64,
+    /// The status bar's message then.
+    status: Option<Status>,
+    /// The pinned token.
+    pinned: Option<super::state::TokenSelection>,
+}
+
+/// Said by views that run the model when an attention file is shown (`{what}`: what they need).
+pub const FILE_NEEDS_MODEL: &str = "This view needs the model: an attention file holds attention only, and {what} the model's residual stream through its unembedding. Open the model (side panel) to use it.";
+
 /// Said above every view when an encoder–decoder has no target yet.
 pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no target yet. Type a Target (or press Translate) to see the decoder's self-attention and its cross-attention to the source.";
 
@@ -86,7 +116,18 @@ fn run_spec(settings: &Settings, playground: &PlaygroundConfig) -> RunSpec {
             RunSpec::Pretrained(settings.interventions.clone(), Some(long))
         }
         Source::Playground => RunSpec::Playground(playground.clone()),
+        Source::File => RunSpec::File(settings.attention_file.clone().unwrap_or_default()),
     }
+}
+
+/// What the next run of `settings` is of: the sentences, the target and the model (an attention
+/// file is the same run whatever the sentence boxes hold).
+fn run_input(settings: &Settings, session: &Session) -> RunInput {
+    let spec = run_spec(settings, &session.playground_active);
+    if matches!(spec, RunSpec::File(_)) {
+        return (String::new(), None, None, spec);
+    }
+    (settings.text.clone(), settings.pair().map(str::to_string), session.run_target(settings), spec)
 }
 
 /// What the app knows besides the settings: the model, the runs, what is in flight. Views never
@@ -194,6 +235,18 @@ pub struct Session {
     pub lab_open: bool,
     /// What the lab replaced: the model folder and the text, restored when it closes.
     lab_return: Option<(PathBuf, String, bool)>,
+    /// The pretrained model's run while the playground is shown.
+    parked: Option<Parked>,
+    /// An attention file being read.
+    pub opening: Option<PathBuf>,
+    /// An attention file picked in a dialog, opened at the next frame.
+    pending_open: Option<PathBuf>,
+    /// The layer and heads selected on the sources not shown (each keeps its own).
+    selections: Vec<(Source, (usize, Vec<bool>))>,
+    /// The settings last written to storage.
+    saved: Option<Settings>,
+    /// Settings changed since they were saved: as they were last seen, and since when.
+    unsaved: Option<(Settings, Instant)>,
 }
 
 impl Session {
@@ -217,13 +270,7 @@ impl Session {
         if self.run.is_none() || self.run_error.is_some() {
             return true;
         }
-        let wanted = (
-            settings.text.clone(),
-            settings.pair().map(str::to_string),
-            self.run_target(settings),
-            run_spec(settings, &self.playground_active),
-        );
-        self.shown_input.as_ref() == Some(&wanted)
+        self.shown_input.as_ref() == Some(&run_input(settings, self))
     }
 
     /// The target the next run's decoder reads: the Target box, for a loaded encoder–decoder.
@@ -281,10 +328,15 @@ fn view_data<'a>(settings: &'a Settings, s: &'a Session) -> ViewData<'a> {
         graph_refusal: s.graph_refusal.as_deref(),
         lab: s.lab.as_ref(),
         lab_open: s.lab_open,
-        stack: s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
-            let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
-            if has_target { settings.stack } else { Stack::Encoder }
-        }),
+        stack: if settings.source == Source::File {
+            // A file with a decoder side is an encoder–decoder's attention.
+            s.token_run.as_ref().filter(|t| t.run.decoder.is_some()).map(|_| settings.stack)
+        } else {
+            s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
+                let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
+                if has_target { settings.stack } else { Stack::Encoder }
+            })
+        },
         stack_note: s
             .token_run
             .as_ref()
@@ -394,6 +446,12 @@ impl AttnvizApp {
                 lab: None,
                 lab_open: false,
                 lab_return: None,
+                parked: None,
+                selections: Vec::new(),
+                opening: None,
+                pending_open: None,
+                saved: None,
+                unsaved: None,
             },
             views,
             settings,
@@ -402,6 +460,9 @@ impl AttnvizApp {
         let checked = app.views.side.playground.check(&app.settings.playground);
         app.set_playground(checked);
         app.load_model(model_dir);
+        if let Some(path) = startup.attention_file {
+            app.open_attention(ctx, path);
+        }
         // Listing the cache reads every model's config.json: off the UI thread.
         let cache = startup.hf_cache.unwrap_or_else(crate::model::hub::cache_dir);
         let scan = std::thread::Builder::new().name("hf-cache-scan".into()).spawn(move || {
@@ -448,14 +509,71 @@ impl AttnvizApp {
         }
     }
 
+    /// Before showing `to` instead of the current source: keeps this source's layer and heads
+    /// (and gives back `to`'s), and parks the pretrained model's settled run.
+    fn leave_source(&mut self, to: Source) {
+        let from = self.settings.source;
+        let mine = (self.settings.layer_idx, self.settings.heads.clone());
+        let s = &mut self.session;
+        s.selections.retain(|(source, _)| *source != from);
+        s.selections.push((from, mine));
+        if let Some(i) = s.selections.iter().position(|(source, _)| *source == to) {
+            let (_, (layer_idx, heads)) = s.selections.swap_remove(i);
+            self.settings.layer_idx = layer_idx;
+            self.settings.heads = heads;
+        }
+        let writing = s.generation.as_ref().is_some_and(|g| g.finished.is_none());
+        if from != Source::Pretrained {
+            return;
+        }
+        s.parked = None;
+        if !writing && s.run_error.is_none() {
+            if let (Some(token_run), Some(input)) = (s.token_run.clone(), s.shown_input.clone()) {
+                s.parked = Some(Parked {
+                    token_run,
+                    input,
+                    generation: s.generation.clone(),
+                    inference_ms: s.inference_ms,
+                    status: s.status.clone(),
+                    pinned: s.pinned,
+                });
+            }
+        }
+    }
+
+    /// Back on the pretrained model: shows its parked run again if it is still the run of the
+    /// text and model asked for (else the usual run follows).
+    fn restore_parked(&mut self) {
+        let Some(parked) = self.session.parked.take() else { return };
+        let wanted = run_input(&self.settings, &self.session);
+        if parked.input != wanted {
+            return;
+        }
+        self.stop_generation(true);
+        let id = self.next_id();
+        let s = &mut self.session;
+        // Whatever is in flight (the playground's run) is older than this.
+        s.requested_run_id = id;
+        s.run_id = id;
+        s.in_flight.clear();
+        s.requested_input = Some(wanted.clone());
+        s.shown_input = Some(wanted);
+        s.token_run = Some(parked.token_run);
+        s.generation = parked.generation;
+        s.inference_ms = parked.inference_ms;
+        s.status = parked.status;
+        s.pinned = parked.pinned;
+        s.run_error = None;
+        s.probe_shown = false;
+    }
+
     /// Asks for a run if the input or the model differs from the last one asked for.
     fn request_run_if_changed(&mut self) {
         let spec = self.run_spec();
         if self.session.model.is_none() && matches!(spec, RunSpec::Pretrained(..)) {
             return;
         }
-        let target = self.session.run_target(&self.settings);
-        let input = (self.settings.text.clone(), self.settings.pair().map(str::to_string), target, spec);
+        let input = run_input(&self.settings, &self.session);
         if self.session.requested_input.as_ref() == Some(&input) {
             return;
         }
@@ -475,6 +593,9 @@ impl AttnvizApp {
 
     /// Why the logit lens does not apply to what is shown now (None: it does).
     fn lens_refusal(&self) -> Option<String> {
+        if self.settings.source == Source::File {
+            return Some(FILE_NEEDS_MODEL.replace("{what}", "the logit lens and logit attribution read"));
+        }
         if self.settings.source == Source::Playground {
             return Some(
                 "The playground is a random encoder with no language-model head: the logit lens reads the \
@@ -574,7 +695,9 @@ impl AttnvizApp {
     /// effect of the head selected on one of its edges, when the graph view is open.
     fn request_graph_if_needed(&mut self) {
         let s = &self.session;
-        self.session.graph_refusal = if self.settings.source == Source::Playground {
+        self.session.graph_refusal = if self.settings.source == Source::File {
+            Some(FILE_NEEDS_MODEL.replace("{what}", "the contribution graph follows"))
+        } else if self.settings.source == Source::Playground {
             Some("The playground is a random encoder: the contribution graph follows the pretrained model.".into())
         } else if let Some(why) = s.model.as_ref().and_then(|m| m.contribution_refusal.clone()) {
             Some(super::views::capitalised(&why) + ".")
@@ -639,8 +762,11 @@ impl AttnvizApp {
         if let Some(g) = &self.session.generation {
             g.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        if forget {
-            self.session.generation = None;
+        if forget && self.session.generation.take().is_some() {
+            // "Wrote 20 tokens" no longer describes what is shown.
+            if self.session.status.as_ref().is_some_and(|st| !st.is_error && st.text.starts_with("Wrote ")) {
+                self.session.status = None;
+            }
         }
     }
 
@@ -662,9 +788,12 @@ impl AttnvizApp {
             error: None,
             seconds: 0.0,
             stop: stop.clone(),
+            prompt: self.settings.text.clone(),
+            text: None,
         });
         let (text, max_prompt) = (self.settings.text.clone(), self.settings.record_tokens);
-        self.session.worker.send(Job::Generate { id, text, max_new, max_prompt, stop });
+        let interventions = self.settings.interventions.clone();
+        self.session.worker.send(Job::Generate { id, text, max_new, max_prompt, stop, interventions });
     }
 
     /// Puts what a translation wrote in the Target box without running the model again: the shown
@@ -683,6 +812,11 @@ impl AttnvizApp {
         // B is read with the same target: its decoder and cross-attention compare too.
         let target = self.session.run_target(&self.settings);
         match self.settings.compare.source {
+            CompareSource::Sentence | CompareSource::Interventions if self.settings.source == Source::File => Err(
+                "An attention file has no model to run another input or the faithful model: compare it with another \
+                 attention file or a model folder (Another model)."
+                    .into(),
+            ),
             CompareSource::Sentence => {
                 if self.settings.compare.text_b.trim().is_empty() {
                     return Err("Type sentence B above to compare.".into());
@@ -798,6 +932,7 @@ impl AttnvizApp {
     pub fn is_busy(&self) -> bool {
         let s = &self.session;
         s.loading.is_some()
+            || s.opening.is_some()
             || s.requested_run_id > s.run_id
             || s.requested_compare_id > s.compare_id
             || s.flow_pending.is_some()
@@ -894,7 +1029,12 @@ impl AttnvizApp {
                     // The training lab's network: the same model, further trained (its run is
                     // replaced when the new one arrives), or a new shape (the old run is dropped).
                     self.settings.fit_model(info.layers, info.heads);
-                    self.settings.interventions.fit_to(info.layers, info.heads);
+                    // Interventions set on the lab's network stay with it from one evaluation to
+                    // the next; any others are reset (with a notice), as for a loaded model.
+                    let lab = std::path::Path::new("<training lab>");
+                    if let Some(notice) = self.settings.interventions_meet(lab, info.layers, info.heads) {
+                        self.set_status(notice, false);
+                    }
                     let s = &mut self.session;
                     let same = s.model.as_ref().is_some_and(|m| {
                         (m.family.as_str(), m.layers, m.heads, m.hidden)
@@ -917,28 +1057,46 @@ impl AttnvizApp {
                     self.session.loading = None;
                     match result {
                         Ok(info) => {
-                            self.settings.fit_model(info.layers, info.heads);
-                            self.settings.interventions.fit_to(info.layers, info.heads);
+                            let reset = self.settings.interventions_meet(&dir, info.layers, info.heads);
                             // A model the user just loaded is the one they want to see.
-                            if std::mem::take(&mut self.session.switch_on_load) {
+                            if std::mem::take(&mut self.session.switch_on_load)
+                                && self.settings.source != Source::Pretrained
+                            {
                                 self.settings.source = Source::Pretrained;
+                                // The pretrained selection kept aside was the old model's.
+                                self.session.selections.retain(|(s, _)| *s != Source::Pretrained);
+                            }
+                            // An attention file shown (opened with the app, the model loading
+                            // beside it) stays as it is.
+                            let file_shown = self.settings.source == Source::File;
+                            if !file_shown {
+                                self.settings.fit_model(info.layers, info.heads);
                             }
                             let embedded = dir == default_model_dir();
                             self.settings.model_dir = (!embedded).then(|| dir.clone());
                             self.settings.remember_model(&dir);
-                            self.views.side.model_path_input = dir.display().to_string();
-                            self.set_status(format!("Loaded {} from {}", info.name, dir.display()), false);
+                            let mut status = format!("Loaded {} from {}", info.name, dir.display());
+                            if let Some(reset) = reset {
+                                status = format!("{status} · {reset}");
+                            }
+                            if !file_shown {
+                                self.views.side.model_path_input = dir.display().to_string();
+                                self.set_status(status, false);
+                            }
                             let s = &mut self.session;
                             s.model = Some(info);
                             s.load_error = None;
-                            s.pinned = None;
-                            // The old run belongs to the old model (its heads and layers differ).
-                            s.token_run = None;
-                            s.shown_input = None;
-                            s.in_flight.clear();
                             s.requested_compare = None;
-                            s.run_id = s.requested_run_id;
-                            s.requested_input = None;
+                            s.parked = None;
+                            if !file_shown {
+                                s.pinned = None;
+                                // The old run belongs to the old model (its heads and layers differ).
+                                s.token_run = None;
+                                s.shown_input = None;
+                                s.in_flight.clear();
+                                s.run_id = s.requested_run_id;
+                                s.requested_input = None;
+                            }
                         }
                         Err(e) => {
                             self.session.switch_on_load = false;
@@ -985,6 +1143,15 @@ impl AttnvizApp {
                             s.token_run = Some(TokenRun { source_id, run, window });
                             s.run_error = None;
                         }
+                        Err(e) if matches!(&self.session.shown_input, Some((.., RunSpec::File(_)))) => {
+                            // A remembered attention file that no longer reads: as a vanished
+                            // model folder, the pretrained model is shown and the error said.
+                            self.session.run_id = id;
+                            self.settings.source = Source::Pretrained;
+                            let msg = format!("Could not open {e}");
+                            self.session.load_error = Some(msg.clone());
+                            self.set_status(msg, true);
+                        }
                         Err(e) => {
                             // No stale run of another text or model stays on screen (its banner
                             // would name the wrong model): the error is shown in its place.
@@ -998,10 +1165,14 @@ impl AttnvizApp {
                     if self.session.generation.as_ref().is_none_or(|g| g.id != id) {
                         continue;
                     }
-                    if let Some(target) = target.filter(|_| result.is_ok()) {
+                    let translated = self.session.model.as_ref().is_some_and(|m| m.seq2seq);
+                    if let Some(target) = target.clone().filter(|_| result.is_ok() && translated) {
                         self.adopt_target(target);
                     }
                     let Some(g) = self.session.generation.as_mut().filter(|g| g.id == id) else { continue };
+                    if target.is_some() {
+                        g.text = target;
+                    }
                     g.steps = steps;
                     g.finished = finished;
                     g.seconds = seconds;
@@ -1132,7 +1303,22 @@ impl AttnvizApp {
                 Background::PickedSave(None) => {
                     self.set_status("Nothing chosen: type the folder in the lab's Save box", false);
                 }
-                Background::PickedModel(None) | Background::PickedExport(None) => {
+                Background::PickedAttention(Some(path)) => {
+                    self.views.side.model_path_input = path.display().to_string();
+                    self.session.pending_open = Some(path);
+                }
+                Background::OpenedAttention(path, result) => {
+                    self.session.opening = None;
+                    match result {
+                        Ok(run) => self.show_attention(&path, run),
+                        Err(e) => {
+                            let msg = format!("Could not open {e}");
+                            self.session.load_error = Some(msg.clone());
+                            self.set_status(msg, true);
+                        }
+                    }
+                }
+                Background::PickedModel(None) | Background::PickedExport(None) | Background::PickedAttention(None) => {
                     self.set_status(
                         "Nothing chosen (if no file dialog appeared, this desktop has none: type the path in the box)",
                         false,
@@ -1140,6 +1326,32 @@ impl AttnvizApp {
                 }
             }
         }
+    }
+
+    /// Writes the settings to `storage` once they have not changed for [`SAVE_AFTER`] (`now`),
+    /// and flushes it. Returns how long to wait before asking again, while changes are unsaved.
+    pub fn autosave(&mut self, storage: &mut dyn eframe::Storage, now: Instant) -> Option<std::time::Duration> {
+        let s = &mut self.session;
+        if s.saved.as_ref() == Some(&self.settings) {
+            s.unsaved = None;
+            return None;
+        }
+        let since = match &s.unsaved {
+            Some((seen, since)) if *seen == self.settings => *since,
+            _ => {
+                s.unsaved = Some((self.settings.clone(), now));
+                now
+            }
+        };
+        let quiet = now.saturating_duration_since(since);
+        if quiet < SAVE_AFTER {
+            return Some(SAVE_AFTER.saturating_sub(quiet));
+        }
+        eframe::set_value(storage, SETTINGS_KEY, &self.settings);
+        storage.flush();
+        s.saved = Some(self.settings.clone());
+        s.unsaved = None;
+        None
     }
 
     /// The figure the current view would export.
@@ -1183,9 +1395,9 @@ impl AttnvizApp {
                     layer_idx,
                     head_idxs: heads,
                     other: crate::export::SharedRun(Arc::clone(b)),
-                    // As in the view: different tokens fall back to side by side.
+                    // As in the view: different token counts fall back to side by side.
                     difference: self.settings.compare.mode == CompareMode::Difference
-                        && self.session.run.as_ref().is_some_and(|a| a.tokens.tokens == b.tokens.tokens),
+                        && self.session.run.as_ref().is_some_and(|a| a.tokens.len() == b.tokens.len()),
                 },
                 None => Figure::Heatmap { layer_idx, head_idxs: heads },
             },
@@ -1326,7 +1538,33 @@ impl AttnvizApp {
                     // Positions change meaning between tokens and words, and between stacks.
                     self.session.pinned = None;
                 }
+                let switch = match setting {
+                    Setting::Source(to) if to != self.settings.source => Some(to),
+                    _ => None,
+                };
+                if let Some(to) = switch {
+                    self.leave_source(to);
+                }
                 setting.apply(&mut self.settings);
+                if switch == Some(Source::Pretrained) {
+                    self.restore_parked();
+                }
+            }
+            Command::LoadModel(dir) if dir.is_file() && crate::analysis::import::is_attention_file(&dir) => {
+                self.open_attention(ctx, dir);
+            }
+            Command::OpenAttention(path) => self.open_attention(ctx, path),
+            Command::BrowseAttention => {
+                let tx = self.session.background_tx.clone();
+                let ctx = ctx.clone();
+                spawn_named("attnviz-dialog", move || {
+                    let picked = rfd::FileDialog::new()
+                        .set_title("Open attention saved by other code")
+                        .add_filter("Attention (JSON, NumPy)", &["json", "npz"])
+                        .pick_file();
+                    let _ = tx.send(Background::PickedAttention(picked));
+                    ctx.request_repaint();
+                });
             }
             Command::LoadModel(dir) => {
                 // A model the user asks for ends the training lab's run (its network would
@@ -1393,6 +1631,55 @@ impl AttnvizApp {
                 }
             }
         }
+    }
+
+    /// Reads an attention file off the UI thread; it is shown once read (a bad file changes
+    /// nothing but the error shown).
+    fn open_attention(&mut self, ctx: &egui::Context, path: PathBuf) {
+        self.views.side.model_path_input = path.display().to_string();
+        self.session.opening = Some(path.clone());
+        let tx = self.session.background_tx.clone();
+        let ctx = ctx.clone();
+        spawn_named("attnviz-open", move || {
+            let result = super::worker::read_attention(&path);
+            let _ = tx.send(Background::OpenedAttention(path, result));
+            ctx.request_repaint();
+        });
+    }
+
+    /// Shows an attention file that was read: its run replaces what is shown (the pretrained
+    /// model's run is parked, as for the playground).
+    fn show_attention(&mut self, path: &std::path::Path, run: Arc<Run>) {
+        if self.settings.source != Source::File {
+            self.leave_source(Source::File);
+        }
+        self.settings.source = Source::File;
+        self.settings.attention_file = Some(path.to_path_buf());
+        self.settings.fit_model(run.attention.layers(), run.attention.heads());
+        self.stop_generation(true);
+        let id = self.next_id();
+        let input = run_input(&self.settings, &self.session);
+        let s = &mut self.session;
+        s.requested_run_id = id;
+        s.run_id = id;
+        s.in_flight.clear();
+        s.requested_input = Some(input.clone());
+        s.shown_input = Some(input);
+        s.load_error = None;
+        s.run_error = None;
+        s.pinned = None;
+        s.probe_shown = false;
+        s.inference_ms = 0.0;
+        let a = &run.attention;
+        let text = format!(
+            "Opened {}: {} layers × {} heads × {} tokens (attention only: views that need the model say so)",
+            path.display(),
+            a.layers(),
+            a.heads(),
+            a.seq_len()
+        );
+        s.token_run = Some(TokenRun { source_id: id, run, window: None });
+        self.set_status(text, false);
     }
 
     /// Handles the commands raised so far, in order.
@@ -1514,8 +1801,16 @@ impl eframe::App for AttnvizApp {
             i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect()
         });
         if let Some(dir) = dropped.into_iter().next() {
-            let dir = if dir.is_file() { dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir) } else { dir };
-            self.run_command(ctx, Command::LoadModel(dir));
+            if dir.is_file() && crate::analysis::import::is_attention_file(&dir) {
+                self.run_command(ctx, Command::OpenAttention(dir));
+            } else {
+                let dir =
+                    if dir.is_file() { dir.parent().map(std::path::Path::to_path_buf).unwrap_or(dir) } else { dir };
+                self.run_command(ctx, Command::LoadModel(dir));
+            }
+        }
+        if let Some(path) = self.session.pending_open.take() {
+            self.run_command(ctx, Command::OpenAttention(path));
         }
         if self.is_busy() || self.session.exporting.is_some() {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
@@ -1551,6 +1846,13 @@ impl eframe::App for AttnvizApp {
         // The whole previous frame as eframe timed it (layout, tessellation, painting), not just
         // this function; headless (tests) it is not reported, and this function's time stands in.
         let ms = frame.info().cpu_usage.map_or_else(|| start.elapsed().as_secs_f32() * 1e3, |s| s * 1e3);
+        // Changed settings are written soon after, not only at a clean exit (a SIGTERM loses
+        // nothing older than SAVE_AFTER).
+        if let Some(storage) = frame.storage_mut() {
+            if let Some(wait) = self.autosave(storage, Instant::now()) {
+                ctx.request_repaint_after(wait);
+            }
+        }
         let s = &mut self.session;
         s.frame_ms = if s.frame_ms == 0.0 { ms } else { 0.9 * s.frame_ms + 0.1 * ms };
     }
@@ -1563,5 +1865,6 @@ impl eframe::App for AttnvizApp {
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, SETTINGS_KEY, &self.settings);
+        self.session.saved = Some(self.settings.clone());
     }
 }

@@ -45,6 +45,10 @@ pub enum Command {
     StopGeneration,
     /// Show a seeded probe of repeated random tokens instead of the text (until the text changes).
     Probe,
+    /// Open an attention file saved by other code (JSON or NPZ); on failure nothing changes.
+    OpenAttention(PathBuf),
+    /// Ask the OS for an attention file to open (native dialog, off the UI thread).
+    BrowseAttention,
     /// The training lab.
     Train(TrainCommand),
 }
@@ -160,7 +164,9 @@ settings_fields! {
     cell_size => CellSize: f32,
     source => Source: super::state::Source,
     playground => Playground: crate::model::PlaygroundConfig,
+    attention_file => AttentionFile: Option<PathBuf>,
     interventions => Interventions: crate::model::Interventions,
+    interventions_model => InterventionsModel: Option<PathBuf>,
     pe => Pe: crate::analysis::PeParams,
     pe_plot_dims => PePlotDims: Vec<usize>,
     pe_plot_row => PePlotRow: usize,

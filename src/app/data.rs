@@ -58,6 +58,11 @@ pub struct Generation {
     pub error: Option<String>,
     /// Seconds spent writing.
     pub seconds: f64,
+    /// The prompt (or a translation's source) as typed.
+    pub prompt: String,
+    /// What was written so far, decoded by the tokenizer (a continuation: what follows the prompt;
+    /// a translation: the target).
+    pub text: Option<String>,
     /// Set to stop the worker.
     pub stop: Arc<std::sync::atomic::AtomicBool>,
 }

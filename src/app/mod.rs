@@ -14,7 +14,7 @@ pub mod worker;
 
 use std::path::PathBuf;
 
-pub use app::{AttnvizApp, Startup};
+pub use app::{AttnvizApp, SAVE_AFTER, Startup};
 pub use command::{Command, Commands, Setting};
 pub use data::{FlowKey, FlowResult, Status, ViewData};
 
@@ -30,7 +30,11 @@ fn renderer() -> eframe::Renderer {
 }
 
 pub fn run_app(model: Option<PathBuf>, text: Option<String>, text_pair: Option<String>) -> anyhow::Result<()> {
-    let startup = Startup { model_dir: model, text, text_pair, ..Startup::default() };
+    run_app_with(Startup { model_dir: model, text, text_pair, ..Startup::default() })
+}
+
+/// Opens the desktop app window as `startup` says.
+pub fn run_app_with(startup: Startup) -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("attnviz")

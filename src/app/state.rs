@@ -95,6 +95,8 @@ pub enum Source {
     Pretrained,
     /// The from-scratch playground encoder with random weights.
     Playground,
+    /// Attention saved by other code ([`crate::analysis::import`]): no model behind it.
+    File,
 }
 
 /// Which positional-encoding figure the export dialog writes.
@@ -221,8 +223,13 @@ pub struct Settings {
     pub source: Source,
     /// The playground's hyperparameters as last edited (may be invalid; the last valid one runs).
     pub playground: PlaygroundConfig,
+    /// The attention file last opened (shown when `source` is [`Source::File`]).
+    pub attention_file: Option<PathBuf>,
     /// Interventions on the pretrained model.
     pub interventions: Interventions,
+    /// The model the interventions were set on (its folder or hub id): they are reset when
+    /// another model loads, never carried over or trimmed to its shape.
+    pub interventions_model: Option<PathBuf>,
     /// Positional-encoding panel parameters.
     pub pe: PeParams,
     /// Dimensions drawn in the encoding line plot.
@@ -313,7 +320,9 @@ impl Default for Settings {
             cell_size: 36.0,
             source: Source::Pretrained,
             playground: PlaygroundConfig::default(),
+            attention_file: None,
             interventions: Interventions::default(),
+            interventions_model: None,
             pe: PeParams {
                 d_model: 128,
                 positions: 64,
@@ -375,6 +384,24 @@ impl Settings {
         self.recent_models.retain(|m| m != spec);
         self.recent_models.insert(0, spec.to_path_buf());
         self.recent_models.truncate(RECENT_MODELS);
+    }
+
+    /// Interventions meeting a model that loaded from `dir` (`layers` × `heads`): kept when they
+    /// were set on that model (and still fit it), else reset to the faithful model. Returns the
+    /// notice to show when some were dropped.
+    pub fn interventions_meet(&mut self, dir: &std::path::Path, layers: usize, heads: usize) -> Option<String> {
+        let set_on = self.interventions_model.replace(dir.to_path_buf());
+        if self.interventions.is_faithful() {
+            return None;
+        }
+        let same = set_on.as_deref() == Some(dir) && self.interventions.validate(layers, heads).is_ok();
+        if same {
+            return None;
+        }
+        let what = self.interventions.describe().unwrap_or_default();
+        self.interventions = Interventions::default();
+        let whose = set_on.map_or_else(|| "another model".to_string(), |d| d.display().to_string());
+        Some(format!("interventions reset to the faithful model ({what} were set on {whose})"))
     }
 
     /// Makes layer and head selections fit a model of `layers` × `heads` (all heads on when the

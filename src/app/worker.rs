@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::analysis::Run;
 use crate::analysis::pe::table_similarity;
-use crate::model::generate::{Candidate, Generator, Stop};
+use crate::model::generate::{Candidate, Generator, Stop, translate_with};
 use crate::model::{Interventions, LoadedModel, PlaygroundConfig};
 
 /// Candidates kept per generation step.
@@ -145,6 +145,8 @@ pub enum Job {
         max_prompt: usize,
         /// Set by the UI to stop.
         stop: Arc<AtomicBool>,
+        /// The interventions of the model shown: the modified model writes.
+        interventions: Interventions,
     },
     /// The logit lens of `tokens`: first the column of `column` (if any), then the grid chunks
     /// starting at `chunks` ([`crate::app::lens::lens_chunks`]), each sent as [`Done::Lens`]. A
@@ -241,8 +243,11 @@ pub enum RunSpec {
     Pretrained(Interventions, Option<LongRequest>),
     /// The playground encoder with these (valid) hyperparameters.
     Playground(PlaygroundConfig),
-    /// Another model folder, faithful (comparison runs only; the model is cached).
+    /// Another model folder, faithful (comparison runs only; the model is cached), or an
+    /// attention file.
     Folder(PathBuf),
+    /// An attention file saved by other code ([`crate::analysis::import`]).
+    File(PathBuf),
 }
 
 /// A finished job.
@@ -289,7 +294,8 @@ pub enum Done {
         finished: Option<Stop>,
         /// Seconds spent writing so far.
         seconds: f64,
-        /// For a translation: the target written so far, decoded (it fills the Target box).
+        /// What was written so far, decoded by the tokenizer: for a translation the target (it
+        /// fills the Target box), for a continuation what follows the prompt.
         target: Option<String>,
     },
     /// A part of a logit lens is computed (or the lens failed).
@@ -352,6 +358,10 @@ fn run_spec(
     other: &mut Option<(PathBuf, LoadedModel)>,
 ) -> Result<Arc<Run>, String> {
     let run = match spec {
+        RunSpec::File(path) => return read_attention(path),
+        RunSpec::Folder(path) if path.is_file() && crate::analysis::import::is_attention_file(path) => {
+            return read_attention(path);
+        }
         RunSpec::Pretrained(iv, _) => match model {
             Some(m) => m.run_with(text, pair, iv).and_then(|run| with_decoder(m, run, target)),
             None => return Err("no model is loaded".to_string()),
@@ -376,6 +386,11 @@ fn run_spec(
         }
     };
     run.map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// An attention file as a run.
+pub fn read_attention(path: &std::path::Path) -> Result<Arc<Run>, String> {
+    crate::analysis::import::read_attention_file(path).map(Arc::new).map_err(|e| e.to_string())
 }
 
 /// What [`run_long`] did.
@@ -467,7 +482,7 @@ fn failed_generation(id: u64, start: Instant, error: String) -> Done {
 fn translate_streaming(
     model: &LoadedModel,
     id: u64,
-    text: &str,
+    (text, interventions): (&str, &Interventions),
     (max_new, _): (usize, usize),
     stop: &AtomicBool,
     jobs: &Receiver<Job>,
@@ -477,7 +492,7 @@ fn translate_streaming(
     let failed = |e: String| failed_generation(id, start, e);
     let mut carried = None;
     let mut gone = false;
-    let result = crate::model::generate::translate(model, text, max_new, TOP_K, |ids, steps, encoder, decoder| {
+    let result = translate_with(model, text, (max_new, TOP_K), interventions, |ids, steps, encoder, decoder| {
         match jobs.try_recv() {
             Ok(job) => {
                 carried = Some(job);
@@ -533,7 +548,7 @@ fn translate_streaming(
 fn generate_streaming(
     model: &LoadedModel,
     id: u64,
-    text: &str,
+    (text, interventions): (&str, &Interventions),
     (max_new, max_prompt): (usize, usize),
     stop: &AtomicBool,
     jobs: &Receiver<Job>,
@@ -541,7 +556,7 @@ fn generate_streaming(
 ) -> Result<Option<Job>, ()> {
     let start = Instant::now();
     let failed = |e: crate::model::ModelError| failed_generation(id, start, e.to_string());
-    let mut g = match Generator::start_within(model, text, TOP_K, Some(max_prompt)) {
+    let mut g = match Generator::start_modified(model, text, TOP_K, Some(max_prompt), interventions) {
         Ok(g) => g,
         Err(e) => return if send(failed(e)) { Ok(None) } else { Err(()) },
     };
@@ -566,7 +581,7 @@ fn generate_streaming(
                     steps: Arc::new(g.steps.clone()),
                     finished: None,
                     seconds: start.elapsed().as_secs_f64(),
-                    target: None,
+                    target: Some(model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..])),
                 };
                 if !send(progress) {
                     return Err(());
@@ -584,7 +599,7 @@ fn generate_streaming(
         steps: Arc::new(g.steps.clone()),
         finished: g.stopped(),
         seconds: start.elapsed().as_secs_f64(),
-        target: None,
+        target: Some(model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..])),
     };
     if send(done) { Ok(carried) } else { Err(()) }
 }
@@ -891,7 +906,7 @@ impl Worker {
                         Err(()) => return,
                     }
                 }
-                if let Some(Job::Generate { id, text, max_new, max_prompt, stop }) = generate {
+                if let Some(Job::Generate { id, text, max_new, max_prompt, stop, interventions }) = generate {
                     let Some(m) = model.as_deref() else { continue };
                     let send = |done: Done| {
                         let ok = done_tx.send(done).is_ok();
@@ -900,7 +915,7 @@ impl Worker {
                     };
                     let streaming = if m.decoder.is_some() { translate_streaming } else { generate_streaming };
                     let limits = (max_new, max_prompt);
-                    match streaming(m, id, &text, limits, &stop, &job_rx, &send) {
+                    match streaming(m, id, (&text, &interventions), limits, &stop, &job_rx, &send) {
                         Ok(next) => carried = next,
                         Err(()) => return,
                     }

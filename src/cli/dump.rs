@@ -17,7 +17,7 @@ use crate::model::{Interventions, LoadedModel};
 pub enum DumpFormat {
     /// `{"model", "tokens", "segments", "attentions": [layer][head][query][key]}`.
     Json,
-    /// `NumPy` archive: `attentions` (float32, L×H×n×n), `tokens`, `segments`.
+    /// `NumPy` archive: `attentions` (float32, L×H×n×n), `tokens`, `segments`, `model`.
     Npz,
 }
 
@@ -104,6 +104,7 @@ pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
     let a: &Attention = &run.attention;
     let n = a.seq_len();
     let intervention: Vec<String> = run.intervention.iter().cloned().collect();
+    let model = [run.model_name.clone()];
     write_atomic(path, |w| {
         let mut arrays = vec![
             ("attentions", NpyArray::F32 { shape: vec![a.layers(), a.heads(), n, n], data: a.as_slice() }),
@@ -112,6 +113,8 @@ pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
                 "segments",
                 NpyArray::I64 { shape: vec![n], data: run.tokens.segments.iter().map(|&s| i64::from(s)).collect() },
             ),
+            // What `attnviz open` names the file's attention after.
+            ("model", NpyArray::Str(&model)),
         ];
         if !intervention.is_empty() {
             arrays.push(("intervention", NpyArray::Str(&intervention)));
@@ -241,6 +244,7 @@ impl Streamed<'_> {
         npz.array("tokens", &NpyArray::Str(&self.tokens.tokens))?;
         let segments = self.tokens.segments.iter().map(|&s| i64::from(s)).collect();
         npz.array("segments", &NpyArray::I64 { shape: vec![n], data: segments })?;
+        npz.array("model", &NpyArray::Str(std::slice::from_ref(&self.model.name)))?;
         if let Some(how) = self.interventions.describe() {
             npz.array("intervention", &NpyArray::Str(&[how]))?;
         }

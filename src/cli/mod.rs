@@ -10,6 +10,7 @@ pub mod export;
 pub mod generate;
 pub mod heads;
 pub mod lens;
+pub mod open;
 pub mod pe;
 pub mod readout;
 pub mod stats;
@@ -34,9 +35,12 @@ pub struct Cli {
     /// Hugging Face model folder (config.json, tokenizer.json, model.safetensors), a llama.cpp
     /// .gguf file, a hub id (e.g. sentence-transformers/all-MiniLM-L6-v2) found offline in the
     /// local Hugging Face cache, or an embedded model: minilm, smollm2 (SmolLM2-135M-Instruct);
-    /// default: the embedded all-MiniLM-L6-v2, or $ATTNVIZ_MODEL. Families: BERT, RoBERTa,
-    /// XLM-RoBERTa, CamemBERT, DistilBERT, ALBERT, ELECTRA, MPNet, DeBERTa-v2/v3, GPT-2, Llama,
-    /// Mistral, Qwen2, Qwen3, Gemma, GPT-NeoX.
+    /// default: the embedded all-MiniLM-L6-v2, or $ATTNVIZ_MODEL. Families (config.json's
+    /// model_type): encoders BERT (bert), RoBERTa (roberta), XLM-RoBERTa (xlm-roberta), CamemBERT
+    /// (camembert), DistilBERT (distilbert), ALBERT (albert), ELECTRA (electra), MPNet (mpnet),
+    /// DeBERTa-v2/v3 (deberta-v2); decoders GPT-2 (gpt2), Llama 1/2/3 (llama), Mistral (mistral),
+    /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), GPT-NeoX/Pythia (gpt_neox); encoder–decoders,
+    /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
     /// Sentence to start the app with.
@@ -81,6 +85,9 @@ pub enum Command {
     /// sentiment classifier, modular addition) and save it as a model folder attnviz and
     /// transformers open.
     Train(train::TrainArgs),
+    /// Open attention saved by other code (attnviz dump's JSON or NPZ, or the same keys written from
+    /// Hugging Face, TransformerLens or a vision transformer; see the README) in the app.
+    Open(open::OpenArgs),
 }
 
 /// Runs the parsed command line.
@@ -98,6 +105,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Dla(args)) => dla::run(model.as_deref(), &args),
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
         Some(Command::Train(args)) => train::run(&args),
+        Some(Command::Open(args)) => open::run(model, &args),
     }
 }
 

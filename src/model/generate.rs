@@ -70,6 +70,8 @@ pub struct Generator<'m> {
     /// Most tokens (prompt + continuation) whose attention fits in memory, when fewer than the
     /// model's positions.
     memory_limit: Option<usize>,
+    /// The interventions every step runs with (the default: the faithful model).
+    interventions: Interventions,
 }
 
 impl std::fmt::Debug for Generator<'_> {
@@ -121,6 +123,18 @@ impl<'m> Generator<'m> {
         top_k: usize,
         max_prompt: Option<usize>,
     ) -> Result<Self, ModelError> {
+        Self::start_modified(model, prompt, top_k, max_prompt, &Interventions::default())
+    }
+
+    /// [`Self::start_within`] with `interventions` on every step (and on [`Self::final_run`]):
+    /// the modified model writes.
+    pub fn start_modified(
+        model: &'m LoadedModel,
+        prompt: &str,
+        top_k: usize,
+        max_prompt: Option<usize>,
+        interventions: &Interventions,
+    ) -> Result<Self, ModelError> {
         let net = &model.net;
         if !net.has_lm_head() {
             return Err(ModelError::Unsupported {
@@ -138,10 +152,11 @@ impl<'m> Generator<'m> {
             return Err(ModelError::Input("no tokens to continue: type a prompt".into()));
         }
         let desc = net.description();
+        interventions.validate(desc.layers, desc.heads).map_err(ModelError::Intervention)?;
         let mut cache = net.new_cache()?;
-        let out = net.step(&tokens.ids, &mut cache, &Interventions::default())?;
+        let out = net.step(&tokens.ids, &mut cache, interventions)?;
         let n = tokens.len();
-        let heads = desc.layers * desc.heads;
+        let heads = interventions.first_layers.unwrap_or(desc.layers) * desc.heads;
         let mut rows = vec![Vec::with_capacity(n * (n + 1) / 2); heads];
         for (lh, matrix) in out.probs.chunks(n * n).enumerate().take(heads) {
             for (q, row) in matrix.chunks(n).enumerate() {
@@ -162,6 +177,7 @@ impl<'m> Generator<'m> {
             top_k,
             stop: None,
             memory_limit,
+            interventions: interventions.clone(),
         })
     }
 
@@ -213,7 +229,7 @@ impl<'m> Generator<'m> {
         t.segments.push(0);
         t.type_ids.push(0);
         t.special.push(tokenizer.is_special(id));
-        let out = self.model.net.step(&[id], &mut self.cache, &Interventions::default())?;
+        let out = self.model.net.step(&[id], &mut self.cache, &self.interventions)?;
         let total = self.cache.len();
         for (rows, row) in self.rows.iter_mut().zip(out.probs.chunks(total)) {
             rows.extend_from_slice(row);
@@ -240,7 +256,8 @@ impl<'m> Generator<'m> {
                 start += q + 1;
             }
         }
-        let attention = Attention::new(desc.layers, desc.heads, n, data).expect("rows assembled to shape");
+        let layers = self.rows.len() / desc.heads.max(1);
+        let attention = Attention::new(layers, desc.heads, n, data).expect("rows assembled to shape");
         Run {
             model_name: self.model.name.clone(),
             tokens: self.tokens.clone(),
@@ -248,7 +265,7 @@ impl<'m> Generator<'m> {
             neuron: None,
             last_hidden: Vec::new(),
             truncation: self.truncation.clone(),
-            intervention: None,
+            intervention: self.interventions.describe(),
             playground: self.model.playground,
             causal: true,
             window: desc.sliding_window,
@@ -263,12 +280,8 @@ impl<'m> Generator<'m> {
     /// One full forward pass over prompt and continuation (scores, queries and keys included):
     /// what dumps and exports record.
     pub fn final_run(&self) -> Result<Run, ModelError> {
-        let mut run = self.model.run_tokens(
-            self.tokens.clone(),
-            self.truncation.clone(),
-            Capture::Full,
-            &Interventions::default(),
-        )?;
+        let mut run =
+            self.model.run_tokens(self.tokens.clone(), self.truncation.clone(), Capture::Full, &self.interventions)?;
         run.prompt_len = Some(self.prompt_len);
         Ok(run)
     }
@@ -295,6 +308,18 @@ pub fn translate(
     source: &str,
     max_new: usize,
     candidates: usize,
+    on_token: impl FnMut(&[u32], &[Vec<Candidate>], &Run, &DecoderRun) -> bool,
+) -> Result<Translation, ModelError> {
+    translate_with(model, source, (max_new, candidates), &Interventions::default(), on_token)
+}
+
+/// [`translate`] with `interventions` on the encoder's pass (as the app's runs of an
+/// encoder–decoder apply them).
+pub fn translate_with(
+    model: &LoadedModel,
+    source: &str,
+    (max_new, candidates): (usize, usize),
+    interventions: &Interventions,
     mut on_token: impl FnMut(&[u32], &[Vec<Candidate>], &Run, &DecoderRun) -> bool,
 ) -> Result<Translation, ModelError> {
     let decoder = model.seq2seq()?;
@@ -306,7 +331,7 @@ pub fn translate(
             why: format!("{} has no language-model head in its weights, so it cannot write", model.name),
         });
     }
-    let mut run = model.run(source, None)?;
+    let mut run = model.run_with(source, None, interventions)?;
     let max_len = net.description().max_len;
     let hidden = net.description().hidden;
     let mut ids = vec![decoder.start];

@@ -103,18 +103,14 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
     let difference = if run.attention.is_square() && b.attention.is_square() {
         crate::analysis::tokens::token_difference(&run.tokens, &b.tokens)
     } else {
-        Some("the difference of cross-attention is not offered".to_string())
+        Err("the difference of cross-attention is not offered".to_string())
     };
-    let same_tokens = difference.is_none();
     let heads_text = heads.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
     ui.label(RichText::new(format!("Layer {layer_idx} · heads {heads_text} (synced for A and B)")).strong());
-    let mode = if settings.compare.mode == CompareMode::Difference && !same_tokens {
+    let mode = if let (CompareMode::Difference, Err(why)) = (settings.compare.mode, &difference) {
         ui.colored_label(
             ui.visuals().warn_fg_color,
-            format!(
-                "The difference needs the same tokens in A and B ({}): showing them side by side.",
-                difference.as_deref().unwrap_or_default()
-            ),
+            format!("The difference needs as many tokens in A as in B ({why}): showing them side by side."),
         );
         CompareMode::SideBySide
     } else {
@@ -122,11 +118,17 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
     };
     let base_key = (data.view_id, data.compare_id, layer_idx, heads.clone());
     let cell = settings.cell_size.min(36.0);
+    let differ = difference.unwrap_or_default();
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| match mode {
         CompareMode::Difference => {
             let (am, bm) = (run.shown_mean(layer_idx, &heads), b.shown_mean(layer_idx, &heads));
             let diff: Vec<f32> = bm.iter().zip(&am).map(|(bv, av)| bv - av).collect();
-            let labels: Vec<String> = (0..run.tokens.len()).map(|i| run.label(i)).collect();
+            let labels: Vec<String> = (0..run.tokens.len())
+                .map(|i| crate::analysis::tokens::difference_label(&run.label(i), &b.label(i)))
+                .collect();
+            if let Some(note) = crate::analysis::tokens::differing_note(&differ, |i| run.label(i), |i| b.label(i)) {
+                ui.colored_label(ui.visuals().warn_fg_color, note);
+            }
             let max_abs = diff.iter().filter(|v| v.is_finite()).fold(0.0f32, |m, v| m.max(v.abs()));
             ui.label(format!(
                 "B − A: red = B attends more, blue = A attends more; largest change {max_abs:.4}. A: {} · B: {}",

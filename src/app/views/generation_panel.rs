@@ -75,6 +75,9 @@ impl GenerationPanel {
             }
         };
         ui.label(RichText::new(status).small());
+        if let Some(text) = g.text.as_deref().filter(|t| !t.is_empty()) {
+            written_text_ui(ui, &g.prompt, text, translates);
+        }
         let Some(run) = data.run.filter(|r| r.prompt_len.is_some()) else { return };
         let prompt = run.prompt_len.unwrap_or(0);
         let written = run.tokens.len().saturating_sub(prompt).min(g.steps.len());
@@ -137,6 +140,44 @@ impl GenerationPanel {
             }
         }
     }
+}
+
+/// What was written as readable text: the prompt plain, the written part marked, selectable and
+/// copied in one click (a translation: its source, then the target).
+fn written_text_ui(ui: &mut egui::Ui, prompt: &str, written: &str, translates: bool) {
+    use egui::text::{LayoutJob, TextFormat};
+    ui.add_space(4.0);
+    let full = if translates { written.to_string() } else { format!("{prompt}{written}") };
+    ui.horizontal(|ui| {
+        ui.label(RichText::new(if translates { "The translation" } else { "The text" }).strong());
+        let copy = if translates { "Copy the translation" } else { "Copy the prompt and what it wrote" };
+        if ui.small_button("Copy").on_hover_text(copy).clicked() {
+            ui.ctx().copy_text(full.clone());
+        }
+    });
+    let visuals = ui.visuals();
+    let font_id = egui::TextStyle::Body.resolve(ui.style());
+    let plain = TextFormat { font_id: font_id.clone(), color: visuals.text_color(), ..TextFormat::default() };
+    let accent = Color32::from_rgb(230, 120, 40);
+    let marked = TextFormat {
+        font_id,
+        color: visuals.strong_text_color(),
+        background: accent.gamma_multiply(0.25),
+        underline: egui::Stroke::new(1.0, accent),
+        ..TextFormat::default()
+    };
+    let mut job =
+        LayoutJob { wrap: egui::text::TextWrapping::wrap_at_width(ui.available_width()), ..LayoutJob::default() };
+    if translates {
+        job.append(&format!("{prompt}\n→ "), 0.0, plain);
+    } else {
+        job.append(prompt, 0.0, plain);
+    }
+    job.append(written, 0.0, marked);
+    egui::Frame::group(ui.style()).show(ui, |ui| {
+        ui.add(egui::Label::new(job).selectable(true));
+    });
+    ui.label(RichText::new("The prompt plain, what the model wrote marked.").small().weak());
 }
 
 /// One bar per candidate, its probability written beside it; the chosen one highlighted.

@@ -82,7 +82,15 @@ impl InputBar {
                     ui.end_row();
                 }
             });
-            if settings.text.trim().is_empty() && settings.pair().is_none() {
+            if settings.source == Source::File {
+                ui.label(
+                    RichText::new(
+                        "An attention file is shown: the sentences are the model's input (Pretrained in the side panel).",
+                    )
+                    .small()
+                    .weak(),
+                );
+            } else if settings.text.trim().is_empty() && settings.pair().is_none() {
                 ui.label(
                     RichText::new("The sentence is empty: the model sees only its special tokens ([CLS] [SEP]).")
                         .italics(),

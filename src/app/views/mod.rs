@@ -331,6 +331,11 @@ fn shown_model_banner(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
     let Some(run) = data.run else { return };
     let visuals = ui.visuals().clone();
     let (text, color, reset) = match (&run.intervention, run.playground) {
+        _ if data.settings.source == Source::File => (
+            format!("ATTENTION FILE — {}: attention only, no model behind it", run.shown_name()),
+            visuals.hyperlink_color,
+            false,
+        ),
         (Some(how), _) => {
             (format!("MODIFIED MODEL — {how} — not the faithful {}", run.shown_name()), visuals.warn_fg_color, true)
         }
@@ -346,6 +351,7 @@ fn shown_model_banner(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
         let pending = match data.settings.source {
             Source::Pretrained => run.playground,
             Source::Playground => !run.playground,
+            Source::File => false,
         };
         if pending {
             ui.spinner();
@@ -380,7 +386,10 @@ pub fn status_bar_ui(ui: &mut egui::Ui, data: &ViewData<'_>) {
                 ui.label(RichText::new(format!("frame {:.1} ms", data.frame_ms)).weak())
                     .on_hover_text("CPU time spent building this frame (smoothed)");
                 if let Some(run) = data.run {
-                    let source = if run.intervention.is_some() {
+                    let from_file = data.settings.source == Source::File;
+                    let source = if from_file {
+                        "attention file"
+                    } else if run.intervention.is_some() {
                         "modified model"
                     } else if run.playground {
                         "playground"
@@ -391,13 +400,10 @@ pub fn status_bar_ui(ui: &mut egui::Ui, data: &ViewData<'_>) {
                         Some(long) => long.describe(),
                         None => format!("{} tokens", run.tokens.len()),
                     };
+                    let timing =
+                        if from_file { String::new() } else { format!(" · model {:.0} ms", data.inference_ms) };
                     ui.label(
-                        RichText::new(format!(
-                            "{tokens} · {source} · model {:.0} ms · {}",
-                            data.inference_ms,
-                            data.settings.view.label()
-                        ))
-                        .weak(),
+                        RichText::new(format!("{tokens} · {source}{timing} · {}", data.settings.view.label())).weak(),
                     );
                 }
                 if data.run_pending {

@@ -59,7 +59,10 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
         }
     });
     let Some(neuron) = run.neuron.as_ref() else {
-        ui.label(if run.long.is_some() {
+        ui.label(if data.settings.source == crate::app::state::Source::File {
+            "The neuron view needs the model: it shows the query and key vectors each weight arises from, and an \
+             attention file holds only the weights. Open the model in the side panel to see it."
+        } else if run.long.is_some() {
             "The neuron view shows the query and key vectors of single tokens, which an input this long does not \
              record (only pooled attention): raise “Record up to” in the side panel past its length, or shorten it."
         } else if data.stack.is_some_and(|s| s != crate::analysis::Stack::Encoder) {

@@ -43,6 +43,7 @@ impl SidePanel {
                         super::interventions_panel::interventions_panel_ui(ui, &mut settings, data);
                     }
                     Source::Playground => self.playground.ui(ui, &mut settings, data, commands),
+                    Source::File => attention_file_ui(ui, data, commands),
                 }
                 ui.separator();
                 // The shape of what is shown: the run's (playground, fewer layers), else the model's.
@@ -53,7 +54,12 @@ impl SidePanel {
                 if let Some((layers, heads)) = shape {
                     layer_picker_ui(ui, &mut settings, layers);
                     ui.add_space(6.0);
-                    let kv = data.model.map_or(heads, |m| m.kv_heads).clamp(1, heads);
+                    // Grouped-query attention is the loaded model's: the playground (or its run,
+                    // still on screen while the pretrained model's comes) has none.
+                    let pretrained_shown =
+                        settings.source == Source::Pretrained && data.run.is_none_or(|r| !r.playground);
+                    let model = data.model.filter(|_| pretrained_shown);
+                    let kv = model.map_or(heads, |m| m.kv_heads).clamp(1, heads);
                     head_chips_ui(ui, &mut settings, heads, kv);
                     ui.separator();
                 }
@@ -123,23 +129,29 @@ impl SidePanel {
         });
         ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new("Embedded:").small());
+            // The embedded model loaded now looks selected.
+            let loaded = |dir: &std::path::Path| data.model.is_some_and(|m| m.dir == dir);
+            let minilm = default_model_dir();
             if ui
-                .add_enabled(!busy, egui::Button::new("all-MiniLM-L6-v2").small())
+                .add_enabled(!busy, egui::Button::new("all-MiniLM-L6-v2").small().selected(loaded(&minilm)))
                 .on_hover_text("The sentence encoder attnviz opens on (BERT family, 6 layers × 12 heads)")
                 .clicked()
             {
-                commands.push(Command::LoadModel(default_model_dir()));
+                commands.push(Command::LoadModel(minilm));
             }
             let smollm2 = crate::model::loader::smollm2_dir();
             if smollm2.is_dir()
                 && ui
-                    .add_enabled(!busy, egui::Button::new("SmolLM2-135M-Instruct").small())
+                    .add_enabled(!busy, egui::Button::new("SmolLM2-135M-Instruct").small().selected(loaded(&smollm2)))
                     .on_hover_text("A small language model that writes (Llama family, 30 layers × 9 heads, Q4_1 GGUF): type a prompt and press Continue")
                     .clicked()
             {
                 commands.push(Command::LoadModel(smollm2));
             }
         });
+        if ui.button("Open attention file…").on_hover_text(ATTENTION_HINT).clicked() {
+            commands.push(Command::BrowseAttention);
+        }
         known_models_ui(ui, recent, data, commands, busy);
     }
 }
@@ -153,8 +165,50 @@ fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'_>) {
             .on_hover_text("The loaded model with its trained weights");
         ui.selectable_value(&mut settings.source, Source::Playground, "Playground")
             .on_hover_text("A from-scratch encoder with random weights and hyperparameters you choose");
+        if let Some(path) = &settings.attention_file {
+            let name =
+                path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+            ui.selectable_value(&mut settings.source, Source::File, format!("File: {name}"))
+                .on_hover_text(format!("Attention saved by other code: {}", path.display()));
+        }
     });
 }
+
+/// The attention file shown: what it holds, what works without a model, and how to open another.
+fn attention_file_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
+    ui.label(RichText::new("Attention file").strong());
+    if let Some(path) = &data.settings.attention_file {
+        ui.label(RichText::new(path.display().to_string()).small().weak());
+    }
+    if let Some(run) = data.run {
+        let a = &run.attention;
+        let shape = format!("{} layers × {} heads × {} tokens", a.layers(), a.heads(), a.seq_len());
+        ui.label(RichText::new(&run.model_name).strong());
+        ui.label(if a.is_square() { shape } else { format!("{shape} × {} keys", a.keys()) });
+        if run.decoder.is_some() {
+            ui.label(RichText::new("with a decoder side: pick Decoder or Cross above the views").small());
+        }
+    }
+    ui.label(
+        RichText::new(
+            "Attention only: the head view, model view, heatmap, statistics, rollout, words, comparisons and \
+             export work; views that run the model (neuron view, logit lens, attribution, graph, writing) say so.",
+        )
+        .small()
+        .weak(),
+    );
+    if let Some(err) = data.load_error {
+        ui.colored_label(ui.visuals().error_fg_color, err);
+    }
+    if ui.button("Open attention file…").on_hover_text(ATTENTION_HINT).clicked() {
+        commands.push(Command::BrowseAttention);
+    }
+}
+
+/// What an attention file is, for hover texts.
+const ATTENTION_HINT: &str = "Attention saved by other code, as JSON or NumPy .npz: `attentions` (layers × heads × \
+     queries × keys) and `tokens` — what `attnviz dump` writes, or the README's Python for Hugging Face, \
+     TransformerLens or a vision transformer. You can also drop the file on the window or type its path below.";
 
 /// Recently opened models and the models in the local Hugging Face cache, each opened in a click.
 fn known_models_ui(ui: &mut egui::Ui, recent: &[PathBuf], data: &ViewData<'_>, commands: &mut Commands, busy: bool) {

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::analysis::long::LongView;
 use crate::analysis::{Run, Stack};
-use crate::export::{Figure, Style, export_png};
+use crate::export::{Figure, Style, export_file};
 use crate::model::default_model_dir;
 use crate::model::hub::CachedModel;
 use crate::render::Theme;
@@ -1295,12 +1295,9 @@ impl AttnvizApp {
         let ctx = ctx.clone();
         self.session.exporting = Some(path.clone());
         spawn_named("attnviz-export", move || {
-            let is_png = path.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
-            let result = if is_png {
-                export_png(run.as_deref(), &figure, style, &path).map_err(|e| e.to_string())
-            } else {
-                crate::export::export_table(run.as_deref(), &figure, &path).map(|()| (0, 0)).map_err(|e| e.to_string())
-            };
+            let result = export_file(run.as_deref(), &figure, style, &path)
+                .map(|size| size.unwrap_or((0, 0)))
+                .map_err(|e| e.to_string());
             let _ = tx.send(Background::Exported(path, result));
             ctx.request_repaint();
         });

@@ -2,10 +2,11 @@
 
 use image::RgbaImage;
 
-use super::canvas::{MAX_SIDE, Segment, Stroke, draw_strokes, fill_rect, new_image};
+use super::canvas::{MAX_SIDE, Segment, Stroke, draw_strokes, new_image};
 use super::colormap::head_colors;
+use super::draw::{Anchor, Drawing, Item};
 use super::heatmap::thinned;
-use super::text::{Align, draw_label, fit_text, line_height, text_width};
+use super::text::{fit_text, line_height, text_width};
 use super::{LABEL_PX, NOTE_PX, TITLE_PX, Theme, clamp_scale, label_or_index};
 use crate::analysis::Attention;
 
@@ -235,6 +236,12 @@ pub struct HeadLines {
 /// one paint per head (in head order), its coverage computed once instead of once per head. Pairs
 /// are drawn in the order they first appear.
 pub fn draw_lines(img: &mut RgbaImage, heads: &[HeadLines], width: f32) {
+    draw_strokes(img, &strokes_of(heads), width);
+}
+
+/// One stroke per token pair with one paint per head (in head order), pairs in the order they
+/// first appear.
+fn strokes_of(heads: &[HeadLines]) -> Vec<Stroke> {
     let mut index: std::collections::HashMap<[u32; 4], usize> = std::collections::HashMap::new();
     let mut strokes: Vec<Stroke> = Vec::new();
     for head in heads {
@@ -248,7 +255,7 @@ pub fn draw_lines(img: &mut RgbaImage, heads: &[HeadLines], width: f32) {
             strokes[i].paints.push(([red, green, blue, 255], line.alpha));
         }
     }
-    draw_strokes(img, &strokes, width);
+    strokes
 }
 
 /// A transparent image of `width × height` pixels (each side clamped to 1..=[`MAX_SIDE`]) for
@@ -257,8 +264,14 @@ pub fn transparent_image(width: f32, height: f32) -> RgbaImage {
     new_image(width, height, [0, 0, 0, 0])
 }
 
-/// Draws the head view of one layer: title, head legend, tokens on both sides and coloured lines between them.
+/// Draws the head view of one layer into an RGBA image.
 pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
+    head_view_drawing(spec).to_rgba()
+}
+
+/// The head view of one layer as a display list: title, head legend, tokens on both sides and
+/// coloured lines between them.
+pub fn head_view_drawing(spec: &HeadViewSpec) -> Drawing {
     let s = clamp_scale(spec.scale);
     let frame = head_view_frame(spec);
     let theme = spec.theme;
@@ -266,19 +279,12 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
     let att = spec.attention;
     let seq_len = att.seq_len();
     let lay = frame.layout;
-    let mut img = new_image(frame.width, frame.height, theme.background());
+    let mut d = Drawing::new(frame.width, frame.height, theme.background(), spec.title);
     let colors = head_colors(att.heads());
 
     if !spec.title.is_empty() {
-        draw_label(
-            &mut img,
-            spec.title,
-            frame.width / 2.0,
-            frame.title_y + line_height(TITLE_PX * s) / 2.0,
-            TITLE_PX * s,
-            Align::Center,
-            fg,
-        );
+        let title_y = frame.title_y + line_height(TITLE_PX * s) / 2.0;
+        d.text(spec.title, frame.width / 2.0, title_y, TITLE_PX * s, Anchor::Middle, fg);
     }
     let (square, chip_px, chip_row) = chip_sizes(s);
     let wrap = (lay.width - 32.0 * s).max(360.0 * s);
@@ -286,8 +292,8 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
         let [red, green, blue] = colors[chip.head_idx];
         let left = frame.legend_x + chip.x;
         let y_mid = frame.legend_y + chip.y + chip_row / 2.0;
-        fill_rect(&mut img, left, (y_mid - square / 2.0).round(), square, square, [red, green, blue, 255]);
-        draw_label(&mut img, &format!("H{}", chip.head_idx), left + square + 4.0 * s, y_mid, chip_px, Align::Left, fg);
+        d.rect(left, (y_mid - square / 2.0).round(), square, square, [red, green, blue, 255]);
+        d.text(&format!("H{}", chip.head_idx), left + square + 4.0 * s, y_mid, chip_px, Anchor::Start, fg);
     }
 
     let (bx, by) = (frame.body_x, frame.body_y);
@@ -295,11 +301,11 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
     // Cross-attention: the target's tokens attend to the source's.
     let (query_caption, key_caption) =
         if spec.key_labels.is_some() { ("target (query)", "source (key)") } else { ("query", "key") };
-    draw_label(&mut img, query_caption, bx + lay.left_text_right, cap_y, caption_px(s), Align::Right, muted);
-    draw_label(&mut img, key_caption, bx + lay.right_text_left, cap_y, caption_px(s), Align::Left, muted);
+    d.text(query_caption, bx + lay.left_text_right, cap_y, caption_px(s), Anchor::End, muted);
+    d.text(key_caption, bx + lay.right_text_left, cap_y, caption_px(s), Anchor::Start, muted);
     if seq_len == 0 {
-        draw_label(&mut img, "no tokens", bx + lay.width / 2.0, cap_y, caption_px(s), Align::Center, muted);
-        return img;
+        d.text("no tokens", bx + lay.width / 2.0, cap_y, caption_px(s), Anchor::Middle, muted);
+        return d;
     }
 
     let keys = att.keys();
@@ -310,11 +316,11 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
             Side::Key => bx + lay.right_text_left - 4.0 * s,
         };
         let y = by + lay.top + i as f32 * lay.row_height;
-        fill_rect(&mut img, x, y, lay.label_width + 8.0 * s, lay.row_height, theme.highlight());
+        d.rect(x, y, lay.label_width + 8.0 * s, lay.row_height, theme.highlight());
     }
     for (side, labels, x, align) in [
-        (Side::Query, &frame.labels, bx + lay.left_text_right, Align::Right),
-        (Side::Key, &frame.key_labels, bx + lay.right_text_left, Align::Left),
+        (Side::Query, &frame.labels, bx + lay.left_text_right, Anchor::End),
+        (Side::Key, &frame.key_labels, bx + lay.right_text_left, Anchor::Start),
     ] {
         for (i, label) in labels.iter().enumerate() {
             let is_selected = selected.is_some_and(|(sel_side, sel)| sel == i && (sel_side == side || att.is_square()));
@@ -322,12 +328,12 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
                 continue;
             }
             let text = fit_text(label, lay.label_px, MAX_LABEL * s);
-            draw_label(&mut img, &text, x, by + lay.row_y(i), lay.label_px, align, fg);
+            d.text(&text, x, by + lay.row_y(i), lay.label_px, align, fg);
         }
     }
 
     if spec.layer_idx >= att.layers() {
-        return img;
+        return d;
     }
     let width = (2.0 * s).min(lay.row_height * 0.25).max(1.0);
     let threshold = if spec.threshold.is_nan() { 0.0 } else { spec.threshold };
@@ -355,8 +361,8 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
             HeadLines { color: colors[head_idx], lines }
         })
         .collect();
-    draw_lines(&mut img, &heads, width);
-    img
+    d.items.push(Item::Lines { width, strokes: strokes_of(&heads) });
+    d
 }
 
 #[cfg(test)]

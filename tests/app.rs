@@ -234,6 +234,60 @@ fn export_writes_a_decodable_png_through_the_dialog() {
 }
 
 #[test]
+fn the_format_picker_writes_svg_and_pdf_and_copy_puts_the_figure_on_the_clipboard() {
+    let mut h = app("vector figures");
+    let dir = tempfile::tempdir().unwrap();
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    retype(&mut h, "Export path", dir.path().join("figure.png").to_str().unwrap());
+    for (format, magic) in [("SVG", &b"<?xml"[..]), ("PDF", &b"%PDF-"[..])] {
+        h.get_by_label(format).click();
+        h.run_steps(2);
+        let typed = h.state().views.export.path_input.clone();
+        assert!(typed.ends_with(&format!("figure.{}", format.to_lowercase())), "{typed}");
+        h.state_mut().session.status = None;
+        h.get_by_label("Save").click();
+        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        let status = h.state().session.status.clone().unwrap();
+        assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
+        let bytes = std::fs::read(&typed).unwrap();
+        assert!(bytes.starts_with(magic), "{format}");
+        if format == "SVG" {
+            let svg = String::from_utf8(bytes).unwrap();
+            assert!(svg.contains(">vector</text>"), "the token is text in the SVG");
+        }
+        h.get_by_label("Export…").click();
+        h.run_steps(2);
+    }
+
+    // Copy image: the figure the export would write, as an image command to the platform.
+    let dark = h.ctx.theme() == egui::Theme::Dark;
+    let app = h.state();
+    let expected =
+        attnviz::export::render_figure(app.session.run.as_deref(), &app.current_figure(), app.export_style(dark))
+            .unwrap();
+    h.state_mut().session.status = None;
+    h.get_by_label("Copy image").click();
+    let start = Instant::now();
+    let copied = loop {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for the copy");
+        std::thread::sleep(Duration::from_millis(5));
+        h.step();
+        let found = h.output().platform_output.commands.iter().find_map(|c| match c {
+            egui::OutputCommand::CopyImage(image) => Some(image.clone()),
+            _ => None,
+        });
+        if let Some(image) = found {
+            break image;
+        }
+    };
+    assert_eq!(copied.size, [expected.width() as usize, expected.height() as usize]);
+    let [r, g, b, a] = expected.get_pixel(expected.width() / 2, 30).0;
+    assert_eq!(copied[(expected.width() as usize / 2, 30)], egui::Color32::from_rgba_unmultiplied(r, g, b, a));
+    assert!(h.state().session.status.as_ref().is_some_and(|s| s.text.contains("Copied")));
+}
+
+#[test]
 fn an_unwritable_export_path_is_reported_and_nothing_is_written() {
     let mut h = app("export fails");
     h.get_by_label("Export…").click();

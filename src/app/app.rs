@@ -52,6 +52,8 @@ enum Background {
     Flow(FlowResult),
     /// A PNG export finished.
     Exported(PathBuf, Result<(u32, u32), String>),
+    /// The current figure drawn for the clipboard, or why it could not be.
+    Copied(Result<egui::ColorImage, String>),
     /// A native folder dialog returned (None: cancelled or unavailable).
     PickedModel(Option<PathBuf>),
     /// A native save dialog returned.
@@ -1008,6 +1010,12 @@ impl AttnvizApp {
                         Err(e) => self.set_status(format!("Export failed: {e}"), true),
                     }
                 }
+                Background::Copied(Ok(image)) => {
+                    let [w, h] = image.size;
+                    self.views.export.clipboard = Some(image);
+                    self.set_status(format!("Copied the figure to the clipboard ({w}×{h} px)"), false);
+                }
+                Background::Copied(Err(e)) => self.set_status(format!("Copy failed: {e}"), true),
                 Background::PickedModel(Some(dir)) => {
                     self.views.side.model_path_input = dir.display().to_string();
                     self.session.switch_on_load = true;
@@ -1232,6 +1240,8 @@ impl AttnvizApp {
                     let picked = rfd::FileDialog::new()
                         .set_file_name(file_name)
                         .add_filter("PNG image", &["png"])
+                        .add_filter("SVG vector figure", &["svg"])
+                        .add_filter("PDF document", &["pdf"])
                         .add_filter("Numbers (CSV, JSON, NumPy)", &["csv", "json", "npz"])
                         .save_file();
                     let _ = tx.send(Background::PickedExport(picked));
@@ -1239,6 +1249,7 @@ impl AttnvizApp {
                 });
             }
             Command::Export(path) => self.export(ctx, path),
+            Command::CopyImage => self.copy_image(ctx),
             Command::OpenExport => self.views.export.open = true,
             Command::CloseExport => self.views.export.open = false,
             Command::OpenHead { layer_idx, head_idx } => {
@@ -1299,6 +1310,24 @@ impl AttnvizApp {
                 .map(|size| size.unwrap_or((0, 0)))
                 .map_err(|e| e.to_string());
             let _ = tx.send(Background::Exported(path, result));
+            ctx.request_repaint();
+        });
+    }
+
+    /// Draws the current view's figure off the UI thread and puts it on the clipboard.
+    fn copy_image(&mut self, ctx: &egui::Context) {
+        let figure = self.current_figure();
+        let style = self.export_style(ctx.theme() == egui::Theme::Dark);
+        let run = self.session.run.clone();
+        let tx = self.session.background_tx.clone();
+        let ctx = ctx.clone();
+        spawn_named("attnviz-copy", move || {
+            let image = crate::export::render_figure(run.as_deref(), &figure, style).map_err(|e| e.to_string());
+            let image = image.map(|img| {
+                let size = [img.width() as usize, img.height() as usize];
+                egui::ColorImage::from_rgba_unmultiplied(size, img.as_raw())
+            });
+            let _ = tx.send(Background::Copied(image));
             ctx.request_repaint();
         });
     }
@@ -1376,6 +1405,9 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) {
 impl eframe::App for AttnvizApp {
     fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
         self.poll();
+        if let Some(image) = self.views.export.clipboard.take() {
+            ctx.copy_image(image);
+        }
         self.sync_view_runs();
         self.request_run_if_changed();
         self.request_compare_if_changed();

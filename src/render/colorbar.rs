@@ -74,6 +74,18 @@ impl Colorbar {
     }
 }
 
+/// A colour bar alone, `height` pixels tall from `lo` (bottom) to `hi` (top), its bar at the
+/// left edge and round ticks right of it: the bar the app draws beside its heatmaps, laid out by
+/// the same code as the exported figures' bar. The background is transparent.
+pub fn colorbar_drawing((lo, hi): (f32, f32), cmap: Colormap, height: f32, scale: f32, theme: Theme) -> Drawing {
+    let bar = Colorbar::new(nice_ticks(lo, hi, Colorbar::max_ticks(height, scale)), scale);
+    // Half a label of room above and below for the end ticks' text.
+    let overhang = (line_height(bar.font_px) / 2.0).ceil();
+    let mut d = Drawing::new(bar.width().ceil(), height + 2.0 * overhang, [0, 0, 0, 0], "colour bar");
+    bar.draw(&mut d, 0.0, overhang, height, cmap, theme);
+    d
+}
+
 /// Ticks of a colour bar labelled only at its ends, e.g. "0" and "max".
 pub(crate) fn end_ticks(low: &str, high: &str) -> Vec<Tick> {
     vec![Tick { t: 0.0, label: low.to_string() }, Tick { t: 1.0, label: high.to_string() }]

@@ -17,7 +17,7 @@ mod svg;
 pub mod text;
 
 pub use canvas::{MAX_SIDE, Segment, Stroke, cell_text_rgb};
-pub use colorbar::format_cell_value;
+pub use colorbar::{colorbar_drawing, format_cell_value};
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use draw::{Anchor, Cells, Drawing, Item, TextRun};
 pub use graph::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width, graph, graph_drawing};

@@ -6,6 +6,7 @@
 pub mod attribution_view;
 pub mod compare_view;
 pub mod export_dialog;
+pub mod figure;
 pub mod generation_panel;
 pub mod graph_view;
 pub mod head_view;

@@ -288,6 +288,27 @@ fn the_format_picker_writes_svg_and_pdf_and_copy_puts_the_figure_on_the_clipboar
 }
 
 #[test]
+fn the_head_view_fills_its_room_suggests_one_head_and_small_text_is_readable() {
+    let mut h = app("the answer is here");
+    h.run_steps(2);
+    // Rows, labels and the band between the columns grow into the 1280 × 860 window (the
+    // figure's own layout has 18-point rows and a 180-point band).
+    let query = h.get_by_label("query 2: answer").rect();
+    let key = h.get_by_label("key 2: answer").rect();
+    assert!(query.height() >= 26.0, "row {query:?}");
+    assert!(key.left() - query.right() >= 400.0, "band from {query:?} to {key:?}");
+    // tiny-bert's four heads are all shown: the view offers the one-head habit.
+    assert_eq!(h.state().settings.heads, [true; 4]);
+    h.get_by_label("Show H0 alone").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.heads, [true, false, false, false]);
+    assert!(h.query_by_label("Show H0 alone").is_none(), "one head: no suggestion");
+    // Hints and captions (small text) are at least 11 points.
+    let small = h.ctx.style_of(egui::Theme::Dark).text_styles[&egui::TextStyle::Small].size;
+    assert!(small >= 11.0, "{small}");
+}
+
+#[test]
 fn an_unwritable_export_path_is_reported_and_nothing_is_written() {
     let mut h = app("export fails");
     h.get_by_label("Export…").click();

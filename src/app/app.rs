@@ -1379,14 +1379,25 @@ fn shown_run(
 
 /// Adds `DejaVu` Sans as a fallback after egui's fonts (arrows, symbols, most alphabets), and draws a
 /// box for any glyph still missing: token text is arbitrary user input and must never panic.
+/// Size of egui's small text (hints, captions, candidate labels) in points.
+pub const SMALL_TEXT_PX: f32 = 11.0;
+
 fn install_fonts(ctx: &egui::Context) {
     use egui::epaint::text::{FontInsert, FontPriority, InsertFontFamily};
-    let families = [egui::FontFamily::Proportional, egui::FontFamily::Monospace]
+    let mut families: Vec<InsertFontFamily> = [egui::FontFamily::Proportional, egui::FontFamily::Monospace]
         .into_iter()
         .map(|family| InsertFontFamily { family, priority: FontPriority::Lowest })
         .collect();
+    // The figures' own family: the head view's labels in the font its layout measured.
+    families.push(InsertFontFamily { family: super::views::figure_font(), priority: FontPriority::Highest });
     ctx.add_font(FontInsert::new("DejaVuSans", egui::FontData::from_static(crate::render::text::FONT_BYTES), families));
     ctx.set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
+    // Hints, captions and the candidates' labels are small text: egui's 9 points are hard to
+    // read at 1× scale.
+    ctx.all_styles_mut(|style| {
+        let small = style.text_styles.entry(egui::TextStyle::Small).or_insert_with(|| egui::FontId::proportional(9.0));
+        small.size = small.size.max(SMALL_TEXT_PX);
+    });
 }
 
 /// The background of panels in this theme (egui's own panel colour; the app's panels are

@@ -100,22 +100,68 @@ pub fn head_view_layout(labels: &[String], scale: f32) -> HeadViewLayout {
 pub fn head_view_layout_sides(labels: &[String], key_labels: &[String], scale: f32) -> HeadViewLayout {
     let s = clamp_scale(scale);
     let n = labels.len().max(key_labels.len());
-    let pad = 12.0 * s;
-    let top = (6.0 * s + line_height(caption_px(s)) + 8.0 * s).round();
-    let bottom = 10.0 * s;
-    let room = (MAX_SIDE as f32 - HEADER_ALLOWANCE * s - top - bottom).max(1.0);
+    let room = (MAX_SIDE as f32 - HEADER_ALLOWANCE * s - top_room(s) - 10.0 * s).max(1.0);
     let row_height = if n == 0 { 18.0 * s } else { (18.0 * s).min(room / n as f32) };
     let label_px = (row_height * 0.75).min(13.5 * s).max(7.0);
+    body_layout(labels, key_labels, s, row_height, label_px, 180.0 * s)
+}
+
+/// Tallest row on screen, in points: taller rows only spread the lines without showing more.
+const MAX_FIT_ROW: f32 = 32.0;
+/// Largest token label on screen, in points.
+const MAX_FIT_LABEL_PX: f32 = 19.0;
+/// Widest line band on screen, in points.
+const MAX_FIT_BAND: f32 = 720.0;
+
+/// The head view's body scaled to the room it has on screen (`room`: width and height in points,
+/// per-head bars excluded): rows as tall as the height allows (up to 32 points, never below the
+/// figure's 18), token labels sized with the rows, their column as wide as the longest label, and
+/// the band the lines cross as wide as what is left (180 to 720 points).
+pub fn head_view_layout_fit(labels: &[String], key_labels: &[String], room: (f32, f32)) -> HeadViewLayout {
+    let base = head_view_layout_sides(labels, key_labels, 1.0);
+    let n = labels.len().max(key_labels.len());
+    let (width, height) =
+        (if room.0.is_finite() { room.0 } else { 0.0 }, if room.1.is_finite() { room.1 } else { 0.0 });
+    if n == 0 || base.row_height < 18.0 {
+        return base;
+    }
+    let row_height = ((height - top_room(1.0) - 10.0) / n as f32).clamp(base.row_height, MAX_FIT_ROW).floor();
+    let label_px = (row_height * 0.6).clamp(base.label_px, MAX_FIT_LABEL_PX);
+    let probe = body_layout(labels, key_labels, 1.0, row_height, label_px, 0.0);
+    let band = (width - probe.width - 16.0).clamp(180.0, MAX_FIT_BAND).floor();
+    body_layout(labels, key_labels, 1.0, row_height, label_px, band)
+}
+
+/// Room above row 0 for the "query" and "key" captions.
+fn top_room(s: f32) -> f32 {
+    (6.0 * s + line_height(caption_px(s)) + 8.0 * s).round()
+}
+
+/// The body for rows `row_height` tall, labels `label_px`, lines crossing a band `band` wide.
+fn body_layout(
+    labels: &[String],
+    key_labels: &[String],
+    s: f32,
+    row_height: f32,
+    label_px: f32,
+    band: f32,
+) -> HeadViewLayout {
+    let n = labels.len().max(key_labels.len());
+    let pad = 12.0 * s;
+    let top = top_room(s);
+    let bottom = 10.0 * s;
     let label_step = thinned(n, row_height, line_height(label_px));
+    // Long labels end in "…" at the same length relative to their size.
+    let max_label = MAX_LABEL * s * (label_px / (13.5 * s)).max(1.0);
     let label_width = [labels, key_labels]
         .into_iter()
         .flat_map(|side| side.iter().step_by(label_step))
-        .map(|label| text_width(&fit_text(label, label_px, MAX_LABEL * s), label_px))
+        .map(|label| text_width(&fit_text(label, label_px, max_label), label_px))
         .fold(24.0 * s, f32::max)
         .ceil();
     let left_text_right = pad + label_width;
     let line_x0 = left_text_right + 8.0 * s;
-    let line_x1 = line_x0 + 180.0 * s;
+    let line_x1 = line_x0 + band;
     let right_text_left = line_x1 + 8.0 * s;
     HeadViewLayout {
         row_height,
@@ -455,6 +501,26 @@ mod tests {
         assert!(
             lay.line_x0 > lay.left_text_right && lay.right_text_left > lay.line_x1 && lay.width > lay.right_text_left
         );
+    }
+
+    #[test]
+    fn on_screen_the_body_grows_into_its_room_and_keeps_long_labels_whole() {
+        let words: Vec<String> =
+            ["[CLS]", "the", "answer", "is", "forty", "two", "[SEP]"].iter().map(ToString::to_string).collect();
+        let small = head_view_layout_sides(&words, &words, 1.0);
+        let fit = head_view_layout_fit(&words, &words, (1000.0, 640.0));
+        // Rows and labels grow with the height, the band with the width; the body fits its room.
+        assert!(fit.row_height >= 1.5 * small.row_height, "{} vs {}", fit.row_height, small.row_height);
+        assert!(fit.label_px > small.label_px);
+        assert!(fit.line_x1 - fit.line_x0 >= 2.5 * (small.line_x1 - small.line_x0));
+        assert!(fit.width <= 1000.0 && fit.height <= 640.0, "{fit:?}");
+        // The label column holds the longest label whole at the larger size.
+        assert!(fit.label_width >= text_width("answer", fit.label_px));
+        assert_eq!(fit_text("answer", fit.label_px, fit.label_width), "answer");
+        // No room: the figure's own size (never smaller), as in the export.
+        assert_eq!(head_view_layout_fit(&words, &words, (10.0, 10.0)), small);
+        let many = labels(400);
+        assert_eq!(head_view_layout_fit(&many, &many, (1000.0, 640.0)).row_height, 18.0);
     }
 
     #[test]

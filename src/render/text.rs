@@ -88,6 +88,11 @@ pub(crate) fn em_and_ascent(px: f32) -> (f32, f32) {
     }
 }
 
+/// The em size (CSS font size, egui's font size) of text `px` pixels tall as measured here.
+pub fn em_size(px: f32) -> f32 {
+    em_and_ascent(px).0
+}
+
 /// `text` shortened with a trailing "…" so that it is at most `max_width` pixels wide at `px`.
 pub fn fit_text(text: &str, px: f32, max_width: f32) -> String {
     let (Some(font), Some(px)) = (FONT.as_ref(), clamp_px(px)) else {

@@ -11,6 +11,12 @@ pub fn theme_of(ui: &egui::Ui) -> Theme {
     if ui.visuals().dark_mode { Theme::Dark } else { Theme::Light }
 }
 
+/// The egui font of figure text `px` pixels tall (ascent to descent, as `render` measures it):
+/// the figures' `DejaVu` Sans at its em size, so that it is as wide on screen as in the files.
+pub fn figure_font_id(px: f32) -> FontId {
+    FontId::new(crate::render::text::em_size(px), super::figure_font())
+}
+
 fn color([r, g, b, a]: [u8; 4]) -> Color32 {
     Color32::from_rgba_unmultiplied(r, g, b, a)
 }
@@ -38,7 +44,7 @@ pub fn paint_drawing(painter: &egui::Painter, drawing: &Drawing, origin: Pos2) {
                 }
             }
             Item::Text(run) => {
-                let font = FontId::proportional(run.px);
+                let font = figure_font_id(run.px);
                 if run.up {
                     let (left, top) = run.top_left();
                     let galley = painter.layout_no_wrap(run.text.clone(), font, color(run.color));

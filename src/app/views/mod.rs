@@ -313,6 +313,15 @@ pub fn capitalised(s: &str) -> String {
     c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
 }
 
+/// The name of the figures' font (the embedded `DejaVu` Sans) as an egui family.
+pub const FIGURE_FONT: &str = "figure";
+
+/// The figures' font family: labels drawn in it on screen are as wide as the exported figure's
+/// layout measured them.
+pub fn figure_font() -> egui::FontFamily {
+    egui::FontFamily::Name(FIGURE_FONT.into())
+}
+
 /// Colour of a head (distinct per head, colour-blind aware), as egui colour.
 pub fn head_color(head_idx: usize, heads: usize) -> Color32 {
     let [r, g, b] = crate::render::head_colors(heads).get(head_idx).copied().unwrap_or([128, 128, 128]);

@@ -125,9 +125,8 @@ pub fn head_view_room(available: egui::Vec2, bars_width: f32) -> (u32, u32) {
     (step(available.x - 2.0 * bars_width), step(available.y))
 }
 
-/// Most lines drawn at once when no token is selected; beyond it only the strongest are kept (the
-/// rest are too faint to see, and the view must stay fluid at 512 tokens).
-pub const LINE_BUDGET: usize = 30_000;
+/// Most lines drawn at once when no token is selected (the exported figures keep the same budget).
+pub use crate::render::LINE_BUDGET;
 /// Width of a line in points, anti-aliased edges included (a 1.5-point core with a half-point
 /// feather on each side).
 pub const LINE_WIDTH: f32 = 2.5;
@@ -231,12 +230,7 @@ pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> Li
     }
     // ...but no more than the budget: keep the strongest.
     let candidate_count = lines.len();
-    let mut budget_threshold = None;
-    if lines.len() > LINE_BUDGET {
-        lines.select_nth_unstable_by(LINE_BUDGET, |a, b| b.0.total_cmp(&a.0));
-        lines.truncate(LINE_BUDGET);
-        budget_threshold = lines.iter().map(|l| l.0).reduce(f32::min);
-    }
+    let budget_threshold = crate::render::keep_strongest(&mut lines, |l| l.0);
     let (sx, sy) = (f32::from_bits(key.pixels.0), f32::from_bits(key.pixels.1));
     let (left, width) = (body.line_x0 - BAND_PAD, body.line_x1 - body.line_x0 + 2.0 * BAND_PAD);
     let to_px = |x: f32, y: f32| ((x - left) * sx, y * sy);

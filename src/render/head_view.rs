@@ -310,6 +310,65 @@ pub fn transparent_image(width: f32, height: f32) -> RgbaImage {
     new_image(width, height, [0, 0, 0, 0])
 }
 
+/// Most lines a head view draws at once (on screen without a selection, and in the files); past
+/// it only the strongest are kept: the rest are too faint to see, and the view must stay fluid and
+/// the files small at 512 tokens.
+pub const LINE_BUDGET: usize = 30_000;
+
+/// Keeps the [`LINE_BUDGET`] strongest `lines` by `weight`; returns the weakest weight kept when
+/// some were dropped.
+pub fn keep_strongest<L>(lines: &mut Vec<L>, weight: impl Fn(&L) -> f32) -> Option<f32> {
+    if lines.len() <= LINE_BUDGET {
+        return None;
+    }
+    lines.select_nth_unstable_by(LINE_BUDGET, |a, b| weight(b).total_cmp(&weight(a)));
+    lines.truncate(LINE_BUDGET);
+    lines.iter().map(weight).reduce(f32::min)
+}
+
+/// What a head view says when the budget applied: "the 30000 strongest of N lines (weights ≥ w)".
+pub fn line_budget_notice(candidates: usize, threshold: f32) -> String {
+    format!("the {LINE_BUDGET} strongest of {candidates} lines (weights ≥ {threshold:.3})")
+}
+
+/// The lines of a head view as (weight, head slot, query, key), in head, query, key order, within
+/// the budget; with the number of candidates and the weakest weight kept when it applied.
+type ViewLines = (Vec<(f32, usize, usize, usize)>, Option<(usize, f32)>);
+
+fn head_view_lines(spec: &HeadViewSpec, selected: Option<(Side, usize)>) -> ViewLines {
+    let att = spec.attention;
+    if spec.layer_idx >= att.layers() {
+        return (Vec::new(), None);
+    }
+    let mut heads: Vec<usize> = spec.heads.iter().copied().filter(|&h| h < att.heads()).collect();
+    heads.sort_unstable();
+    heads.dedup();
+    let threshold = if spec.threshold.is_nan() { 0.0 } else { spec.threshold };
+    let min_weight = threshold.max(1.0 / 255.0);
+    let queries = match selected {
+        Some((Side::Query, i)) => i..i + 1,
+        _ => 0..att.seq_len(),
+    };
+    let mut lines = Vec::new();
+    for (slot, &head_idx) in heads.iter().enumerate() {
+        for query_pos in queries.clone() {
+            for (key_pos, &weight) in att.row(spec.layer_idx, head_idx, query_pos).iter().enumerate() {
+                let unselected_key = selected.is_some_and(|(side, i)| side == Side::Key && i != key_pos);
+                if !weight.is_nan() && weight >= min_weight && !unselected_key {
+                    lines.push((weight, slot, query_pos, key_pos));
+                }
+            }
+        }
+    }
+    let candidates = lines.len();
+    let budget = keep_strongest(&mut lines, |l| l.0).map(|w| (candidates, w));
+    if budget.is_some() {
+        // Drawn in the same order as without the budget.
+        lines.sort_unstable_by_key(|&(_, slot, q, k)| (slot, q, k));
+    }
+    (lines, budget)
+}
+
 /// Draws the head view of one layer into an RGBA image.
 pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
     head_view_drawing(spec).to_rgba()
@@ -319,11 +378,21 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
 /// coloured lines between them.
 pub fn head_view_drawing(spec: &HeadViewSpec) -> Drawing {
     let s = clamp_scale(spec.scale);
+    let att = spec.attention;
+    let seq_len = att.seq_len();
+    let keys = att.keys();
+    let selected = spec.selected_token.filter(|&(side, i)| i < if side == Side::Key { keys } else { seq_len });
+    // The lines to draw, as on screen: within the budget, the strongest kept, and the title says so.
+    let (lines, budget) = head_view_lines(spec, selected);
+    let title = match budget {
+        Some((candidates, w)) if spec.title.is_empty() => format!("showing {}", line_budget_notice(candidates, w)),
+        Some((candidates, w)) => format!("{} · showing {}", spec.title, line_budget_notice(candidates, w)),
+        None => spec.title.to_string(),
+    };
+    let spec = &HeadViewSpec { title: &title, ..*spec };
     let frame = head_view_frame(spec);
     let theme = spec.theme;
     let (fg, muted) = (theme.foreground(), theme.muted());
-    let att = spec.attention;
-    let seq_len = att.seq_len();
     let lay = frame.layout;
     let mut d = Drawing::new(frame.width, frame.height, theme.background(), spec.title);
     let colors = head_colors(att.heads());
@@ -354,8 +423,6 @@ pub fn head_view_drawing(spec: &HeadViewSpec) -> Drawing {
         return d;
     }
 
-    let keys = att.keys();
-    let selected = spec.selected_token.filter(|&(side, i)| i < if side == Side::Key { keys } else { seq_len });
     if let Some((side, i)) = selected {
         let x = match side {
             Side::Query => bx + lay.left_text_right - lay.label_width - 4.0 * s,
@@ -382,31 +449,13 @@ pub fn head_view_drawing(spec: &HeadViewSpec) -> Drawing {
         return d;
     }
     let width = (2.0 * s).min(lay.row_height * 0.25).max(1.0);
-    let threshold = if spec.threshold.is_nan() { 0.0 } else { spec.threshold };
-    let min_weight = threshold.max(1.0 / 255.0);
     let (x0, x1) = (bx + lay.line_x0, bx + lay.line_x1);
-    let queries = match selected {
-        Some((Side::Query, i)) => i..i + 1,
-        _ => 0..seq_len,
-    };
-    let heads: Vec<HeadLines> = frame
-        .heads
-        .iter()
-        .map(|&head_idx| {
-            let mut lines = Vec::new();
-            for query_pos in queries.clone() {
-                let y0 = by + lay.row_y(query_pos);
-                for (key_pos, &weight) in att.row(spec.layer_idx, head_idx, query_pos).iter().enumerate() {
-                    let unselected_key = selected.is_some_and(|(side, i)| side == Side::Key && i != key_pos);
-                    if weight.is_nan() || weight < min_weight || unselected_key {
-                        continue;
-                    }
-                    lines.push(Segment { from: (x0, y0), to: (x1, by + lay.row_y(key_pos)), alpha: weight.min(1.0) });
-                }
-            }
-            HeadLines { color: colors[head_idx], lines }
-        })
-        .collect();
+    let mut heads: Vec<HeadLines> =
+        frame.heads.iter().map(|&head_idx| HeadLines { color: colors[head_idx], lines: Vec::new() }).collect();
+    for (weight, slot, query_pos, key_pos) in lines {
+        let (from, to) = ((x0, by + lay.row_y(query_pos)), (x1, by + lay.row_y(key_pos)));
+        heads[slot].lines.push(Segment { from, to, alpha: weight.min(1.0) });
+    }
     d.items.push(Item::Lines { width, strokes: strokes_of(&heads) });
     d
 }

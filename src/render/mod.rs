@@ -22,8 +22,9 @@ pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use draw::{Anchor, Cells, Drawing, Item, TextRun};
 pub use graph::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width, graph, graph_drawing};
 pub use head_view::{
-    HeadLines, HeadViewLayout, HeadViewSpec, Side, draw_lines, head_view, head_view_drawing, head_view_layout,
-    head_view_layout_fit, head_view_layout_sides, transparent_image,
+    HeadLines, HeadViewLayout, HeadViewSpec, LINE_BUDGET, Side, draw_lines, head_view, head_view_drawing,
+    head_view_layout, head_view_layout_fit, head_view_layout_sides, keep_strongest, line_budget_notice,
+    transparent_image,
 };
 pub use heatmap::{CellGrid, HeatmapSpec, heatmap, heatmap_drawing, symmetric_range};
 pub use lens::{TextGridSpec, text_grid, text_grid_drawing};

@@ -454,6 +454,29 @@ mod tests {
     }
 
     #[test]
+    fn a_long_head_view_keeps_the_line_budget_and_says_so_in_its_title() {
+        // 1 layer, 2 heads, 160 tokens, uniform: 51 200 lines, more than the budget.
+        let n = 160;
+        let att = Attention::new(1, 2, n, vec![1.0 / n as f32; 2 * n * n]).unwrap();
+        let words: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+        let heads = head_view_of(&att, &words);
+        let drawn: usize = heads
+            .items
+            .iter()
+            .map(|i| match i {
+                Item::Lines { strokes, .. } => strokes.iter().map(|s| s.paints.len()).sum(),
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(drawn, crate::render::LINE_BUDGET);
+        assert!(heads.title.contains("the 30000 strongest of 51200 lines"), "{}", heads.title);
+        let svg = to_svg(&heads);
+        let doc = usvg::roxmltree::Document::parse(&svg).unwrap();
+        assert_eq!(count(&doc, "line"), crate::render::LINE_BUDGET);
+        assert!(svg_texts(&doc).iter().any(|t| t.contains("strongest of 51200 lines")), "the notice is drawn");
+    }
+
+    #[test]
     fn dense_grids_travel_as_an_embedded_image_and_the_title_says_so() {
         let big = 300;
         let values: Vec<f32> = (0..big * big).map(|i| (i % 11) as f32 / 10.0).collect();

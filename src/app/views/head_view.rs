@@ -538,8 +538,8 @@ fn toolbar_ui(
     if let Some(w) = view.budget_threshold {
         let shown = if pinned.is_none() && view.hovered.is_none() {
             format!(
-                "Showing the {LINE_BUDGET} strongest of {} lines in view (weights ≥ {w:.3}); raise the threshold or pick fewer heads to see the rest.",
-                view.candidate_count
+                "Showing {} in view; raise the threshold or pick fewer heads to see the rest.",
+                crate::render::line_budget_notice(view.candidate_count, w)
             )
         } else {
             format!(

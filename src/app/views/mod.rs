@@ -122,7 +122,7 @@ impl Views {
             let enabled = (data.run.is_some() || !settings.view.needs_run()) && !data.exporting;
             if ui
                 .add_enabled(enabled, egui::Button::new("Export…"))
-                .on_hover_text("Save the current view as a PNG image (or its numbers as CSV / JSON / NPZ)")
+                .on_hover_text("Save the current view as PNG, SVG or PDF (or its numbers as CSV / JSON / NPZ), or copy it as an image")
                 .clicked()
             {
                 commands.push(Command::OpenExport);

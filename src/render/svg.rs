@@ -345,7 +345,9 @@ mod tests {
                     *v = if (q + k + h) % 3 == 0 { 0.0 } else { 1.0 + k as f32 };
                 }
                 let sum: f32 = row.iter().sum();
-                row.iter_mut().for_each(|v| *v /= sum);
+                for v in row.iter_mut() {
+                    *v /= sum;
+                }
             }
         }
         Attention::new(1, heads, n, data).unwrap()

@@ -5,8 +5,8 @@
 use image::RgbaImage;
 
 use super::canvas::Stroke;
-use super::draw::{Drawing, Item};
-use super::text::{fit_text, line_height, text_width};
+use super::draw::{Anchor, Drawing, Item};
+use super::text::{fit_text, line_height};
 use super::{LABEL_PX, MAX_SIDE, NOTE_PX, TITLE_PX, Theme};
 use crate::export::{EdgeKind, GraphFigure};
 
@@ -81,7 +81,7 @@ pub fn graph_drawing(figure: &GraphFigure, theme: Theme, scale: f32) -> Drawing 
     for (i, token) in figure.tokens.iter().enumerate() {
         let (x, _) = at(i as f32, 0.0);
         let text = fit_text(token, label_px, col_w - 4.0 * s);
-        d.text_at(&text, x - text_width(&text, label_px) / 2.0, bottom + row_h / 2.0, label_px, fg);
+        d.text(&text, x, bottom + row_h / 2.0 + line_height(label_px) / 2.0, label_px, Anchor::Middle, fg);
     }
     d
 }

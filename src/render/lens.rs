@@ -4,7 +4,7 @@
 use image::RgbaImage;
 
 use super::canvas::cell_text_rgb;
-use super::draw::Drawing;
+use super::draw::{Anchor, Drawing};
 use super::text::{fit_text, line_height, text_width};
 use super::{AXIS_PX, Colormap, LABEL_PX, MAX_SIDE, NOTE_PX, TITLE_PX, Theme, cell_rgb};
 
@@ -62,16 +62,16 @@ pub fn text_grid_drawing(spec: &TextGridSpec<'_>) -> Drawing {
     let (left, top) = (margin + row_w, margin + title_h);
     let lut = spec.colormap.lut();
     for (r, label) in spec.row_labels.iter().enumerate() {
-        let y = top + r as f32 * cell_h + (cell_h - line_height(label_px)) / 2.0;
+        let y = top + (r as f32 + 0.5) * cell_h;
         let text = fit_text(label, label_px, row_w - 8.0 * s);
-        d.text_at(&text, left - 6.0 * s - text_width(&text, label_px), y, label_px, fg);
+        d.text(&text, left - 6.0 * s, y, label_px, Anchor::End, fg);
     }
     let visible = ((width - left - margin) / cell_w).floor().max(0.0) as usize;
     for c in 0..cols.min(visible) {
         let x = left + c as f32 * cell_w;
         let text = fit_text(&spec.col_labels[c], label_px, cell_w - 4.0 * s);
-        let y = top + rows as f32 * cell_h + 4.0 * s;
-        d.text_at(&text, x + (cell_w - text_width(&text, label_px)) / 2.0, y, label_px, fg);
+        let y = top + rows as f32 * cell_h + 4.0 * s + line_height(label_px) / 2.0;
+        d.text(&text, x + cell_w / 2.0, y, label_px, Anchor::Middle, fg);
         for r in 0..rows {
             let y = top + r as f32 * cell_h;
             let v = spec.values.get(r * cols + c).copied().unwrap_or(f32::NAN);
@@ -83,9 +83,7 @@ pub fn text_grid_drawing(spec: &TextGridSpec<'_>) -> Drawing {
             d.rect(x, y, cell_w, cell_h, [red, green, blue, 255]);
             let [tr, tg, tb] = cell_text_rgb([red, green, blue]);
             let text = fit_text(spec.cells.get(r * cols + c).map_or("", String::as_str), cell_px, cell_w - 4.0 * s);
-            let tx = x + (cell_w - text_width(&text, cell_px)) / 2.0;
-            let ty = y + (cell_h - line_height(cell_px)) / 2.0;
-            d.text_at(&text, tx, ty, cell_px, [tr, tg, tb, 255]);
+            d.text(&text, x + cell_w / 2.0, y + cell_h / 2.0, cell_px, Anchor::Middle, [tr, tg, tb, 255]);
         }
     }
     if let Some(c) = spec.selected_col.filter(|&c| c < cols.min(visible)) {

@@ -479,6 +479,50 @@ mod tests {
     }
 
     #[test]
+    fn the_lens_grid_and_the_graph_are_vectors_too() {
+        use crate::export::{EdgeKind, GraphEdge, GraphFigure, GraphNode};
+        let rows = vec!["embeddings".to_string(), "block 1".to_string()];
+        let cols = vec!["The".to_string(), "capital".to_string()];
+        let cells: Vec<String> = ["the", "city", " Paris", "of"].map(String::from).to_vec();
+        let grid = crate::render::text_grid_drawing(&crate::render::TextGridSpec {
+            title: "Logit lens",
+            note: "colour: probability",
+            row_labels: &rows,
+            col_labels: &cols,
+            cells: &cells,
+            values: &[0.1, 0.2, 0.9, 0.4],
+            range: (0.0, 1.0),
+            colormap: Colormap::Viridis,
+            selected_col: Some(1),
+            theme: Theme::Light,
+            scale: 1.0,
+        });
+        let svg = to_svg(&grid);
+        parse_svg(&svg).unwrap();
+        let doc = usvg::roxmltree::Document::parse(&svg).unwrap();
+        let texts = svg_texts(&doc);
+        for word in ["embeddings", "capital", " Paris", "city", "Logit lens"] {
+            assert!(texts.iter().any(|t| t == word), "{word} in {texts:?}");
+        }
+        let (mean, far) = compare_with_png(&grid);
+        assert!(mean < 3.0 && far < 0.03, "lens: mean {mean:.2}, far {far:.4}");
+
+        let node = |column: f32, level: f32| GraphNode { column, level, label: "x".into() };
+        let edge = |from, to, kind| GraphEdge { from, to, weight: 0.5, kind, name: String::new() };
+        let figure = GraphFigure {
+            title: "graph".into(),
+            tokens: vec!["a".into(), "b".into()],
+            layers: 1,
+            nodes: vec![node(0.0, 0.0), node(1.0, 1.0), node(1.0, 2.0)],
+            edges: vec![edge(0, 1, EdgeKind::Attention), edge(1, 2, EdgeKind::Mlp), edge(0, 2, EdgeKind::Residual)],
+        };
+        let svg = to_svg(&crate::render::graph_drawing(&figure, Theme::Dark, 1.0));
+        let doc = usvg::roxmltree::Document::parse(&svg).unwrap();
+        assert_eq!(count(&doc, "line"), 3, "one line per edge");
+        assert!(svg_texts(&doc).iter().any(|t| t == "b"));
+    }
+
+    #[test]
     fn dense_grids_travel_as_an_embedded_image_and_the_title_says_so() {
         let big = 300;
         let values: Vec<f32> = (0..big * big).map(|i| (i % 11) as f32 / 10.0).collect();

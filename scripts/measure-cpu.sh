@@ -45,8 +45,8 @@ idle=$(awk -v a="$t0" -v b="$t1" -v hz="$hz" 'BEGIN { printf "%.3f", (b - a) / h
 # the row above the first one moved to, and the row height (MOVE_X, MOVE_Y0, MOVE_DY override them
 # for another layout; the defaults hit the query labels of this version at 1360×860).
 MOVE_X=${MOVE_X:-400}
-MOVE_Y0=${MOVE_Y0:-174}
-MOVE_DY=${MOVE_DY:-18}
+MOVE_Y0=${MOVE_Y0:-216}
+MOVE_DY=${MOVE_DY:-31}
 t0=$(ticks)
 moves=20
 for i in $(seq $moves); do

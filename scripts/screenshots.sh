@@ -43,13 +43,13 @@ relaunch() {
 xdotool key --delay 40 End BackSpace
 xdotool type --delay 40 " and hungry."
 sleep 1.5
-# Head view, layer 4: pin the query token "it" (row 10 of the head view).
-click 173 465
-click 405 371
+# Head view, layer 4: pin the query token "it" (row 10 of the head view, which fills the window).
+click 173 478
+click 430 557
 shot head-view
 # Why? The pinned query in the neuron view, head 4.
-click 595 154
-click 660 131
+click 643 200
+click 660 154
 xdotool mousemove 1300 800
 shot neuron-view
 xdotool key Escape
@@ -76,7 +76,7 @@ click 700 40
 xdotool type --delay 30 "It was exhausted after a long day."
 shot head-view-pair 2
 # The export dialog.
-click 1097 76
+click 461 99
 shot export-dialog
 xdotool key Escape
 # Positional encodings: the sinusoidal encoding, PE·PE, line plots; then the learned table below.
@@ -90,14 +90,14 @@ shot positional-encoding-learned
 # An intervention on the pretrained model: ablate layer 2, head 4 (all heads shown); the banner
 # says so and layer 3 changes.
 click 316 76
-click 67 495
-click 22 416 1.5
+click 67 507
+click 22 428 1.5
 click 119 673
 xdotool mousemove 1300 800
 shot intervention 2
 # Back to the faithful model (the side panel's button), interventions folded.
-click 94 762 1.5
-click 22 416 1.5
+click 94 774 1.5
+click 22 428 1.5
 # The playground: sharper random weights (init std 0.5), a causal mask, in the model view.
 click 48 117 2
 click 15 453 1
@@ -111,7 +111,7 @@ shot playground 2
 # Light theme (back on the pretrained model).
 click 97 94 1.5
 click 316 76
-click 147 608
+click 147 623
 click 1300 800
 shot head-view-light
 # A GPT-2-style model (the tiny random test fixture): causal, its masked triangle drawn as masked;

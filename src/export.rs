@@ -1,5 +1,6 @@
-//! Figures shared by `attnviz export` and the app's "Export PNG…": one description of a figure,
-//! one function that draws it with `render/`, one atomic PNG writer — so both give the same pixels.
+//! Figures shared by `attnviz export` and the app's "Export…": one description of a figure, one
+//! function that lays it out with `render/` as a display list, one atomic writer for PNG, SVG and
+//! PDF — so the app, the command line and every format agree.
 
 use std::path::Path;
 
@@ -10,7 +11,7 @@ use crate::analysis::rollout;
 use crate::analysis::run::NeuronBreakdown;
 use crate::analysis::select::{mask_causal, submatrix};
 use crate::analysis::{HeadStats, PeParams, Run, Statistic, pe};
-use crate::render::{self, Colormap, HeadViewSpec, HeatmapSpec, ModelGridSpec, Side, Theme};
+use crate::render::{self, Colormap, Drawing, HeadViewSpec, HeatmapSpec, ModelGridSpec, Side, Theme};
 
 /// A figure that can be exported.
 #[derive(Debug, Clone, PartialEq)]
@@ -247,8 +248,11 @@ pub enum ExportError {
     #[error("{0}")]
     Unavailable(String),
     /// The file name's extension names no format.
-    #[error("unknown export format {0:?}: use .png, .csv, .json or .npz")]
+    #[error("unknown export format {0:?}: use .png, .svg, .pdf, .csv, .json or .npz")]
     Format(String),
+    /// The SVG or PDF could not be made.
+    #[error(transparent)]
+    Vector(#[from] render::VectorError),
 }
 
 fn check(what: &'static str, index: usize, count: usize) -> Result<(), ExportError> {
@@ -265,6 +269,11 @@ fn heads_text(head_idxs: &[usize]) -> String {
 
 /// Draws a figure into an RGBA image.
 pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result<RgbaImage, ExportError> {
+    figure_drawing(run, figure, style).map(|d| d.to_rgba())
+}
+
+/// Lays a figure out as a display list, which every backend (PNG, SVG, PDF, the app) draws.
+pub fn figure_drawing(run: Option<&Run>, figure: &Figure, style: Style) -> Result<Drawing, ExportError> {
     if !(1.0..=4.0).contains(&style.scale) {
         return Err(ExportError::Scale(style.scale));
     }
@@ -283,7 +292,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             // As in the app: dot-product colours stop at the 99th percentile.
             let range = if *cosine { Some((-1.0, 1.0)) } else { pe::learned_dot_range(&crop) };
             let title = format!("{what} of the learned position embeddings of {model} (first {n})");
-            return Ok(render::heatmap(&HeatmapSpec {
+            return Ok(render::heatmap_drawing(&HeatmapSpec {
                 values: &crop,
                 rows: n,
                 cols: n,
@@ -299,7 +308,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 show_values: false,
             }));
         }
-        Figure::Graph(graph) => return Ok(render::graph(graph, theme, scale)),
+        Figure::Graph(graph) => return Ok(render::graph_drawing(graph, theme, scale)),
         Figure::Attribution(table) => {
             if table.values.is_empty() {
                 return Err(ExportError::Unavailable("the attribution is not computed yet".into()));
@@ -308,7 +317,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
             return Ok(table_heatmap(table, &table.title, Some(range), Colormap::RdBu, theme, scale, "layer", "head"));
         }
         Figure::Lens(grid) => {
-            return Ok(render::text_grid(&render::TextGridSpec {
+            return Ok(render::text_grid_drawing(&render::TextGridSpec {
                 title: &grid.title,
                 note: &grid.note,
                 row_labels: &grid.row_labels,
@@ -354,7 +363,7 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                 check("token", *pos, if *side == Side::Key { attention.keys() } else { attention.seq_len() })?;
             }
             let title = format!("{} · layer {layer_idx}", run.display_name());
-            Ok(render::head_view(&HeadViewSpec {
+            Ok(render::head_view_drawing(&HeadViewSpec {
                 attention,
                 layer_idx: *layer_idx,
                 labels: &labels,
@@ -370,7 +379,15 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
         Figure::ModelGrid => {
             let title = format!("{} · all layers × heads", run.display_name());
             let (causal, window) = (run.causal, run.window);
-            Ok(render::model_grid(&ModelGridSpec { attention, colormap, theme, scale, title: &title, causal, window }))
+            Ok(render::model_grid_drawing(&ModelGridSpec {
+                attention,
+                colormap,
+                theme,
+                scale,
+                title: &title,
+                causal,
+                window,
+            }))
         }
         Figure::Neuron { layer_idx, head_idx, query_pos } => {
             render_neuron(run, *layer_idx, *head_idx, *query_pos, &labels, theme, scale)
@@ -389,12 +406,12 @@ pub fn render_figure(run: Option<&Run>, figure: &Figure, style: Style) -> Result
                     )?,
                 ];
                 let titles = [format!("A: {}", tables[0].title), format!("B: {}", tables[1].title)];
-                let images: Vec<RgbaImage> = tables
+                let images: Vec<Drawing> = tables
                     .iter()
                     .zip(&titles)
                     .map(|(t, title)| table_heatmap(t, title, Some((0.0, 1.0)), colormap, theme, scale, "query", "key"))
                     .collect();
-                return Ok(render::stack(&images, true, (24.0 * scale) as u32, theme.background()));
+                return Ok(Drawing::stack(images, true, (24.0 * scale).floor(), theme.background()));
             }
             let table = figure_table(Some(run), figure)?;
             let (range, cmap, rows_axis, cols_axis) = match figure {
@@ -426,8 +443,8 @@ fn table_heatmap(
     scale: f32,
     row_axis: &str,
     col_axis: &str,
-) -> RgbaImage {
-    render::heatmap(&HeatmapSpec {
+) -> Drawing {
+    render::heatmap_drawing(&HeatmapSpec {
         values: &table.values,
         rows: table.row_labels.len(),
         cols: table.col_labels.len(),
@@ -473,13 +490,13 @@ fn render_neuron(
     labels: &[String],
     theme: Theme,
     scale: f32,
-) -> Result<RgbaImage, ExportError> {
+) -> Result<Drawing, ExportError> {
     let b = neuron_breakdown(run, layer_idx, head_idx, query_pos)?;
     let (n, d) = (run.attention.seq_len(), b.head_dim);
     let dims: Vec<String> = Vec::new();
     let part =
         |values: &[f32], rows: usize, cols: usize, row_labels: &[String], title: &str, range, cmap, col_axis: &str| {
-            render::heatmap(&HeatmapSpec {
+            render::heatmap_drawing(&HeatmapSpec {
                 values,
                 rows,
                 cols,
@@ -496,7 +513,7 @@ fn render_neuron(
             })
         };
     let query_label = [labels[query_pos].clone()];
-    let q = render::heatmap(&HeatmapSpec {
+    let q = render::heatmap_drawing(&HeatmapSpec {
         values: &b.query,
         rows: 1,
         cols: d,
@@ -532,9 +549,9 @@ fn render_neuron(
     }
     columns.push(part(&b.scores, n, 1, &no_labels, score_title, Some(score_range), Colormap::RdBu, "score"));
     columns.push(part(&b.weights, n, 1, &no_labels, "softmax", Some((0.0, 1.0)), Colormap::Viridis, "weight"));
-    let gap = (16.0 * scale) as u32;
-    let row = render::stack(&columns, true, gap, theme.background());
-    Ok(render::stack(&[q, row], false, gap, theme.background()))
+    let gap = (16.0 * scale).floor();
+    let row = Drawing::stack(columns, true, gap, theme.background());
+    Ok(Drawing::stack(vec![q, row], false, gap, theme.background()))
 }
 
 /// The numbers behind a figure: matrices with their token labels, statistics per head.
@@ -787,12 +804,73 @@ pub fn png_bytes(image: &RgbaImage) -> Result<Vec<u8>, ExportError> {
     Ok(bytes)
 }
 
-/// Draws a figure and writes it as a PNG file, atomically.
-pub fn export_png(run: Option<&Run>, figure: &Figure, style: Style, path: &Path) -> Result<(u32, u32), ExportError> {
-    let image = render_figure(run, figure, style)?;
-    let bytes = png_bytes(&image)?;
-    crate::atomic::write_bytes_atomic(path, &bytes)?;
-    Ok(image.dimensions())
+/// A picture format a figure is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageFormat {
+    /// Pixels (the scale sets the resolution).
+    #[default]
+    Png,
+    /// Vector: shapes and text, cells as rectangles (an embedded image past 256 × 256 cells).
+    Svg,
+    /// Vector, one page, text embedded as text.
+    Pdf,
+}
+
+impl ImageFormat {
+    /// Every format, in menu order.
+    pub const ALL: [ImageFormat; 3] = [ImageFormat::Png, ImageFormat::Svg, ImageFormat::Pdf];
+
+    /// The file extension, lower case.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Self::Png => "png",
+            Self::Svg => "svg",
+            Self::Pdf => "pdf",
+        }
+    }
+
+    /// The picture format a path's extension names, if any (case-insensitive).
+    pub fn of_path(path: &Path) -> Option<ImageFormat> {
+        let ext = path.extension()?.to_string_lossy().to_ascii_lowercase();
+        Self::ALL.into_iter().find(|f| f.extension() == ext)
+    }
+}
+
+/// A figure's file in `format`: PNG, SVG or PDF bytes, and the size in pixels (points for PDF).
+pub fn figure_bytes(drawing: &Drawing, format: ImageFormat) -> Result<Vec<u8>, ExportError> {
+    Ok(match format {
+        ImageFormat::Png => png_bytes(&drawing.to_rgba())?,
+        ImageFormat::Svg => render::to_svg(drawing).into_bytes(),
+        ImageFormat::Pdf => render::to_pdf(drawing)?,
+    })
+}
+
+/// Draws a figure and writes it atomically as PNG, SVG or PDF, by the path's extension (none:
+/// PNG); returns its size in pixels.
+pub fn export_image(run: Option<&Run>, figure: &Figure, style: Style, path: &Path) -> Result<(u32, u32), ExportError> {
+    let format = match path.extension() {
+        None => ImageFormat::Png,
+        Some(ext) => ImageFormat::of_path(path).ok_or_else(|| ExportError::Format(ext.to_string_lossy().into()))?,
+    };
+    let drawing = figure_drawing(run, figure, style)?;
+    crate::atomic::write_bytes_atomic(path, &figure_bytes(&drawing, format)?)?;
+    Ok(drawing.size_px())
+}
+
+/// Writes a figure to `path`: as a picture for .png, .svg, .pdf (or no extension), else its
+/// numbers (.csv, .json, .npz). Returns the picture's size, or None for numbers.
+pub fn export_file(
+    run: Option<&Run>,
+    figure: &Figure,
+    style: Style,
+    path: &Path,
+) -> Result<Option<(u32, u32)>, ExportError> {
+    if path.extension().is_none() || ImageFormat::of_path(path).is_some() {
+        export_image(run, figure, style, path).map(Some)
+    } else {
+        export_table(run, figure, path).map(|()| None)
+    }
 }
 
 #[cfg(test)]

@@ -235,6 +235,81 @@ fn export_writes_a_decodable_png_through_the_dialog() {
 }
 
 #[test]
+fn the_format_picker_writes_svg_and_pdf_and_copy_puts_the_figure_on_the_clipboard() {
+    let mut h = app("vector figures");
+    let dir = tempfile::tempdir().unwrap();
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    retype(&mut h, "Export path", dir.path().join("figure.png").to_str().unwrap());
+    for (format, magic) in [("SVG", &b"<?xml"[..]), ("PDF", &b"%PDF-"[..])] {
+        h.get_by_label(format).click();
+        h.run_steps(2);
+        let typed = h.state().views.export.path_input.clone();
+        assert!(typed.ends_with(&format!("figure.{}", format.to_lowercase())), "{typed}");
+        h.state_mut().session.status = None;
+        h.get_by_label("Save").click();
+        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        let status = h.state().session.status.clone().unwrap();
+        assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
+        let bytes = std::fs::read(&typed).unwrap();
+        assert!(bytes.starts_with(magic), "{format}");
+        if format == "SVG" {
+            let svg = String::from_utf8(bytes).unwrap();
+            assert!(svg.contains(">vector</text>"), "the token is text in the SVG");
+        }
+        h.get_by_label("Export…").click();
+        h.run_steps(2);
+    }
+
+    // Copy image: the figure the export would write, as an image command to the platform.
+    let dark = h.ctx.theme() == egui::Theme::Dark;
+    let app = h.state();
+    let expected =
+        attnviz::export::render_figure(app.session.run.as_deref(), &app.current_figure(), app.export_style(dark))
+            .unwrap();
+    h.state_mut().session.status = None;
+    h.get_by_label("Copy image").click();
+    let start = Instant::now();
+    let copied = loop {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for the copy");
+        std::thread::sleep(Duration::from_millis(5));
+        h.step();
+        let found = h.output().platform_output.commands.iter().find_map(|c| match c {
+            egui::OutputCommand::CopyImage(image) => Some(image.clone()),
+            _ => None,
+        });
+        if let Some(image) = found {
+            break image;
+        }
+    };
+    assert_eq!(copied.size, [expected.width() as usize, expected.height() as usize]);
+    let [r, g, b, a] = expected.get_pixel(expected.width() / 2, 30).0;
+    assert_eq!(copied[(expected.width() as usize / 2, 30)], egui::Color32::from_rgba_unmultiplied(r, g, b, a));
+    assert!(h.state().session.status.as_ref().is_some_and(|s| s.text.contains("Copied")));
+}
+
+#[test]
+fn the_head_view_fills_its_room_suggests_one_head_and_small_text_is_readable() {
+    let mut h = app("the answer is here");
+    h.run_steps(2);
+    // Rows, labels and the band between the columns grow into the 1280 × 860 window (the
+    // figure's own layout has 18-point rows and a 180-point band).
+    let query = h.get_by_label("query 2: answer").rect();
+    let key = h.get_by_label("key 2: answer").rect();
+    assert!(query.height() >= 26.0, "row {query:?}");
+    assert!(key.left() - query.right() >= 400.0, "band from {query:?} to {key:?}");
+    // tiny-bert's four heads are all shown: the view offers the one-head habit.
+    assert_eq!(h.state().settings.heads, [true; 4]);
+    h.get_by_label("Show H0 alone").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.heads, [true, false, false, false]);
+    assert!(h.query_by_label("Show H0 alone").is_none(), "one head: no suggestion");
+    // Hints and captions (small text) are at least 11 points.
+    let small = h.ctx.style_of(egui::Theme::Dark).text_styles[&egui::TextStyle::Small].size;
+    assert!(small >= 11.0, "{small}");
+}
+
+#[test]
 fn an_unwritable_export_path_is_reported_and_nothing_is_written() {
     let mut h = app("export fails");
     h.get_by_label("Export…").click();

@@ -178,6 +178,58 @@ fn export_writes_decodable_pngs_for_every_view() {
 }
 
 #[test]
+fn export_writes_svg_and_pdf_for_every_view_from_the_same_layout() {
+    let dir = tmp();
+    let model = tiny();
+    for view in ["heatmap", "heads", "model", "neuron", "stats", "rollout", "pe"] {
+        let mut sizes = Vec::new();
+        for ext in ["png", "svg", "pdf"] {
+            let path = dir.path().join(format!("{view}.{ext}"));
+            let out = attnviz(&[
+                "export",
+                "--model",
+                model.to_str().unwrap(),
+                "--text",
+                "The cat sat.",
+                "--view",
+                view,
+                "--d-model",
+                "16",
+                "--positions",
+                "10",
+                "-o",
+                path.to_str().unwrap(),
+            ]);
+            assert!(out.status.success(), "{view}.{ext}: {}", stderr(&out));
+            // "wrote F (W×H)": the same size in every format.
+            let err = stderr(&out);
+            sizes.push(err.rsplit('(').next().unwrap().trim().to_string());
+            let bytes = std::fs::read(&path).unwrap();
+            match ext {
+                "svg" => {
+                    let svg = String::from_utf8(bytes).unwrap();
+                    let doc = usvg::roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("{view}: {e}"));
+                    let texts: Vec<&str> =
+                        doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
+                    if view != "pe" && view != "stats" && view != "model" {
+                        assert!(texts.contains(&"cat"), "{view}: the token labels are text: {texts:?}");
+                    }
+                    assert!(!texts.is_empty());
+                }
+                "pdf" => {
+                    assert!(bytes.starts_with(b"%PDF-"), "{view}");
+                    assert!(String::from_utf8_lossy(&bytes[bytes.len() - 8..]).contains("%%EOF"));
+                }
+                _ => {
+                    image::open(&path).unwrap();
+                }
+            }
+        }
+        assert!(sizes.iter().all(|s| *s == sizes[0]), "{view}: {sizes:?}");
+    }
+}
+
+#[test]
 fn unusual_text_is_not_an_error() {
     for text in ["", "tab\there\u{0007}bell", "zero\u{200B}width", "שלום עולם مرحبا", "\u{202E}override"] {
         let out = attnviz(&["dump", "--model", tiny().to_str().unwrap(), "--text", text, "-o", "-"]);

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::analysis::long::LongView;
 use crate::analysis::{Run, Stack};
-use crate::export::{Figure, Style, export_png};
+use crate::export::{Figure, Style, export_file};
 use crate::model::default_model_dir;
 use crate::model::hub::CachedModel;
 use crate::render::Theme;
@@ -58,6 +58,8 @@ enum Background {
     Flow(FlowResult),
     /// A PNG export finished.
     Exported(PathBuf, Result<(u32, u32), String>),
+    /// The current figure drawn for the clipboard, or why it could not be.
+    Copied(Result<egui::ColorImage, String>),
     /// A native folder dialog returned (None: cancelled or unavailable).
     PickedModel(Option<PathBuf>),
     /// A native save dialog returned.
@@ -1288,6 +1290,12 @@ impl AttnvizApp {
                         Err(e) => self.set_status(format!("Export failed: {e}"), true),
                     }
                 }
+                Background::Copied(Ok(image)) => {
+                    let [w, h] = image.size;
+                    self.views.export.clipboard = Some(image);
+                    self.set_status(format!("Copied the figure to the clipboard ({w}×{h} px)"), false);
+                }
+                Background::Copied(Err(e)) => self.set_status(format!("Copy failed: {e}"), true),
                 Background::PickedModel(Some(dir)) => {
                     self.views.side.model_path_input = dir.display().to_string();
                     self.session.switch_on_load = true;
@@ -1593,6 +1601,8 @@ impl AttnvizApp {
                     let picked = rfd::FileDialog::new()
                         .set_file_name(file_name)
                         .add_filter("PNG image", &["png"])
+                        .add_filter("SVG vector figure", &["svg"])
+                        .add_filter("PDF document", &["pdf"])
                         .add_filter("Numbers (CSV, JSON, NumPy)", &["csv", "json", "npz"])
                         .save_file();
                     let _ = tx.send(Background::PickedExport(picked));
@@ -1601,6 +1611,7 @@ impl AttnvizApp {
             }
             Command::Export(path) => self.export(ctx, path),
             Command::Train(c) => self.train_command(ctx, c),
+            Command::CopyImage => self.copy_image(ctx),
             Command::OpenExport => self.views.export.open = true,
             Command::CloseExport => self.views.export.open = false,
             Command::OpenHead { layer_idx, head_idx } => {
@@ -1706,13 +1717,28 @@ impl AttnvizApp {
         let ctx = ctx.clone();
         self.session.exporting = Some(path.clone());
         spawn_named("attnviz-export", move || {
-            let is_png = path.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
-            let result = if is_png {
-                export_png(run.as_deref(), &figure, style, &path).map_err(|e| e.to_string())
-            } else {
-                crate::export::export_table(run.as_deref(), &figure, &path).map(|()| (0, 0)).map_err(|e| e.to_string())
-            };
+            let result = export_file(run.as_deref(), &figure, style, &path)
+                .map(|size| size.unwrap_or((0, 0)))
+                .map_err(|e| e.to_string());
             let _ = tx.send(Background::Exported(path, result));
+            ctx.request_repaint();
+        });
+    }
+
+    /// Draws the current view's figure off the UI thread and puts it on the clipboard.
+    fn copy_image(&mut self, ctx: &egui::Context) {
+        let figure = self.current_figure();
+        let style = self.export_style(ctx.theme() == egui::Theme::Dark);
+        let run = self.session.run.clone();
+        let tx = self.session.background_tx.clone();
+        let ctx = ctx.clone();
+        spawn_named("attnviz-copy", move || {
+            let image = crate::export::render_figure(run.as_deref(), &figure, style).map_err(|e| e.to_string());
+            let image = image.map(|img| {
+                let size = [img.width() as usize, img.height() as usize];
+                egui::ColorImage::from_rgba_unmultiplied(size, img.as_raw())
+            });
+            let _ = tx.send(Background::Copied(image));
             ctx.request_repaint();
         });
     }
@@ -1764,14 +1790,25 @@ fn shown_run(
 
 /// Adds `DejaVu` Sans as a fallback after egui's fonts (arrows, symbols, most alphabets), and draws a
 /// box for any glyph still missing: token text is arbitrary user input and must never panic.
+/// Size of egui's small text (hints, captions, candidate labels) in points.
+pub const SMALL_TEXT_PX: f32 = 11.0;
+
 fn install_fonts(ctx: &egui::Context) {
     use egui::epaint::text::{FontInsert, FontPriority, InsertFontFamily};
-    let families = [egui::FontFamily::Proportional, egui::FontFamily::Monospace]
+    let mut families: Vec<InsertFontFamily> = [egui::FontFamily::Proportional, egui::FontFamily::Monospace]
         .into_iter()
         .map(|family| InsertFontFamily { family, priority: FontPriority::Lowest })
         .collect();
+    // The figures' own family: the head view's labels in the font its layout measured.
+    families.push(InsertFontFamily { family: super::views::figure_font(), priority: FontPriority::Highest });
     ctx.add_font(FontInsert::new("DejaVuSans", egui::FontData::from_static(crate::render::text::FONT_BYTES), families));
     ctx.set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
+    // Hints, captions and the candidates' labels are small text: egui's 9 points are hard to
+    // read at 1× scale.
+    ctx.all_styles_mut(|style| {
+        let small = style.text_styles.entry(egui::TextStyle::Small).or_insert_with(|| egui::FontId::proportional(9.0));
+        small.size = small.size.max(SMALL_TEXT_PX);
+    });
 }
 
 /// The background of panels in this theme (egui's own panel colour; the app's panels are
@@ -1790,6 +1827,9 @@ fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) {
 impl eframe::App for AttnvizApp {
     fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
         self.poll();
+        if let Some(image) = self.views.export.clipboard.take() {
+            ctx.copy_image(image);
+        }
         self.sync_view_runs();
         self.request_run_if_changed();
         self.request_compare_if_changed();

@@ -14,13 +14,15 @@ pub enum Command {
     LoadModel(PathBuf),
     /// Ask the OS for a model folder (native dialog, off the UI thread).
     BrowseModel,
-    /// Ask the OS for a PNG path to export to (the dialog starts at `file_name`).
+    /// Ask the OS for a path to export to (the dialog starts at `file_name`).
     BrowseExport {
         /// File name the dialog proposes.
         file_name: String,
     },
-    /// Write the current view to this path (PNG, or numbers by extension).
+    /// Write the current view to this path (PNG, SVG, PDF, or numbers, by extension).
     Export(PathBuf),
+    /// Copy the current view's figure to the clipboard as an image.
+    CopyImage,
     /// Open the export dialog.
     OpenExport,
     /// Close the export dialog.

@@ -114,11 +114,19 @@ pub struct HeadLinesKey {
     pub pair_filter: PairFilter,
     /// Pixels per point across and along the band (bits of f32s).
     pub pixels: (u32, u32),
+    /// The room the view lays its body out in, in whole points ([`head_view_room`]).
+    pub room: (u32, u32),
 }
 
-/// Most lines drawn at once when no token is selected; beyond it only the strongest are kept (the
-/// rest are too faint to see, and the view must stay fluid at 512 tokens).
-pub const LINE_BUDGET: usize = 30_000;
+/// The room a head view of this size lays its body out in (its per-head bars excluded), in
+/// steps of 16 points so that a window resized by a few points keeps its picture.
+pub fn head_view_room(available: egui::Vec2, bars_width: f32) -> (u32, u32) {
+    let step = |v: f32| ((v.max(0.0) / 16.0).floor() * 16.0) as u32;
+    (step(available.x - 2.0 * bars_width), step(available.y))
+}
+
+/// Most lines drawn at once when no token is selected (the exported figures keep the same budget).
+pub use crate::render::LINE_BUDGET;
 /// Width of a line in points, anti-aliased edges included (a 1.5-point core with a half-point
 /// feather on each side).
 pub const LINE_WIDTH: f32 = 2.5;
@@ -126,7 +134,7 @@ pub const LINE_WIDTH: f32 = 2.5;
 pub const BAND_PAD: f32 = 2.0;
 
 /// Every line of a head view, rasterized by `render::draw_lines` (the exported figure's
-/// rasterizer) over the band between the label columns of [`crate::render::head_view_layout`].
+/// rasterizer) over the band between the label columns of [`crate::render::head_view_layout_fit`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinesPicture {
     /// Size in pixels.
@@ -203,7 +211,7 @@ pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> Li
     let (rows, cols) = (m.rows(), m.cols());
     let labels: Vec<String> = m.keep.iter().map(|&p| run.label(p)).collect();
     let key_labels: Vec<String> = m.keep_keys.iter().map(|&p| run.key_label(p)).collect();
-    let body = crate::render::head_view_layout_sides(&labels, &key_labels, 1.0);
+    let body = crate::render::head_view_layout_fit(&labels, &key_labels, (key.room.0 as f32, key.room.1 as f32));
     let min_weight = f32::from_bits(key.min_weight);
     let (segments, key_segments) = (&run.tokens.segments, &run.keys().segments);
     let admits = |q: usize, k: usize| key.pair_filter.admits(segments[m.keep[q]], key_segments[m.keep_keys[k]]);
@@ -222,12 +230,7 @@ pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> Li
     }
     // ...but no more than the budget: keep the strongest.
     let candidate_count = lines.len();
-    let mut budget_threshold = None;
-    if lines.len() > LINE_BUDGET {
-        lines.select_nth_unstable_by(LINE_BUDGET, |a, b| b.0.total_cmp(&a.0));
-        lines.truncate(LINE_BUDGET);
-        budget_threshold = lines.iter().map(|l| l.0).reduce(f32::min);
-    }
+    let budget_threshold = crate::render::keep_strongest(&mut lines, |l| l.0);
     let (sx, sy) = (f32::from_bits(key.pixels.0), f32::from_bits(key.pixels.1));
     let (left, width) = (body.line_x0 - BAND_PAD, body.line_x1 - body.line_x0 + 2.0 * BAND_PAD);
     let to_px = |x: f32, y: f32| ((x - left) * sx, y * sy);
@@ -521,6 +524,7 @@ mod tests {
             min_weight: 0.0f32.to_bits(),
             pair_filter: PairFilter::All,
             pixels: (1.0f32.to_bits(), 1.0f32.to_bits()),
+            room: (0, 0),
         };
         let picture = head_lines_picture(&lines, &run, &m);
         assert_eq!(picture.line_count, 2 * 2 * 3, "a line per head, target and source token");

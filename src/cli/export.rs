@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 
 use super::pe::PeOptions;
 use crate::analysis::{Stack, Statistic};
-use crate::export::{Figure, Style, export_png, export_table};
+use crate::export::{Figure, Style, export_file};
 use crate::render::{Colormap, Theme};
 
 /// Which view to draw.
@@ -169,8 +169,8 @@ pub struct ExportArgs {
     /// Positional-encoding parameters (pe, pe-dot).
     #[command(flatten)]
     pub pe: PeOptions,
-    /// Output file: .png draws the figure; .csv, .json or .npz write its numbers (heatmap,
-    /// neuron, stats, rollout, flow).
+    /// Output file: .png, .svg or .pdf draws the figure (SVG and PDF as vectors, text kept as
+    /// text); .csv, .json or .npz write its numbers (heatmap, neuron, stats, rollout, flow).
     #[arg(short, long, value_name = "OUT.png")]
     pub output: PathBuf,
     /// Playground model and interventions.
@@ -268,14 +268,7 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let is_png = args.output.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
-    if is_png {
-        let (w, h) = export_png(run.as_ref(), &figure, style, &args.output).map_err(anyhow::Error::from)?;
-        eprintln!("wrote {} ({w}×{h})", args.output.display());
-    } else {
-        export_table(run.as_ref(), &figure, &args.output).map_err(anyhow::Error::from)?;
-        eprintln!("wrote {}", args.output.display());
-    }
+    report_written(&args.output, export_file(run.as_ref(), &figure, style, &args.output)?);
     Ok(())
 }
 
@@ -335,13 +328,14 @@ fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> 
             Figure::Graph(Arc::new(crate::app::readout::graph_figure(&graph, &labels, (position, threshold), title).0))
         }
     };
-    let is_png = args.output.extension().is_none_or(|e| e.eq_ignore_ascii_case("png"));
-    if is_png {
-        let (w, h) = export_png(None, &figure, style, &args.output).map_err(anyhow::Error::from)?;
-        eprintln!("wrote {} ({w}×{h})", args.output.display());
-    } else {
-        export_table(None, &figure, &args.output).map_err(anyhow::Error::from)?;
-        eprintln!("wrote {}", args.output.display());
-    }
+    report_written(&args.output, export_file(None, &figure, style, &args.output)?);
     Ok(())
+}
+
+/// Says on stderr what was written: a picture with its size, or numbers.
+fn report_written(path: &Path, size: Option<(u32, u32)>) {
+    match size {
+        Some((w, h)) => eprintln!("wrote {} ({w}×{h})", path.display()),
+        None => eprintln!("wrote {}", path.display()),
+    }
 }

@@ -112,7 +112,7 @@ const BAND_ROWS: usize = 64;
 /// One line drawn in several colours, one after another (the heads of a head view that join the
 /// same two tokens): where they overlap exactly, the line's coverage is computed once.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Stroke {
+pub struct Stroke {
     /// Start point (pixels).
     pub from: (f32, f32),
     /// End point (pixels).
@@ -286,32 +286,6 @@ pub(crate) fn luminance(rgb: [u8; 3]) -> f32 {
         if c <= 0.04045 { c / 12.92 } else { ((c + 0.055) / 1.055).powf(2.4) }
     };
     0.2126 * lin(rgb[0]) + 0.7152 * lin(rgb[1]) + 0.0722 * lin(rgb[2])
-}
-
-/// Images placed left to right (`horizontal`) or top to bottom, top/left aligned, `gap` apart, on
-/// `background`.
-pub fn stack(images: &[RgbaImage], horizontal: bool, gap: u32, background: [u8; 4]) -> RgbaImage {
-    let count = images.len() as u32;
-    let gaps = gap * count.saturating_sub(1);
-    let (w, h) = if horizontal {
-        (
-            images.iter().map(RgbaImage::width).sum::<u32>() + gaps,
-            images.iter().map(RgbaImage::height).max().unwrap_or(1),
-        )
-    } else {
-        (
-            images.iter().map(RgbaImage::width).max().unwrap_or(1),
-            images.iter().map(RgbaImage::height).sum::<u32>() + gaps,
-        )
-    };
-    let mut out = RgbaImage::from_pixel(w.clamp(1, MAX_SIDE), h.clamp(1, MAX_SIDE), image::Rgba(background));
-    let mut offset = 0i64;
-    for img in images {
-        let (x, y) = if horizontal { (offset, 0) } else { (0, offset) };
-        image::imageops::overlay(&mut out, img, x, y);
-        offset += i64::from(if horizontal { img.width() } else { img.height() } + gap);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,10 +1,8 @@
 //! The colour bar beside a figure, and round tick values with consistently formatted labels.
 
-use image::RgbaImage;
-
-use super::canvas::{fill_rect, stroke_rect};
 use super::colormap::Colormap;
-use super::text::{Align, draw_label, line_height, text_width};
+use super::draw::{Anchor, Cells, Drawing, Item};
+use super::text::{line_height, text_width};
 use super::{LABEL_PX, Theme};
 
 /// One labelled mark on a scale.
@@ -44,32 +42,48 @@ impl Colorbar {
         ((height / (line_height(LABEL_PX * scale) * 2.2)).floor() as usize).clamp(2, 7)
     }
 
-    /// Draws the bar with its top-left at (`x`, `y`), high values on top.
-    pub fn draw(&self, img: &mut RgbaImage, left: f32, top: f32, height: f32, cmap: Colormap, theme: Theme) {
+    /// Adds the bar with its top-left at (`left`, `top`) to a figure, high values on top.
+    pub fn draw(&self, d: &mut Drawing, left: f32, top: f32, height: f32, cmap: Colormap, theme: Theme) {
         let (left, top, height) = (left.round(), top.round(), height.round().max(2.0));
         let lut = cmap.lut();
         let rows = height as usize;
-        for row in 0..rows {
-            let frac = 1.0 - (row as f32 + 0.5) / rows as f32;
-            let [red, green, blue] = lut[(frac * 255.0).round() as usize];
-            fill_rect(img, left, top + row as f32, self.bar_width, 1.0, [red, green, blue, 255]);
-        }
-        stroke_rect(img, left, top, self.bar_width.round(), height, theme.muted());
+        // One pixel-high cell per row: the gradient (an image in files with many cells).
+        let rgba: Vec<u8> = (0..rows)
+            .flat_map(|row| {
+                let frac = 1.0 - (row as f32 + 0.5) / rows as f32;
+                let [red, green, blue] = lut[(frac * 255.0).round() as usize];
+                [red, green, blue, 255]
+            })
+            .collect();
+        d.items.push(Item::Cells(Cells { x: left, y: top, cell_w: self.bar_width, cell_h: 1.0, cols: 1, rows, rgba }));
+        let bar_w = self.bar_width.round();
+        d.frame(left, top, bar_w, height, theme.muted());
         for tick in &self.ticks {
             let ty = top + (1.0 - tick.t.clamp(0.0, 1.0)) * (height - 1.0);
-            let tx = left + self.bar_width.round();
-            fill_rect(img, tx, ty.round(), self.tick_len, 1.0_f32.max((self.tick_len / 4.0).round()), theme.muted());
-            draw_label(
-                img,
+            let tx = left + bar_w;
+            d.rect(tx, ty.round(), self.tick_len, 1.0_f32.max((self.tick_len / 4.0).round()), theme.muted());
+            d.text(
                 &tick.label,
                 tx + self.tick_len + self.pad,
                 ty + 0.5,
                 self.font_px,
-                Align::Left,
+                Anchor::Start,
                 theme.foreground(),
             );
         }
     }
+}
+
+/// A colour bar alone, `height` pixels tall from `lo` (bottom) to `hi` (top), its bar at the
+/// left edge and round ticks right of it: the bar the app draws beside its heatmaps, laid out by
+/// the same code as the exported figures' bar. The background is transparent.
+pub fn colorbar_drawing((lo, hi): (f32, f32), cmap: Colormap, height: f32, scale: f32, theme: Theme) -> Drawing {
+    let bar = Colorbar::new(nice_ticks(lo, hi, Colorbar::max_ticks(height, scale)), scale);
+    // Half a label of room above and below for the end ticks' text.
+    let overhang = (line_height(bar.font_px) / 2.0).ceil();
+    let mut d = Drawing::new(bar.width().ceil(), height + 2.0 * overhang, [0, 0, 0, 0], "colour bar");
+    bar.draw(&mut d, 0.0, overhang, height, cmap, theme);
+    d
 }
 
 /// Ticks of a colour bar labelled only at its ends, e.g. "0" and "max".

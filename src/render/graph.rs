@@ -4,8 +4,9 @@
 
 use image::RgbaImage;
 
-use super::canvas::{Stroke, draw_strokes, fill_rect, new_image};
-use super::text::{draw_text, fit_text, line_height, text_width};
+use super::canvas::Stroke;
+use super::draw::{Anchor, Drawing, Item};
+use super::text::{fit_text, line_height};
 use super::{LABEL_PX, MAX_SIDE, NOTE_PX, TITLE_PX, Theme};
 use crate::export::{EdgeKind, GraphFigure};
 
@@ -33,6 +34,11 @@ pub const GRAPH_CELL: (f32, f32) = (84.0, 30.0);
 
 /// Draws a laid-out contribution graph into an RGBA image.
 pub fn graph(figure: &GraphFigure, theme: Theme, scale: f32) -> RgbaImage {
+    graph_drawing(figure, theme, scale).to_rgba()
+}
+
+/// A laid-out contribution graph as a display list.
+pub fn graph_drawing(figure: &GraphFigure, theme: Theme, scale: f32) -> Drawing {
     let s = super::clamp_scale(scale);
     let (col_w, row_h) = (GRAPH_CELL.0 * s, GRAPH_CELL.1 * s);
     let margin = 12.0 * s;
@@ -45,17 +51,17 @@ pub fn graph(figure: &GraphFigure, theme: Theme, scale: f32) -> RgbaImage {
     let width = (2.0 * margin + left_w + n as f32 * col_w).min(MAX_SIDE as f32);
     let height =
         (2.0 * margin + title_h + (levels as f32 + 1.0) * row_h + line_height(label_px) + 8.0 * s).min(MAX_SIDE as f32);
-    let mut img = new_image(width, height, theme.background());
+    let mut d = Drawing::new(width, height, theme.background(), &figure.title);
     let (fg, muted) = (theme.foreground(), theme.muted());
-    draw_text(&mut img, &fit_text(&figure.title, TITLE_PX * s, width - 2.0 * margin), margin, margin, TITLE_PX * s, fg);
+    d.text_at(&fit_text(&figure.title, TITLE_PX * s, width - 2.0 * margin), margin, margin, TITLE_PX * s, fg);
     let bottom = margin + title_h + levels as f32 * row_h + row_h / 2.0;
     let at = |column: f32, level: f32| (margin + left_w + (column + 0.5) * col_w, bottom - level * row_h);
     for l in 0..figure.layers {
         let (_, y) = at(0.0, 2.0 * l as f32 + 2.0);
-        draw_text(&mut img, &format!("L{l}"), margin, y - line_height(label_px) / 2.0, label_px, muted);
+        d.text_at(&format!("L{l}"), margin, y - line_height(label_px) / 2.0, label_px, muted);
     }
     let (_, y) = at(0.0, 0.0);
-    draw_text(&mut img, "emb", margin, y - line_height(label_px) / 2.0, label_px, muted);
+    d.text_at("emb", margin, y - line_height(label_px) / 2.0, label_px, muted);
     for edge in &figure.edges {
         let (Some(a), Some(b)) = (figure.nodes.get(edge.from), figure.nodes.get(edge.to)) else { continue };
         let [r, g, bl] = edge_rgb(edge.kind);
@@ -64,20 +70,20 @@ pub fn graph(figure: &GraphFigure, theme: Theme, scale: f32) -> RgbaImage {
             to: at(b.column, b.level),
             paints: vec![([r, g, bl, 255], edge_alpha(edge.weight))],
         };
-        draw_strokes(&mut img, &[stroke], edge_width(edge.weight) * s);
+        d.items.push(Item::Lines { width: edge_width(edge.weight) * s, strokes: vec![stroke] });
     }
     for node in &figure.nodes {
         let (x, y) = at(node.column, node.level);
-        fill_rect(&mut img, x - 3.0 * s, y - 3.0 * s, 6.0 * s, 6.0 * s, fg);
+        d.rect(x - 3.0 * s, y - 3.0 * s, 6.0 * s, 6.0 * s, fg);
         let text = fit_text(&node.label, small_px, col_w * 0.6);
-        draw_text(&mut img, &text, x + 5.0 * s, y - line_height(small_px) - 1.0 * s, small_px, fg);
+        d.text_at(&text, x + 5.0 * s, y - line_height(small_px) - 1.0 * s, small_px, fg);
     }
     for (i, token) in figure.tokens.iter().enumerate() {
         let (x, _) = at(i as f32, 0.0);
         let text = fit_text(token, label_px, col_w - 4.0 * s);
-        draw_text(&mut img, &text, x - text_width(&text, label_px) / 2.0, bottom + row_h / 2.0, label_px, fg);
+        d.text(&text, x, bottom + row_h / 2.0 + line_height(label_px) / 2.0, label_px, Anchor::Middle, fg);
     }
-    img
+    d
 }
 
 #[cfg(test)]

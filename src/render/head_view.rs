@@ -2,10 +2,11 @@
 
 use image::RgbaImage;
 
-use super::canvas::{MAX_SIDE, Segment, Stroke, draw_strokes, fill_rect, new_image};
+use super::canvas::{MAX_SIDE, Segment, Stroke, draw_strokes, new_image};
 use super::colormap::head_colors;
+use super::draw::{Anchor, Drawing, Item};
 use super::heatmap::thinned;
-use super::text::{Align, draw_label, fit_text, line_height, text_width};
+use super::text::{fit_text, line_height, text_width};
 use super::{LABEL_PX, NOTE_PX, TITLE_PX, Theme, clamp_scale, label_or_index};
 use crate::analysis::Attention;
 
@@ -99,22 +100,68 @@ pub fn head_view_layout(labels: &[String], scale: f32) -> HeadViewLayout {
 pub fn head_view_layout_sides(labels: &[String], key_labels: &[String], scale: f32) -> HeadViewLayout {
     let s = clamp_scale(scale);
     let n = labels.len().max(key_labels.len());
-    let pad = 12.0 * s;
-    let top = (6.0 * s + line_height(caption_px(s)) + 8.0 * s).round();
-    let bottom = 10.0 * s;
-    let room = (MAX_SIDE as f32 - HEADER_ALLOWANCE * s - top - bottom).max(1.0);
+    let room = (MAX_SIDE as f32 - HEADER_ALLOWANCE * s - top_room(s) - 10.0 * s).max(1.0);
     let row_height = if n == 0 { 18.0 * s } else { (18.0 * s).min(room / n as f32) };
     let label_px = (row_height * 0.75).min(13.5 * s).max(7.0);
+    body_layout(labels, key_labels, s, row_height, label_px, 180.0 * s)
+}
+
+/// Tallest row on screen, in points: taller rows only spread the lines without showing more.
+const MAX_FIT_ROW: f32 = 32.0;
+/// Largest token label on screen, in points.
+const MAX_FIT_LABEL_PX: f32 = 19.0;
+/// Widest line band on screen, in points.
+const MAX_FIT_BAND: f32 = 720.0;
+
+/// The head view's body scaled to the room it has on screen (`room`: width and height in points,
+/// per-head bars excluded): rows as tall as the height allows (up to 32 points, never below the
+/// figure's 18), token labels sized with the rows, their column as wide as the longest label, and
+/// the band the lines cross as wide as what is left (180 to 720 points).
+pub fn head_view_layout_fit(labels: &[String], key_labels: &[String], room: (f32, f32)) -> HeadViewLayout {
+    let base = head_view_layout_sides(labels, key_labels, 1.0);
+    let n = labels.len().max(key_labels.len());
+    let (width, height) =
+        (if room.0.is_finite() { room.0 } else { 0.0 }, if room.1.is_finite() { room.1 } else { 0.0 });
+    if n == 0 || base.row_height < 18.0 {
+        return base;
+    }
+    let row_height = ((height - top_room(1.0) - 10.0) / n as f32).clamp(base.row_height, MAX_FIT_ROW).floor();
+    let label_px = (row_height * 0.6).clamp(base.label_px, MAX_FIT_LABEL_PX);
+    let probe = body_layout(labels, key_labels, 1.0, row_height, label_px, 0.0);
+    let band = (width - probe.width - 16.0).clamp(180.0, MAX_FIT_BAND).floor();
+    body_layout(labels, key_labels, 1.0, row_height, label_px, band)
+}
+
+/// Room above row 0 for the "query" and "key" captions.
+fn top_room(s: f32) -> f32 {
+    (6.0 * s + line_height(caption_px(s)) + 8.0 * s).round()
+}
+
+/// The body for rows `row_height` tall, labels `label_px`, lines crossing a band `band` wide.
+fn body_layout(
+    labels: &[String],
+    key_labels: &[String],
+    s: f32,
+    row_height: f32,
+    label_px: f32,
+    band: f32,
+) -> HeadViewLayout {
+    let n = labels.len().max(key_labels.len());
+    let pad = 12.0 * s;
+    let top = top_room(s);
+    let bottom = 10.0 * s;
     let label_step = thinned(n, row_height, line_height(label_px));
+    // Long labels end in "…" at the same length relative to their size.
+    let max_label = MAX_LABEL * s * (label_px / (13.5 * s)).max(1.0);
     let label_width = [labels, key_labels]
         .into_iter()
         .flat_map(|side| side.iter().step_by(label_step))
-        .map(|label| text_width(&fit_text(label, label_px, MAX_LABEL * s), label_px))
+        .map(|label| text_width(&fit_text(label, label_px, max_label), label_px))
         .fold(24.0 * s, f32::max)
         .ceil();
     let left_text_right = pad + label_width;
     let line_x0 = left_text_right + 8.0 * s;
-    let line_x1 = line_x0 + 180.0 * s;
+    let line_x1 = line_x0 + band;
     let right_text_left = line_x1 + 8.0 * s;
     HeadViewLayout {
         row_height,
@@ -235,6 +282,12 @@ pub struct HeadLines {
 /// one paint per head (in head order), its coverage computed once instead of once per head. Pairs
 /// are drawn in the order they first appear.
 pub fn draw_lines(img: &mut RgbaImage, heads: &[HeadLines], width: f32) {
+    draw_strokes(img, &strokes_of(heads), width);
+}
+
+/// One stroke per token pair with one paint per head (in head order), pairs in the order they
+/// first appear.
+fn strokes_of(heads: &[HeadLines]) -> Vec<Stroke> {
     let mut index: std::collections::HashMap<[u32; 4], usize> = std::collections::HashMap::new();
     let mut strokes: Vec<Stroke> = Vec::new();
     for head in heads {
@@ -248,7 +301,7 @@ pub fn draw_lines(img: &mut RgbaImage, heads: &[HeadLines], width: f32) {
             strokes[i].paints.push(([red, green, blue, 255], line.alpha));
         }
     }
-    draw_strokes(img, &strokes, width);
+    strokes
 }
 
 /// A transparent image of `width × height` pixels (each side clamped to 1..=[`MAX_SIDE`]) for
@@ -257,28 +310,96 @@ pub fn transparent_image(width: f32, height: f32) -> RgbaImage {
     new_image(width, height, [0, 0, 0, 0])
 }
 
-/// Draws the head view of one layer: title, head legend, tokens on both sides and coloured lines between them.
+/// Most lines a head view draws at once (on screen without a selection, and in the files); past
+/// it only the strongest are kept: the rest are too faint to see, and the view must stay fluid and
+/// the files small at 512 tokens.
+pub const LINE_BUDGET: usize = 30_000;
+
+/// Keeps the [`LINE_BUDGET`] strongest `lines` by `weight`; returns the weakest weight kept when
+/// some were dropped.
+pub fn keep_strongest<L>(lines: &mut Vec<L>, weight: impl Fn(&L) -> f32) -> Option<f32> {
+    if lines.len() <= LINE_BUDGET {
+        return None;
+    }
+    lines.select_nth_unstable_by(LINE_BUDGET, |a, b| weight(b).total_cmp(&weight(a)));
+    lines.truncate(LINE_BUDGET);
+    lines.iter().map(weight).reduce(f32::min)
+}
+
+/// What a head view says when the budget applied: "the 30000 strongest of N lines (weights ≥ w)".
+pub fn line_budget_notice(candidates: usize, threshold: f32) -> String {
+    format!("the {LINE_BUDGET} strongest of {candidates} lines (weights ≥ {threshold:.3})")
+}
+
+/// The lines of a head view as (weight, head slot, query, key), in head, query, key order, within
+/// the budget; with the number of candidates and the weakest weight kept when it applied.
+type ViewLines = (Vec<(f32, usize, usize, usize)>, Option<(usize, f32)>);
+
+fn head_view_lines(spec: &HeadViewSpec, selected: Option<(Side, usize)>) -> ViewLines {
+    let att = spec.attention;
+    if spec.layer_idx >= att.layers() {
+        return (Vec::new(), None);
+    }
+    let mut heads: Vec<usize> = spec.heads.iter().copied().filter(|&h| h < att.heads()).collect();
+    heads.sort_unstable();
+    heads.dedup();
+    let threshold = if spec.threshold.is_nan() { 0.0 } else { spec.threshold };
+    let min_weight = threshold.max(1.0 / 255.0);
+    let queries = match selected {
+        Some((Side::Query, i)) => i..i + 1,
+        _ => 0..att.seq_len(),
+    };
+    let mut lines = Vec::new();
+    for (slot, &head_idx) in heads.iter().enumerate() {
+        for query_pos in queries.clone() {
+            for (key_pos, &weight) in att.row(spec.layer_idx, head_idx, query_pos).iter().enumerate() {
+                let unselected_key = selected.is_some_and(|(side, i)| side == Side::Key && i != key_pos);
+                if !weight.is_nan() && weight >= min_weight && !unselected_key {
+                    lines.push((weight, slot, query_pos, key_pos));
+                }
+            }
+        }
+    }
+    let candidates = lines.len();
+    let budget = keep_strongest(&mut lines, |l| l.0).map(|w| (candidates, w));
+    if budget.is_some() {
+        // Drawn in the same order as without the budget.
+        lines.sort_unstable_by_key(|&(_, slot, q, k)| (slot, q, k));
+    }
+    (lines, budget)
+}
+
+/// Draws the head view of one layer into an RGBA image.
 pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
+    head_view_drawing(spec).to_rgba()
+}
+
+/// The head view of one layer as a display list: title, head legend, tokens on both sides and
+/// coloured lines between them.
+pub fn head_view_drawing(spec: &HeadViewSpec) -> Drawing {
     let s = clamp_scale(spec.scale);
+    let att = spec.attention;
+    let seq_len = att.seq_len();
+    let keys = att.keys();
+    let selected = spec.selected_token.filter(|&(side, i)| i < if side == Side::Key { keys } else { seq_len });
+    // The lines to draw, as on screen: within the budget, the strongest kept, and the title says so.
+    let (lines, budget) = head_view_lines(spec, selected);
+    let title = match budget {
+        Some((candidates, w)) if spec.title.is_empty() => format!("showing {}", line_budget_notice(candidates, w)),
+        Some((candidates, w)) => format!("{} · showing {}", spec.title, line_budget_notice(candidates, w)),
+        None => spec.title.to_string(),
+    };
+    let spec = &HeadViewSpec { title: &title, ..*spec };
     let frame = head_view_frame(spec);
     let theme = spec.theme;
     let (fg, muted) = (theme.foreground(), theme.muted());
-    let att = spec.attention;
-    let seq_len = att.seq_len();
     let lay = frame.layout;
-    let mut img = new_image(frame.width, frame.height, theme.background());
+    let mut d = Drawing::new(frame.width, frame.height, theme.background(), spec.title);
     let colors = head_colors(att.heads());
 
     if !spec.title.is_empty() {
-        draw_label(
-            &mut img,
-            spec.title,
-            frame.width / 2.0,
-            frame.title_y + line_height(TITLE_PX * s) / 2.0,
-            TITLE_PX * s,
-            Align::Center,
-            fg,
-        );
+        let title_y = frame.title_y + line_height(TITLE_PX * s) / 2.0;
+        d.text(spec.title, frame.width / 2.0, title_y, TITLE_PX * s, Anchor::Middle, fg);
     }
     let (square, chip_px, chip_row) = chip_sizes(s);
     let wrap = (lay.width - 32.0 * s).max(360.0 * s);
@@ -286,8 +407,8 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
         let [red, green, blue] = colors[chip.head_idx];
         let left = frame.legend_x + chip.x;
         let y_mid = frame.legend_y + chip.y + chip_row / 2.0;
-        fill_rect(&mut img, left, (y_mid - square / 2.0).round(), square, square, [red, green, blue, 255]);
-        draw_label(&mut img, &format!("H{}", chip.head_idx), left + square + 4.0 * s, y_mid, chip_px, Align::Left, fg);
+        d.rect(left, (y_mid - square / 2.0).round(), square, square, [red, green, blue, 255]);
+        d.text(&format!("H{}", chip.head_idx), left + square + 4.0 * s, y_mid, chip_px, Anchor::Start, fg);
     }
 
     let (bx, by) = (frame.body_x, frame.body_y);
@@ -295,26 +416,24 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
     // Cross-attention: the target's tokens attend to the source's.
     let (query_caption, key_caption) =
         if spec.key_labels.is_some() { ("target (query)", "source (key)") } else { ("query", "key") };
-    draw_label(&mut img, query_caption, bx + lay.left_text_right, cap_y, caption_px(s), Align::Right, muted);
-    draw_label(&mut img, key_caption, bx + lay.right_text_left, cap_y, caption_px(s), Align::Left, muted);
+    d.text(query_caption, bx + lay.left_text_right, cap_y, caption_px(s), Anchor::End, muted);
+    d.text(key_caption, bx + lay.right_text_left, cap_y, caption_px(s), Anchor::Start, muted);
     if seq_len == 0 {
-        draw_label(&mut img, "no tokens", bx + lay.width / 2.0, cap_y, caption_px(s), Align::Center, muted);
-        return img;
+        d.text("no tokens", bx + lay.width / 2.0, cap_y, caption_px(s), Anchor::Middle, muted);
+        return d;
     }
 
-    let keys = att.keys();
-    let selected = spec.selected_token.filter(|&(side, i)| i < if side == Side::Key { keys } else { seq_len });
     if let Some((side, i)) = selected {
         let x = match side {
             Side::Query => bx + lay.left_text_right - lay.label_width - 4.0 * s,
             Side::Key => bx + lay.right_text_left - 4.0 * s,
         };
         let y = by + lay.top + i as f32 * lay.row_height;
-        fill_rect(&mut img, x, y, lay.label_width + 8.0 * s, lay.row_height, theme.highlight());
+        d.rect(x, y, lay.label_width + 8.0 * s, lay.row_height, theme.highlight());
     }
     for (side, labels, x, align) in [
-        (Side::Query, &frame.labels, bx + lay.left_text_right, Align::Right),
-        (Side::Key, &frame.key_labels, bx + lay.right_text_left, Align::Left),
+        (Side::Query, &frame.labels, bx + lay.left_text_right, Anchor::End),
+        (Side::Key, &frame.key_labels, bx + lay.right_text_left, Anchor::Start),
     ] {
         for (i, label) in labels.iter().enumerate() {
             let is_selected = selected.is_some_and(|(sel_side, sel)| sel == i && (sel_side == side || att.is_square()));
@@ -322,41 +441,23 @@ pub fn head_view(spec: &HeadViewSpec) -> RgbaImage {
                 continue;
             }
             let text = fit_text(label, lay.label_px, MAX_LABEL * s);
-            draw_label(&mut img, &text, x, by + lay.row_y(i), lay.label_px, align, fg);
+            d.text(&text, x, by + lay.row_y(i), lay.label_px, align, fg);
         }
     }
 
     if spec.layer_idx >= att.layers() {
-        return img;
+        return d;
     }
     let width = (2.0 * s).min(lay.row_height * 0.25).max(1.0);
-    let threshold = if spec.threshold.is_nan() { 0.0 } else { spec.threshold };
-    let min_weight = threshold.max(1.0 / 255.0);
     let (x0, x1) = (bx + lay.line_x0, bx + lay.line_x1);
-    let queries = match selected {
-        Some((Side::Query, i)) => i..i + 1,
-        _ => 0..seq_len,
-    };
-    let heads: Vec<HeadLines> = frame
-        .heads
-        .iter()
-        .map(|&head_idx| {
-            let mut lines = Vec::new();
-            for query_pos in queries.clone() {
-                let y0 = by + lay.row_y(query_pos);
-                for (key_pos, &weight) in att.row(spec.layer_idx, head_idx, query_pos).iter().enumerate() {
-                    let unselected_key = selected.is_some_and(|(side, i)| side == Side::Key && i != key_pos);
-                    if weight.is_nan() || weight < min_weight || unselected_key {
-                        continue;
-                    }
-                    lines.push(Segment { from: (x0, y0), to: (x1, by + lay.row_y(key_pos)), alpha: weight.min(1.0) });
-                }
-            }
-            HeadLines { color: colors[head_idx], lines }
-        })
-        .collect();
-    draw_lines(&mut img, &heads, width);
-    img
+    let mut heads: Vec<HeadLines> =
+        frame.heads.iter().map(|&head_idx| HeadLines { color: colors[head_idx], lines: Vec::new() }).collect();
+    for (weight, slot, query_pos, key_pos) in lines {
+        let (from, to) = ((x0, by + lay.row_y(query_pos)), (x1, by + lay.row_y(key_pos)));
+        heads[slot].lines.push(Segment { from, to, alpha: weight.min(1.0) });
+    }
+    d.items.push(Item::Lines { width, strokes: strokes_of(&heads) });
+    d
 }
 
 #[cfg(test)]
@@ -449,6 +550,26 @@ mod tests {
         assert!(
             lay.line_x0 > lay.left_text_right && lay.right_text_left > lay.line_x1 && lay.width > lay.right_text_left
         );
+    }
+
+    #[test]
+    fn on_screen_the_body_grows_into_its_room_and_keeps_long_labels_whole() {
+        let words: Vec<String> =
+            ["[CLS]", "the", "answer", "is", "forty", "two", "[SEP]"].iter().map(ToString::to_string).collect();
+        let small = head_view_layout_sides(&words, &words, 1.0);
+        let fit = head_view_layout_fit(&words, &words, (1000.0, 640.0));
+        // Rows and labels grow with the height, the band with the width; the body fits its room.
+        assert!(fit.row_height >= 1.5 * small.row_height, "{} vs {}", fit.row_height, small.row_height);
+        assert!(fit.label_px > small.label_px);
+        assert!(fit.line_x1 - fit.line_x0 >= 2.5 * (small.line_x1 - small.line_x0));
+        assert!(fit.width <= 1000.0 && fit.height <= 640.0, "{fit:?}");
+        // The label column holds the longest label whole at the larger size.
+        assert!(fit.label_width >= text_width("answer", fit.label_px));
+        assert_eq!(fit_text("answer", fit.label_px, fit.label_width), "answer");
+        // No room: the figure's own size (never smaller), as in the export.
+        assert_eq!(head_view_layout_fit(&words, &words, (10.0, 10.0)), small);
+        let many = labels(400);
+        assert!((head_view_layout_fit(&many, &many, (1000.0, 640.0)).row_height - 18.0).abs() < 1e-6);
     }
 
     #[test]

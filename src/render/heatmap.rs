@@ -2,10 +2,11 @@
 
 use image::RgbaImage;
 
-use super::canvas::{MAX_SIDE, cell_text_rgb, fill_rect, new_image, stroke_rect};
+use super::canvas::{MAX_SIDE, cell_text_rgb};
 use super::colorbar::{Colorbar, format_cell_value, nice_step, nice_ticks};
 use super::colormap::{Colormap, cells_rgba};
-use super::text::{Align, draw_label, draw_text, draw_text_up, fit_text, line_height, text_width};
+use super::draw::{Anchor, Cells, Drawing, Item};
+use super::text::{fit_text, line_height, text_width};
 use super::{AXIS_PX, LABEL_PX, TITLE_PX, Theme, clamp_scale, label_or_index};
 
 /// What to draw as a heatmap figure.
@@ -359,78 +360,75 @@ pub(crate) fn pool(values: &[f32], rows: usize, cols: usize, grid_rows: usize, g
     out
 }
 
-/// Draws the heatmap figure described by `spec`: title, labels, cells, colour bar.
+/// Draws the heatmap figure described by `spec` into an RGBA image.
 pub fn heatmap(spec: &HeatmapSpec) -> RgbaImage {
+    heatmap_drawing(spec).to_rgba()
+}
+
+/// The heatmap figure described by `spec` as a display list: title, labels, cells, colour bar.
+pub fn heatmap_drawing(spec: &HeatmapSpec) -> Drawing {
     let lay = heatmap_layout(spec);
     let s = lay.scale;
     let theme = spec.theme;
     let (fg, muted) = (theme.foreground(), theme.muted());
-    let mut img = new_image(lay.width, lay.height, theme.background());
+    let mut d = Drawing::new(lay.width, lay.height, theme.background(), spec.title);
 
     if !spec.title.is_empty() {
         let title_w = text_width(spec.title, lay.title_px);
         let empty = lay.rows == 0 || lay.cols == 0;
         let centre = if empty { lay.width / 2.0 } else { lay.matrix_x + lay.matrix_w / 2.0 };
         let x = (centre - title_w / 2.0).clamp(16.0 * s, (lay.width - 16.0 * s - title_w).max(16.0 * s));
-        draw_text(&mut img, spec.title, x.round(), 16.0 * s, lay.title_px, fg);
+        d.text_at(spec.title, x.round(), 16.0 * s, lay.title_px, fg);
     }
     if lay.rows == 0 || lay.cols == 0 {
-        draw_label(&mut img, "no data", lay.width / 2.0, lay.matrix_y + 24.0 * s, lay.label_px, Align::Center, muted);
-        return img;
+        d.text("no data", lay.width / 2.0, lay.matrix_y + 24.0 * s, lay.label_px, Anchor::Middle, muted);
+        return d;
     }
 
     // Cells.
     let values = &spec.values[..lay.rows * lay.cols];
     let grid = pool(values, lay.rows, lay.cols, lay.grid_rows, lay.grid_cols);
     let rgba = cells_rgba(&grid, lay.lo, lay.hi, spec.colormap);
-    for gr in 0..lay.grid_rows {
-        for gc in 0..lay.grid_cols {
-            let k = (gr * lay.grid_cols + gc) * 4;
-            let color = [rgba[k], rgba[k + 1], rgba[k + 2], 255];
-            let x = lay.matrix_x + gc as f32 * lay.grid_px;
-            let y = lay.matrix_y + gr as f32 * lay.grid_px;
-            fill_rect(&mut img, x, y, lay.grid_px, lay.grid_px, color);
-        }
-    }
+    let opaque: Vec<u8> = rgba.chunks_exact(4).flat_map(|c| [c[0], c[1], c[2], 255]).collect();
+    d.items.push(Item::Cells(Cells {
+        x: lay.matrix_x,
+        y: lay.matrix_y,
+        cell_w: lay.grid_px,
+        cell_h: lay.grid_px,
+        cols: lay.grid_cols,
+        rows: lay.grid_rows,
+        rgba: opaque,
+    }));
     if let Some(px) = lay.value_px {
         for (i, &v) in values.iter().enumerate().filter(|(_, v)| !v.is_nan()) {
             let (row, col) = (i / lay.cols, i % lay.cols);
             let k = i * 4;
             let [r, g, b] = cell_text_rgb([rgba[k], rgba[k + 1], rgba[k + 2]]);
-            let text_color = [r, g, b, 255];
             let (cx, cy) = lay.cell_center(row, col);
-            draw_label(&mut img, &format_cell_value(v), cx, cy, px, Align::Center, text_color);
+            d.text(&format_cell_value(v), cx, cy, px, Anchor::Middle, [r, g, b, 255]);
         }
     }
-    stroke_rect(&mut img, lay.matrix_x - 1.0, lay.matrix_y - 1.0, lay.matrix_w + 2.0, lay.matrix_h + 2.0, muted);
+    d.frame(lay.matrix_x - 1.0, lay.matrix_y - 1.0, lay.matrix_w + 2.0, lay.matrix_h + 2.0, muted);
 
     // Row ticks and labels on the left.
     let tick_w = (s).round().max(1.0);
     for (i, label) in &lay.row_ticks {
         let (_, y) = lay.cell_center(*i, 0);
-        fill_rect(&mut img, lay.matrix_x - 1.0 - lay.tick_len, (y - tick_w / 2.0).round(), lay.tick_len, tick_w, muted);
+        d.rect(lay.matrix_x - 1.0 - lay.tick_len, (y - tick_w / 2.0).round(), lay.tick_len, tick_w, muted);
         let x = lay.matrix_x - 1.0 - lay.tick_len - lay.gap;
-        draw_label(&mut img, label, x, y, lay.label_px, Align::Right, fg);
+        d.text(label, x, y, lay.label_px, Anchor::End, fg);
     }
     // Column ticks and labels below.
     let bottom = lay.matrix_y + lay.matrix_h + 1.0;
     let label_top = bottom + lay.tick_len + lay.gap;
     for (j, label) in &lay.col_ticks {
         let (x, _) = lay.cell_center(0, *j);
-        fill_rect(&mut img, (x - tick_w / 2.0).round(), bottom, tick_w, lay.tick_len, muted);
+        d.rect((x - tick_w / 2.0).round(), bottom, tick_w, lay.tick_len, muted);
         if lay.col_vertical {
             // Upright text reads bottom to top, so each label ends next to the matrix.
-            draw_text_up(&mut img, label, x - line_height(lay.label_px) / 2.0, label_top, lay.label_px, fg);
+            d.text_up(label, x, label_top, lay.label_px, Anchor::End, fg);
         } else {
-            draw_label(
-                &mut img,
-                label,
-                x,
-                label_top + line_height(lay.label_px) / 2.0,
-                lay.label_px,
-                Align::Center,
-                fg,
-            );
+            d.text(label, x, label_top + line_height(lay.label_px) / 2.0, lay.label_px, Anchor::Middle, fg);
         }
     }
     // Axis titles.
@@ -441,20 +439,20 @@ pub fn heatmap(spec: &HeatmapSpec) -> RgbaImage {
     };
     if !spec.col_axis.is_empty() {
         let y = label_top + label_extent + 6.0 * s + line_height(lay.axis_px) / 2.0;
-        draw_label(&mut img, spec.col_axis, lay.matrix_x + lay.matrix_w / 2.0, y, lay.axis_px, Align::Center, fg);
+        d.text(spec.col_axis, lay.matrix_x + lay.matrix_w / 2.0, y, lay.axis_px, Anchor::Middle, fg);
     }
     if !spec.row_axis.is_empty() {
         let axis_h = text_width(spec.row_axis, lay.axis_px);
-        let y = lay.matrix_y + lay.matrix_h / 2.0 - axis_h / 2.0;
+        let y = (lay.matrix_y + lay.matrix_h / 2.0 - axis_h / 2.0).max(lay.matrix_y);
         let row_label_w = lay.row_ticks.iter().map(|(_, l)| text_width(l, lay.label_px)).fold(0.0, f32::max);
         let x = lay.matrix_x - 1.0 - lay.tick_len - lay.gap - row_label_w - 6.0 * s - line_height(lay.axis_px);
-        draw_text_up(&mut img, spec.row_axis, x, y.max(lay.matrix_y), lay.axis_px, fg);
+        d.text_up(spec.row_axis, x + line_height(lay.axis_px) / 2.0, y + axis_h, lay.axis_px, Anchor::Start, fg);
     }
 
     if let Some(bar) = &lay.colorbar {
-        bar.draw(&mut img, lay.colorbar_x, lay.matrix_y - 1.0, lay.colorbar_h + 2.0, spec.colormap, theme);
+        bar.draw(&mut d, lay.colorbar_x, lay.matrix_y - 1.0, lay.colorbar_h + 2.0, spec.colormap, theme);
     }
-    img
+    d
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 
 use image::RgbaImage;
 
-use super::canvas::{cell_text_rgb, fill_rect, new_image, stroke_rect};
-use super::text::{draw_text, fit_text, line_height, text_width};
+use super::canvas::cell_text_rgb;
+use super::draw::{Anchor, Drawing};
+use super::text::{fit_text, line_height, text_width};
 use super::{AXIS_PX, Colormap, LABEL_PX, MAX_SIDE, NOTE_PX, TITLE_PX, Theme, cell_rgb};
 
 /// A text grid to draw: one coloured cell per row × column with a short text in it.
@@ -36,6 +37,11 @@ pub struct TextGridSpec<'a> {
 
 /// Draws a text grid into an RGBA image (each side at most [`MAX_SIDE`]: columns past it are cut).
 pub fn text_grid(spec: &TextGridSpec<'_>) -> RgbaImage {
+    text_grid_drawing(spec).to_rgba()
+}
+
+/// A text grid as a display list.
+pub fn text_grid_drawing(spec: &TextGridSpec<'_>) -> Drawing {
     let s = super::clamp_scale(spec.scale);
     let (rows, cols) = (spec.row_labels.len(), spec.col_labels.len());
     let (cell_w, cell_h) = (66.0 * s, 20.0 * s);
@@ -47,46 +53,44 @@ pub fn text_grid(spec: &TextGridSpec<'_>) -> RgbaImage {
     let col_h = line_height(label_px) + line_height(AXIS_PX * s) + 10.0 * s;
     let width = (margin * 2.0 + row_w + cols as f32 * cell_w).min(MAX_SIDE as f32);
     let height = margin * 2.0 + title_h + rows as f32 * cell_h + col_h;
-    let mut img = new_image(width, height, spec.theme.background());
+    let mut d = Drawing::new(width, height, spec.theme.background(), spec.title);
     let fg = spec.theme.foreground();
     let muted = spec.theme.muted();
-    draw_text(&mut img, &fit_text(spec.title, TITLE_PX * s, width - 2.0 * margin), margin, margin, TITLE_PX * s, fg);
+    d.text_at(&fit_text(spec.title, TITLE_PX * s, width - 2.0 * margin), margin, margin, TITLE_PX * s, fg);
     let note_y = margin + line_height(TITLE_PX * s) + 4.0 * s;
-    draw_text(&mut img, &fit_text(spec.note, NOTE_PX * s, width - 2.0 * margin), margin, note_y, NOTE_PX * s, muted);
+    d.text_at(&fit_text(spec.note, NOTE_PX * s, width - 2.0 * margin), margin, note_y, NOTE_PX * s, muted);
     let (left, top) = (margin + row_w, margin + title_h);
     let lut = spec.colormap.lut();
     for (r, label) in spec.row_labels.iter().enumerate() {
-        let y = top + r as f32 * cell_h + (cell_h - line_height(label_px)) / 2.0;
+        let y = top + (r as f32 + 0.5) * cell_h;
         let text = fit_text(label, label_px, row_w - 8.0 * s);
-        draw_text(&mut img, &text, left - 6.0 * s - text_width(&text, label_px), y, label_px, fg);
+        d.text(&text, left - 6.0 * s, y, label_px, Anchor::End, fg);
     }
     let visible = ((width - left - margin) / cell_w).floor().max(0.0) as usize;
     for c in 0..cols.min(visible) {
         let x = left + c as f32 * cell_w;
         let text = fit_text(&spec.col_labels[c], label_px, cell_w - 4.0 * s);
-        let y = top + rows as f32 * cell_h + 4.0 * s;
-        draw_text(&mut img, &text, x + (cell_w - text_width(&text, label_px)) / 2.0, y, label_px, fg);
+        let y = top + rows as f32 * cell_h + 4.0 * s + line_height(label_px) / 2.0;
+        d.text(&text, x + cell_w / 2.0, y, label_px, Anchor::Middle, fg);
         for r in 0..rows {
             let y = top + r as f32 * cell_h;
             let v = spec.values.get(r * cols + c).copied().unwrap_or(f32::NAN);
             if v.is_nan() {
-                stroke_rect(&mut img, x, y, cell_w, cell_h, muted);
+                d.frame(x, y, cell_w, cell_h, muted);
                 continue;
             }
             let [red, green, blue] = cell_rgb(&lut, v, spec.range.0, spec.range.1);
-            fill_rect(&mut img, x, y, cell_w, cell_h, [red, green, blue, 255]);
+            d.rect(x, y, cell_w, cell_h, [red, green, blue, 255]);
             let [tr, tg, tb] = cell_text_rgb([red, green, blue]);
             let text = fit_text(spec.cells.get(r * cols + c).map_or("", String::as_str), cell_px, cell_w - 4.0 * s);
-            let tx = x + (cell_w - text_width(&text, cell_px)) / 2.0;
-            let ty = y + (cell_h - line_height(cell_px)) / 2.0;
-            draw_text(&mut img, &text, tx, ty, cell_px, [tr, tg, tb, 255]);
+            d.text(&text, x + cell_w / 2.0, y + cell_h / 2.0, cell_px, Anchor::Middle, [tr, tg, tb, 255]);
         }
     }
     if let Some(c) = spec.selected_col.filter(|&c| c < cols.min(visible)) {
         let x = left + c as f32 * cell_w;
-        stroke_rect(&mut img, x, top, cell_w, rows as f32 * cell_h, fg);
+        d.frame(x, top, cell_w, rows as f32 * cell_h, fg);
     }
-    img
+    d
 }
 
 #[cfg(test)]

@@ -1,31 +1,36 @@
-//! CPU drawing into RGBA images: colormaps, heatmaps, the head view, the model grid, text labels.
-//!
-//! Used by PNG export from the CLI and from the app, so both give the same pixels. No window, no GPU.
+//! Figures as data: each figure (heatmap, head view, model grid, text grid, graph) is laid out once
+//! into a [`Drawing`] — a display list of rectangles, lines, text runs and cell grids — which the
+//! backends draw: RGBA pixels (PNG), SVG and PDF here, egui shapes in the app. No window, no GPU.
 //! Every size is multiplied by a `scale` (clamped to 1..=4) and no image side exceeds [`MAX_SIDE`].
 
 mod canvas;
 mod colorbar;
 mod colormap;
+mod draw;
 mod graph;
 mod head_view;
 mod heatmap;
 mod lens;
 mod model_grid;
 mod pe;
+mod svg;
 pub mod text;
 
-pub use canvas::{MAX_SIDE, Segment, cell_text_rgb, stack};
-pub use colorbar::format_cell_value;
+pub use canvas::{MAX_SIDE, Segment, Stroke, cell_text_rgb};
+pub use colorbar::{colorbar_drawing, format_cell_value};
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
-pub use graph::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width, graph};
+pub use draw::{Anchor, Cells, Drawing, Item, TextRun};
+pub use graph::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width, graph, graph_drawing};
 pub use head_view::{
-    HeadLines, HeadViewLayout, HeadViewSpec, Side, draw_lines, head_view, head_view_layout, head_view_layout_sides,
+    HeadLines, HeadViewLayout, HeadViewSpec, LINE_BUDGET, Side, draw_lines, head_view, head_view_drawing,
+    head_view_layout, head_view_layout_fit, head_view_layout_sides, keep_strongest, line_budget_notice,
     transparent_image,
 };
-pub use heatmap::{CellGrid, HeatmapSpec, heatmap, symmetric_range};
-pub use lens::{TextGridSpec, text_grid};
-pub use model_grid::{ModelGridSpec, model_grid};
+pub use heatmap::{CellGrid, HeatmapSpec, heatmap, heatmap_drawing, symmetric_range};
+pub use lens::{TextGridSpec, text_grid, text_grid_drawing};
+pub use model_grid::{ModelGridSpec, model_grid, model_grid_drawing};
 pub use pe::{pe_dot, pe_encoding};
+pub use svg::{MAX_VECTOR_CELLS, VectorError, cells_as_images, parse_svg, to_pdf, to_svg, vector_title};
 pub use text::{draw_text, fit_text, text_width};
 
 /// Background and text colours of a figure.

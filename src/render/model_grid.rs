@@ -2,11 +2,12 @@
 
 use image::RgbaImage;
 
-use super::canvas::{MAX_SIDE, fill_rect, new_image, stroke_rect};
+use super::canvas::MAX_SIDE;
 use super::colorbar::{Colorbar, end_ticks};
 use super::colormap::{Colormap, cell_rgb};
+use super::draw::{Anchor, Cells, Drawing, Item};
 use super::heatmap::{pool, thinned};
-use super::text::{Align, draw_label, draw_text_up, line_height, text_width};
+use super::text::{line_height, text_width};
 use super::{AXIS_PX, LABEL_PX, NOTE_PX, TITLE_PX, Theme, clamp_scale};
 use crate::analysis::Attention;
 
@@ -127,25 +128,30 @@ const NOTE: &str = "each head scaled to its own maximum; rows = queries, columns
 
 /// Draws every layer (rows) × head (columns) as a small heatmap, each scaled to its own maximum.
 pub fn model_grid(spec: &ModelGridSpec) -> RgbaImage {
+    model_grid_drawing(spec).to_rgba()
+}
+
+/// The model grid as a display list.
+pub fn model_grid_drawing(spec: &ModelGridSpec) -> Drawing {
     let lay = grid_layout(spec);
     let s = lay.scale;
     let theme = spec.theme;
     let (fg, muted) = (theme.foreground(), theme.muted());
     let att = spec.attention;
     let (layers, heads, seq_len) = (att.layers(), att.heads(), att.seq_len());
-    let mut img = new_image(lay.width, lay.height, theme.background());
+    let mut d = Drawing::new(lay.width, lay.height, theme.background(), spec.title);
     let margin = 16.0 * s;
     let title_px = TITLE_PX * s;
     let axis_px = AXIS_PX * s;
 
     let mut y = margin;
     if !spec.title.is_empty() {
-        draw_label(&mut img, spec.title, lay.width / 2.0, y + line_height(title_px) / 2.0, title_px, Align::Center, fg);
+        d.text(spec.title, lay.width / 2.0, y + line_height(title_px) / 2.0, title_px, Anchor::Middle, fg);
         y += line_height(title_px) + 6.0 * s;
     }
-    draw_label(&mut img, NOTE, lay.width / 2.0, y + line_height(NOTE_PX * s) / 2.0, NOTE_PX * s, Align::Center, muted);
+    d.text(NOTE, lay.width / 2.0, y + line_height(NOTE_PX * s) / 2.0, NOTE_PX * s, Anchor::Middle, muted);
     if layers == 0 || heads == 0 {
-        return img;
+        return d;
     }
 
     let grid_w = heads as f32 * (lay.thumb + lay.gap) - lay.gap;
@@ -153,26 +159,19 @@ pub fn model_grid(spec: &ModelGridSpec) -> RgbaImage {
     // Axis titles and labels.
     let head_label_y = lay.grid_y - 4.0 * s - line_height(lay.label_px) / 2.0;
     let axis_y = head_label_y - line_height(lay.label_px) / 2.0 - 4.0 * s - line_height(axis_px) / 2.0;
-    draw_label(&mut img, "head", lay.grid_x + grid_w / 2.0, axis_y, axis_px, Align::Center, fg);
+    d.text("head", lay.grid_x + grid_w / 2.0, axis_y, axis_px, Anchor::Middle, fg);
     for h in (0..heads).step_by(lay.head_step) {
         let (x, _) = lay.thumb_origin(0, h);
-        draw_label(&mut img, &format!("H{h}"), x + lay.thumb / 2.0, head_label_y, lay.label_px, Align::Center, fg);
+        d.text(&format!("H{h}"), x + lay.thumb / 2.0, head_label_y, lay.label_px, Anchor::Middle, fg);
     }
     for l in (0..layers).step_by(lay.layer_step) {
         let (_, y) = lay.thumb_origin(l, 0);
-        draw_label(
-            &mut img,
-            &format!("L{l}"),
-            lay.grid_x - 6.0 * s,
-            y + lay.thumb / 2.0,
-            lay.label_px,
-            Align::Right,
-            fg,
-        );
+        d.text(&format!("L{l}"), lay.grid_x - 6.0 * s, y + lay.thumb / 2.0, lay.label_px, Anchor::End, fg);
     }
     let layer_axis_h = text_width("layer", axis_px);
     let layer_axis_y = (lay.grid_y + grid_h / 2.0 - layer_axis_h / 2.0).max(lay.grid_y);
-    draw_text_up(&mut img, "layer", margin, layer_axis_y, axis_px, fg);
+    let axis_mid = margin + line_height(axis_px) / 2.0;
+    d.text_up("layer", axis_mid, layer_axis_y + layer_axis_h, axis_px, Anchor::Start, fg);
 
     // Thumbnails.
     let lut = spec.colormap.lut();
@@ -192,18 +191,20 @@ pub fn model_grid(spec: &ModelGridSpec) -> RgbaImage {
                 let max = cells.iter().copied().filter(|v| v.is_finite()).fold(0.0, f32::max);
                 let hi = if max > 0.0 { max } else { 1.0 };
                 let px = lay.cell_px as f32;
-                for (i, &v) in cells.iter().enumerate() {
+                let rgba = cells.iter().flat_map(|&v| {
                     let [red, green, blue] = cell_rgb(&lut, v, 0.0, hi);
-                    let (row, col) = (i / lay.cells, i % lay.cells);
-                    fill_rect(&mut img, left + col as f32 * px, top + row as f32 * px, px, px, [red, green, blue, 255]);
-                }
+                    [red, green, blue, 255]
+                });
+                let (rows, cols) = (lay.cells, lay.cells);
+                let rgba = rgba.collect();
+                d.items.push(Item::Cells(Cells { x: left, y: top, cell_w: px, cell_h: px, cols, rows, rgba }));
             }
-            stroke_rect(&mut img, left - 1.0, top - 1.0, lay.thumb + 2.0, lay.thumb + 2.0, muted);
+            d.frame(left - 1.0, top - 1.0, lay.thumb + 2.0, lay.thumb + 2.0, muted);
         }
     }
     let bar_h = grid_h.clamp(60.0 * s, 200.0 * s);
-    lay.colorbar.draw(&mut img, lay.grid_x + grid_w + 16.0 * s, lay.grid_y, bar_h, spec.colormap, theme);
-    img
+    lay.colorbar.draw(&mut d, lay.grid_x + grid_w + 16.0 * s, lay.grid_y, bar_h, spec.colormap, theme);
+    d
 }
 
 #[cfg(test)]

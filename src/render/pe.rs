@@ -1,20 +1,19 @@
 //! Positional-encoding figures: thin wrappers over the heatmap.
 
-use image::RgbaImage;
-
-use super::heatmap::{HeatmapSpec, heatmap};
+use super::draw::Drawing;
+use super::heatmap::{HeatmapSpec, heatmap_drawing};
 use super::{Colormap, Theme};
 use crate::analysis::PositionalEncoding;
 
 /// The encoding itself, positions × dimensions, blue–red around zero.
-pub fn pe_encoding(pe: &PositionalEncoding, theme: Theme, scale: f32) -> RgbaImage {
+pub fn pe_encoding(pe: &PositionalEncoding, theme: Theme, scale: f32) -> Drawing {
     let title = format!(
         "Positional encoding ({}, D = {}, base {})",
         pe.params.layout.name(),
         pe.params.d_model,
         pe.params.base
     );
-    heatmap(&HeatmapSpec {
+    heatmap_drawing(&HeatmapSpec {
         values: &pe.encoding,
         rows: pe.params.positions,
         cols: pe.params.d_model,
@@ -32,10 +31,10 @@ pub fn pe_encoding(pe: &PositionalEncoding, theme: Theme, scale: f32) -> RgbaIma
 }
 
 /// Dot products between the encodings of every pair of positions, viridis.
-pub fn pe_dot(pe: &PositionalEncoding, theme: Theme, scale: f32) -> RgbaImage {
+pub fn pe_dot(pe: &PositionalEncoding, theme: Theme, scale: f32) -> Drawing {
     let title =
         format!("Dot products PE\u{1D62} \u{B7} PE\u{2C7C} ({}, D = {})", pe.params.layout.name(), pe.params.d_model);
-    heatmap(&HeatmapSpec {
+    heatmap_drawing(&HeatmapSpec {
         values: &pe.dot,
         rows: pe.params.positions,
         cols: pe.params.positions,
@@ -61,7 +60,7 @@ mod tests {
     fn pe_figures_grow_with_positions() {
         let small = sinusoidal(PeParams { d_model: 16, positions: 8, ..PeParams::default() }).unwrap();
         let large = sinusoidal(PeParams { d_model: 16, positions: 40, ..PeParams::default() }).unwrap();
-        assert!(pe_encoding(&large, Theme::Light, 1.0).height() > pe_encoding(&small, Theme::Light, 1.0).height());
-        assert!(pe_dot(&large, Theme::Dark, 1.0).width() > pe_dot(&small, Theme::Dark, 1.0).width());
+        assert!(pe_encoding(&large, Theme::Light, 1.0).height > pe_encoding(&small, Theme::Light, 1.0).height);
+        assert!(pe_dot(&large, Theme::Dark, 1.0).width > pe_dot(&small, Theme::Dark, 1.0).width);
     }
 }

@@ -76,6 +76,23 @@ pub(crate) fn line_height(px: f32) -> f32 {
     }
 }
 
+/// Font size in the CSS sense (pixels per em) and ascent in pixels of text `px` pixels tall
+/// (ascent to descent, as measured here): what an SVG or PDF needs to place the same text.
+pub(crate) fn em_and_ascent(px: f32) -> (f32, f32) {
+    match (FONT.as_ref(), clamp_px(px)) {
+        (Some(font), Some(px)) => {
+            let em = font.units_per_em().map_or(px, |upem| px * upem / font.height_unscaled());
+            (em, font.as_scaled(PxScale::from(px)).ascent())
+        }
+        _ => (px, px * 0.8),
+    }
+}
+
+/// The em size (CSS font size, egui's font size) of text `px` pixels tall as measured here.
+pub fn em_size(px: f32) -> f32 {
+    em_and_ascent(px).0
+}
+
 /// `text` shortened with a trailing "…" so that it is at most `max_width` pixels wide at `px`.
 pub fn fit_text(text: &str, px: f32, max_width: f32) -> String {
     let (Some(font), Some(px)) = (FONT.as_ref(), clamp_px(px)) else {
@@ -145,33 +162,6 @@ pub(crate) fn draw_text_up(img: &mut RgbaImage, text: &str, x: f32, y: f32, px: 
     let (left, top) = (x.round() as i64, y.round() as i64);
     // Unrotated pixel (u, v) lands at (v, height - 1 - u) inside the rotated box.
     rasterize(text, px, 0.0, 0.0, |u, v, coverage| blend_pixel(img, left + v, top + height - 1 - u, color, coverage));
-}
-
-/// Where a horizontal label goes along its line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Align {
-    Left,
-    Center,
-    Right,
-}
-
-/// Draws `text` at anchor `x` (start, centre or end per `align`), vertically centred on `y_center`.
-pub(crate) fn draw_label(
-    img: &mut RgbaImage,
-    text: &str,
-    x: f32,
-    y_center: f32,
-    px: f32,
-    align: Align,
-    color: [u8; 4],
-) {
-    let width = text_width(text, px);
-    let left = match align {
-        Align::Left => x,
-        Align::Center => x - width / 2.0,
-        Align::Right => x - width,
-    };
-    draw_text(img, text, left.round(), (y_center - line_height(px) / 2.0).round(), px, color);
 }
 
 #[cfg(test)]

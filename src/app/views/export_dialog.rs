@@ -1,5 +1,6 @@
-//! The "Export" window: path (typed, or through the native save dialog), scale, save — PNG, or the
-//! numbers as CSV / JSON / NPZ for views that have them.
+//! The "Export" window: path (typed, or through the native save dialog), format (PNG, SVG, PDF —
+//! the path's extension), scale, save — or the numbers as CSV / JSON / NPZ for views that have
+//! them; and *Copy image* puts the figure on the clipboard, for pasting into slides.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,18 @@ use egui::RichText;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::state::{PeFigure, Settings, View};
+use crate::export::ImageFormat;
+
+/// `path` with its extension replaced by the format's (a path with none gets one).
+pub fn with_extension(path: &str, format: ImageFormat) -> String {
+    let path = Path::new(path);
+    let name = path.file_name().map_or_else(|| "attnviz".into(), |n| n.to_string_lossy().into_owned());
+    let stem = match name.rsplit_once('.') {
+        Some((stem, _)) if !stem.is_empty() => stem.to_string(),
+        _ => name,
+    };
+    path.with_file_name(format!("{stem}.{}", format.extension())).display().to_string()
+}
 
 /// A default file name for the current view, in the folder of the last export, else in `home`.
 pub fn default_export_path(settings: &Settings, home: Option<&Path>) -> PathBuf {
@@ -45,6 +58,8 @@ pub struct ExportDialog {
     pub work_dir: PathBuf,
     /// The folder exports go to until one is written elsewhere: `$HOME`.
     pub home: Option<PathBuf>,
+    /// A figure drawn for the clipboard, handed to egui on the next frame.
+    pub clipboard: Option<egui::ColorImage>,
 }
 
 impl ExportDialog {
@@ -67,7 +82,7 @@ fn export_dialog_ui(
 ) {
     let settings = data.settings;
     let mut open = true;
-    let window = egui::Window::new("Export PNG").open(&mut open).collapsible(false).resizable(false);
+    let window = egui::Window::new("Export").open(&mut open).collapsible(false).resizable(false);
     window.anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(ctx, |ui| {
         let what = match settings.view {
             View::Head if data.pinned.is_some() => "the head view (with the pinned token)",
@@ -88,7 +103,10 @@ fn export_dialog_ui(
                 PeFigure::LearnedCosine => "the learned position embeddings' cosine similarities",
             },
         };
-        ui.label(format!("Saves {what} as a PNG image, drawn the same way as `attnviz export`."));
+        ui.label(format!(
+            "Saves {what} as a PNG image, or as an SVG or PDF vector figure (text stays text), laid out the same \
+             way as `attnviz export`."
+        ));
         if matches!(
             settings.view,
             View::Heatmap | View::Neuron | View::Stats | View::Rollout | View::Compare | View::Lens
@@ -103,6 +121,16 @@ fn export_dialog_ui(
                     .file_name()
                     .map_or_else(|| "attnviz.png".to_string(), |n| n.to_string_lossy().into_owned());
                 commands.push(Command::BrowseExport { file_name });
+            }
+        });
+        ui.horizontal(|ui| {
+            ui.label("Format");
+            let current = ImageFormat::of_path(Path::new(path_input.trim()));
+            for format in ImageFormat::ALL {
+                let name = format.extension().to_ascii_uppercase();
+                if ui.selectable_label(current == Some(format), name).clicked() {
+                    *path_input = with_extension(path_input.trim(), format);
+                }
             }
         });
         ui.horizontal(|ui| {
@@ -121,6 +149,14 @@ fn export_dialog_ui(
                 let path = if typed.is_empty() { PathBuf::new() } else { work_dir.join(typed) };
                 commands.push(Command::Export(path));
             }
+            let copy = egui::Button::new("Copy image");
+            if ui
+                .add_enabled(!busy, copy)
+                .on_hover_text("Copy the figure as an image, for pasting into slides")
+                .clicked()
+            {
+                commands.push(Command::CopyImage);
+            }
             if busy {
                 ui.spinner();
                 ui.label("Writing…");
@@ -132,5 +168,18 @@ fn export_dialog_ui(
     });
     if !open || ctx.input(|i| i.key_pressed(egui::Key::Escape)) {
         commands.push(Command::CloseExport);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choosing_a_format_replaces_the_extension_only() {
+        assert_eq!(with_extension("/a/b/head view.png", ImageFormat::Svg), "/a/b/head view.svg");
+        assert_eq!(with_extension("/a/b.c/fig", ImageFormat::Pdf), "/a/b.c/fig.pdf");
+        assert_eq!(with_extension("fig.layer.2.csv", ImageFormat::Png), "fig.layer.2.png");
+        assert_eq!(with_extension(".hidden", ImageFormat::Svg), ".hidden.svg");
     }
 }

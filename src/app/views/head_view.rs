@@ -2,20 +2,22 @@
 //! query to each key, opacity from the weight. Hover a token to see only its lines with per-head
 //! bars on the other column; click to pin; Esc or a second click unpins.
 
-use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, TextureHandle, TextureOptions, Vec2, pos2, vec2};
+use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, TextureHandle, TextureOptions, pos2, vec2};
 
 use super::head_color;
 use crate::analysis::Run;
 use crate::analysis::select::PairFilter;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
-use crate::app::derive::{BAND_PAD, DeriveKey, HeadLinesKey, HeadMatrices, LINE_WIDTH};
+use crate::app::derive::{BAND_PAD, DeriveKey, HeadLinesKey, HeadMatrices, LINE_WIDTH, head_view_room};
 use crate::app::state::{Settings, View};
-use crate::render::{HeadViewLayout, Side, head_view_layout_sides};
+use crate::render::{HeadViewLayout, Side, head_view_layout_fit};
 
 pub use crate::app::derive::LINE_BUDGET;
 /// Room for per-head bars beside a column.
 const BARS_WIDTH: f32 = 90.0;
+/// From this many selected heads on, the view suggests looking at one.
+pub const MANY_HEADS: usize = 4;
 
 /// What the picture of one token's lines depends on: also the token and the visible part of the band.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,8 +53,8 @@ pub struct HeadView {
     pub candidate_count: usize,
     /// The weight below which lines were dropped to stay within [`LINE_BUDGET`], if it applied.
     pub budget_threshold: Option<f32>,
-    /// The figure's layout for the shown tokens, and what it was made for.
-    layout: Option<(DeriveKey, HeadViewLayout)>,
+    /// The figure's layout for the shown tokens, and what it was made for (the tokens and the room).
+    layout: Option<(DeriveKey, (u32, u32), HeadViewLayout)>,
 }
 
 /// Geometry of the view on screen: the exported figure's [`HeadViewLayout`] (rows, label
@@ -149,13 +151,16 @@ impl HeadView {
             Side::Query => m.keep.get(row).map(|&p| (p, &labels[row])),
             Side::Key => m.keep_keys.get(row).map(|&p| (p, &key_labels[row])),
         };
-        // The exported figure's layout at scale 1 (one pixel = one point): the same rows, label
-        // columns and line band on screen as in the PNG.
-        if cache.layout.as_ref().is_none_or(|(k, _)| k != matrices_key) {
-            cache.layout = Some((matrices_key.clone(), head_view_layout_sides(&labels, &key_labels, 1.0)));
+        // The exported figure's layout code, scaled to the room the view has: rows, labels and
+        // the line band grow with the window (one pixel = one point).
+        let room = head_view_room(ui.available_size(), BARS_WIDTH);
+        if cache.layout.as_ref().is_none_or(|(k, r, _)| k != matrices_key || *r != room) {
+            let body = head_view_layout_fit(&labels, &key_labels, (room.0 as f32, room.1 as f32));
+            cache.layout = Some((matrices_key.clone(), room, body));
         }
-        let Some((_, body)) = cache.layout else { return };
-        let font = FontId::proportional(body.label_px);
+        let Some((_, _, body)) = cache.layout else { return };
+        // The figure's font, in which the label column was measured.
+        let font = super::figure::figure_font_id(body.label_px);
         egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
             let size = vec2(BARS_WIDTH * 2.0 + body.width, body.height);
             let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
@@ -262,7 +267,8 @@ impl HeadView {
                     }
                     draw_texture(&painter, cache.hover_lines.as_ref(), visible);
                 }
-                bars_ui(&painter, &layout, m, &heads, n_heads, side, row, &visible_rows);
+                let baseline = ui.visuals().weak_text_color().gamma_multiply(0.35);
+                bars_ui(&painter, &layout, m, (&heads, n_heads), (side, row), &visible_rows, baseline);
                 // Each row of bars tells its numbers on hover (pin the token first to reach them).
                 for other in (0..others).filter(|&r| visible_rows(r)) {
                     let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
@@ -308,6 +314,7 @@ impl HeadView {
                     min_weight: min_weight.to_bits(),
                     pair_filter: settings.pair_filter,
                     pixels: (sx.to_bits(), sy.to_bits()),
+                    room,
                 }));
                 cache.lines_pending = cache.lines_key.as_ref() != Some(&key);
                 if cache.lines_pending {
@@ -362,7 +369,8 @@ impl HeadView {
                     let Some((pos, text)) = token_at(side, row) else { continue };
                     let selected = selection == Some((side, pos));
                     let pinned = pinned == Some((side, pos));
-                    let galley = super::matrix::fitted_label(&painter, text, &font, text_color, label_width);
+                    // A pixel of slack: the column was measured by the figure's text code.
+                    let galley = super::matrix::fitted_label(&painter, text, &font, text_color, label_width + 1.0);
                     let w = galley.size().x.min(label_width);
                     let text_rect = align.anchor_size(pos2(x, y), vec2(w, row_height - 2.0));
                     if selected {
@@ -417,36 +425,68 @@ fn draw_texture(painter: &egui::Painter, texture: Option<&TextureHandle>, rect: 
     }
 }
 
-/// Small per-head bars next to the tokens of the other column, for the selected token.
-#[allow(clippy::too_many_arguments)]
+/// Where one token's per-head bars go: within `room` (x from, width) beside a row centred on
+/// `y_mid` and `row_height` tall, one bar per weight, long bars growing away from the labels
+/// (`grow_left` on the query side). Up to three heads are stacked bars as long as the weight;
+/// more become side-by-side columns as tall as the weight (a small bar chart), so that 12 heads
+/// stay several pixels thick instead of one.
+pub fn bar_rects(weights: &[f32], (x, width): (f32, f32), y_mid: f32, row_height: f32, grow_left: bool) -> Vec<Rect> {
+    let n = weights.len().max(1) as f32;
+    let inner = (row_height - 4.0).max(2.0);
+    let stacked = weights.len() <= 3;
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            let w = if w.is_finite() { w.clamp(0.0, 1.0) } else { 0.0 };
+            if stacked {
+                let bar_h = (inner / n).min(8.0);
+                let y = y_mid - bar_h * n / 2.0 + i as f32 * bar_h;
+                let len = w * width;
+                let left = if grow_left { x + width - len } else { x };
+                Rect::from_min_size(pos2(left, y), vec2(len, bar_h.max(1.0)))
+            } else {
+                let pitch = (width / n).min(10.0);
+                let col_w = (pitch - 1.0).max(1.0);
+                let h = (w * inner).max(if w > 0.0 { 1.0 } else { 0.0 });
+                let bottom = y_mid + inner / 2.0;
+                let left = if grow_left { x + width - (i as f32 + 1.0) * pitch } else { x + i as f32 * pitch };
+                Rect::from_min_size(pos2(left, bottom - h), vec2(col_w, h))
+            }
+        })
+        .collect()
+}
+
+/// Per-head bars next to the tokens of the other column, for the selected token.
 fn bars_ui(
     painter: &egui::Painter,
     layout: &Layout,
     m: &HeadMatrices,
-    heads: &[usize],
-    n_heads: usize,
-    side: Side,
-    row: usize,
+    (heads, n_heads): (&[usize], usize),
+    (side, row): (Side, usize),
     visible: &dyn Fn(usize) -> bool,
+    baseline: Color32,
 ) {
     let others = if side == Side::Query { m.cols() } else { m.rows() };
     let label_width = layout.label_width();
-    let bar_h = ((layout.row_height() - 4.0) / heads.len() as f32).clamp(1.0, 6.0);
+    let width = BARS_WIDTH - 10.0;
+    let x = if side == Side::Query {
+        // Bars to the right of the key labels.
+        layout.right_text_left + label_width + 6.0
+    } else {
+        layout.left_text_right - label_width - 6.0 - width
+    };
     for other in (0..others).filter(|&r| visible(r)) {
-        let y0 = layout.row_y(other) - bar_h * heads.len() as f32 / 2.0;
-        for (i, &h) in heads.iter().enumerate() {
-            let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
-            let w = m.weight(h, q, k);
-            let len = w.clamp(0.0, 1.0) * (BARS_WIDTH - 10.0);
-            let y = y0 + i as f32 * bar_h;
-            let rect = if side == Side::Query {
-                // Bars to the right of the key labels.
-                let x = layout.right_text_left + label_width + 6.0;
-                Rect::from_min_size(pos2(x, y), Vec2::new(len, bar_h.max(1.0)))
-            } else {
-                let x = layout.left_text_right - label_width - 6.0;
-                Rect::from_min_size(pos2(x - len, y), Vec2::new(len, bar_h.max(1.0)))
-            };
+        let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
+        let weights: Vec<f32> = heads.iter().map(|&h| m.weight(h, q, k)).collect();
+        let y_mid = layout.row_y(other);
+        let rects = bar_rects(&weights, (x, width), y_mid, layout.row_height(), side == Side::Key);
+        if heads.len() > 3 {
+            // The columns' common baseline, so that a weight of zero reads as zero.
+            let y = y_mid + (layout.row_height() - 4.0).max(2.0) / 2.0;
+            painter.hline(x..=x + width, y, Stroke::new(1.0, baseline));
+        }
+        for (rect, &h) in rects.into_iter().zip(heads) {
             painter.rect_filled(rect, 0.0, head_color(h, n_heads));
         }
     }
@@ -498,8 +538,8 @@ fn toolbar_ui(
     if let Some(w) = view.budget_threshold {
         let shown = if pinned.is_none() && view.hovered.is_none() {
             format!(
-                "Showing the {LINE_BUDGET} strongest of {} lines in view (weights ≥ {w:.3}); raise the threshold or pick fewer heads to see the rest.",
-                view.candidate_count
+                "Showing {} in view; raise the threshold or pick fewer heads to see the rest.",
+                crate::render::line_budget_notice(view.candidate_count, w)
             )
         } else {
             format!(
@@ -508,6 +548,23 @@ fn toolbar_ui(
             )
         };
         ui.label(RichText::new(shown).small().italics());
+    }
+    // BertViz's habit: one head at a time; a dozen heads' lines blend into one colour.
+    let selected: Vec<usize> = settings.heads.iter().enumerate().filter(|(_, on)| **on).map(|(h, _)| h).collect();
+    if selected.len() >= MANY_HEADS && !settings.head_rollout {
+        ui.horizontal_wrapped(|ui| {
+            ui.label(
+                RichText::new(format!(
+                    "{} heads' lines overlap: one head at a time is easier to read (double-click a head chip).",
+                    selected.len()
+                ))
+                .small(),
+            );
+            if ui.small_button(format!("Show H{} alone", selected[0])).clicked() {
+                let only: Vec<bool> = (0..settings.heads.len()).map(|h| h == selected[0]).collect();
+                commands.push(Command::Set(Setting::Heads(only)));
+            }
+        });
     }
     match pinned {
         Some((side, pos)) if pos < if side == Side::Key { run.keys().len() } else { run.tokens.len() } => {
@@ -532,5 +589,30 @@ fn toolbar_ui(
         _ => {
             ui.label(RichText::new("Hover a token to see its lines; click to pin it.").small().weak());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twelve_heads_get_bars_several_pixels_thick_and_as_tall_as_their_weight() {
+        let weights: Vec<f32> = (0..12).map(|h| h as f32 / 11.0).collect();
+        let rects = bar_rects(&weights, (100.0, 80.0), 50.0, 18.0, false);
+        assert_eq!(rects.len(), 12);
+        // Each bar at least 5 points wide, the full weight 14 points tall, within the room.
+        assert!(rects.iter().all(|r| r.width() >= 5.0 && r.left() >= 100.0 && r.right() <= 180.0), "{rects:?}");
+        assert!((rects[11].height() - 14.0).abs() < 1e-3 && rects[0].height() == 0.0);
+        assert!((rects[6].height() - 14.0 * 6.0 / 11.0).abs() < 1e-3);
+        // Side by side, never overlapping.
+        assert!(rects.windows(2).all(|p| p[0].right() <= p[1].left()));
+        // Growing away from the labels on the query side.
+        let left = bar_rects(&weights, (100.0, 80.0), 50.0, 18.0, true);
+        assert!(left[0].left() > left[11].left() && left.iter().all(|r| r.right() <= 180.0));
+        // Two heads stay horizontal bars as long as the weight.
+        let two = bar_rects(&[1.0, 0.5], (0.0, 80.0), 50.0, 18.0, false);
+        assert!((two[0].width() - 80.0).abs() < 1e-3 && (two[1].width() - 40.0).abs() < 1e-3);
+        assert!(two.iter().all(|r| r.height() >= 6.0));
     }
 }

@@ -243,8 +243,8 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
             }
         }
     }
-    let bar = Rect::from_min_size(pos2(cells.right() + 16.0, cells.top()), vec2(14.0, (rows as f32 * cell).max(80.0)));
-    colorbar(&painter, spec.colormap, bar, text, spec.range);
+    let bar_h = (rows as f32 * cell).max(80.0);
+    colorbar(ui, &painter, spec.colormap, pos2(cells.right() + 16.0, cells.top()), bar_h, spec.range);
     let mut clicked = None;
     if let Some(name) = spec.clickable {
         // Each cell is a widget of its own, so it can be found and clicked by name.
@@ -295,28 +295,20 @@ pub fn cell_number(painter: &egui::Painter, center: Pos2, value: f32, [r, g, b]:
     );
 }
 
-/// A vertical colour bar from `lo` (bottom) to `hi` (top) with ticks.
-pub fn colorbar(painter: &egui::Painter, cmap: Colormap, rect: Rect, text: Color32, (lo, hi): (f32, f32)) {
-    let steps = 64;
-    for i in 0..steps {
-        let t = i as f32 / (steps - 1) as f32;
-        let [r, g, b] = cmap.rgb(t);
-        let y1 = rect.bottom() - rect.height() * i as f32 / steps as f32;
-        let y0 = rect.bottom() - rect.height() * (i + 1) as f32 / steps as f32;
-        painter.rect_filled(Rect::from_x_y_ranges(rect.x_range(), y0..=y1), 0.0, Color32::from_rgb(r, g, b));
-    }
-    for tick in [0.0f32, 0.25, 0.5, 0.75, 1.0] {
-        let y = rect.bottom() - rect.height() * tick;
-        let value = lo + (hi - lo) * tick;
-        painter.line_segment([Pos2::new(rect.right(), y), Pos2::new(rect.right() + 4.0, y)], Stroke::new(1.0, text));
-        painter.text(
-            pos2(rect.right() + 6.0, y),
-            egui::Align2::LEFT_CENTER,
-            crate::render::format_cell_value(value),
-            FontId::proportional(11.0),
-            text,
-        );
-    }
+/// A vertical colour bar from `lo` (bottom) to `hi` (top) with round ticks, its bar at `top_left`
+/// and `height` points tall: the exported figures' bar ([`crate::render::colorbar_drawing`]),
+/// painted from the same display list.
+pub fn colorbar(
+    ui: &egui::Ui,
+    painter: &egui::Painter,
+    cmap: Colormap,
+    top_left: Pos2,
+    height: f32,
+    range: (f32, f32),
+) {
+    let drawing = crate::render::colorbar_drawing(range, cmap, height, 1.0, super::figure::theme_of(ui));
+    let overhang = (drawing.height - height) / 2.0;
+    super::figure::paint_drawing(painter, &drawing, pos2(top_left.x, top_left.y - overhang));
 }
 
 #[cfg(test)]

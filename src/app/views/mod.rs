@@ -6,6 +6,7 @@
 pub mod attribution_view;
 pub mod compare_view;
 pub mod export_dialog;
+pub mod figure;
 pub mod generation_panel;
 pub mod graph_view;
 pub mod head_view;
@@ -128,7 +129,7 @@ impl Views {
             let enabled = (data.run.is_some() || !settings.view.needs_run()) && !data.exporting;
             if ui
                 .add_enabled(enabled, egui::Button::new("Export…"))
-                .on_hover_text("Save the current view as a PNG image (or its numbers as CSV / JSON / NPZ)")
+                .on_hover_text("Save the current view as PNG, SVG or PDF (or its numbers as CSV / JSON / NPZ), or copy it as an image")
                 .clicked()
             {
                 commands.push(Command::OpenExport);
@@ -317,6 +318,15 @@ pub fn derived_or_ask<'a, T>(
 pub fn capitalised(s: &str) -> String {
     let mut c = s.chars();
     c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+}
+
+/// The name of the figures' font (the embedded `DejaVu` Sans) as an egui family.
+pub const FIGURE_FONT: &str = "figure";
+
+/// The figures' font family: labels drawn in it on screen are as wide as the exported figure's
+/// layout measured them.
+pub fn figure_font() -> egui::FontFamily {
+    egui::FontFamily::Name(FIGURE_FONT.into())
 }
 
 /// Colour of a head (distinct per head, colour-blind aware), as egui colour.

@@ -160,7 +160,10 @@ fn train(cfg: &TrainConfig, quiet_bar: bool) -> anyhow::Result<Trainer> {
 pub fn run(args: &TrainArgs) -> anyhow::Result<()> {
     let cfg = args.config()?;
     if args.experiment {
-        anyhow::ensure!(cfg.task == TaskKind::Sentiment, "--experiment is the course's sentiment experiment: add --task sentiment");
+        anyhow::ensure!(
+            cfg.task == TaskKind::Sentiment,
+            "--experiment is the course's sentiment experiment: add --task sentiment"
+        );
         let variants = [
             ("mean pooling, no positions", Pooling::Mean, PeKind::None),
             ("mean pooling + sinusoidal PE", Pooling::Mean, PeKind::Interleaved),

@@ -119,7 +119,12 @@ impl CustomOp1 for AttentionSoftmax {
         let keys = y.dim(3)?;
         let grad = match y.dtype() {
             DType::F32 => {
-                let v = run(&y.flatten_all()?.to_vec1::<f32>()?, &g.flatten_all()?.to_vec1::<f32>()?, keys, self.scale as f32);
+                let v = run(
+                    &y.flatten_all()?.to_vec1::<f32>()?,
+                    &g.flatten_all()?.to_vec1::<f32>()?,
+                    keys,
+                    self.scale as f32,
+                );
                 Tensor::from_vec(v, y.shape(), y.device())?
             }
             DType::F64 => {

@@ -147,7 +147,11 @@ impl Net {
     #[allow(clippy::needless_pass_by_value)] // takes the freshly made tensor
     fn add(&mut self, name: &str, t: Tensor) -> candle_core::Result<()> {
         let var = Var::from_tensor(&t.to_dtype(self.dtype)?)?;
-        self.varmap.data().lock().map_err(|_| candle_core::Error::Msg("poisoned".into()))?.insert(name.into(), var.clone());
+        self.varmap
+            .data()
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("poisoned".into()))?
+            .insert(name.into(), var.clone());
         self.vars.insert(name.into(), var);
         Ok(())
     }
@@ -165,6 +169,11 @@ impl Net {
     /// A parameter by name.
     pub fn get(&self, name: &str) -> candle_core::Result<&Tensor> {
         self.vars.get(name).map(Var::as_tensor).ok_or_else(|| candle_core::Error::Msg(format!("no parameter {name}")))
+    }
+
+    /// A parameter's variable by name (to set it).
+    pub fn var(&self, name: &str) -> candle_core::Result<&Var> {
+        self.vars.get(name).ok_or_else(|| candle_core::Error::Msg(format!("no parameter {name}")))
     }
 
     /// Every parameter, by name (sorted).
@@ -237,7 +246,8 @@ impl Net {
         for l in 0..cfg.layers {
             let p = format!("h.{l}");
             let a_in = if pre { self.norm(&x, &format!("{p}.ln1"))? } else { x.clone() };
-            let qkv = self.linear(&a_in, &format!("{p}.qkv"))?.reshape((rows, len, 3, h, dh))?.permute((2, 0, 3, 1, 4))?;
+            let qkv =
+                self.linear(&a_in, &format!("{p}.qkv"))?.reshape((rows, len, 3, h, dh))?.permute((2, 0, 3, 1, 4))?;
             let (q, k, v) = (qkv.i(0)?.contiguous()?, qkv.i(1)?.contiguous()?, qkv.i(2)?.contiguous()?);
             let scores = q.matmul(&k.t()?)?;
             let probs = softmax.apply(&scores)?;
@@ -283,7 +293,14 @@ impl Net {
     }
 
     /// The mean cross-entropy of a batch's targets (next tokens from `from`, or labels).
-    pub fn loss(&self, out: &Outputs, ids: &[u32], rows: usize, len: usize, targets: &super::tasks::Targets) -> candle_core::Result<Tensor> {
+    pub fn loss(
+        &self,
+        out: &Outputs,
+        ids: &[u32],
+        rows: usize,
+        len: usize,
+        targets: &super::tasks::Targets,
+    ) -> candle_core::Result<Tensor> {
         match targets {
             super::tasks::Targets::Next { from } => {
                 let n = len - 1 - from;

@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use config::{Pooling, TaskKind, TrainConfig};
-pub use net::{Net, Outputs, parameter_count};
-pub use ops::{AttentionSoftmax, LayerNorm};
+pub use net::{Net, Outputs, parameter_count, step_flops};
+pub use ops::{AddBias, Attention, LayerNorm};
 pub use run::{CHECKPOINT_BUDGET_BYTES, Checkpoint, Checkpoints, Evaluation, MAX_CHECKPOINTS, Trainer, evaluate};
 pub use save::{Exported, export, load, tokenizer_json};
 pub use tasks::{Batch, Rng, Targets, Task};

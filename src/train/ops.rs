@@ -84,7 +84,9 @@ impl<T: Float> HeadBlocks<T> {
             sum = sum + *o;
         }
         let inv = T::one() / sum;
-        s.iter_mut().for_each(|o| *o = *o * inv);
+        for o in s.iter_mut() {
+            *o = *o * inv;
+        }
     }
 }
 

@@ -194,6 +194,10 @@ impl TrainConfig {
                 mlp: 128,
                 pe: PeKind::None,
                 norm: NormPlacement::Post,
+                // Without a warm-up the [CLS] variant of the experiment overshoots after ~150 steps
+                // and ends at 0.94 held-out accuracy; with it all three settle (no PE near chance on
+                // the order-dependent sentences, both PE variants at 1.0).
+                warmup: 100,
                 steps: 600,
                 eval_every: 25,
                 checkpoint_every: 25,

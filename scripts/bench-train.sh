@@ -12,6 +12,6 @@ peer=${PEER:-../shared/peer/torch_train.py}
 cargo build --release --quiet
 for round in 1 2 3; do
     echo "round $round: $(uptime | sed 's/.*load/load/')"
-    ./target/release/attnviz bench --mode train --steps "$steps" | head -n 1
+    ./target/release/attnviz bench --mode train --steps "$steps"
     echo "pytorch: $("$python" "$peer" --steps "$steps" --eval "$steps" | tail -n 1)"
 done

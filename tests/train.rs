@@ -336,3 +336,39 @@ fn the_lab_reads_its_committed_folders_as_transformers_does() {
         }
     }
 }
+
+/// `attnviz bench --mode train` prints the documented line (the step's median and minimum, the
+/// matrix products' rate, the last loss — a number near ln 64 after a dozen steps) and refuses zero
+/// steps with one line.
+#[test]
+fn bench_train_prints_the_documented_line() {
+    let run = |steps: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_attnviz"))
+            .args(["bench", "--mode", "train", "--steps", steps])
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = run("3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.lines().next().unwrap();
+    assert!(
+        line.starts_with("steps=3 median_ms=") && line.contains(" min_ms=") && line.contains(" mode=train "),
+        "{line}"
+    );
+    let field = |name: &str| -> f64 {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in {line}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(field("gflop_per_s=") > 0.0);
+    assert!((field("loss=") - 64f64.ln()).abs() < 0.2, "{line}");
+    let out = run("0");
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("--steps") && !err.contains("panicked"), "{err}");
+}

@@ -818,3 +818,60 @@ fn encoder_decoders_translate_as_transformers_generates() {
         check_translation(which, case);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The training lab's networks: trained by `attnviz train` and saved as transformers folders
+// (tests/fixtures/make_train_reference.py) — GPT2LMHeadModel for the decoders (an attention-only
+// one keeps a zero MLP), BertModel for the post-LN classifier's encoder.
+// ---------------------------------------------------------------------------------------------
+
+/// The decoders' logits at every position (`logits`, `[token][vocab]`).
+#[derive(Deserialize)]
+struct TrainedReference {
+    logits: Option<Vec<Vec<f32>>>,
+}
+
+/// A trained folder's case: the parity checks (decoders: with the masked triangle), every
+/// position's logits through the untied head, and attention that training moved far from uniform.
+fn check_trained(which: &str, case: &str) {
+    let m = model(which);
+    let run = if m.description().causal { check_decoder(which, case) } else { check(which, case) };
+    let a = &run.attention;
+    // The largest weight in a row that sees at least 4 keys (uniform would be at most 1/4).
+    let causal = run.causal;
+    let sharpest = (0..a.layers())
+        .flat_map(|l| (0..a.heads()).map(move |h| (l, h)))
+        .flat_map(|(l, h)| (0..a.seq_len()).map(move |q| (l, h, q)))
+        .filter(|&(_, _, q)| !causal || q >= 3)
+        .map(|(l, h, q)| (0..a.seq_len()).map(|k| a.get(l, h, q, k)).fold(0.0, f32::max))
+        .fold(0.0, f32::max);
+    assert!(sharpest > 0.5, "{case}: the trained heads attend sharply somewhere ({sharpest})");
+    let path = root().join("tests/fixtures/reference").join(format!("{case}.json"));
+    let r: TrainedReference = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    if let Some(expected) = r.logits {
+        let width = m.description().hidden;
+        let (_, _, _, logit_tolerance) = tolerances(which);
+        for (i, want) in expected.iter().enumerate() {
+            let got = m.net.logits(&run.last_hidden[i * width..(i + 1) * width]).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (v, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!((g - w).abs() <= logit_tolerance, "{case}: logit [{i}][{v}] {g} vs {w}");
+            }
+        }
+    }
+}
+
+#[test]
+fn trained_induction_decoder_attention_only() {
+    check_trained("trained-induction", "trained_induction");
+}
+
+#[test]
+fn trained_sort_decoder_with_mlp_and_sinusoidal_positions() {
+    check_trained("trained-sort", "trained_sort");
+}
+
+#[test]
+fn trained_sentiment_classifier_post_ln_cls() {
+    check_trained("trained-sentiment", "trained_sentiment");
+}

@@ -5,7 +5,7 @@
 
 use attnviz::model::playground::PeKind;
 use attnviz::model::{Capture, Interventions, LoadedModel, NormPlacement};
-use attnviz::train::{Net, Pooling, TaskKind, Targets, TrainConfig, TrainError, Trainer};
+use attnviz::train::{Net, Pooling, Targets, TaskKind, TrainConfig, TrainError, Trainer};
 use candle_core::DType;
 
 mod common;
@@ -35,7 +35,13 @@ fn variants() -> Vec<TrainConfig> {
         TrainConfig { vocab: 7, mlp: 24, batch: 8, ..small(TaskKind::ModAdd) },
         TrainConfig { mlp: 24, ..small(TaskKind::Sentiment) },
         TrainConfig { mlp: 24, pooling: Pooling::Cls, pe: PeKind::Learned, ..small(TaskKind::Sentiment) },
-        TrainConfig { mlp: 0, pooling: Pooling::Cls, pe: PeKind::Interleaved, norm: NormPlacement::Pre, ..small(TaskKind::Sentiment) },
+        TrainConfig {
+            mlp: 0,
+            pooling: Pooling::Cls,
+            pe: PeKind::Interleaved,
+            norm: NormPlacement::Pre,
+            ..small(TaskKind::Sentiment)
+        },
     ]
 }
 
@@ -60,13 +66,17 @@ fn the_trained_network_is_the_network_the_views_show() {
         let ids = run.tokens.ids.clone();
         let words: Vec<String> = ids.iter().map(|&i| t.task.vocab[i as usize].clone()).collect();
         let spelled = probe.split(' ').map(String::from);
-        let expected: Vec<String> =
-            if cfg.pooling == Pooling::Cls && cfg.task.is_classifier() { std::iter::once("[CLS]".into()).chain(spelled).collect() } else { spelled.collect() };
+        let expected: Vec<String> = if cfg.pooling == Pooling::Cls && cfg.task.is_classifier() {
+            std::iter::once("[CLS]".into()).chain(spelled).collect()
+        } else {
+            spelled.collect()
+        };
         assert_eq!(words, expected, "{}: the probe tokenizes back to its words", cfg.describe());
         let n = ids.len();
         let out = t.net.forward(&ids, 1, n, Some(&[n]), true).unwrap();
         let engine = model.net.forward(&ids, &vec![0; n], Capture::Attention, &Interventions::default()).unwrap();
-        let ours: Vec<f32> = out.attention.iter().flat_map(|a| a.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect();
+        let ours: Vec<f32> =
+            out.attention.iter().flat_map(|a| a.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect();
         let d = max_diff(&ours, &engine.probs);
         assert!(d < 1e-5, "{}: attention differs by {d}", cfg.describe());
         let hidden: Vec<f32> = out.hidden.flatten_all().unwrap().to_vec1().unwrap();
@@ -112,9 +122,20 @@ fn gradients_match_finite_differences() {
                 let at = |delta: f64| {
                     let mut v = base.clone();
                     v[i] += delta;
-                    var.set(&candle_core::Tensor::from_vec(v, var.as_tensor().shape(), &candle_core::Device::Cpu).unwrap()).unwrap();
+                    var.set(
+                        &candle_core::Tensor::from_vec(v, var.as_tensor().shape(), &candle_core::Device::Cpu).unwrap(),
+                    )
+                    .unwrap();
                     let l = loss_of(&net).to_scalar::<f64>().unwrap();
-                    var.set(&candle_core::Tensor::from_vec(base.clone(), var.as_tensor().shape(), &candle_core::Device::Cpu).unwrap()).unwrap();
+                    var.set(
+                        &candle_core::Tensor::from_vec(
+                            base.clone(),
+                            var.as_tensor().shape(),
+                            &candle_core::Device::Cpu,
+                        )
+                        .unwrap(),
+                    )
+                    .unwrap();
                     l
                 };
                 let numeric = (at(1e-5) - at(-1e-5)) / 2e-5;
@@ -214,7 +235,8 @@ fn a_saved_folder_loads_back_as_the_same_model() {
         // Saving again replaces the folder.
         t.step().unwrap();
         t.save(&dir).unwrap();
-        let training: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("training.json")).unwrap()).unwrap();
+        let training: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("training.json")).unwrap()).unwrap();
         assert_eq!(training["step"], 6);
     }
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -293,4 +315,102 @@ fn the_command_line_trains_reports_and_saves() {
     let err = String::from_utf8_lossy(&unwritable.stderr);
     assert!(err.contains("cannot save"), "{err}");
     assert_eq!(std::fs::read(&blocker).unwrap(), b"x");
+/// A saved folder read back into the lab ([`attnviz::train::load`], the inverse of the export's
+/// names and layouts) is the same network: every parameter bit for bit, for every variant.
+#[test]
+fn a_saved_folder_loads_back_into_the_lab() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, cfg) in variants().into_iter().enumerate() {
+        let mut t = Trainer::new(&cfg).unwrap();
+        for _ in 0..3 {
+            t.step().unwrap();
+        }
+        let dir = tmp.path().join(format!("m{i}"));
+        t.save(&dir).unwrap();
+        let net = attnviz::train::load(&dir).unwrap();
+        assert_eq!(net.cfg, cfg);
+        let (ours, back) = (t.net.named(), net.named());
+        assert_eq!(ours.len(), back.len());
+        for ((name, a), (_, b)) in ours.iter().zip(&back) {
+            let (a, b): (Vec<f32>, Vec<f32>) = (
+                a.as_tensor().flatten_all().unwrap().to_vec1().unwrap(),
+                b.as_tensor().flatten_all().unwrap().to_vec1().unwrap(),
+            );
+            assert_eq!(a, b, "{}: {name}", cfg.describe());
+        }
+    }
+    let err = attnviz::train::load(tmp.path()).unwrap_err().to_string();
+    assert!(err.contains("training.json"), "{err}");
+}
+
+/// transformers' outputs on the committed trained folders (`tests/fixtures/make_train_reference.py`).
+#[derive(serde::Deserialize)]
+struct TransformersReference {
+    ids: Vec<u32>,
+    logits: Option<Vec<Vec<f32>>>,
+    pooled_logits: Option<Vec<f32>>,
+}
+
+/// The committed folders, read back into the lab, give transformers' outputs: the classifier's
+/// pooled logits (`BertModel`'s `[CLS]` vector through the `classifier` layer, computed in Python) and
+/// the decoders' logits at every position (`GPT2LMHeadModel`), to 1e-5.
+#[test]
+fn the_lab_reads_its_committed_folders_as_transformers_does() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for name in ["sentiment", "induction", "sort"] {
+        let net = attnviz::train::load(&root.join(format!("models/tiny-trained-{name}"))).unwrap();
+        let r: TransformersReference =
+            serde_json::from_slice(&std::fs::read(root.join(format!("reference/trained_{name}.json"))).unwrap())
+                .unwrap();
+        let n = r.ids.len();
+        let out = net.forward(&r.ids, 1, n, Some(&[n]), false).unwrap();
+        let ours: Vec<f32> = out.logits.flatten_all().unwrap().to_vec1().unwrap();
+        let want: Vec<f32> = match (r.pooled_logits, r.logits) {
+            (Some(pooled), None) => pooled,
+            (None, Some(rows)) => rows.concat(),
+            _ => panic!("{name}: a classifier's reference has pooled logits, a decoder's logits"),
+        };
+        let d = max_diff(&ours, &want);
+        assert!(d < 1e-5, "{name}: logits differ from transformers' by {d}");
+        if name == "sentiment" {
+            assert_eq!(net.cfg.pooling, Pooling::Cls);
+            assert!((want[1] - want[0]).abs() > 0.5, "the trained classifier takes a side: {want:?}");
+        }
+    }
+}
+
+/// `attnviz bench --mode train` prints the documented line (the step's median and minimum, the
+/// matrix products' rate, the last loss — a number near ln 64 after a dozen steps) and refuses zero
+/// steps with one line.
+#[test]
+fn bench_train_prints_the_documented_line() {
+    let run = |steps: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_attnviz"))
+            .args(["bench", "--mode", "train", "--steps", steps])
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = run("3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.lines().next().unwrap();
+    assert!(
+        line.starts_with("steps=3 median_ms=") && line.contains(" min_ms=") && line.contains(" mode=train "),
+        "{line}"
+    );
+    let field = |name: &str| -> f64 {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in {line}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(field("gflop_per_s=") > 0.0);
+    assert!((field("loss=") - 64f64.ln()).abs() < 0.2, "{line}");
+    let out = run("0");
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("--steps") && !err.contains("panicked"), "{err}");
 }

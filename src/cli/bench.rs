@@ -37,6 +37,9 @@ pub enum BenchMode {
     LensColumn,
     /// The contribution graph: every layer's proportions at every token, with each node's lens.
     Contributions,
+    /// A training step of the lab's default induction model (the `PyTorch` peer's,
+    /// `shared/peer/torch_train.py`): batch, forward, backward, `AdamW`. No model is loaded.
+    Train,
 }
 
 /// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
@@ -59,6 +62,9 @@ pub struct BenchArgs {
     /// residual streams, checked the same way).
     #[arg(long, value_enum, default_value_t = BenchMode::Record)]
     pub mode: BenchMode,
+    /// Timed training steps of `--mode train` (after 10 warm-up steps).
+    #[arg(long, default_value_t = 200)]
+    pub steps: usize,
 }
 
 /// Checks that every row of `probs` (rows of `n`) sums to 1 — consuming the attention so that no
@@ -101,6 +107,7 @@ fn produce(
     let (ids, types) = (&tokens.ids, &tokens.type_ids);
     let net = &model.net;
     let rows = match mode {
+        BenchMode::Train => anyhow::bail!("--mode train times training steps, not a model's attention"),
         BenchMode::Record => {
             // Held whole, so nothing can be skipped: not checked, so that its figures stay those of
             // the benchmark before the streaming modes.
@@ -187,6 +194,9 @@ fn produce(
 
 /// Runs `attnviz bench`.
 pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
+    if args.mode == BenchMode::Train {
+        return super::train::bench(args.steps);
+    }
     if args.runs == 0 {
         anyhow::bail!("--runs must be at least 1");
     }

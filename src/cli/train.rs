@@ -167,11 +167,48 @@ fn train(cfg: &TrainConfig, quiet_bar: bool) -> anyhow::Result<Trainer> {
     Ok(t)
 }
 
+/// Warm-up steps before `bench --mode train` times.
+const BENCH_WARM_UP: usize = 10;
+
+/// `attnviz bench --mode train`: the median and minimum time of `steps` training steps of the
+/// default induction run (after a warm-up), and the matrix products' floating-point rate.
+pub fn bench(steps: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(steps >= 1, "--steps must be at least 1");
+    let cfg = TrainConfig { steps: BENCH_WARM_UP + steps, ..TrainConfig::default() };
+    let mut t = Trainer::new(&cfg)?;
+    for _ in 0..BENCH_WARM_UP {
+        t.step()?;
+    }
+    let mut times_ms = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        let start = Instant::now();
+        t.step()?;
+        times_ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    times_ms.sort_by(f64::total_cmp);
+    let mid = times_ms.len() / 2;
+    let median_ms =
+        if times_ms.len() % 2 == 1 { times_ms[mid] } else { f64::midpoint(times_ms[mid - 1], times_ms[mid]) };
+    let flops = crate::train::step_flops(&cfg) as f64;
+    println!(
+        "steps={steps} median_ms={median_ms:.3} min_ms={:.3} mode=train matmul_gflop_per_step={:.3} gflop_per_s={:.1} loss={:.3}",
+        times_ms[0],
+        flops / 1e9,
+        flops / 1e6 / median_ms,
+        t.losses.last().copied().unwrap_or(f32::NAN)
+    );
+    println!("config: {}", cfg.describe());
+    Ok(())
+}
+
 /// Runs `attnviz train`.
 pub fn run(args: &TrainArgs) -> anyhow::Result<()> {
     let cfg = args.config()?;
     if args.experiment {
-        anyhow::ensure!(cfg.task == TaskKind::Sentiment, "--experiment is the course's sentiment experiment: add --task sentiment");
+        anyhow::ensure!(
+            cfg.task == TaskKind::Sentiment,
+            "--experiment is the course's sentiment experiment: add --task sentiment"
+        );
         let variants = [
             ("mean pooling, no positions", Pooling::Mean, PeKind::None),
             ("mean pooling + sinusoidal PE", Pooling::Mean, PeKind::Interleaved),

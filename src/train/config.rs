@@ -53,9 +53,10 @@ impl TaskKind {
 
     /// Parses a command-line name.
     pub fn parse(name: &str) -> Result<Self, TrainError> {
-        Self::ALL.into_iter().find(|t| t.name() == name).ok_or_else(|| {
-            bad("task", format!("{name:?}: choose induction, sort, reverse, sentiment or modadd"))
-        })
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| bad("task", format!("{name:?}: choose induction, sort, reverse, sentiment or modadd")))
     }
 
     /// Whether the task trains the encoder classifier (else a causal decoder predicting tokens).
@@ -193,6 +194,10 @@ impl TrainConfig {
                 mlp: 128,
                 pe: PeKind::None,
                 norm: NormPlacement::Post,
+                // Without a warm-up the [CLS] variant of the experiment overshoots after ~150 steps
+                // and ends at 0.94 held-out accuracy; with it all three settle (no PE near chance on
+                // the order-dependent sentences, both PE variants at 1.0).
+                warmup: 100,
                 steps: 600,
                 eval_every: 25,
                 checkpoint_every: 25,
@@ -228,12 +233,18 @@ impl TrainConfig {
         if self.d_model % self.heads != 0 {
             return Err(bad(
                 "d_model",
-                format!("{} is not divisible by {} heads (each head gets d_model / heads dimensions)", self.d_model, self.heads),
+                format!(
+                    "{} is not divisible by {} heads (each head gets d_model / heads dimensions)",
+                    self.d_model, self.heads
+                ),
             ));
         }
         let sinusoidal = matches!(self.pe, PeKind::Interleaved | PeKind::Concatenated);
         if sinusoidal && self.d_model % 2 != 0 {
-            return Err(bad("d_model", format!("{} is odd: sinusoidal encodings pair a sine with a cosine", self.d_model)));
+            return Err(bad(
+                "d_model",
+                format!("{} is odd: sinusoidal encodings pair a sine with a cosine", self.d_model),
+            ));
         }
         if sinusoidal && !(self.pe_base.is_finite() && self.pe_base > 1.0) {
             return Err(bad("base", format!("must be a number greater than 1, got {}", self.pe_base)));
@@ -268,7 +279,10 @@ impl TrainConfig {
                 at_least("vocab", self.vocab, 2)?;
                 at_most("vocab", self.vocab, 997)?;
                 if self.context != 5 {
-                    return Err(bad("context", format!("modular addition reads `a + b =` and writes the sum: 5 tokens, got {}", self.context)));
+                    return Err(bad(
+                        "context",
+                        format!("modular addition reads `a + b =` and writes the sum: 5 tokens, got {}", self.context),
+                    ));
                 }
             }
             TaskKind::Sentiment => {

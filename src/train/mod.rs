@@ -16,10 +16,10 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use config::{Pooling, TaskKind, TrainConfig};
-pub use net::{Net, Outputs, parameter_count};
-pub use ops::{AttentionSoftmax, LayerNorm};
+pub use net::{Net, Outputs, parameter_count, step_flops};
+pub use ops::{AddBias, Attention, LayerNorm};
 pub use run::{CHECKPOINT_BUDGET_BYTES, Checkpoint, Checkpoints, Evaluation, MAX_CHECKPOINTS, Trainer, evaluate};
-pub use save::{Exported, export, tokenizer_json};
+pub use save::{Exported, export, load, tokenizer_json};
 pub use tasks::{Batch, Rng, Targets, Task};
 
 /// What can go wrong training.
@@ -56,6 +56,14 @@ pub enum TrainError {
     /// Saving failed; whatever was at `path` is as it was.
     #[error("cannot save the model to {}: {message}", path.display())]
     Save {
+        /// The folder.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A saved folder could not be read back.
+    #[error("cannot load the trained model {}: {message}", path.display())]
+    Load {
         /// The folder.
         path: PathBuf,
         /// Why.

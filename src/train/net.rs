@@ -16,7 +16,7 @@ use candle_core::{D, DType, Device, IndexOp, Tensor, Var};
 use candle_nn::VarMap;
 
 use super::config::{Pooling, TrainConfig};
-use super::ops::{AttentionSoftmax, LayerNorm};
+use super::ops::{AddBias, Attention, LayerNorm};
 use super::tasks::{Rng, Task};
 use crate::analysis::pe::{self, PeLayout, PeParams};
 use crate::model::NormPlacement;
@@ -68,6 +68,18 @@ pub fn parameter_count(cfg: &TrainConfig) -> usize {
     let positions = if cfg.pe == PeKind::Learned { p * d } else { 0 };
     let head = if cfg.task.is_classifier() { 2 * d + 2 + 2 * d } else { d * v + 2 * d };
     v * d + positions + cfg.layers * per_layer + head
+}
+
+/// Floating-point operations of the matrix products of one training step on a batch of `cfg.batch`
+/// sequences of the task's longest input: 2 per multiply-add, the forward pass's products and the
+/// backward pass's two per product (the input's and the weight's gradients; the first layer's
+/// input gradient counted too). Norms, softmax, the optimiser and the embeddings are left out.
+pub fn step_flops(cfg: &TrainConfig) -> usize {
+    let task = Task::new(cfg);
+    let (rows, n, d, f, v) = (cfg.batch * task.max_len(), task.max_len(), cfg.d_model, cfg.mlp, task.vocab_size());
+    let per_layer = rows * d * 3 * d + 2 * cfg.batch * n * n * d + rows * d * d + 2 * rows * d * f;
+    let head = if cfg.task.is_classifier() { cfg.batch * d * 2 } else { rows * d * v };
+    3 * 2 * (cfg.layers * per_layer + head)
 }
 
 impl Net {
@@ -147,7 +159,11 @@ impl Net {
     #[allow(clippy::needless_pass_by_value)] // takes the freshly made tensor
     fn add(&mut self, name: &str, t: Tensor) -> candle_core::Result<()> {
         let var = Var::from_tensor(&t.to_dtype(self.dtype)?)?;
-        self.varmap.data().lock().map_err(|_| candle_core::Error::Msg("poisoned".into()))?.insert(name.into(), var.clone());
+        self.varmap
+            .data()
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("poisoned".into()))?
+            .insert(name.into(), var.clone());
         self.vars.insert(name.into(), var);
         Ok(())
     }
@@ -165,6 +181,11 @@ impl Net {
     /// A parameter by name.
     pub fn get(&self, name: &str) -> candle_core::Result<&Tensor> {
         self.vars.get(name).map(Var::as_tensor).ok_or_else(|| candle_core::Error::Msg(format!("no parameter {name}")))
+    }
+
+    /// A parameter's variable by name (to set it).
+    pub fn var(&self, name: &str) -> candle_core::Result<&Var> {
+        self.vars.get(name).ok_or_else(|| candle_core::Error::Msg(format!("no parameter {name}")))
     }
 
     /// Every parameter, by name (sorted).
@@ -190,7 +211,7 @@ impl Net {
     fn linear(&self, x: &Tensor, name: &str) -> candle_core::Result<Tensor> {
         let y = x.matmul(self.get(&format!("{name}.w"))?)?;
         match self.vars.get(&format!("{name}.b")) {
-            Some(b) => y.broadcast_add(b.as_tensor()),
+            Some(b) => AddBias.apply(&y, b.as_tensor()),
             None => Ok(y),
         }
     }
@@ -227,7 +248,9 @@ impl Net {
         if classifier {
             x = self.norm(&x, "emb_ln")?;
         }
-        let softmax = AttentionSoftmax {
+        let attend = Attention {
+            heads: h,
+            len,
             scale: 1.0 / (dh as f64).sqrt(),
             causal: !classifier,
             lengths: lengths.map(|l| Arc::new(l.to_vec())),
@@ -237,15 +260,12 @@ impl Net {
         for l in 0..cfg.layers {
             let p = format!("h.{l}");
             let a_in = if pre { self.norm(&x, &format!("{p}.ln1"))? } else { x.clone() };
-            let qkv = self.linear(&a_in, &format!("{p}.qkv"))?.reshape((rows, len, 3, h, dh))?.permute((2, 0, 3, 1, 4))?;
-            let (q, k, v) = (qkv.i(0)?.contiguous()?, qkv.i(1)?.contiguous()?, qkv.i(2)?.contiguous()?);
-            let scores = q.matmul(&k.t()?)?;
-            let probs = softmax.apply(&scores)?;
-            let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((rows * len, d))?;
-            let attn_out = self.linear(&ctx, &format!("{p}.o"))?;
+            let qkv = self.linear(&a_in, &format!("{p}.qkv"))?;
             if keep_attention {
-                attention.push(probs);
+                attention.push(attend.probabilities(&qkv)?);
             }
+            let ctx = attend.apply(&qkv)?;
+            let attn_out = self.linear(&ctx, &format!("{p}.o"))?;
             x = if pre { (x + attn_out)? } else { self.norm(&(x + attn_out)?, &format!("{p}.ln1"))? };
             if cfg.mlp > 0 {
                 let m_in = if pre { self.norm(&x, &format!("{p}.ln2"))? } else { x.clone() };
@@ -283,7 +303,14 @@ impl Net {
     }
 
     /// The mean cross-entropy of a batch's targets (next tokens from `from`, or labels).
-    pub fn loss(&self, out: &Outputs, ids: &[u32], rows: usize, len: usize, targets: &super::tasks::Targets) -> candle_core::Result<Tensor> {
+    pub fn loss(
+        &self,
+        out: &Outputs,
+        ids: &[u32],
+        rows: usize,
+        len: usize,
+        targets: &super::tasks::Targets,
+    ) -> candle_core::Result<Tensor> {
         match targets {
             super::tasks::Targets::Next { from } => {
                 let n = len - 1 - from;

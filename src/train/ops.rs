@@ -5,19 +5,30 @@
 
 use std::sync::Arc;
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 use num_traits::Float;
 use rayon::prelude::*;
 
 /// Rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
 
-/// `softmax(scale · s)` over the last dimension of scores `[batch, heads, queries, keys]`, keys
-/// after the query masked when `causal`, keys at or past a sequence's length masked when
-/// `lengths` is given (one per batch row).
+/// Self-attention of a fused `[rows · len, 3 · d]` q|k|v matrix (GPT-2's `c_attn` output: per
+/// token the queries, keys and values, each `heads × d/heads`): per sequence and head
+/// `softmax(scale · q kᵀ) v`, keys after the query masked when `causal`, keys at or past a
+/// sequence's length masked when `lengths` is given (one per sequence). The output is the heads'
+/// values side by side, `[rows · len, d]`.
+///
+/// One pass per sequence over its heads, with the head's q, k and v gathered into small contiguous
+/// blocks: none of the `[rows, heads, len, len]` scores or probabilities is ever a tensor (the
+/// backward pass computes the probabilities again from q and k, as flash attention does), and no
+/// q/k/v is permuted into a tensor of its own.
 #[derive(Debug, Clone)]
-pub struct AttentionSoftmax {
-    /// Factor on the scores.
+pub struct Attention {
+    /// Heads.
+    pub heads: usize,
+    /// Tokens per sequence.
+    pub len: usize,
+    /// Factor on the scores (1/√`head_dim`).
     pub scale: f64,
     /// Mask keys after the query.
     pub causal: bool,
@@ -25,10 +36,71 @@ pub struct AttentionSoftmax {
     pub lengths: Option<Arc<Vec<usize>>>,
 }
 
-impl AttentionSoftmax {
+/// One head of one sequence: its queries, keys and values as `[len, dh]` rows, the keys and values
+/// also transposed (`[dh, len]`, for the inner loops to run along the keys).
+struct HeadBlocks<T> {
+    q: Vec<T>,
+    k: Vec<T>,
+    v: Vec<T>,
+    kt: Vec<T>,
+    vt: Vec<T>,
+}
+
+impl<T: Float> HeadBlocks<T> {
+    fn new(len: usize, dh: usize) -> Self {
+        let z = || vec![T::zero(); len * dh];
+        Self { q: z(), k: z(), v: z(), kt: z(), vt: z() }
+    }
+
+    /// Gathers head `head` of a sequence's `[len, 3d]` rows.
+    fn gather(&mut self, seq: &[T], len: usize, d: usize, dh: usize, head: usize) {
+        for t in 0..len {
+            let row = &seq[t * 3 * d..(t + 1) * 3 * d];
+            let at = head * dh;
+            self.q[t * dh..(t + 1) * dh].copy_from_slice(&row[at..at + dh]);
+            self.k[t * dh..(t + 1) * dh].copy_from_slice(&row[d + at..d + at + dh]);
+            self.v[t * dh..(t + 1) * dh].copy_from_slice(&row[2 * d + at..2 * d + at + dh]);
+            for c in 0..dh {
+                self.kt[c * len + t] = row[d + at + c];
+                self.vt[c * len + t] = row[2 * d + at + c];
+            }
+        }
+    }
+
+    /// Query `i`'s probabilities over keys `0..end` into `p` (the rest of `p` zero).
+    fn probs(&self, i: usize, end: usize, len: usize, dh: usize, scale: T, p: &mut [T]) {
+        p.fill(T::zero());
+        let s = &mut p[..end];
+        for c in 0..dh {
+            let qc = self.q[i * dh + c] * scale;
+            for (o, &k) in s.iter_mut().zip(&self.kt[c * len..c * len + end]) {
+                *o = *o + qc * k;
+            }
+        }
+        let max = s.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+        let mut sum = T::zero();
+        for o in s.iter_mut() {
+            *o = (*o - max).exp();
+            sum = sum + *o;
+        }
+        let inv = T::one() / sum;
+        for o in s.iter_mut() {
+            *o = *o * inv;
+        }
+    }
+}
+
+/// `y += a · x`.
+fn axpy<T: Float>(y: &mut [T], a: T, x: &[T]) {
+    for (o, &v) in y.iter_mut().zip(x) {
+        *o = *o + a * v;
+    }
+}
+
+impl Attention {
     /// Keys query `q` of sequence `b` may see: `0..end`.
-    fn visible(&self, b: usize, q: usize, keys: usize) -> usize {
-        let mut end = keys;
+    fn visible(&self, b: usize, q: usize) -> usize {
+        let mut end = self.len;
         if self.causal {
             end = end.min(q + 1);
         }
@@ -38,32 +110,124 @@ impl AttentionSoftmax {
         end
     }
 
-    /// Applies it to contiguous scores.
-    pub fn apply(&self, scores: &Tensor) -> Result<Tensor> {
-        scores.apply_op1(self.clone())
+    /// Applies it to contiguous `[rows · len, 3d]` q|k|v.
+    pub fn apply(&self, qkv: &Tensor) -> Result<Tensor> {
+        qkv.apply_op1(self.clone())
     }
 
-    fn forward<T: Float + Send + Sync>(&self, src: &[T], dims: &[usize]) -> Vec<T> {
-        let (heads, queries, keys) = (dims[1], dims[2], dims[3]);
-        let mut out = vec![T::zero(); src.len()];
-        let scale = T::from(self.scale).unwrap_or_else(T::one);
-        out.par_chunks_mut(keys * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
-            for (i, row) in chunk.chunks_mut(keys).enumerate() {
-                let r = task * ROWS_PER_TASK + i;
-                let (b, q) = (r / (heads * queries), r % queries);
-                let end = self.visible(b, q, keys);
-                let s = &src[r * keys..r * keys + end];
-                let max = s.iter().fold(T::neg_infinity(), |m, &v| m.max(v * scale));
-                let mut sum = T::zero();
-                for (o, &v) in row[..end].iter_mut().zip(s) {
-                    *o = (v * scale - max).exp();
-                    sum = sum + *o;
+    /// The probabilities the heads attend with, `[rows, heads, len, len]` (no gradient).
+    pub fn probabilities(&self, qkv: &Tensor) -> Result<Tensor> {
+        fn run<T: Float + Send + Sync>(op: &Attention, x: &[T], d: usize) -> Vec<T> {
+            let (len, heads) = (op.len, op.heads);
+            let (dh, scale) = (d / heads, T::from(op.scale).unwrap_or_else(T::one));
+            let mut out = vec![T::zero(); x.len() / (3 * d) * heads * len];
+            out.par_chunks_mut(heads * len * len).enumerate().for_each(|(b, out)| {
+                let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
+                let mut blocks = HeadBlocks::new(len, dh);
+                for (head, out) in out.chunks_mut(len * len).enumerate() {
+                    blocks.gather(seq, len, d, dh, head);
+                    for (i, row) in out.chunks_mut(len).enumerate() {
+                        blocks.probs(i, op.visible(b, i), len, dh, scale, row);
+                    }
                 }
-                let inv = T::one() / sum;
-                row[..end].iter_mut().for_each(|o| *o = *o * inv);
+            });
+            out
+        }
+        let (n, d) = self.check(qkv.layout())?;
+        let qkv = qkv.contiguous()?;
+        let shape = (n / self.len, self.heads, self.len, self.len);
+        match qkv.dtype() {
+            DType::F32 => Tensor::from_vec(run(self, &qkv.flatten_all()?.to_vec1::<f32>()?, d), shape, qkv.device()),
+            DType::F64 => Tensor::from_vec(run(self, &qkv.flatten_all()?.to_vec1::<f64>()?, d), shape, qkv.device()),
+            t => bail!("attention: f32 or f64 only, got {t:?}"),
+        }
+    }
+
+    /// Tokens and `d` of a q|k|v layout.
+    fn check(&self, layout: &Layout) -> Result<(usize, usize)> {
+        let dims = layout.dims();
+        if dims.len() != 2 || dims[1] % 3 != 0 || self.len == 0 || dims[0] % self.len != 0 {
+            bail!("attention takes [rows · {}, 3 · d] q|k|v, got {dims:?}", self.len);
+        }
+        let d = dims[1] / 3;
+        if self.heads == 0 || d % self.heads != 0 {
+            bail!("{d} wide q|k|v for {} heads", self.heads);
+        }
+        if let Some(l) = &self.lengths
+            && l.len() != dims[0] / self.len
+        {
+            bail!("{} lengths for {} sequences", l.len(), dims[0] / self.len);
+        }
+        Ok((dims[0], d))
+    }
+
+    fn forward<T: Float + Send + Sync>(&self, x: &[T], d: usize) -> Vec<T> {
+        let (len, heads) = (self.len, self.heads);
+        let (dh, scale) = (d / heads, T::from(self.scale).unwrap_or_else(T::one));
+        let mut out = vec![T::zero(); x.len() / 3];
+        out.par_chunks_mut(len * d).enumerate().for_each(|(b, out)| {
+            let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
+            let mut blocks = HeadBlocks::new(len, dh);
+            let mut p = vec![T::zero(); len];
+            for head in 0..heads {
+                blocks.gather(seq, len, d, dh, head);
+                for i in 0..len {
+                    let end = self.visible(b, i);
+                    blocks.probs(i, end, len, dh, scale, &mut p);
+                    let o = &mut out[i * d + head * dh..i * d + (head + 1) * dh];
+                    for (j, &pj) in p[..end].iter().enumerate() {
+                        axpy(o, pj, &blocks.v[j * dh..(j + 1) * dh]);
+                    }
+                }
             }
         });
         out
+    }
+
+    /// The gradient of q|k|v from the output's: per head, with `P` computed again,
+    /// `dV = Pᵀ dO`, `dP = dO Vᵀ`, `dS = P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = scale · dS K`,
+    /// `dK = scale · dSᵀ Q`.
+    fn backward<T: Float + Send + Sync>(&self, x: &[T], g: &[T], d: usize) -> Vec<T> {
+        let (len, heads) = (self.len, self.heads);
+        let (dh, scale) = (d / heads, T::from(self.scale).unwrap_or_else(T::one));
+        let mut dx = vec![T::zero(); x.len()];
+        dx.par_chunks_mut(len * 3 * d).enumerate().for_each(|(b, dx)| {
+            let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
+            let go = &g[b * len * d..(b + 1) * len * d];
+            let mut blocks = HeadBlocks::new(len, dh);
+            let (mut p, mut dp) = (vec![T::zero(); len], vec![T::zero(); len]);
+            let (mut dk, mut dv) = (vec![T::zero(); len * dh], vec![T::zero(); len * dh]);
+            for head in 0..heads {
+                blocks.gather(seq, len, d, dh, head);
+                dk.fill(T::zero());
+                dv.fill(T::zero());
+                let at = head * dh;
+                for i in 0..len {
+                    let end = self.visible(b, i);
+                    blocks.probs(i, end, len, dh, scale, &mut p);
+                    let gi = &go[i * d + at..i * d + at + dh];
+                    let dpi = &mut dp[..end];
+                    dpi.fill(T::zero());
+                    for (c, &gc) in gi.iter().enumerate() {
+                        axpy(dpi, gc, &blocks.vt[c * len..c * len + end]);
+                    }
+                    let dot = p[..end].iter().zip(dpi.iter()).fold(T::zero(), |s, (&a, &b)| s + a * b);
+                    let dq = &mut dx[i * 3 * d + at..i * 3 * d + at + dh];
+                    for j in 0..end {
+                        axpy(&mut dv[j * dh..(j + 1) * dh], p[j], gi);
+                        let ds = p[j] * (dpi[j] - dot) * scale;
+                        axpy(dq, ds, &blocks.k[j * dh..(j + 1) * dh]);
+                        axpy(&mut dk[j * dh..(j + 1) * dh], ds, &blocks.q[i * dh..(i + 1) * dh]);
+                    }
+                }
+                for t in 0..len {
+                    let row = &mut dx[t * 3 * d..(t + 1) * 3 * d];
+                    row[d + at..d + at + dh].copy_from_slice(&dk[t * dh..(t + 1) * dh]);
+                    row[2 * d + at..2 * d + at + dh].copy_from_slice(&dv[t * dh..(t + 1) * dh]);
+                }
+            }
+        });
+        dx
     }
 }
 
@@ -74,61 +238,125 @@ fn contiguous<'a, T>(v: &'a [T], layout: &Layout) -> Result<&'a [T]> {
     }
 }
 
-impl CustomOp1 for AttentionSoftmax {
+impl CustomOp1 for Attention {
     fn name(&self) -> &'static str {
-        "attention-softmax"
+        "fused-attention"
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let dims = layout.dims();
-        if dims.len() != 4 {
-            bail!("attention scores must be [batch, heads, queries, keys], got {dims:?}");
-        }
-        if let Some(l) = &self.lengths
-            && l.len() != dims[0]
-        {
-            bail!("{} lengths for {} sequences", l.len(), dims[0]);
-        }
+        let (n, d) = self.check(layout)?;
         let out = match storage {
-            CpuStorage::F32(v) => CpuStorage::F32(self.forward(contiguous(v, layout)?, dims)),
-            CpuStorage::F64(v) => CpuStorage::F64(self.forward(contiguous(v, layout)?, dims)),
-            _ => bail!("attention softmax: f32 or f64 only"),
+            CpuStorage::F32(v) => CpuStorage::F32(self.forward(contiguous(v, layout)?, d)),
+            CpuStorage::F64(v) => CpuStorage::F64(self.forward(contiguous(v, layout)?, d)),
+            _ => bail!("attention: f32 or f64 only"),
         };
-        Ok((out, layout.shape().clone()))
+        Ok((out, Shape::from((n, d))))
     }
 
-    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        fn run<T: Float + Send + Sync>(y: &[T], g: &[T], keys: usize, scale: T) -> Vec<T> {
-            let mut out = vec![T::zero(); y.len()];
-            out.par_chunks_mut(keys * ROWS_PER_TASK).enumerate().for_each(|(task, chunk)| {
-                let base = task * ROWS_PER_TASK * keys;
-                for (i, row) in chunk.chunks_mut(keys).enumerate() {
-                    let at = base + i * keys;
-                    let (yr, gr) = (&y[at..at + keys], &g[at..at + keys]);
-                    let dot = yr.iter().zip(gr).fold(T::zero(), |s, (&a, &b)| s + a * b);
-                    for ((o, &yv), &gv) in row.iter_mut().zip(yr).zip(gr) {
-                        *o = scale * yv * (gv - dot);
-                    }
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
+        let grad = arg.apply_op2_no_bwd(grad_res, &AttentionBackward(self.clone()))?;
+        Ok(Some(grad))
+    }
+}
+
+/// [`Attention`]'s backward pass as an operation of its own, so that it reads q|k|v and the output
+/// gradient where they are (no copies out of the tensors).
+struct AttentionBackward(Attention);
+
+impl CustomOp2 for AttentionBackward {
+    fn name(&self) -> &'static str {
+        "fused-attention-backward"
+    }
+
+    fn cpu_fwd(&self, x: &CpuStorage, lx: &Layout, g: &CpuStorage, lg: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (n, d) = self.0.check(lx)?;
+        if lg.dims() != [n, d] {
+            bail!("attention gradient {:?} for {n} tokens × {d}", lg.dims());
+        }
+        let out = match (x, g) {
+            (CpuStorage::F32(x), CpuStorage::F32(g)) => {
+                CpuStorage::F32(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?, d))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(g)) => {
+                CpuStorage::F64(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?, d))
+            }
+            _ => bail!("attention backward: f32 or f64 only"),
+        };
+        Ok((out, lx.shape().clone()))
+    }
+}
+
+/// `x + b` for rows `x` `[…, k]` and a bias `b` `[k]`. Its backward pass sums the gradient's rows
+/// in one sweep along memory (Candle's broadcast add reduces a column at a time).
+#[derive(Debug, Clone, Copy)]
+pub struct AddBias;
+
+impl AddBias {
+    /// Applies it: `x` contiguous `[…, k]`, `b` `[k]`.
+    pub fn apply(self, x: &Tensor, b: &Tensor) -> Result<Tensor> {
+        x.apply_op2(b, self)
+    }
+}
+
+impl CustomOp2 for AddBias {
+    fn name(&self) -> &'static str {
+        "add-bias"
+    }
+
+    fn cpu_fwd(&self, x: &CpuStorage, lx: &Layout, b: &CpuStorage, lb: &Layout) -> Result<(CpuStorage, Shape)> {
+        fn run<T: Float + Send + Sync>(x: &[T], b: &[T]) -> Vec<T> {
+            let mut out = x.to_vec();
+            out.par_chunks_mut(b.len() * ROWS_PER_TASK).for_each(|rows| {
+                for row in rows.chunks_mut(b.len()) {
+                    row.iter_mut().zip(b).for_each(|(o, &v)| *o = *o + v);
                 }
             });
             out
         }
-        // d s = scale · y ⊙ (g − Σ g ⊙ y), row by row (masked entries have y = 0).
-        let y = res.contiguous()?;
-        let g = grad_res.contiguous()?;
-        let keys = y.dim(3)?;
-        let grad = match y.dtype() {
-            DType::F32 => {
-                let v = run(&y.flatten_all()?.to_vec1::<f32>()?, &g.flatten_all()?.to_vec1::<f32>()?, keys, self.scale as f32);
-                Tensor::from_vec(v, y.shape(), y.device())?
-            }
-            DType::F64 => {
-                let v = run(&y.flatten_all()?.to_vec1::<f64>()?, &g.flatten_all()?.to_vec1::<f64>()?, keys, self.scale);
-                Tensor::from_vec(v, y.shape(), y.device())?
-            }
-            d => bail!("attention softmax: unsupported dtype {d:?}"),
+        let k = *lx.dims().last().unwrap_or(&0);
+        if lb.dims() != [k] {
+            bail!("bias {:?} for rows of {k}", lb.dims());
+        }
+        let out = match (x, b) {
+            (CpuStorage::F32(x), CpuStorage::F32(b)) => CpuStorage::F32(run(contiguous(x, lx)?, contiguous(b, lb)?)),
+            (CpuStorage::F64(x), CpuStorage::F64(b)) => CpuStorage::F64(run(contiguous(x, lx)?, contiguous(b, lb)?)),
+            _ => bail!("bias: f32 or f64 only, the same for both"),
         };
-        Ok(Some(grad))
+        Ok((out, lx.shape().clone()))
+    }
+
+    fn bwd(&self, _x: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let db = grad.apply_op1_no_bwd(&RowSum(b.dim(0)?))?;
+        Ok((Some(grad.clone()), Some(db)))
+    }
+}
+
+/// The sum of the rows of `[…, k]`, `[k]`.
+struct RowSum(usize);
+
+impl CustomOp1 for RowSum {
+    fn name(&self) -> &'static str {
+        "row-sum"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        fn run<T: Float + Send + Sync>(x: &[T], k: usize) -> Vec<T> {
+            let mut sum = vec![T::zero(); k];
+            for row in x.chunks(k) {
+                sum.iter_mut().zip(row).for_each(|(s, &v)| *s = *s + v);
+            }
+            sum
+        }
+        let k = self.0;
+        if layout.dims().last() != Some(&k) {
+            bail!("row sum of {k} over {:?}", layout.dims());
+        }
+        let out = match storage {
+            CpuStorage::F32(v) => CpuStorage::F32(run(contiguous(v, layout)?, k)),
+            CpuStorage::F64(v) => CpuStorage::F64(run(contiguous(v, layout)?, k)),
+            _ => bail!("row sum: f32 or f64 only"),
+        };
+        Ok((out, Shape::from(k)))
     }
 }
 
@@ -274,26 +502,50 @@ mod tests {
     #[test]
     fn gradients_match_finite_differences() {
         let dev = Device::Cpu;
-        let s = Var::from_tensor(&Tensor::randn(0f64, 1.0, (2, 2, 3, 3), &dev).unwrap()).unwrap();
-        let w = Tensor::randn(0f64, 1.0, (2, 2, 3, 3), &dev).unwrap();
-        let op = AttentionSoftmax { scale: 0.7, causal: true, lengths: Some(Arc::new(vec![3, 2])) };
-        let loss = |s: &Tensor| op.apply(s).unwrap().mul(&w).unwrap().sum_all().unwrap().to_scalar::<f64>().unwrap();
-        let grads = op.apply(s.as_tensor()).unwrap().mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
-        let g = grads.get(s.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        let base = s.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        for i in 0..base.len() {
-            let at = |delta: f64| {
-                let mut v = base.clone();
-                v[i] += delta;
-                loss(&Tensor::from_vec(v, (2, 2, 3, 3), &dev).unwrap())
-            };
-            let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
-            assert!((numeric - g[i]).abs() < 1e-6, "softmax grad {i}: {numeric} vs {}", g[i]);
+        // Two sequences of 3 tokens, d 4, 2 heads; the second sequence 2 tokens long.
+        let s = Var::from_tensor(&Tensor::randn(0f64, 1.0, (6, 12), &dev).unwrap()).unwrap();
+        let w = Tensor::randn(0f64, 1.0, (6, 4), &dev).unwrap();
+        for causal in [true, false] {
+            let op = Attention { heads: 2, len: 3, scale: 0.7, causal, lengths: Some(Arc::new(vec![3, 2])) };
+            let loss =
+                |s: &Tensor| op.apply(s).unwrap().mul(&w).unwrap().sum_all().unwrap().to_scalar::<f64>().unwrap();
+            let grads = op.apply(s.as_tensor()).unwrap().mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+            let g = grads.get(s.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+            let base = s.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+            for i in 0..base.len() {
+                let at = |delta: f64| {
+                    let mut v = base.clone();
+                    v[i] += delta;
+                    loss(&Tensor::from_vec(v, (6, 12), &dev).unwrap())
+                };
+                let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+                assert!((numeric - g[i]).abs() < 1e-6, "attention grad {i} (causal {causal}): {numeric} vs {}", g[i]);
+            }
+            // The output is the probabilities times the values, as unfused operations compute it.
+            let p = op.probabilities(s.as_tensor()).unwrap();
+            let v = s.as_tensor().narrow(1, 8, 4).unwrap().reshape((2, 3, 2, 2)).unwrap().transpose(1, 2).unwrap();
+            let want = p.matmul(&v.contiguous().unwrap()).unwrap().transpose(1, 2).unwrap().reshape((6, 4)).unwrap();
+            let got = op.apply(s.as_tensor()).unwrap();
+            let diff = (want - got).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+            assert!(diff < 1e-12, "{diff}");
+            // Masked keys get exactly zero probability; rows sum to 1.
+            let p = p.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+            assert_eq!(p[1] == 0.0, causal); // sequence 0, head 0, query 0, key 1: after the query
+            assert_eq!(p[2 * 2 * 9 - 1], 0.0); // sequence 1, head 1, query 2, key 2: padding
+            assert!(p.chunks(3).all(|row| (row.iter().sum::<f64>() - 1.0).abs() < 1e-12));
         }
-        // Masked keys get exactly zero probability.
-        let p = op.apply(s.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        assert_eq!(p[1], 0.0); // sequence 0, query 0, key 1: after the query
-        assert_eq!(p[4 * 9 - 1], 0.0); // sequence 1, key 2: padding
+
+        // The bias's gradient is the sum of the output gradient's rows; x's is the output gradient.
+        let x = Var::from_tensor(&Tensor::randn(0f64, 1.0, (4, 3), &dev).unwrap()).unwrap();
+        let b = Var::from_tensor(&Tensor::randn(0f64, 1.0, 3, &dev).unwrap()).unwrap();
+        let wt = Tensor::randn(0f64, 1.0, (4, 3), &dev).unwrap();
+        let y = AddBias.apply(&x, &b).unwrap();
+        assert_eq!(y.to_vec2::<f64>().unwrap(), x.broadcast_add(&b).unwrap().to_vec2::<f64>().unwrap());
+        let grads = y.mul(&wt).unwrap().sum_all().unwrap().backward().unwrap();
+        assert_eq!(grads.get(&x).unwrap().to_vec2::<f64>().unwrap(), wt.to_vec2::<f64>().unwrap());
+        let db = grads.get(&b).unwrap().to_vec1::<f64>().unwrap();
+        let want = wt.sum(0).unwrap().to_vec1::<f64>().unwrap();
+        assert!(db.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-12), "{db:?} vs {want:?}");
 
         let x = Var::from_tensor(&Tensor::randn(0f64, 1.0, (3, 5), &dev).unwrap()).unwrap();
         let gamma = Var::from_tensor(&Tensor::randn(1f64, 0.3, 5, &dev).unwrap()).unwrap();

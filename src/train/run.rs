@@ -229,13 +229,14 @@ impl Trainer {
         format!("trained {} · step {step}", self.cfg.task.name())
     }
 
-    /// Saves the network now as a model folder (atomically), with the run's settings and history
-    /// in `training.json`.
+    /// Saves the network now as a model folder (atomically), with the run's settings, history and
+    /// probe text in `training.json`.
     pub fn save(&self, dir: &std::path::Path) -> Result<std::path::PathBuf, TrainError> {
         let training = serde_json::json!({
             "config": self.cfg,
             "step": self.step,
             "evaluations": self.evaluations,
+            "probe": self.task.probe(),
             "written_by": format!("attnviz {}", env!("CARGO_PKG_VERSION")),
         });
         save::save(&self.net, &training, dir)
@@ -260,14 +261,8 @@ pub fn evaluate(net: &Net, b: &Batch, step: usize, train_loss: f32) -> Result<Ev
         Targets::Next { .. } => None,
     };
     let out = net.forward(&b.ids, b.rows, b.len, lengths, task == TaskKind::Induction)?;
-    let mut e = Evaluation {
-        step,
-        train_loss,
-        held_out_loss: 0.0,
-        metric: 0.0,
-        order_accuracy: None,
-        head_scores: Vec::new(),
-    };
+    let mut e =
+        Evaluation { step, train_loss, held_out_loss: 0.0, metric: 0.0, order_accuracy: None, head_scores: Vec::new() };
     match &b.targets {
         Targets::Next { from } => {
             let from = if task == TaskKind::Induction { b.len / 2 } else { *from };
@@ -285,7 +280,9 @@ pub fn evaluate(net: &Net, b: &Batch, step: usize, train_loss: f32) -> Result<Ev
             let logits: Vec<Vec<f32>> = out.logits.to_dtype(DType::F32)?.to_vec2()?;
             let right: Vec<bool> = logits.iter().zip(labels).map(|(l, &y)| u32::from(l[1] > l[0]) == y).collect();
             let share = |pick: &dyn Fn(usize) -> bool| {
-                let (n, ok) = (0..right.len()).filter(|&i| pick(i)).fold((0, 0), |(n, ok), i| (n + 1, ok + usize::from(right[i])));
+                let (n, ok) = (0..right.len())
+                    .filter(|&i| pick(i))
+                    .fold((0, 0), |(n, ok), i| (n + 1, ok + usize::from(right[i])));
                 if n == 0 { f32::NAN } else { ok as f32 / n as f32 }
             };
             e.metric = share(&|_| true);

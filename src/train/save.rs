@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use candle_core::{DType, Tensor};
 use serde_json::{Value, json};
 
-use super::config::Pooling;
+use super::TrainError;
+use super::config::{Pooling, TrainConfig};
 use super::net::{BERT_NORM_EPS, NORM_EPS, Net};
 use super::tasks::{CLS, PAD, Task, UNK};
-use super::TrainError;
+use crate::model::playground::PeKind;
 use crate::model::{LoadedModel, NormPlacement};
 
 /// A network in a checkpoint's form: `config.json`, tensors by name, `tokenizer.json`.
@@ -158,11 +159,101 @@ pub fn export(net: &Net) -> candle_core::Result<Exported> {
             "scale_attn_by_inverse_layer_idx": false,
             "reorder_and_upcast_attn": false,
             "tie_word_embeddings": false,
+            // GPT2Config's defaults (50256, GPT-2's <|endoftext|>) are past this vocabulary.
+            "bos_token_id": null,
+            "eos_token_id": null,
             "use_cache": true,
             "torch_dtype": "float32",
         })
     };
     Ok(Exported { config, tensors: out, tokenizer: tokenizer_json(&task, net.cfg.pooling) })
+}
+
+/// A folder [`save`] wrote, back as the network it was: `training.json`'s settings, the weights
+/// from `model.safetensors` through the inverse of [`export`]'s names and layouts.
+pub fn load(dir: &Path) -> Result<Net, TrainError> {
+    let fail = |message: String| TrainError::Load { path: dir.to_path_buf(), message };
+    let training = std::fs::read(dir.join("training.json")).map_err(|e| fail(format!("training.json: {e}")))?;
+    let training: Value = serde_json::from_slice(&training).map_err(|e| fail(format!("training.json: {e}")))?;
+    let cfg: TrainConfig = serde_json::from_value(training["config"].clone())
+        .map_err(|e| fail(format!("training.json has no valid \"config\": {e}")))?;
+    cfg.validate()?;
+    let tensors = candle_core::safetensors::load(dir.join("model.safetensors"), &candle_core::Device::Cpu)
+        .map_err(|e| fail(format!("model.safetensors: {e}")))?;
+    let net = Net::new(&cfg, DType::F32)?;
+    let get = |name: &str| -> Result<Tensor, TrainError> {
+        Ok(tensors.get(name).ok_or_else(|| fail(format!("model.safetensors has no {name}")))?.to_dtype(DType::F32)?)
+    };
+    let t = |x: Tensor| -> Result<Tensor, TrainError> { Ok(x.t()?.contiguous()?) };
+    let set = |param: &str, value: Tensor| -> Result<(), TrainError> {
+        let var = net.var(param)?;
+        if var.dims() != value.dims() {
+            return Err(fail(format!(
+                "{param}: the file's tensor is {:?}, the settings make it {:?}",
+                value.dims(),
+                var.dims()
+            )));
+        }
+        Ok(var.set(&value)?)
+    };
+    let learned = cfg.pe == PeKind::Learned;
+    if cfg.task.is_classifier() {
+        let p = "bert.";
+        set("tok", get(&format!("{p}embeddings.word_embeddings.weight"))?)?;
+        if learned {
+            set("pos", get(&format!("{p}embeddings.position_embeddings.weight"))?)?;
+        }
+        set("emb_ln.w", get(&format!("{p}embeddings.LayerNorm.weight"))?)?;
+        set("emb_ln.b", get(&format!("{p}embeddings.LayerNorm.bias"))?)?;
+        for l in 0..cfg.layers {
+            let (dst, src) = (format!("h.{l}"), format!("{p}encoder.layer.{l}"));
+            let part = |name: &str, what: &str| get(&format!("{src}.attention.self.{name}.{what}"));
+            let parts = ["query", "key", "value"];
+            let w = parts.iter().map(|n| t(part(n, "weight")?)).collect::<Result<Vec<_>, _>>()?;
+            let b = parts.iter().map(|n| part(n, "bias")).collect::<Result<Vec<_>, _>>()?;
+            set(&format!("{dst}.qkv.w"), Tensor::cat(&w, 1)?)?;
+            set(&format!("{dst}.qkv.b"), Tensor::cat(&b, 0)?)?;
+            set(&format!("{dst}.o.w"), t(get(&format!("{src}.attention.output.dense.weight"))?)?)?;
+            set(&format!("{dst}.o.b"), get(&format!("{src}.attention.output.dense.bias"))?)?;
+            set(&format!("{dst}.ln1.w"), get(&format!("{src}.attention.output.LayerNorm.weight"))?)?;
+            set(&format!("{dst}.ln1.b"), get(&format!("{src}.attention.output.LayerNorm.bias"))?)?;
+            if cfg.mlp > 0 {
+                set(&format!("{dst}.up.w"), t(get(&format!("{src}.intermediate.dense.weight"))?)?)?;
+                set(&format!("{dst}.up.b"), get(&format!("{src}.intermediate.dense.bias"))?)?;
+                set(&format!("{dst}.down.w"), t(get(&format!("{src}.output.dense.weight"))?)?)?;
+                set(&format!("{dst}.down.b"), get(&format!("{src}.output.dense.bias"))?)?;
+                set(&format!("{dst}.ln2.w"), get(&format!("{src}.output.LayerNorm.weight"))?)?;
+                set(&format!("{dst}.ln2.b"), get(&format!("{src}.output.LayerNorm.bias"))?)?;
+            }
+        }
+        if net.final_norm() {
+            set("ln_f.w", get(&format!("{p}encoder.LayerNorm.weight"))?)?;
+            set("ln_f.b", get(&format!("{p}encoder.LayerNorm.bias"))?)?;
+        }
+        set("head.w", t(get("classifier.weight")?)?)?;
+        set("head.b", get("classifier.bias")?)?;
+    } else {
+        let p = "transformer.";
+        set("tok", get(&format!("{p}wte.weight"))?)?;
+        if learned {
+            set("pos", get(&format!("{p}wpe.weight"))?)?;
+        }
+        for l in 0..cfg.layers {
+            let (dst, src) = (format!("h.{l}"), format!("{p}h.{l}"));
+            let mut pairs = vec![("ln1", "ln_1"), ("qkv", "attn.c_attn"), ("o", "attn.c_proj")];
+            if cfg.mlp > 0 {
+                pairs.extend([("ln2", "ln_2"), ("up", "mlp.c_fc"), ("down", "mlp.c_proj")]);
+            }
+            for (ours, theirs) in pairs {
+                set(&format!("{dst}.{ours}.w"), get(&format!("{src}.{theirs}.weight"))?)?;
+                set(&format!("{dst}.{ours}.b"), get(&format!("{src}.{theirs}.bias"))?)?;
+            }
+        }
+        set("ln_f.w", get(&format!("{p}ln_f.weight"))?)?;
+        set("ln_f.b", get(&format!("{p}ln_f.bias"))?)?;
+        set("head.w", t(get("lm_head.weight")?)?)?;
+    }
+    Ok(net)
 }
 
 /// A word-level `tokenizer.json` spelling the task's vocabulary: words split at spaces (the review
@@ -217,7 +308,10 @@ pub fn to_model(net: &Net, name: &str, dir: &Path) -> Result<LoadedModel, TrainE
 /// either the old folder or the new one.
 pub fn save(net: &Net, training: &Value, dir: &Path) -> Result<PathBuf, TrainError> {
     let e = export(net)?;
-    let io = |what: &str, err: std::io::Error| TrainError::Save { path: dir.to_path_buf(), message: format!("{what}: {err}") };
+    let io = |what: &str, err: std::io::Error| TrainError::Save {
+        path: dir.to_path_buf(),
+        message: format!("{what}: {err}"),
+    };
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -230,7 +324,8 @@ pub fn save(net: &Net, training: &Value, dir: &Path) -> Result<PathBuf, TrainErr
         .prefix(".attnviz-save-")
         .tempdir_in(&parent)
         .map_err(|err| io("cannot write beside it", err))?;
-    let write = |file: &str, bytes: &[u8]| std::fs::write(staging.path().join(file), bytes).map_err(|err| io(file, err));
+    let write =
+        |file: &str, bytes: &[u8]| std::fs::write(staging.path().join(file), bytes).map_err(|err| io(file, err));
     write("config.json", serde_json::to_string_pretty(&e.config).unwrap_or_default().as_bytes())?;
     write("tokenizer.json", e.tokenizer.to_string().as_bytes())?;
     write("training.json", serde_json::to_string_pretty(training).unwrap_or_default().as_bytes())?;
@@ -277,5 +372,6 @@ fn safetensors_bytes(tensors: &HashMap<String, Tensor>) -> Result<Vec<u8>, Train
         .map_err(|e| TrainError::Save { path: PathBuf::new(), message: e.to_string() })?;
     let mut meta = HashMap::new();
     meta.insert("format".to_string(), "pt".to_string());
-    safetensors::tensor::serialize(views, Some(meta)).map_err(|e| TrainError::Save { path: PathBuf::new(), message: e.to_string() })
+    safetensors::tensor::serialize(views, Some(meta))
+        .map_err(|e| TrainError::Save { path: PathBuf::new(), message: e.to_string() })
 }

@@ -232,11 +232,13 @@ impl Task {
             }
             TaskKind::Sentiment => {
                 let sentences: Vec<Sentence> = (0..rows)
-                    .map(|_| loop {
-                        let s = Sentence::sample(rng);
-                        let ids: Vec<u32> = s.words.iter().map(|w| self.id(w)).collect();
-                        if held_out(&ids) == test {
-                            break s;
+                    .map(|_| {
+                        loop {
+                            let s = Sentence::sample(rng);
+                            let ids: Vec<u32> = s.words.iter().map(|w| self.id(w)).collect();
+                            if held_out(&ids) == test {
+                                break s;
+                            }
                         }
                     })
                     .collect();
@@ -336,7 +338,8 @@ const SUBJECTS: &[&str] = &["the plot", "the acting", "the film", "the music", "
 const GOOD: &[&str] = &["good", "great", "fun", "clever", "moving"];
 const BAD: &[&str] = &["bad", "boring", "dull", "awful", "weak"];
 /// Verbs in the past tense, with their polarity.
-const FELT: &[(&str, bool)] = &[("loved", true), ("liked", true), ("enjoyed", true), ("hated", false), ("disliked", false)];
+const FELT: &[(&str, bool)] =
+    &[("loved", true), ("liked", true), ("enjoyed", true), ("hated", false), ("disliked", false)];
 /// The same verbs after "did not".
 const FEEL: &[(&str, bool)] = &[("love", true), ("like", true), ("enjoy", true), ("hate", false), ("dislike", false)];
 /// Longest sentence in words: "i did not expect to enjoy it , but i did not hate it" (14), with
@@ -344,9 +347,10 @@ const FEEL: &[(&str, bool)] = &[("love", true), ("like", true), ("enjoy", true),
 const SENTENCE_MAX: usize = 24;
 
 fn sentiment_vocabulary() -> Vec<String> {
-    let mut words: Vec<String> = [PAD, UNK, CLS, ",", "but", "was", "not", "i", "it", "did", "expect", "to", "at", "all"]
-        .map(String::from)
-        .into();
+    let mut words: Vec<String> =
+        [PAD, UNK, CLS, ",", "but", "was", "not", "i", "it", "did", "expect", "to", "at", "all"]
+            .map(String::from)
+            .into();
     let mut add = |w: &str| {
         if !words.iter().any(|x| x == w) {
             words.push(w.to_string());
@@ -409,8 +413,11 @@ impl Sentence {
             }
             3 => {
                 // "not bad at all": positive.
-                let (adj, good) =
-                    if rng.below(2) == 0 { (GOOD[rng.below(GOOD.len())], true) } else { (BAD[rng.below(BAD.len())], false) };
+                let (adj, good) = if rng.below(2) == 0 {
+                    (GOOD[rng.below(GOOD.len())], true)
+                } else {
+                    (BAD[rng.below(BAD.len())], false)
+                };
                 (format!("not {adj} at all"), !good, false)
             }
             _ => {
@@ -461,7 +468,11 @@ mod tests {
             for row in b.ids.chunks(13) {
                 assert_eq!(row[6], 10);
                 let mut want = row[..6].to_vec();
-                if kind == TaskKind::Sort { want.sort_unstable() } else { want.reverse() }
+                if kind == TaskKind::Sort {
+                    want.sort_unstable();
+                } else {
+                    want.reverse();
+                }
                 assert_eq!(row[7..], want[..]);
             }
         }

@@ -315,6 +315,8 @@ fn the_command_line_trains_reports_and_saves() {
     let err = String::from_utf8_lossy(&unwritable.stderr);
     assert!(err.contains("cannot save"), "{err}");
     assert_eq!(std::fs::read(&blocker).unwrap(), b"x");
+}
+
 /// A saved folder read back into the lab ([`attnviz::train::load`], the inverse of the export's
 /// names and layouts) is the same network: every parameter bit for bit, for every variant.
 #[test]

@@ -283,8 +283,28 @@ fn the_command_line_trains_reports_and_saves() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("sorter");
     let args = [
-        "train", "--task", "sort", "--layers", "1", "--heads", "2", "--d-model", "16", "--mlp", "16", "--context", "7",
-        "--batch", "8", "--steps", "30", "--eval", "10", "--seed", "3", "-o",
+        "train",
+        "--task",
+        "sort",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--d-model",
+        "16",
+        "--mlp",
+        "16",
+        "--context",
+        "7",
+        "--batch",
+        "8",
+        "--steps",
+        "30",
+        "--eval",
+        "10",
+        "--seed",
+        "3",
+        "-o",
     ];
     let run = common::output_sandboxed(std::process::Command::new(bin).args(args).arg(&out));
     let stdout = String::from_utf8_lossy(&run.stdout);
@@ -292,13 +312,19 @@ fn the_command_line_trains_reports_and_saves() {
     let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("step ")).collect();
     assert_eq!(lines.len(), 3, "{stdout}");
     for (line, step) in lines.iter().zip([10, 20, 30]) {
-        assert!(line.starts_with(&format!("step {step} loss ")) && line.contains(" accuracy ") && line.contains("ms_per_step"), "{line}");
+        assert!(
+            line.starts_with(&format!("step {step} loss "))
+                && line.contains(" accuracy ")
+                && line.contains("ms_per_step"),
+            "{line}"
+        );
     }
     assert!(stdout.contains(&format!("saved {}", out.display())), "{stdout}");
     let m = LoadedModel::load(&out).unwrap();
     let run = m.run("3 1 4 = 1 3 4", None).unwrap();
     assert_eq!(run.tokens.ids, [3, 1, 4, 10, 1, 3, 4]);
-    let training: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("training.json")).unwrap()).unwrap();
+    let training: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("training.json")).unwrap()).unwrap();
     assert_eq!(training["config"]["task"], "Sort");
     assert_eq!(training["evaluations"].as_array().unwrap().len(), 3);
 
@@ -310,7 +336,9 @@ fn the_command_line_trains_reports_and_saves() {
     let blocker = tmp.path().join("file");
     std::fs::write(&blocker, b"x").unwrap();
     let target = blocker.join("model");
-    let unwritable = common::output_sandboxed(std::process::Command::new(bin).args(["train", "--steps", "2", "--eval", "1", "-o"]).arg(&target));
+    let unwritable = common::output_sandboxed(
+        std::process::Command::new(bin).args(["train", "--steps", "2", "--eval", "1", "-o"]).arg(&target),
+    );
     assert!(!unwritable.status.success());
     let err = String::from_utf8_lossy(&unwritable.stderr);
     assert!(err.contains("cannot save"), "{err}");

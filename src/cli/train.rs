@@ -125,7 +125,8 @@ fn line(task: TaskKind, layers: usize, e: &Evaluation, ms_per_step: f64) -> Stri
         TaskKind::Induction => {
             // The best head, as L{layer}H{head}.
             let heads = e.head_scores.len() / layers.max(1);
-            let best = (0..e.head_scores.len()).max_by(|&a, &b| e.head_scores[a].total_cmp(&e.head_scores[b])).unwrap_or(0);
+            let best =
+                (0..e.head_scores.len()).max_by(|&a, &b| e.head_scores[a].total_cmp(&e.head_scores[b])).unwrap_or(0);
             format!(
                 "repeated_half_loss {:.3} induction_score {:.3} best_head L{}H{}",
                 e.held_out_loss,

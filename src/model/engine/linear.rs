@@ -13,14 +13,15 @@ use crate::model::kernels;
 /// which is much slower for short inputs), and the panels run in parallel.
 #[derive(Debug, Clone)]
 pub(super) struct Linear {
-    /// The panels, f32 or 16-bit (widened one panel at a time per product).
+    /// The panels, f32 or 16-bit (widened one panel at a time per product), or a GGUF matrix's
+    /// rows in their blocks (each panel widened from its rows).
     panels: Values,
     bias: Vec<f32>,
     in_dim: usize,
 }
 
 thread_local! {
-    /// One widened 16-bit panel per thread.
+    /// One widened 16-bit or quantised panel per thread.
     static WIDE_PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -112,11 +113,8 @@ impl Linear {
             // A 16-bit panel is widened into this thread's buffer first, then multiplied like an
             // f32 one.
             chunks.for_each(|(i, dst)| {
-                let start = i * in_dim * PANEL;
-                let len = dst.len() / rows * in_dim;
                 WIDE_PANEL.with_borrow_mut(|wide| {
-                    wide.resize(len, 0.0);
-                    self.panels.widen_into(start..start + len, wide);
+                    self.panels.widen_panel(i, (in_dim, out_dim), 0..in_dim, wide);
                     product(dst, wide);
                 });
             });
@@ -154,8 +152,7 @@ impl Linear {
                 product(&p[start..start + len]);
             } else {
                 WIDE_PANEL.with_borrow_mut(|wide| {
-                    wide.resize(len, 0.0);
-                    self.panels.widen_into(start..start + len, wide);
+                    self.panels.widen_panel(i, (in_dim, out_dim), columns.clone(), wide);
                     product(wide);
                 });
             }

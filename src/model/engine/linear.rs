@@ -1,21 +1,22 @@
-//! Linear products: `nn.Linear` with its weight stored as panels of output columns.
+//! Linear products: `nn.Linear`, its weight held row-major as the checkpoint stores it.
 
 use rayon::prelude::*;
 
 use super::error::Result;
-use super::weights::{PANEL, Values, Weights, panelize};
+use super::weights::{PANEL, Values, Weights};
 use crate::model::gemm::{MatMut, MatRef, matmul};
 use crate::model::kernels;
 
-/// `nn.Linear`: `x · Wᵀ + b`. `Wᵀ` (`in × out`) is stored as panels of [`PANEL`] output columns,
-/// each a contiguous row-major `in × PANEL` block: each panel's product streams its weights from
-/// one block of memory in order (a whole `Wᵀ` is read with a stride of `out` floats per step,
-/// which is much slower for short inputs), and the panels run in parallel.
+/// `nn.Linear`: `x · Wᵀ + b`. `W` (`out × in`) is held row-major, in the precision it is kept in;
+/// the product runs over panels of [`PANEL`] output features in parallel, each panel's rows
+/// widened to f32 (16-bit, quantised) into a buffer of the thread's — the same rows in the same
+/// layout whatever the storage, so the products are bit for bit those of f32 weights — and
+/// multiplied through a transposed view (`x · panelᵀ`: for one row, dot products that read each
+/// weight row in order).
 #[derive(Debug, Clone)]
 pub(super) struct Linear {
-    /// The panels, f32 or 16-bit (widened one panel at a time per product), or a GGUF matrix's
-    /// rows in their blocks (each panel widened from its rows).
-    panels: Values,
+    /// The weight, row-major `out × in`: f32, 16-bit, or a GGUF matrix's blocks.
+    weight: Values,
     bias: Vec<f32>,
     in_dim: usize,
 }
@@ -28,13 +29,12 @@ thread_local! {
 impl Linear {
     /// From a row-major `out × in` weight and an `out` bias.
     pub(super) fn new(weight: &[f32], bias: Vec<f32>, in_dim: usize) -> Self {
-        Self { panels: Values::F32(panelize(weight, in_dim, bias.len())), bias, in_dim }
+        Self { weight: Values::F32(weight.to_vec()), bias, in_dim }
     }
 
     /// From a row-major `out × in` weight (in the precision it is kept in) and an `out` bias.
-    pub(super) fn from_values(weight: &Values, bias: Vec<f32>, in_dim: usize) -> Self {
-        let panels = weight.panelized(in_dim, bias.len());
-        Self { panels, bias, in_dim }
+    pub(super) fn from_values(weight: Values, bias: Vec<f32>, in_dim: usize) -> Self {
+        Self { weight, bias, in_dim }
     }
 
     /// `{name}.weight` (`out × in`) and `{name}.bias` (zeros when `bias` is false).
@@ -47,7 +47,7 @@ impl Linear {
         } else {
             vec![0.0; out_dim]
         };
-        Ok(Self::from_values(&weight, bias, in_dim))
+        Ok(Self::from_values(weight, bias, in_dim))
     }
 
     /// `{name}.weight` and its bias when the checkpoint has them (a DeBERTa `pos_q`); None
@@ -57,12 +57,12 @@ impl Linear {
             return Ok(None);
         };
         let bias = w.take_optional(&format!("{name}.bias"), &[out_dim])?.unwrap_or_else(|| vec![0.0; out_dim]);
-        Ok(Some(Self::from_values(&weight, bias, in_dim)))
+        Ok(Some(Self::from_values(weight, bias, in_dim)))
     }
 
     /// Bytes its weights take as held.
     pub(super) fn weight_bytes(&self) -> usize {
-        self.panels.bytes()
+        self.weight.bytes()
     }
 
     /// Several linear layers on the same input as one (their outputs side by side), each
@@ -79,7 +79,7 @@ impl Linear {
                 biases.extend(std::iter::repeat_n(0.0, *out_dim));
             }
         }
-        Ok(Self::from_values(&Values::concat(weight), biases, in_dim))
+        Ok(Self::from_values(Values::concat(weight), biases, in_dim))
     }
 
     pub(super) fn out_dim(&self) -> usize {
@@ -96,30 +96,33 @@ impl Linear {
             return;
         }
         let scratch = &mut scratch[..rows * out_dim];
-        let product = |dst: &mut [f32], w: &[f32]| {
-            let width = w.len() / in_dim;
-            matmul(
-                MatMut::rows(dst, rows, width, width),
-                MatRef::rows(x, rows, in_dim, in_dim),
-                MatRef::rows(w, in_dim, width, width),
-                1.0,
-                false,
-            );
+        scratch.par_chunks_mut(rows * PANEL).enumerate().for_each(|(i, dst)| {
+            self.panel_product(i, x, 0..in_dim, dst);
+        });
+        kernels::add_panels(scratch, PANEL, &self.bias, residual, out);
+    }
+
+    /// Panel `panel`'s product over input columns `columns` into `dst` (`rows × width`).
+    fn panel_product(&self, panel: usize, x: &[f32], columns: std::ops::Range<usize>, dst: &mut [f32]) {
+        let in_dim = self.in_dim;
+        let rows = x.len() / in_dim;
+        let width = dst.len() / rows;
+        let first = panel * PANEL;
+        let part = columns.len();
+        let product = |w: &[f32], dst: &mut [f32]| {
+            let x = MatRef::rows(&x[columns.start..], rows, part, in_dim);
+            let w = MatRef::rows(&w[columns.start..], width, part, in_dim).t();
+            matmul(MatMut::rows(dst, rows, width, width), x, w, 1.0, false);
         };
-        let chunks = scratch.par_chunks_mut(rows * PANEL).enumerate();
-        if let Values::F32(p) = &self.panels {
-            chunks.zip(p.par_chunks(in_dim * PANEL)).for_each(|((_, dst), w)| product(dst, w));
+        if let Values::F32(w) = &self.weight {
+            product(&w[first * in_dim..(first + width) * in_dim], dst);
         } else {
-            // A 16-bit panel is widened into this thread's buffer first, then multiplied like an
-            // f32 one.
-            chunks.for_each(|(i, dst)| {
-                WIDE_PANEL.with_borrow_mut(|wide| {
-                    self.panels.widen_panel(i, (in_dim, out_dim), 0..in_dim, wide);
-                    product(dst, wide);
-                });
+            WIDE_PANEL.with_borrow_mut(|wide| {
+                wide.resize(width * in_dim, 0.0);
+                self.weight.widen_into(first * in_dim..(first + width) * in_dim, wide);
+                product(wide, dst);
             });
         }
-        kernels::add_panels(scratch, PANEL, &self.bias, residual, out);
     }
 
     /// The bias, `out` values.
@@ -133,29 +136,13 @@ impl Linear {
     pub(super) fn partial_into(&self, x: &[f32], columns: std::ops::Range<usize>, out: &mut [f32]) {
         let (in_dim, out_dim) = (self.in_dim, self.out_dim());
         let rows = x.len() / in_dim.max(1);
-        let part = columns.len();
-        if rows == 0 || part == 0 {
+        if rows == 0 || columns.is_empty() {
             out.fill(0.0);
             return;
         }
-        let x_part = MatRef::rows(&x[columns.start..], rows, part, in_dim);
         let mut scratch = vec![0.0; rows * out_dim];
-        let chunks = scratch.par_chunks_mut(rows * PANEL).enumerate();
-        chunks.for_each(|(i, dst)| {
-            let width = dst.len() / rows;
-            let start = i * in_dim * PANEL + columns.start * width;
-            let len = part * width;
-            let mut product = |w: &[f32]| {
-                matmul(MatMut::rows(dst, rows, width, width), x_part, MatRef::rows(w, part, width, width), 1.0, false);
-            };
-            if let Values::F32(p) = &self.panels {
-                product(&p[start..start + len]);
-            } else {
-                WIDE_PANEL.with_borrow_mut(|wide| {
-                    self.panels.widen_panel(i, (in_dim, out_dim), columns.clone(), wide);
-                    product(wide);
-                });
-            }
+        scratch.par_chunks_mut(rows * PANEL).enumerate().for_each(|(i, dst)| {
+            self.panel_product(i, x, columns.clone(), dst);
         });
         let zeros = vec![0.0; out_dim];
         kernels::add_panels(&scratch, PANEL, &zeros, None, out);

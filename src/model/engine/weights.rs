@@ -76,7 +76,7 @@ pub(super) enum Values {
     F32(Vec<f32>),
     F16(Vec<half::f16>),
     Bf16(Vec<half::bf16>),
-    /// Row-major (never panelized: a panel is widened from its rows), GGUF blocks.
+    /// GGUF blocks, row by row.
     Quant(Quantized),
 }
 
@@ -108,37 +108,6 @@ impl Values {
             Self::F16(v) => v[range].convert_to_f32_slice(out),
             Self::Bf16(v) => v[range].convert_to_f32_slice(out),
             Self::Quant(q) => q.widen_into(range, out),
-        }
-    }
-
-    /// Panel `panel` of a [`Self::panelized`] `out × in` weight, input columns `columns`, as f32
-    /// into `wide` (`columns.len() × width`, the panel's layout), with `width` its output columns.
-    pub(super) fn widen_panel(
-        &self,
-        panel: usize,
-        (in_dim, out_dim): (usize, usize),
-        columns: std::ops::Range<usize>,
-        wide: &mut Vec<f32>,
-    ) {
-        let first = panel * PANEL;
-        let width = PANEL.min(out_dim - first);
-        wide.resize(columns.len() * width, 0.0);
-        if let Self::Quant(q) = self {
-            ROW.with_borrow_mut(|row| q.panel_into(first..first + width, columns, row, wide));
-        } else {
-            let start = first * in_dim + columns.start * width;
-            self.widen_into(start..start + wide.len(), wide);
-        }
-    }
-
-    /// A row-major `out × in` weight as panels of [`PANEL`] output columns (each `in × PANEL`),
-    /// in the same precision.
-    pub(super) fn panelized(&self, in_dim: usize, out_dim: usize) -> Self {
-        match self {
-            Self::F32(w) => Self::F32(panelize(w, in_dim, out_dim)),
-            Self::F16(w) => Self::F16(panelize(w, in_dim, out_dim)),
-            Self::Bf16(w) => Self::Bf16(panelize(w, in_dim, out_dim)),
-            Self::Quant(q) => Self::Quant(q.clone()),
         }
     }
 
@@ -311,25 +280,5 @@ fn check_shape(name: &str, found: &[usize], expected: &[usize]) -> Result<()> {
     Ok(())
 }
 
-thread_local! {
-    /// One widened row of a quantised matrix per thread.
-    static ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// Output features per weight panel of a linear layer (`super::linear::Linear`).
 pub(super) const PANEL: usize = 64;
-
-/// `weight` (row-major `out × in`) as panels of [`PANEL`] output columns, each `in × PANEL`.
-pub(super) fn panelize<T: Copy>(weight: &[T], in_dim: usize, out_dim: usize) -> Vec<T> {
-    if weight.is_empty() {
-        return Vec::new(); // a plan's weight (see `Weights::plan`)
-    }
-    let mut panels = Vec::with_capacity(weight.len());
-    for start in (0..out_dim).step_by(PANEL) {
-        let end = (start + PANEL).min(out_dim);
-        for i in 0..in_dim {
-            panels.extend((start..end).map(|o| weight[o * in_dim + i]));
-        }
-    }
-    panels
-}

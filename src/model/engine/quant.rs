@@ -7,7 +7,7 @@
 #![allow(clippy::inline_always)] // pulp's dispatch vectorises only code inlined into it
 
 use candle_core::quantized::GgmlDType;
-use half::{bf16, f16};
+use half::bf16;
 
 /// A block format of one stored row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +219,23 @@ impl pulp::WithSimd for Widen<'_> {
 
 #[inline(always)]
 fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// An f16's bits as the f32 of the same value (exact, as `half` converts; inlined into the
+/// dispatched widening, where `half`'s runtime check for F16C was a call per block scale).
+#[inline(always)]
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = (u32::from(h) & 0x8000) << 16;
+    let exponent = u32::from((h >> 10) & 0x1f);
+    let mantissa = u32::from(h & 0x3ff);
+    let magnitude = match exponent {
+        // Zero and subnormals: mantissa · 2^-24 (exact: at most 10 bits).
+        0 => (mantissa as f32 * (1.0 / 16_777_216.0)).to_bits(),
+        0x1f => 0x7f80_0000 | (mantissa << 13),
+        _ => ((exponent + 112) << 23) | (mantissa << 13),
+    };
+    f32::from_bits(sign | magnitude)
 }
 
 /// One row's blocks → f32, as Candle's `GgmlType::to_float` of each block type computes it.
@@ -235,7 +251,7 @@ fn decode_row(kind: BlockKind, bytes: &[u8], out: &mut [f32]) {
         }
         BlockKind::F16 => {
             for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                *o = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
             }
         }
         BlockKind::Bf16 => {
@@ -405,6 +421,7 @@ mod tests {
     use super::*;
     use candle_core::Device;
     use candle_core::quantized::ggml_file::qtensor_from_ggml;
+    use half::f16;
 
     /// Random block bytes (a xorshift stream) with every f16 scale set to a finite value of either
     /// sign (random bytes would make some NaN, which no file holds and `==` cannot compare).
@@ -481,6 +498,14 @@ mod tests {
             let mut part = vec![0.0; 700];
             q.widen_into(300..1000, &mut part);
             assert_eq!(bits(&part), bits(&want[300..1000]), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn every_f16_widens_as_half_does() {
+        for bits in 0..=u16::MAX {
+            let (want, got) = (f16::from_bits(bits).to_f32(), f16_to_f32(bits));
+            assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "{bits:#06x}");
         }
     }
 

@@ -16,8 +16,8 @@ fn gguf(name: &str) -> PathBuf {
 
 const SENTENCE: &str = "The animal didn't cross the street because it was too tired.";
 
-/// Every fixture GGUF: F32, Q8_0 (+ F16), Q4_0/Q4_1 (+ Q8_0, F16), every 32-value type with
-/// F16 and BF16 mixed inside fused matrices, and Q4_K / Q5_K / Q6_K.
+/// Every fixture GGUF: F32, `Q8_0` (+ F16), `Q4_0` / `Q4_1` (+ `Q8_0`, F16), every 32-value type
+/// with F16 and BF16 mixed inside fused matrices, and `Q4_K` / `Q5_K` / `Q6_K`.
 const FILES: [&str; 5] =
     ["tiny-llama.F32.gguf", "tiny-llama.Q8_0.gguf", "tiny-llama.Q4.gguf", "tiny-llama.mixed.gguf", "tiny-llama.K.gguf"];
 

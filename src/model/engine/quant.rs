@@ -1,5 +1,5 @@
-//! GGUF weights kept in llama.cpp's blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, and
-//! F16 / BF16 / F32 rows), widened to f32 a row at a time as a product needs them. The widening is
+//! GGUF weights kept in llama.cpp's blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K`,
+//! `Q6_K`, and F16 / BF16 / F32 rows), widened to f32 a row at a time as a product needs them. The widening is
 //! Candle's `k_quants` `to_float` arithmetic operation for operation (the dequantise-on-load path),
 //! so every value — and every product, attention weight and logit — is bit for bit what the network
 //! computes from the f32 weights (`tests` compare every type with Candle's `dequantize`).
@@ -30,14 +30,14 @@ pub enum BlockKind {
     Q8_0,
     /// 256 values: super-block scale and minimum, eight 6-bit sub-block scales and minima, 4-bit values.
     Q4K,
-    /// 256 values: as Q4_K with a fifth bit.
+    /// 256 values: as `Q4_K` with a fifth bit.
     Q5K,
     /// 256 values: an f16 scale, sixteen 8-bit sub-block scales, 6-bit values − 32.
     Q6K,
 }
 
 impl BlockKind {
-    /// The kind of a GGUF tensor type, None for the types kept dequantised (Q2_K, Q3_K, Q8_1, Q8_K).
+    /// The kind of a GGUF tensor type, None for the types kept dequantised (`Q2_K`, `Q3_K`, `Q8_1`, `Q8_K`).
     pub fn of(dtype: GgmlDType) -> Option<Self> {
         Some(match dtype {
             GgmlDType::F32 => Self::F32,
@@ -74,7 +74,7 @@ impl BlockKind {
     /// Bytes of a row of `cols` values, None when `cols` is not a whole number of blocks.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
         let (values, bytes) = self.block();
-        cols.is_multiple_of(values).then(|| cols / values * bytes)
+        (cols % values == 0).then(|| cols / values * bytes)
     }
 }
 
@@ -143,6 +143,7 @@ impl Quantized {
     ///
     /// # Panics
     /// If an index is out of range.
+    #[must_use]
     pub fn permute_rows(&self, from: &[usize]) -> Self {
         let mut out = Vec::with_capacity(self.parts.iter().map(|p| p.bytes.len()).sum());
         let (kind, row_bytes) = (self.parts[0].kind, self.parts[0].row_bytes);

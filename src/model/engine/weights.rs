@@ -48,7 +48,7 @@ pub enum WeightStorage {
     /// Widened to f32 once, at load.
     F32,
     /// In the checkpoint's precision when that is f16 or bf16 (half the memory of f32), or in a
-    /// GGUF file's quantised blocks (Q4_0 … Q8_0, Q4_K, Q5_K, Q6_K: about the file's size), each
+    /// GGUF file's quantised blocks (`Q4_0` … `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`: about the file's size), each
     /// panel widened to f32 as a product needs it, into a buffer of the thread's. The widening
     /// is exact (a quantised block widens as Candle dequantises it), so the products — and the
     /// attention — are bit for bit those of [`Self::F32`]; and it costs nothing measurable

@@ -422,7 +422,7 @@ fn raw_blocks(
     if end.saturating_sub(start) < bytes as u64 {
         return Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
-            format!("needs {bytes} bytes at offset {start}, the file ends at {end}"),
+            format!("needs {bytes} bytes at offset {start}, only {} remaining in file", end.saturating_sub(start)),
         ));
     }
     reader.seek(SeekFrom::Start(start))?;

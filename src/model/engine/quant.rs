@@ -328,8 +328,12 @@ fn decode_block(kind: BlockKind, b: &[u8], y: &mut [f32]) {
         }
         BlockKind::Q8_0 => {
             let d = f16_at(b, 0);
-            for (o, &q) in y.iter_mut().zip(&b[2..34]) {
-                *o = f32::from(q as i8) * d;
+            // Fixed-length views: the 32 products vectorise (a zip of the slices stayed scalar).
+            let (Ok(qs), Ok(y)) = (<&[u8; 32]>::try_from(&b[2..34]), <&mut [f32; 32]>::try_from(y)) else {
+                unreachable!("a Q8_0 block holds 32 values");
+            };
+            for j in 0..32 {
+                y[j] = f32::from(qs[j] as i8) * d;
             }
         }
         BlockKind::Q4K => {

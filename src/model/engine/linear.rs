@@ -28,6 +28,29 @@ thread_local! {
     static PANEL_T: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// `t` (`columns.len() × width`, row-major) = rows `0..width` of `w` (row-major, `in_dim` wide),
+/// columns `columns`, transposed: eight rows at a time, each read in order.
+fn transpose(w: &[f32], in_dim: usize, columns: std::ops::Range<usize>, width: usize, t: &mut [f32]) {
+    let part = columns.len();
+    let row = |j: usize| &w[j * in_dim + columns.start..j * in_dim + columns.end];
+    let mut j0 = 0;
+    while j0 + 8 <= width {
+        let r: [&[f32]; 8] = std::array::from_fn(|i| row(j0 + i));
+        for (k, out) in t.chunks_exact_mut(width).enumerate().take(part) {
+            let out = &mut out[j0..j0 + 8];
+            for i in 0..8 {
+                out[i] = r[i][k];
+            }
+        }
+        j0 += 8;
+    }
+    for j in j0..width {
+        for (k, &v) in row(j).iter().enumerate() {
+            t[k * width + j] = v;
+        }
+    }
+}
+
 /// Rows up to which a product reads the weight's rows through a transposed view (decoding: gemm's
 /// dot products over rows in order); past it the panel is transposed first (`in × PANEL`), which
 /// gemm multiplies faster than the view (a 64-token pass of SmolLM2: 225 → 140 ms), and which is
@@ -125,11 +148,7 @@ impl Linear {
             } else {
                 PANEL_T.with_borrow_mut(|t| {
                     t.resize(part * width, 0.0);
-                    for (k, t) in t.chunks_exact_mut(width).enumerate() {
-                        for (j, t) in t.iter_mut().enumerate() {
-                            *t = w[j * in_dim + columns.start + k];
-                        }
-                    }
+                    transpose(w, in_dim, columns.clone(), width, t);
                     matmul(MatMut::rows(dst, rows, width, width), x, MatRef::rows(t, part, width, width), 1.0, false);
                 });
             }

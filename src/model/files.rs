@@ -128,8 +128,17 @@ pub(crate) fn memory_budget() -> Option<(u64, bool)> {
 /// (taking the app and its state with it) or pushes the desktop into swap for minutes, and the
 /// error keeps the model already open; `ATTNVIZ_MAX_MEMORY_GB` overrides the limit.
 pub fn check_memory(what: &Path, desc: &Description, file_bytes: u64) -> Result<(), ModelError> {
+    check_memory_of(what, (super::engine::weight_bytes(desc), "as f32"), file_bytes)
+}
+
+/// [`check_memory`] for weights held in `weight_bytes` bytes (`held` says how: a GGUF file's
+/// weights kept in their blocks take about the file's size, not f32's).
+pub fn check_memory_of(
+    what: &Path,
+    (weight_bytes, held): (u64, &'static str),
+    file_bytes: u64,
+) -> Result<(), ModelError> {
     let Some((available_bytes, from_env)) = memory_budget() else { return Ok(()) };
-    let weight_bytes = super::engine::weight_bytes(desc);
     let needed_bytes = weight_bytes.saturating_add(file_bytes);
     if needed_bytes <= available_bytes {
         return Ok(());
@@ -138,6 +147,7 @@ pub fn check_memory(what: &Path, desc: &Description, file_bytes: u64) -> Result<
         what: what.display().to_string(),
         needed_bytes,
         weight_bytes,
+        held,
         file_bytes,
         available_bytes,
         from_env,

@@ -1,5 +1,6 @@
-//! llama.cpp GGUF files: metadata → the Llama family's description, tensors dequantised to f32
-//! through Candle's `quantized::gguf_file`, q and k un-permuted from llama.cpp's rotary layout, and
+//! llama.cpp GGUF files: metadata → the Llama family's description, matrices kept in their blocks
+//! (or, with `ATTNVIZ_WEIGHTS=f32` and for the types attnviz does not widen itself, dequantised to
+//! f32 through Candle's `quantized::gguf_file`), q and k un-permuted from llama.cpp's rotary layout, and
 //! the tokenizer rebuilt from the file's vocabulary and merges (as transformers'
 //! `integrations/gguf/gguf_tokenizer_mapping.py` does) unless a `tokenizer.json` sits beside it.
 
@@ -14,25 +15,30 @@ use serde_json::{Map, json};
 
 use super::ModelError;
 use super::describe::Description;
+use super::engine::{BlockKind, Quantized, WeightStorage};
 use super::families::{self, Tensors};
-use super::files::{check_memory, first_line, regular_file};
+use super::files::{check_memory_of, first_line, regular_file};
 
 /// The architectures read (llama.cpp writes Llama, Mistral, `SmolLM` and most fine-tunes as "llama").
 const ARCHITECTURES: &[&str] = &["llama"];
 
 use families::MAX_TENSOR_ELEMENTS;
 
-/// A GGUF file read: its description, canonical f32 tensors, tokenizer JSON and what the weights were.
+/// A GGUF file read: its description, canonical tensors, tokenizer JSON and what the weights were.
 pub struct GgufModel {
     /// The network.
     pub desc: Description,
-    /// Canonical tensors, dequantised.
+    /// Canonical tensors dequantised to f32 (with [`WeightStorage::Stored`], the vectors and the
+    /// matrices of types not kept in blocks).
     pub tensors: Tensors,
+    /// Canonical matrices kept in their blocks ([`WeightStorage::Stored`]).
+    pub quantized: HashMap<String, Quantized>,
     /// `tokenizer.json` text built from the metadata.
     pub tokenizer_json: String,
     /// End-of-sequence ids.
     pub eos: Vec<u32>,
-    /// What the weights were: "GGUF `Q4_1` (210), `F32` (61), `Q8_0` (1), dequantised to f32".
+    /// What the weights were and how they are held: "GGUF `Q4_1` (210), `F32` (61), `Q8_0` (1),
+    /// kept in their blocks" (or "…, dequantised to f32").
     pub quantization: String,
 }
 
@@ -379,6 +385,52 @@ fn unpermute(t: &Tensor, heads: usize) -> candle_core::Result<Tensor> {
     t.reshape((heads, half, 2, cols))?.transpose(1, 2)?.reshape((rows, cols))?.contiguous()
 }
 
+/// llama.cpp's `permute`, undone on whole rows: row `i` of the result is row `from[i]` of a
+/// stored q or k matrix ([`unpermute`] on a tensor).
+fn unpermuted_rows(rows: usize, heads: usize) -> Vec<usize> {
+    let half = rows / heads / 2;
+    let mut from = Vec::with_capacity(rows);
+    for h in 0..heads {
+        for a in 0..2 {
+            for b in 0..half {
+                from.push(h * 2 * half + 2 * b + a);
+            }
+        }
+    }
+    from
+}
+
+/// The kind a tensor is kept in with [`WeightStorage::Stored`]: a matrix of a type widened by the
+/// engine (F32 ones too are read as rows, not converted); None for vectors and other types, which
+/// are dequantised to f32 on load.
+fn kept_kind(info: &candle_core::quantized::gguf_file::TensorInfo, storage: WeightStorage) -> Option<BlockKind> {
+    let dims = info.shape.dims();
+    let kind = BlockKind::of(info.ggml_dtype)?;
+    (storage == WeightStorage::Stored && dims.len() == 2 && kind.row_bytes(dims[1]).is_some()).then_some(kind)
+}
+
+/// A matrix's raw blocks, read from the file.
+fn raw_blocks(
+    reader: &mut BufReader<File>,
+    content: &Content,
+    info: &candle_core::quantized::gguf_file::TensorInfo,
+    bytes: usize,
+) -> std::io::Result<Vec<u8>> {
+    use std::io::{Seek, SeekFrom};
+    let start = content.tensor_data_offset.saturating_add(info.offset);
+    let end = reader.seek(SeekFrom::End(0))?;
+    if end.saturating_sub(start) < bytes as u64 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("needs {bytes} bytes at offset {start}, only {} remaining in file", end.saturating_sub(start)),
+        ));
+    }
+    reader.seek(SeekFrom::Start(start))?;
+    let mut raw = vec![0u8; bytes];
+    reader.read_exact(&mut raw)?;
+    Ok(raw)
+}
+
 /// GGUF tensor names → canonical ones (`blk.N.attn_q.weight` → `layer.N.q.weight`, …).
 fn canonical_name(name: &str) -> Option<String> {
     let fixed = match name {
@@ -411,8 +463,9 @@ fn canonical_name(name: &str) -> Option<String> {
     Some(format!("layer.{layer}.{target}.{leaf}"))
 }
 
-/// Reads a GGUF file: description, f32 tensors, tokenizer.
-pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
+/// Reads a GGUF file: description, tensors (kept in their blocks with [`WeightStorage::Stored`],
+/// else dequantised to f32), tokenizer.
+pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError> {
     let content = read_content(path)?;
     let meta = Meta(&content.metadata);
     let arch = meta.string("general.architecture")?.unwrap_or("(missing)");
@@ -426,7 +479,6 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
     let vocab = meta.strings("tokenizer.ggml.tokens")?.map_or(0, |t| t.len());
     let tied = !content.tensor_infos.contains_key("output.weight");
     let (_, desc) = families::describe(&config_of(&meta, arch, vocab, tied)?)?;
-    check_memory(path, &desc, 0)?;
     if let Some(dims) = meta.count(&format!("{arch}.rope.dimension_count"))? {
         if dims as usize != desc.head_dim {
             return Err(ModelError::Unsupported {
@@ -440,6 +492,7 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
     let expected: HashMap<String, Vec<usize>> =
         super::engine::expected_tensors(&desc).into_iter().map(|e| (e.name, e.shape)).collect();
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let mut held_bytes = 0u64;
     for (name, info) in &content.tensor_infos {
         let dims = info.shape.dims();
         let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
@@ -456,7 +509,14 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
             return Err(bad(path, format!("tensor {name} has shape {dims:?}, but the metadata implies {shape:?}")));
         }
         *kinds.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
+        held_bytes += match kept_kind(info, storage) {
+            Some(kind) => kind.row_bytes(dims[1]).unwrap_or(0) as u64 * dims[0] as u64,
+            None => count.unwrap_or(0) as u64 * 4,
+        };
     }
+    // The memory check counts the weights as they will be held: their blocks, or f32.
+    let held = if storage == WeightStorage::Stored { "as stored (GGUF blocks)" } else { "as f32" };
+    check_memory_of(path, (held_bytes, held), 0)?;
     let needed = desc.weight_sets();
     let present = content
         .tensor_infos
@@ -472,8 +532,23 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
     let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     let mut reader = BufReader::new(file);
     let mut tensors = HashMap::new();
-    for name in content.tensor_infos.keys() {
+    let mut quantized = HashMap::new();
+    for (name, info) in &content.tensor_infos {
         let Some(canon) = canonical_name(name) else { continue };
+        if let Some(kind) = kept_kind(info, storage) {
+            let (rows, cols) = (info.shape.dims()[0], info.shape.dims()[1]);
+            let bytes = kind.row_bytes(cols).unwrap_or(0) * rows;
+            let raw =
+                raw_blocks(&mut reader, &content, info, bytes).map_err(|e| bad(path, format!("tensor {name}: {e}")))?;
+            let mut q = Quantized::new(kind, rows, cols, raw).map_err(|e| bad(path, format!("tensor {name}: {e}")))?;
+            if canon.ends_with(".q.weight") {
+                q = q.permute_rows(&unpermuted_rows(rows, desc.heads));
+            } else if canon.ends_with(".k.weight") {
+                q = q.permute_rows(&unpermuted_rows(rows, desc.kv_heads));
+            }
+            quantized.insert(canon, q);
+            continue;
+        }
         let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {}", first_line(&e)));
         let q = content.tensor(&mut reader, name, &Device::Cpu).map_err(failed)?;
         let mut t = q.dequantize(&Device::Cpu).map_err(failed)?;
@@ -490,10 +565,11 @@ pub fn read(path: &Path) -> Result<GgufModel, ModelError> {
         v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         v.into_iter().map(|(k, n)| format!("{k} ({n})")).collect()
     };
-    let quantization = format!("GGUF {}, dequantised to f32", listed.join(", "));
+    let how = if quantized.is_empty() { "dequantised to f32" } else { "kept in their blocks" };
+    let quantization = format!("GGUF {}, {how}", listed.join(", "));
     let tokenizer_json =
         if path.with_file_name("tokenizer.json").is_file() { String::new() } else { tokenizer_json(&meta)? };
-    Ok(GgufModel { desc, tensors, tokenizer_json, eos, quantization })
+    Ok(GgufModel { desc, tensors, quantized, tokenizer_json, eos, quantization })
 }
 
 #[cfg(test)]
@@ -512,6 +588,13 @@ mod tests {
         let stored = Tensor::from_vec(vec![0f32, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0], (8, 1), &Device::Cpu).unwrap();
         let rows: Vec<f32> = unpermute(&stored, 2).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(rows, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+        // The same permutation on whole rows (kept blocks), for a larger head too.
+        assert_eq!(unpermuted_rows(8, 2), [0, 2, 1, 3, 4, 6, 5, 7]);
+        let stored: Vec<f32> = (0..24).map(|i| i as f32).collect();
+        let t = Tensor::from_vec(stored.clone(), (24, 1), &Device::Cpu).unwrap();
+        let want: Vec<f32> = unpermute(&t, 2).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let got: Vec<f32> = unpermuted_rows(24, 2).into_iter().map(|r| stored[r]).collect();
+        assert_eq!(got, want);
         let table = byte_alphabet();
         assert_eq!((table[b' ' as usize], table[b'a' as usize], table[b'\n' as usize]), ('Ġ', 'a', 'Ċ'));
     }

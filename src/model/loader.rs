@@ -286,14 +286,16 @@ impl LoadedModel {
         Self::load_with(spec, None)
     }
 
-    /// [`Self::load`], the weights held as `storage` says (None: [`WeightStorage::from_env`]).
-    /// GGUF weights are dequantised to f32.
+    /// [`Self::load`], the weights held as `storage` says (None: [`WeightStorage::from_env`]):
+    /// with [`WeightStorage::Stored`] GGUF matrices stay in their blocks, with
+    /// [`WeightStorage::F32`] they are dequantised on load.
     pub fn load_with(spec: &Path, storage: Option<WeightStorage>) -> Result<Self, ModelError> {
         if let Some(embedded) = embedded_model(spec) {
             return Self::load_with(&embedded, storage);
         }
+        let storage = storage.unwrap_or_else(WeightStorage::from_env);
         if spec.is_file() && spec.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) {
-            return Self::load_gguf(spec);
+            return Self::load_gguf(spec, storage);
         }
         let resolved = super::hub::resolve(spec)?;
         let dir = resolved.as_path();
@@ -302,7 +304,7 @@ impl LoadedModel {
         }
         if !present(&dir.join("config.json")) {
             if let Some(file) = single_gguf(dir) {
-                return Self::load_gguf(&file);
+                return Self::load_gguf(&file, storage);
             }
         }
         let config_path = dir.join("config.json");
@@ -321,7 +323,6 @@ impl LoadedModel {
             return Err(missing_tokenizer(dir));
         }
         let files = weight_files(dir)?;
-        let storage = storage.unwrap_or_else(WeightStorage::from_env);
         let (weights, decoder_weights) =
             load_weights(dir, &files, (family, storage), &desc, decoder.as_ref().map(|d| &d.desc))?;
         let bad = |e: EngineError| ModelError::Weights { path: files[0].clone(), message: e.to_string() };
@@ -343,11 +344,17 @@ impl LoadedModel {
         Ok(Self { name, dir: dir.to_path_buf(), net, tokenizer, playground: false, eos, quantization: None, decoder })
     }
 
-    /// Loads a GGUF file: weights dequantised to f32, the tokenizer from `tokenizer.json` beside
-    /// it or from the file's own vocabulary.
-    pub fn load_gguf(path: &Path) -> Result<Self, ModelError> {
-        let g = super::gguf::read(path)?;
-        let weights = checked_weights(g.tensors, &g.desc, path, WeightStorage::F32)?;
+    /// Loads a GGUF file: matrices kept in their blocks ([`WeightStorage::Stored`]) or
+    /// dequantised to f32, the tokenizer from `tokenizer.json` beside it or from the file's own
+    /// vocabulary.
+    pub fn load_gguf(path: &Path, storage: WeightStorage) -> Result<Self, ModelError> {
+        let g = super::gguf::read(path, storage)?;
+        let weights = if g.quantized.is_empty() {
+            checked_weights(g.tensors, &g.desc, path, WeightStorage::F32)?
+        } else {
+            // (gguf::read checked every name and shape against the description.)
+            Weights::with_quantized(g.tensors, g.quantized)
+        };
         let net = Network::load(&g.desc, weights)
             .map_err(|e| ModelError::Weights { path: path.to_path_buf(), message: e.to_string() })?;
         let beside = path.with_file_name("tokenizer.json");

@@ -90,7 +90,7 @@ pub enum ModelError {
     },
     /// Loading would need more memory than this machine has available.
     #[error(
-        "{what} needs about {} of memory ({} of weights as f32{}); this machine has {} available{}",
+        "{what} needs about {} of memory ({} of weights {held}{}); this machine has {} available{}",
         gb(.needed_bytes),
         gb(.weight_bytes),
         files_read(.file_bytes),
@@ -102,8 +102,10 @@ pub enum ModelError {
         what: String,
         /// Bytes the load would need at its peak (about).
         needed_bytes: u64,
-        /// Bytes of the weights as f32, as the engine holds them.
+        /// Bytes of the weights as the engine holds them.
         weight_bytes: u64,
+        /// How it holds them: "as f32", "as stored (GGUF blocks, 16-bit floats)".
+        held: &'static str,
         /// Bytes of weight files read alongside.
         file_bytes: u64,
         /// Bytes available.

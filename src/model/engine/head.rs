@@ -31,6 +31,14 @@ pub struct LogitBasis {
     pub bias: f32,
 }
 
+/// Vocabulary rows widened at a time for [`Network::logits`].
+const LOGIT_ROWS: usize = 64;
+
+thread_local! {
+    /// Rows of a table held in blocks or 16 bits, widened for [`Network::logits`], per thread.
+    static WIDE_ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Network {
     /// Next-token logits from one row of the final hidden state (after the final norm), or None
     /// without a language-model head: `hidden · Eᵀ` with the tied embeddings or `lm_head`.
@@ -48,17 +56,24 @@ impl Network {
             &scaled
         };
         let mut logits = vec![0.0; self.desc.vocab_size];
-        logits.par_chunks_mut(1024).enumerate().for_each(|(c, out)| {
-            let mut wide = vec![0.0; h];
-            for (i, o) in out.iter_mut().enumerate() {
-                let start = (c * 1024 + i) * h;
-                let row = if let Values::F32(t) = table {
-                    &t[start..start + h]
-                } else {
-                    table.widen_into(start..start + h, &mut wide);
-                    &wide[..]
-                };
-                *o = kernels::dot(row, hidden_row);
+        // Held in blocks or 16 bits, LOGIT_ROWS rows are widened at a time (one dispatched call,
+        // not one per row); each logit is the same dot product either way.
+        logits.par_chunks_mut(LOGIT_ROWS).enumerate().for_each(|(c, out)| {
+            let start = c * LOGIT_ROWS * h;
+            let end = start + out.len() * h;
+            let dots = |rows: &[f32], out: &mut [f32]| {
+                for (o, row) in out.iter_mut().zip(rows.chunks_exact(h.max(1))) {
+                    *o = kernels::dot(row, hidden_row);
+                }
+            };
+            if let Values::F32(t) = table {
+                dots(&t[start..end], out);
+            } else {
+                WIDE_ROWS.with_borrow_mut(|wide| {
+                    wide.resize(end - start, 0.0);
+                    table.widen_into(start..end, wide);
+                    dots(wide, out);
+                });
             }
         });
         if !self.logits_bias.is_empty() {

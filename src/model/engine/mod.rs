@@ -38,6 +38,7 @@ mod linear;
 mod listeners;
 mod pass;
 mod positions;
+mod quant;
 mod weights;
 
 pub use error::EngineError;
@@ -45,6 +46,7 @@ pub use head::LogitBasis;
 pub use lazy::{HeadDetail, KeepStreams, LayerAttention, Streams};
 pub use listeners::{Capture, EachHead, EachLayer, ForwardOutput, LayerDone, LayerVisitor, Record};
 pub use pass::{Context, EncoderStates, HeadVisitor, Input, KvCache, LayerSlots, Listener, PassShape, Point, Wants};
+pub use quant::{BlockKind, Quantized};
 pub use weights::{Expected, WeightStorage, Weights};
 
 use self::block::Layer;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use candle_core::{DType, Storage, Tensor};
 
 use super::error::{EngineError, Result};
+use super::quant::Quantized;
 
 /// A tensor's values as a flat row-major `f32` vector.
 fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
@@ -22,6 +23,8 @@ fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
 /// family's tensors and what the network loads are one code and cannot disagree.
 pub struct Weights {
     tensors: HashMap<String, Tensor>,
+    /// 2-D tensors kept in a GGUF file's blocks, by canonical name, with [`WeightStorage::Stored`].
+    quantized: HashMap<String, Quantized>,
     storage: WeightStorage,
     /// What a plan has been asked for, in order: `(name, shape, required)`.
     plan: Option<Vec<Expected>>,
@@ -44,10 +47,12 @@ pub struct Expected {
 pub enum WeightStorage {
     /// Widened to f32 once, at load.
     F32,
-    /// In the checkpoint's precision when that is f16 or bf16 (half the memory of f32), each
+    /// In the checkpoint's precision when that is f16 or bf16 (half the memory of f32), or in a
+    /// GGUF file's quantised blocks (`Q4_0` … `Q8_0`, `Q4_K`, `Q5_K`, `Q6_K`: about the file's size), each
     /// panel widened to f32 as a product needs it, into a buffer of the thread's. The widening
-    /// is exact, so the products — and the attention — are bit for bit those of [`Self::F32`];
-    /// and it costs nothing measurable (short inputs are faster: half the bytes to stream).
+    /// is exact (a quantised block widens as Candle dequantises it), so the products — and the
+    /// attention — are bit for bit those of [`Self::F32`]; and it costs nothing measurable
+    /// (short inputs are faster: fewer bytes to stream).
     #[default]
     Stored,
 }
@@ -71,6 +76,8 @@ pub(super) enum Values {
     F32(Vec<f32>),
     F16(Vec<half::f16>),
     Bf16(Vec<half::bf16>),
+    /// GGUF blocks, row by row.
+    Quant(Quantized),
 }
 
 impl Values {
@@ -79,6 +86,7 @@ impl Values {
             Self::F32(v) => v.len(),
             Self::F16(v) => v.len(),
             Self::Bf16(v) => v.len(),
+            Self::Quant(q) => q.rows() * q.cols(),
         }
     }
 
@@ -88,6 +96,7 @@ impl Values {
             Self::F32(v) => v.len() * 4,
             Self::F16(v) => v.len() * 2,
             Self::Bf16(v) => v.len() * 2,
+            Self::Quant(q) => q.bytes(),
         }
     }
 
@@ -98,16 +107,7 @@ impl Values {
             Self::F32(v) => out.copy_from_slice(&v[range]),
             Self::F16(v) => v[range].convert_to_f32_slice(out),
             Self::Bf16(v) => v[range].convert_to_f32_slice(out),
-        }
-    }
-
-    /// A row-major `out × in` weight as panels of [`PANEL`] output columns (each `in × PANEL`),
-    /// in the same precision.
-    pub(super) fn panelized(&self, in_dim: usize, out_dim: usize) -> Self {
-        match self {
-            Self::F32(w) => Self::F32(panelize(w, in_dim, out_dim)),
-            Self::F16(w) => Self::F16(panelize(w, in_dim, out_dim)),
-            Self::Bf16(w) => Self::Bf16(panelize(w, in_dim, out_dim)),
+            Self::Quant(q) => q.widen_into(range, out),
         }
     }
 
@@ -124,12 +124,32 @@ impl Values {
                 parts.into_iter().flat_map(|p| if let Self::Bf16(v) = p { v } else { Vec::new() }).collect(),
             );
         }
+        if let Some(cols) = parts.iter().find_map(|p| if let Self::Quant(q) = p { Some(q.cols()) } else { None }) {
+            // Stored blocks stay blocks; a part in floats joins them as rows of f32.
+            let stacked = parts
+                .into_iter()
+                .map(|p| match p {
+                    Self::Quant(q) => q,
+                    other => {
+                        let mut v = vec![0.0; other.len()];
+                        other.widen_into(0..v.len(), &mut v);
+                        Quantized::from_f32(&v, cols)
+                    }
+                })
+                .collect();
+            return Self::Quant(Quantized::stack(stacked));
+        }
         let mut out = Vec::with_capacity(total);
         for p in parts {
             match p {
                 Self::F32(v) => out.extend(v),
                 Self::F16(v) => out.extend(v.iter().map(|x| x.to_f32())),
                 Self::Bf16(v) => out.extend(v.iter().map(|x| x.to_f32())),
+                Self::Quant(q) => {
+                    let start = out.len();
+                    out.resize(start + q.rows() * q.cols(), 0.0);
+                    q.widen_into(0..q.rows() * q.cols(), &mut out[start..]);
+                }
             }
         }
         Self::F32(out)
@@ -139,13 +159,19 @@ impl Values {
 impl Weights {
     /// The canonical tensors of a model, held as `storage` says.
     pub fn new(tensors: HashMap<String, Tensor>, storage: WeightStorage) -> Self {
-        Self { tensors, storage, plan: None }
+        Self { tensors, quantized: HashMap::new(), storage, plan: None }
+    }
+
+    /// [`Self::new`] with matrices kept in a GGUF file's blocks (by canonical name; a name is in
+    /// one map or the other), held with [`WeightStorage::Stored`].
+    pub fn with_quantized(tensors: HashMap<String, Tensor>, quantized: HashMap<String, Quantized>) -> Self {
+        Self { tensors, quantized, storage: WeightStorage::Stored, plan: None }
     }
 
     /// No tensors: a load over this only writes down what it asks for (every value it gets is
     /// empty, and nothing of the size of a weight is allocated).
     pub(super) fn plan() -> Self {
-        Self { tensors: HashMap::new(), storage: WeightStorage::F32, plan: Some(Vec::new()) }
+        Self { tensors: HashMap::new(), quantized: HashMap::new(), storage: WeightStorage::F32, plan: Some(Vec::new()) }
     }
 
     /// Whether this is a plan (the loader skips computing from values it did not get).
@@ -174,6 +200,10 @@ impl Weights {
         if self.noted(name, shape, true) {
             return Ok(Values::F32(Vec::new()));
         }
+        if let Some(q) = self.quantized.remove(name) {
+            check_shape(name, &[q.rows(), q.cols()], shape)?;
+            return Ok(Values::Quant(q));
+        }
         let t = self.checked(name, shape)?;
         let stored = self.storage == WeightStorage::Stored;
         let values = match t.dtype() {
@@ -190,7 +220,12 @@ impl Weights {
     pub(super) fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let v = self.values(name, shape)?;
         self.tensors.remove(name);
+        self.quantized.remove(name);
         Ok(v)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name) || self.quantized.contains_key(name)
     }
 
     /// [`Self::take`] for a tensor the network reads when the checkpoint has it.
@@ -198,7 +233,7 @@ impl Weights {
         if self.noted(name, shape, false) {
             return Ok(Some(Vec::new()));
         }
-        if !self.tensors.contains_key(name) {
+        if !self.contains(name) {
             return Ok(None);
         }
         self.take(name, shape).map(Some)
@@ -209,7 +244,7 @@ impl Weights {
         if self.noted(name, shape, false) {
             return Ok(Some(Values::F32(Vec::new())));
         }
-        if !self.tensors.contains_key(name) {
+        if !self.contains(name) {
             return Ok(None);
         }
         self.take_values(name, shape).map(Some)
@@ -220,37 +255,30 @@ impl Weights {
         if self.noted(name, shape, true) {
             return Ok(Vec::new());
         }
+        if let Some(q) = self.quantized.get(name) {
+            check_shape(name, &[q.rows(), q.cols()], shape)?;
+            let mut v = vec![0.0; q.rows() * q.cols()];
+            q.widen_into(0..v.len(), &mut v);
+            return Ok(v);
+        }
         Ok(values(self.checked(name, shape)?)?)
     }
 
     /// Tensor `name`, which must be there with `shape`.
     fn checked(&self, name: &str, shape: &[usize]) -> Result<&Tensor> {
         let t = self.tensors.get(name).ok_or_else(|| EngineError::MissingTensor(name.to_string()))?;
-        if t.dims() != shape {
-            return Err(EngineError::Shape {
-                name: name.to_string(),
-                found: t.dims().to_vec(),
-                expected: shape.to_vec(),
-            });
-        }
+        check_shape(name, t.dims(), shape)?;
         Ok(t)
     }
 }
 
+/// `name`'s shape `found` must be `expected`.
+fn check_shape(name: &str, found: &[usize], expected: &[usize]) -> Result<()> {
+    if found != expected {
+        return Err(EngineError::Shape { name: name.to_string(), found: found.to_vec(), expected: expected.to_vec() });
+    }
+    Ok(())
+}
+
 /// Output features per weight panel of a linear layer (`super::linear::Linear`).
 pub(super) const PANEL: usize = 64;
-
-/// `weight` (row-major `out × in`) as panels of [`PANEL`] output columns, each `in × PANEL`.
-pub(super) fn panelize<T: Copy>(weight: &[T], in_dim: usize, out_dim: usize) -> Vec<T> {
-    if weight.is_empty() {
-        return Vec::new(); // a plan's weight (see `Weights::plan`)
-    }
-    let mut panels = Vec::with_capacity(weight.len());
-    for start in (0..out_dim).step_by(PANEL) {
-        let end = (start + PANEL).min(out_dim);
-        for i in 0..in_dim {
-            panels.extend((start..end).map(|o| weight[o * in_dim + i]));
-        }
-    }
-    panels
-}

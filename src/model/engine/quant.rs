@@ -1,0 +1,536 @@
+//! GGUF weights kept in llama.cpp's blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K`,
+//! `Q6_K`, and F16 / BF16 / F32 rows), widened to f32 a row at a time as a product needs them. The widening is
+//! Candle's `k_quants` `to_float` arithmetic operation for operation (the dequantise-on-load path),
+//! so every value — and every product, attention weight and logit — is bit for bit what the network
+//! computes from the f32 weights (`tests` compare every type with Candle's `dequantize`).
+
+#![allow(clippy::inline_always)] // pulp's dispatch vectorises only code inlined into it
+
+use candle_core::quantized::GgmlDType;
+use half::bf16;
+
+/// A block format of one stored row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockKind {
+    /// f32 values.
+    F32,
+    /// f16 values.
+    F16,
+    /// bf16 values.
+    Bf16,
+    /// 32 values: an f16 scale, 4-bit values − 8.
+    Q4_0,
+    /// 32 values: f16 scale and minimum, 4-bit values.
+    Q4_1,
+    /// 32 values: an f16 scale, 5-bit values − 16.
+    Q5_0,
+    /// 32 values: f16 scale and minimum, 5-bit values.
+    Q5_1,
+    /// 32 values: an f16 scale, 8-bit values.
+    Q8_0,
+    /// 256 values: super-block scale and minimum, eight 6-bit sub-block scales and minima, 4-bit values.
+    Q4K,
+    /// 256 values: as `Q4_K` with a fifth bit.
+    Q5K,
+    /// 256 values: an f16 scale, sixteen 8-bit sub-block scales, 6-bit values − 32.
+    Q6K,
+}
+
+impl BlockKind {
+    /// The kind of a GGUF tensor type, None for the types kept dequantised (`Q2_K`, `Q3_K`, `Q8_1`, `Q8_K`).
+    pub fn of(dtype: GgmlDType) -> Option<Self> {
+        Some(match dtype {
+            GgmlDType::F32 => Self::F32,
+            GgmlDType::F16 => Self::F16,
+            GgmlDType::BF16 => Self::Bf16,
+            GgmlDType::Q4_0 => Self::Q4_0,
+            GgmlDType::Q4_1 => Self::Q4_1,
+            GgmlDType::Q5_0 => Self::Q5_0,
+            GgmlDType::Q5_1 => Self::Q5_1,
+            GgmlDType::Q8_0 => Self::Q8_0,
+            GgmlDType::Q4K => Self::Q4K,
+            GgmlDType::Q5K => Self::Q5K,
+            GgmlDType::Q6K => Self::Q6K,
+            _ => return None,
+        })
+    }
+
+    /// `(values, bytes)` per block.
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            Self::F32 => (1, 4),
+            Self::F16 | Self::Bf16 => (1, 2),
+            Self::Q4_0 => (32, 18),
+            Self::Q4_1 => (32, 20),
+            Self::Q5_0 => (32, 22),
+            Self::Q5_1 => (32, 24),
+            Self::Q8_0 => (32, 34),
+            Self::Q4K => (256, 144),
+            Self::Q5K => (256, 176),
+            Self::Q6K => (256, 210),
+        }
+    }
+
+    /// Bytes of a row of `cols` values, None when `cols` is not a whole number of blocks.
+    pub fn row_bytes(self, cols: usize) -> Option<usize> {
+        let (values, bytes) = self.block();
+        (cols % values == 0).then(|| cols / values * bytes)
+    }
+}
+
+/// Rows of one block kind.
+#[derive(Debug, Clone)]
+struct Part {
+    kind: BlockKind,
+    rows: usize,
+    row_bytes: usize,
+    bytes: Vec<u8>,
+}
+
+/// A row-major `rows × cols` matrix held as stored blocks: one or more parts (the fused q/k/v
+/// stacks q's, k's and v's rows, each in its own kind).
+#[derive(Debug, Clone)]
+pub struct Quantized {
+    parts: Vec<Part>,
+    cols: usize,
+}
+
+impl Quantized {
+    /// `rows × cols` values stored as `kind` blocks in `bytes` (rows one after another, as a GGUF
+    /// file holds them).
+    ///
+    /// # Errors
+    /// When `cols` is not a whole number of blocks or `bytes` is not `rows` rows long.
+    pub fn new(kind: BlockKind, rows: usize, cols: usize, bytes: Vec<u8>) -> Result<Self, String> {
+        let row_bytes = kind
+            .row_bytes(cols)
+            .ok_or_else(|| format!("{cols} values per row is not a whole number of {kind:?} blocks"))?;
+        if rows.checked_mul(row_bytes) != Some(bytes.len()) {
+            return Err(format!("{} bytes are not {rows} rows of {row_bytes} bytes ({kind:?})", bytes.len()));
+        }
+        Ok(Self { parts: vec![Part { kind, rows, row_bytes, bytes }], cols })
+    }
+
+    /// f32 values as a matrix of [`BlockKind::F32`] rows.
+    pub(super) fn from_f32(values: &[f32], cols: usize) -> Self {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let rows = values.len().checked_div(cols).unwrap_or(0);
+        Self { parts: vec![Part { kind: BlockKind::F32, rows, row_bytes: cols * 4, bytes }], cols }
+    }
+
+    /// Rows.
+    pub fn rows(&self) -> usize {
+        self.parts.iter().map(|p| p.rows).sum()
+    }
+
+    /// Values per row.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes as held.
+    pub fn bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.bytes.len()).sum()
+    }
+
+    /// The kinds of its parts.
+    pub fn kinds(&self) -> Vec<BlockKind> {
+        self.parts.iter().map(|p| p.kind).collect()
+    }
+
+    /// Rows reordered: row `i` of the result is row `from[i]` of this one (llama.cpp's rotary
+    /// permutation of q and k undone on whole rows).
+    ///
+    /// # Panics
+    /// If an index is out of range.
+    #[must_use]
+    pub fn permute_rows(&self, from: &[usize]) -> Self {
+        let mut out = Vec::with_capacity(self.parts.iter().map(|p| p.bytes.len()).sum());
+        let (kind, row_bytes) = (self.parts[0].kind, self.parts[0].row_bytes);
+        assert!(self.parts.len() == 1, "a stacked matrix is not permuted");
+        for &r in from {
+            out.extend_from_slice(&self.parts[0].bytes[r * row_bytes..(r + 1) * row_bytes]);
+        }
+        Self { parts: vec![Part { kind, rows: from.len(), row_bytes, bytes: out }], cols: self.cols }
+    }
+
+    /// Matrices with the same number of columns stacked (their rows one after another).
+    pub(super) fn stack(parts: Vec<Self>) -> Self {
+        let cols = parts.first().map_or(0, |p| p.cols);
+        debug_assert!(parts.iter().all(|p| p.cols == cols));
+        Self { parts: parts.into_iter().flat_map(|p| p.parts).collect(), cols }
+    }
+
+    /// Row `row` as f32 into `out` (`cols` values).
+    #[inline(always)]
+    pub(super) fn row_into(&self, mut row: usize, out: &mut [f32]) {
+        for p in &self.parts {
+            if row < p.rows {
+                decode_row(p.kind, &p.bytes[row * p.row_bytes..(row + 1) * p.row_bytes], out);
+                return;
+            }
+            row -= p.rows;
+        }
+        panic!("row {row} past the end of a quantised matrix");
+    }
+
+    /// Values `range` of the row-major matrix as f32 into `out`, compiled for the best instruction
+    /// set of the running CPU (pulp's dispatch: the unpacking of 4-, 5- and 6-bit values
+    /// vectorises).
+    pub(super) fn widen_into(&self, range: std::ops::Range<usize>, out: &mut [f32]) {
+        pulp::Arch::new().dispatch(Widen { q: self, range, out });
+    }
+
+    #[inline(always)]
+    fn widen_inline(&self, range: std::ops::Range<usize>, out: &mut [f32]) {
+        let cols = self.cols.max(1);
+        let mut scratch = Vec::new();
+        let mut at = range.start;
+        while at < range.end {
+            let (row, col) = (at / cols, at % cols);
+            let n = (cols - col).min(range.end - at);
+            let dst = &mut out[at - range.start..at - range.start + n];
+            if col == 0 && n == cols {
+                self.row_into(row, dst);
+            } else {
+                scratch.resize(cols, 0.0);
+                self.row_into(row, &mut scratch);
+                dst.copy_from_slice(&scratch[col..col + n]);
+            }
+            at += n;
+        }
+    }
+}
+
+/// [`Quantized::widen_into`] as a pulp operation.
+struct Widen<'a> {
+    q: &'a Quantized,
+    range: std::ops::Range<usize>,
+    out: &'a mut [f32],
+}
+
+impl pulp::WithSimd for Widen<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        self.q.widen_inline(self.range, self.out);
+    }
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
+}
+
+/// An f16's bits as the f32 of the same value (exact, as `half` converts; inlined into the
+/// dispatched widening, where `half`'s runtime check for F16C was a call per block scale).
+#[inline(always)]
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = (u32::from(h) & 0x8000) << 16;
+    let exponent = u32::from((h >> 10) & 0x1f);
+    let mantissa = u32::from(h & 0x3ff);
+    let magnitude = match exponent {
+        // Zero and subnormals: mantissa · 2^-24 (exact: at most 10 bits).
+        0 => (mantissa as f32 * (1.0 / 16_777_216.0)).to_bits(),
+        0x1f => 0x7f80_0000 | (mantissa << 13),
+        _ => ((exponent + 112) << 23) | (mantissa << 13),
+    };
+    f32::from_bits(sign | magnitude)
+}
+
+/// One row's blocks → f32, as Candle's `GgmlType::to_float` of each block type computes it.
+#[allow(clippy::cast_possible_wrap)] // the 6-bit Q6_K values are read as i8, as Candle does
+#[inline(always)]
+fn decode_row(kind: BlockKind, bytes: &[u8], out: &mut [f32]) {
+    let (values, size) = kind.block();
+    match kind {
+        BlockKind::F32 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        BlockKind::F16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+            }
+        }
+        BlockKind::Bf16 => {
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *o = bf16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }
+        _ => {
+            // One loop per kind (the kind is matched once per row, not once per block).
+            macro_rules! blocks {
+                ($($kind:ident),*) => {
+                    match kind {
+                        $(BlockKind::$kind => {
+                            for (b, y) in bytes.chunks_exact(size).zip(out.chunks_exact_mut(values)) {
+                                decode_block(BlockKind::$kind, b, y);
+                            }
+                        })*
+                        _ => {}
+                    }
+                };
+            }
+            blocks!(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q5K, Q6K);
+        }
+    }
+}
+
+/// (Candle's `k_quants.rs` `to_float`, one block; `y` holds the block's values.)
+#[allow(clippy::cast_possible_wrap)]
+#[inline(always)]
+fn decode_block(kind: BlockKind, b: &[u8], y: &mut [f32]) {
+    match kind {
+        BlockKind::Q4_0 => {
+            let d = f16_at(b, 0);
+            let qs = &b[2..18];
+            for j in 0..16 {
+                let x0 = i16::from(qs[j] & 0x0F) - 8;
+                let x1 = i16::from(qs[j] >> 4) - 8;
+                y[j] = f32::from(x0) * d;
+                y[j + 16] = f32::from(x1) * d;
+            }
+        }
+        BlockKind::Q4_1 => {
+            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            let qs = &b[4..20];
+            for j in 0..16 {
+                y[j] = f32::from(qs[j] & 0x0F) * d + m;
+                y[j + 16] = f32::from(qs[j] >> 4) * d + m;
+            }
+        }
+        BlockKind::Q5_0 => {
+            let d = f16_at(b, 0);
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            let qs = &b[6..22];
+            for j in 0..16 {
+                let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+                let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+                let x0 = i32::from((qs[j] & 0x0F) | xh_0) - 16;
+                let x1 = i32::from((qs[j] >> 4) | xh_1) - 16;
+                y[j] = (x0 as f32) * d;
+                y[j + 16] = (x1 as f32) * d;
+            }
+        }
+        BlockKind::Q5_1 => {
+            let (d, m) = (f16_at(b, 0), f16_at(b, 2));
+            let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            let qs = &b[8..24];
+            for j in 0..16 {
+                let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
+                let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
+                y[j] = f32::from((qs[j] & 0x0F) | xh_0) * d + m;
+                y[j + 16] = f32::from((qs[j] >> 4) | xh_1) * d + m;
+            }
+        }
+        BlockKind::Q8_0 => {
+            let d = f16_at(b, 0);
+            // Fixed-length views: the 32 products vectorise (a zip of the slices stayed scalar).
+            let (Ok(qs), Ok(y)) = (<&[u8; 32]>::try_from(&b[2..34]), <&mut [f32; 32]>::try_from(y)) else {
+                unreachable!("a Q8_0 block holds 32 values");
+            };
+            for j in 0..32 {
+                y[j] = f32::from(qs[j] as i8) * d;
+            }
+        }
+        BlockKind::Q4K => {
+            let (d, min) = (f16_at(b, 0), f16_at(b, 2));
+            let scales = &b[4..16];
+            let q = &b[16..144];
+            let (mut is, mut at) = (0, 0);
+            for j in (0..256).step_by(64) {
+                let q = &q[j / 2..j / 2 + 32];
+                let (sc, m) = scale_min_k4(is, scales);
+                let (d1, m1) = (d * f32::from(sc), min * f32::from(m));
+                let (sc, m) = scale_min_k4(is + 1, scales);
+                let (d2, m2) = (d * f32::from(sc), min * f32::from(m));
+                for &q in q {
+                    y[at] = d1 * f32::from(q & 0xF) - m1;
+                    at += 1;
+                }
+                for &q in q {
+                    y[at] = d2 * f32::from(q >> 4) - m2;
+                    at += 1;
+                }
+                is += 2;
+            }
+        }
+        BlockKind::Q5K => {
+            let (d, min) = (f16_at(b, 0), f16_at(b, 2));
+            let scales = &b[4..16];
+            let qh = &b[16..48];
+            let ql = &b[48..176];
+            let (mut is, mut at, mut u1, mut u2) = (0, 0, 1u8, 2u8);
+            for j in (0..256).step_by(64) {
+                let ql = &ql[j / 2..j / 2 + 32];
+                let (sc, m) = scale_min_k4(is, scales);
+                let (d1, m1) = (d * f32::from(sc), min * f32::from(m));
+                let (sc, m) = scale_min_k4(is + 1, scales);
+                let (d2, m2) = (d * f32::from(sc), min * f32::from(m));
+                for (&l, &h) in ql.iter().zip(qh) {
+                    let add = if h & u1 != 0 { 16f32 } else { 0f32 };
+                    y[at] = d1 * (f32::from(l & 0xF) + add) - m1;
+                    at += 1;
+                }
+                for (&l, &h) in ql.iter().zip(qh) {
+                    let add = if h & u2 != 0 { 16f32 } else { 0f32 };
+                    y[at] = d2 * (f32::from(l >> 4) + add) - m2;
+                    at += 1;
+                }
+                is += 2;
+                u1 <<= 2;
+                u2 <<= 2;
+            }
+        }
+        BlockKind::Q6K => {
+            let d = f16_at(b, 208);
+            for n in (0..256).step_by(128) {
+                let idx = n / 128;
+                let ys = &mut y[n..];
+                let sc = &b[192 + 8 * idx..208];
+                let ql = &b[64 * idx..128];
+                let qh = &b[128 + 32 * idx..192];
+                for l in 0..32 {
+                    let is = l / 16;
+                    let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+                    let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                    let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                    let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                    ys[l] = d * f32::from(sc[is] as i8) * f32::from(q1);
+                    ys[l + 32] = d * f32::from(sc[is + 2] as i8) * f32::from(q2);
+                    ys[l + 64] = d * f32::from(sc[is + 4] as i8) * f32::from(q3);
+                    ys[l + 96] = d * f32::from(sc[is + 6] as i8) * f32::from(q4);
+                }
+            }
+        }
+        BlockKind::F32 | BlockKind::F16 | BlockKind::Bf16 => unreachable!("rows of floats are not blocks"),
+    }
+}
+
+/// The 6-bit scale and minimum of sub-block `j` (llama.cpp's `get_scale_min_k4`).
+#[inline(always)]
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+    use candle_core::quantized::ggml_file::qtensor_from_ggml;
+    use half::f16;
+
+    /// Random block bytes (a xorshift stream) with every f16 scale set to a finite value of either
+    /// sign (random bytes would make some NaN, which no file holds and `==` cannot compare).
+    fn random_blocks(kind: BlockKind, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let row_bytes = kind.row_bytes(cols).unwrap();
+        let mut bytes: Vec<u8> = (0..rows * row_bytes).map(|_| next() as u8).collect();
+        let (_, size) = kind.block();
+        let scale_offsets: &[usize] = match kind {
+            BlockKind::Q4_0 | BlockKind::Q5_0 | BlockKind::Q8_0 => &[0],
+            BlockKind::Q4_1 | BlockKind::Q5_1 | BlockKind::Q4K | BlockKind::Q5K => &[0, 2],
+            BlockKind::Q6K => &[208],
+            BlockKind::F16 | BlockKind::Bf16 | BlockKind::F32 => &[],
+        };
+        let finite = |r: u64| f16::from_f32(((r % 2001) as f32 - 1000.0) / 4096.0).to_le_bytes();
+        for block in bytes.chunks_mut(size) {
+            for &at in scale_offsets {
+                block[at..at + 2].copy_from_slice(&finite(next()));
+            }
+        }
+        if matches!(kind, BlockKind::F16 | BlockKind::Bf16 | BlockKind::F32) {
+            // Floats: write finite values of the kind.
+            let mut floats = Vec::new();
+            for i in 0..rows * cols {
+                let v = ((next() % 20001) as f32 - 10000.0) / 1024.0 + i as f32 * 1e-3;
+                match kind {
+                    BlockKind::F32 => floats.extend(v.to_le_bytes()),
+                    BlockKind::F16 => floats.extend(f16::from_f32(v).to_le_bytes()),
+                    _ => floats.extend(bf16::from_f32(v).to_le_bytes()),
+                }
+            }
+            return floats;
+        }
+        bytes
+    }
+
+    const ALL: [(BlockKind, GgmlDType); 11] = [
+        (BlockKind::F32, GgmlDType::F32),
+        (BlockKind::F16, GgmlDType::F16),
+        (BlockKind::Bf16, GgmlDType::BF16),
+        (BlockKind::Q4_0, GgmlDType::Q4_0),
+        (BlockKind::Q4_1, GgmlDType::Q4_1),
+        (BlockKind::Q5_0, GgmlDType::Q5_0),
+        (BlockKind::Q5_1, GgmlDType::Q5_1),
+        (BlockKind::Q8_0, GgmlDType::Q8_0),
+        (BlockKind::Q4K, GgmlDType::Q4K),
+        (BlockKind::Q5K, GgmlDType::Q5K),
+        (BlockKind::Q6K, GgmlDType::Q6K),
+    ];
+
+    #[test]
+    fn every_kind_widens_bit_for_bit_as_candle_dequantises() {
+        let (rows, cols) = (5, 512);
+        for (i, (kind, dtype)) in ALL.into_iter().enumerate() {
+            assert_eq!(BlockKind::of(dtype), Some(kind));
+            assert_eq!(kind.block(), (dtype.block_size(), dtype.type_size()), "{kind:?}");
+            let bytes = random_blocks(kind, rows, cols, 0x9E37_79B9 + i as u64);
+            let candle = qtensor_from_ggml(dtype, &bytes, vec![rows, cols], &Device::Cpu).unwrap();
+            let want: Vec<f32> = candle.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let q = Quantized::new(kind, rows, cols, bytes).unwrap();
+            assert_eq!(q.bytes(), rows * cols / dtype.block_size() * dtype.type_size());
+            let mut got = vec![0.0; rows * cols];
+            q.widen_into(0..rows * cols, &mut got);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{kind:?}");
+            assert!(want.iter().any(|v| *v != 0.0), "{kind:?}: the test values are not all zero");
+            // A range that starts and ends inside rows.
+            let mut part = vec![0.0; 700];
+            q.widen_into(300..1000, &mut part);
+            assert_eq!(bits(&part), bits(&want[300..1000]), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn every_f16_widens_as_half_does() {
+        for bits in 0..=u16::MAX {
+            let (want, got) = (f16::from_bits(bits).to_f32(), f16_to_f32(bits));
+            assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "{bits:#06x}");
+        }
+    }
+
+    #[test]
+    fn stacked_and_permuted_rows_keep_their_kinds() {
+        let a = Quantized::new(BlockKind::Q4_0, 2, 32, random_blocks(BlockKind::Q4_0, 2, 32, 7)).unwrap();
+        let b = Quantized::new(BlockKind::Q6K, 3, 256, random_blocks(BlockKind::Q6K, 3, 256, 8));
+        assert!(b.unwrap().cols() == 256);
+        assert!(Quantized::new(BlockKind::Q6K, 1, 32, vec![0; 210]).is_err(), "32 is not a Q6_K row");
+        assert!(Quantized::new(BlockKind::Q4_0, 3, 32, vec![0; 18]).is_err(), "too few bytes");
+        let c = Quantized::new(BlockKind::Q8_0, 1, 32, random_blocks(BlockKind::Q8_0, 1, 32, 9)).unwrap();
+        let stacked = Quantized::stack(vec![a.clone(), c.clone()]);
+        assert_eq!((stacked.rows(), stacked.kinds()), (3, vec![BlockKind::Q4_0, BlockKind::Q8_0]));
+        let (mut x, mut y) = (vec![0.0; 32], vec![0.0; 32]);
+        stacked.row_into(2, &mut x);
+        c.row_into(0, &mut y);
+        assert_eq!(x, y);
+        let swapped = a.permute_rows(&[1, 0]);
+        swapped.row_into(0, &mut x);
+        a.row_into(1, &mut y);
+        assert_eq!(x, y);
+    }
+}

@@ -216,3 +216,34 @@ xdotool mousemove 560 600
 for _ in $(seq 12); do xdotool click 5; sleep 0.1; done
 xdotool mousemove 1300 800
 shot head-roles 1
+
+# The training lab: the playground's "Train a transformer…", Train with the default induction
+# settings (the PyTorch peer's model); once the loss has dropped (the induction head formed: step
+# ~450; the 1,500 steps take ~45 s on a quiet 2-core machine: TRAIN_WAIT, 75 s), and the
+# head view shows layer 0's head 1 alone on the repeated probe: every token looks at the token
+# after its earlier occurrence. Then the lab's curves scrolled into view, and the course's
+# experiment (task: sentiment, three variants) with its table.
+relaunch
+sleep 4
+click 48 117
+click 78 539 2
+click 1067 498 2
+sleep "${TRAIN_WAIT:-75}"
+xdotool mousemove 62 604
+xdotool click --repeat 2 --delay 80 1
+nudge 3
+xdotool mousemove 1300 700
+shot training-lab 2
+xdotool mousemove 1190 600
+for _ in $(seq 10); do xdotool click 5; sleep 0.1; done
+nudge 3
+shot training-curves 1
+for _ in $(seq 10); do xdotool click 4; sleep 0.1; done
+click 1198 149 1
+click 1150 247 1
+click 1135 521 1
+sleep "${EXPERIMENT_WAIT:-100}"
+xdotool mousemove 1190 600
+for _ in $(seq 10); do xdotool click 5; sleep 0.1; done
+nudge 3
+shot training-experiment 1

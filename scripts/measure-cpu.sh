@@ -6,7 +6,10 @@
 # Needs: apt-get install xvfb xdotool. Usage:
 #   scripts/measure-cpu.sh [path/to/attnviz] [TEXT]   (default: target/release/attnviz, the example sentence)
 # VIEW=model|heatmap|pe|stats|lens|dla|graph measures another tab (its tab is clicked after typing;
-# the last three need a model with a head: ATTNVIZ_MODEL=smollm2).
+# the last three need a model with a head: ATTNVIZ_MODEL=smollm2). VIEW=lab opens the training lab
+# from the playground, trains the default induction run to its end (LAB_WAIT seconds, 90), then
+# measures the head view of the trained network beside the lab's panel (moves: MOVE_X=397
+# MOVE_Y0=263 MOVE_DY=18 hit its query labels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-target/release/attnviz}
@@ -33,6 +36,11 @@ case "${VIEW:-head}" in
   lens) xdotool mousemove 314 99 click 1 ;;
   dla) xdotool mousemove 413 99 click 1 ;;
   graph) xdotool mousemove 540 99 click 1 ;;
+  lab)
+    xdotool mousemove 48 117 click 1; sleep 1
+    xdotool mousemove 78 539 click 1; sleep 2
+    xdotool mousemove 1067 498 click 1
+    sleep "${LAB_WAIT:-90}" ;;
 esac
 sleep 3
 xdotool mousemove 1300 840

@@ -241,6 +241,20 @@ fn a_saved_folder_loads_back_as_the_same_model() {
     }
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), variants().len(), "no staging folders left: {left:?}");
+    // A folder of other files is never replaced (only an empty one or an earlier save).
+    let foreign = tmp.path().join("documents");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("thesis.tex"), b"mine").unwrap();
+    let t = Trainer::new(&variants()[0]).unwrap();
+    let err = t.save(&foreign).unwrap_err().to_string();
+    assert!(err.contains("documents") && err.contains("other files"), "{err}");
+    assert_eq!(std::fs::read(foreign.join("thesis.tex")).unwrap(), b"mine");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    t.save(&empty).unwrap();
+    assert!(empty.join("model.safetensors").is_file());
+    std::fs::remove_dir_all(&foreign).unwrap();
+    std::fs::remove_dir_all(&empty).unwrap();
     // A file where the folder should be.
     let file = tmp.path().join("a-file");
     std::fs::write(&file, b"keep me").unwrap();

@@ -1305,6 +1305,12 @@ impl AttnvizApp {
                 Background::CachedModels(models) => self.session.cached_models = Some(models),
                 Background::PickedSave(Some(dir)) => {
                     if let Some(lab) = &mut self.session.lab {
+                        // A picked folder of other files gets the model in a new folder inside it.
+                        let dir = if dir.is_dir() && !crate::train::replaceable(&dir) {
+                            dir.join(format!("trained-{}-step-{}", lab.cfg.task.name(), lab.shown_step))
+                        } else {
+                            dir
+                        };
                         lab.send(super::lab::Control::Save(dir));
                     }
                 }

@@ -19,7 +19,7 @@ pub use config::{Pooling, TaskKind, TrainConfig};
 pub use net::{Net, Outputs, parameter_count, step_flops};
 pub use ops::{AddBias, Attention, LayerNorm};
 pub use run::{CHECKPOINT_BUDGET_BYTES, Checkpoint, Checkpoints, Evaluation, MAX_CHECKPOINTS, Trainer, evaluate};
-pub use save::{Exported, export, load, tokenizer_json};
+pub use save::{Exported, export, load, replaceable, tokenizer_json};
 pub use tasks::{Batch, Rng, Targets, Task};
 
 /// What can go wrong training.

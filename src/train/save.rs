@@ -319,6 +319,14 @@ pub fn save(net: &Net, training: &Value, dir: &Path) -> Result<PathBuf, TrainErr
     if dir.exists() && !dir.is_dir() {
         return Err(TrainError::Save { path: dir.to_path_buf(), message: "it is a file, not a folder".into() });
     }
+    // Saving replaces the folder whole: only an empty one or an earlier save (its training.json),
+    // never a folder of other files.
+    if dir.is_dir() && !replaceable(dir) {
+        return Err(TrainError::Save {
+            path: dir.to_path_buf(),
+            message: "it holds other files: choose a new or empty folder (an earlier save is replaced)".into(),
+        });
+    }
     std::fs::create_dir_all(&parent).map_err(|err| io("cannot create the parent folder", err))?;
     let staging = tempfile::Builder::new()
         .prefix(".attnviz-save-")
@@ -374,4 +382,9 @@ fn safetensors_bytes(tensors: &HashMap<String, Tensor>) -> Result<Vec<u8>, Train
     meta.insert("format".to_string(), "pt".to_string());
     safetensors::tensor::serialize(views, Some(meta))
         .map_err(|e| TrainError::Save { path: PathBuf::new(), message: e.to_string() })
+}
+
+/// Whether saving may replace the folder `dir`: it is empty, or an earlier save of the lab.
+pub fn replaceable(dir: &Path) -> bool {
+    dir.join("training.json").is_file() || std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
 }

@@ -40,6 +40,10 @@ pub enum BenchMode {
     /// A training step of the lab's default induction model (the `PyTorch` peer's,
     /// `shared/peer/torch_train.py`): batch, forward, backward, `AdamW`. No model is loaded.
     Train,
+    /// A keystroke at the end: one token appended to the N-token input, run after the input's
+    /// key/value cache with its attention rows reused (a decoder), checked bit for bit against a
+    /// fresh pass of the N + 1 tokens (whose time is printed as `fresh_ms=`).
+    Typing,
 }
 
 /// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
@@ -69,6 +73,46 @@ pub struct BenchArgs {
 
 /// Checks that every row of `probs` (rows of `n`) sums to 1 — consuming the attention so that no
 /// step can be skipped — and returns how many rows it checked.
+/// `--mode typing`: the median time of appending one token to `ids` with the prefix reused.
+fn typing(model: &LoadedModel, ids: &[u32], runs: usize) -> anyhow::Result<()> {
+    use crate::model::typing::{PrefixRun, Reused};
+    let net = &model.net;
+    anyhow::ensure!(ids.len() < model.tokenizer.max_len(), "--tokens must leave room for the token typed");
+    let faithful = Interventions::default();
+    let Some(mut run) = PrefixRun::start(net, ids, &faithful)? else {
+        anyhow::bail!("{} is not a decoder: every token of an encoder's input changes with an edit", model.name);
+    };
+    let typed: Vec<u32> = ids.iter().chain(&ids[1..2]).copied().collect();
+    let mut times_ms = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        let reused = run.update(net, &typed, &faithful)?;
+        times_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(reused == Reused { kept: ids.len(), ran: 1 }, "ran {reused:?}");
+        run.update(net, ids, &faithful)?; // the backspace: nothing runs
+    }
+    run.update(net, &typed, &faithful)?;
+    let start = Instant::now();
+    let fresh = net.forward(&typed, &vec![0; typed.len()], Capture::Attention, &faithful)?;
+    let fresh_ms = start.elapsed().as_secs_f64() * 1e3;
+    let same = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    anyhow::ensure!(
+        same(&run.square_probs(), &fresh.probs) && same(run.last_hidden(), &fresh.last_hidden),
+        "the reused run differs from a fresh pass"
+    );
+    let rows = check_rows(&run.square_probs(), typed.len())?;
+    times_ms.sort_by(f64::total_cmp);
+    let mid = times_ms.len() / 2;
+    let median_ms =
+        if times_ms.len() % 2 == 1 { times_ms[mid] } else { f64::midpoint(times_ms[mid - 1], times_ms[mid]) };
+    println!(
+        "tokens={} runs={runs} median_ms={median_ms:.3} min_ms={:.3} mode=typing rows_checked={rows} fresh_ms={fresh_ms:.3} equal_to_fresh=bits",
+        ids.len(),
+        times_ms[0]
+    );
+    Ok(())
+}
+
 fn check_rows(probs: &[f32], n: usize) -> candle_core::Result<usize> {
     for (i, row) in probs.chunks(n.max(1)).enumerate() {
         let sum: f32 = row.iter().sum();
@@ -165,6 +209,7 @@ fn produce(
             }
             cells
         }
+        BenchMode::Typing => anyhow::bail!("the typing mode is timed on its own"),
         BenchMode::Contributions => {
             let run = model.contributions(tokens, &faithful)?;
             run.graph.layers.iter().map(|l| l.mlp.len()).sum()
@@ -207,6 +252,9 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
     }
     let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, args.tokens)?;
     anyhow::ensure!(tokens.len() == args.tokens, "could only make {} tokens", tokens.len());
+    if args.mode == BenchMode::Typing {
+        return typing(&model, &tokens.ids, args.runs);
+    }
     let warm_up = if args.runs == 1 { 0 } else { 3 };
     for _ in 0..warm_up {
         produce(&model, &tokens, args.mode)?;

@@ -1,10 +1,12 @@
-//! Matrix products on strided views of plain slices, through the `gemm` crate (Candle's own CPU
-//! matmul). Calling it directly lets the encoder read each head's queries, keys and values in place
-//! from the fused q/k/v matrix, write attention scores straight into the recorded output, and add a
-//! bias and the residual in the same pass as the product: no tensor allocations or copies between
-//! steps. The one `unsafe` call of the crate lives here, behind bounds checks.
+//! Matrix products on strided views of plain slices, summed in one fixed order per element (see
+//! [`matmul`]). Views let the encoder read each head's queries, keys and values in place from the
+//! fused q/k/v matrix and write attention scores straight into the recorded output: no tensor
+//! allocations or copies between steps. The fixed order makes a row of any product the same bits
+//! however many rows are computed with it, which a key/value cache and prefix reuse rely on. The
+//! crate's `unsafe` (SIMD intrinsics, dispatched on the features detected) lives here.
 
-#![allow(unsafe_code)] // the one place that needs it: see the SAFETY comment in `matmul`
+#![allow(unsafe_code)] // the one place that needs it: SIMD intrinsics, see the SAFETY comments
+#![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
 
 /// A read-only matrix view: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
 #[derive(Debug, Clone, Copy)]
@@ -72,8 +74,25 @@ fn assert_in_bounds(len: usize, rows: usize, cols: usize, row_stride: usize, col
     );
 }
 
+/// Rows and columns of the register tiles the products run in.
+const TILE: usize = 4;
+
 /// `dst = (dst if accumulate, else 0) + scale · lhs · rhs`, on the calling thread (the encoder runs
 /// independent products in parallel: weight panels, heads).
+///
+/// Every element is summed in one fixed order, whatever the shapes around it — so a row of a
+/// product is the same bits however many rows run with it (a token written after a key/value
+/// cache, a keystroke's suffix, a whole fresh pass), and on every x86 machine (AVX-512, AVX2 or
+/// none):
+/// - when a column of `rhs` lies contiguous in memory (`x · Wᵀ`, `q · kᵀ`), sixteen lanes each
+///   sum every sixteenth product in order with fused multiply–adds, then the
+///   lanes are added pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1);
+/// - when rows of `rhs` are contiguous (`probs · v`), the products are added one after another, in
+///   order, with fused multiply–adds;
+/// - other views of `rhs` are copied into the first layout; the layout of `rhs` alone picks the
+///   order (`lhs` is copied into rows when its rows are not contiguous).
+///
+/// The sum is then scaled by `scale` (exactly when it is 1) and added to `dst` when `accumulate`.
 ///
 /// # Panics
 /// If the shapes do not chain (`lhs` is `m × k`, `rhs` is `k × n`, `dst` is `m × n`).
@@ -96,35 +115,509 @@ pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, acc
         }
         return;
     }
-    // Strides fit in isize: checked by the constructors.
-    let stride = |s: usize| s as isize;
-    // SAFETY: the constructors checked that every element of the three views lies inside its slice
-    // (so every address gemm forms is in bounds), and `MatMut::rows` that distinct elements of `dst`
-    // are distinct memory (so gemm's threads never write one location twice). `dst` is borrowed
-    // mutably and `lhs`/`rhs` shared, so the output cannot alias the inputs, and all three borrows
-    // outlive the call. gemm reads `dst` only when `read_dst` (accumulate) is set.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            stride(dst_row_stride),
-            accumulate,
-            lhs.data.as_ptr(),
-            stride(lhs.col_stride),
-            stride(lhs.row_stride),
-            rhs.data.as_ptr(),
-            stride(rhs.col_stride),
-            stride(rhs.row_stride),
-            1.0,
-            scale,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
+    let out = Out { data: dst, row_stride: dst_row_stride, scale, accumulate };
+    // The order depends on how `rhs` lies only (never on `m`): `lhs` is copied to rows if need be.
+    let packed: Vec<f32>;
+    let a = if lhs.col_stride == 1 {
+        Rows { data: lhs.data, stride: lhs.row_stride }
+    } else {
+        packed = (0..m * k).map(|e| lhs.data[e / k * lhs.row_stride + e % k * lhs.col_stride]).collect();
+        Rows { data: &packed, stride: k }
+    };
+    if rhs.row_stride == 1 {
+        dot(out, a, Rows { data: rhs.data, stride: rhs.col_stride }, m, n, k);
+    } else if rhs.col_stride == 1 {
+        axpy(out, a, Rows { data: rhs.data, stride: rhs.row_stride }, m, n, k);
+    } else {
+        let b: Vec<f32> = (0..n * k).map(|e| rhs.data[e % k * rhs.row_stride + e / k * rhs.col_stride]).collect();
+        dot(out, a, Rows { data: &b, stride: k }, m, n, k);
+    }
+}
+
+/// Rows of a matrix, `stride` apart.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    data: &'a [f32],
+    stride: usize,
+}
+
+impl Rows<'_> {
+    /// Row `i`'s first `len` values.
+    fn row(&self, i: usize, len: usize) -> &[f32] {
+        &self.data[i * self.stride..i * self.stride + len]
+    }
+}
+
+/// Where a product goes: `dst[i·row_stride + j] = (dst if accumulate) + scale · sum`.
+struct Out<'a> {
+    data: &'a mut [f32],
+    row_stride: usize,
+    scale: f32,
+    accumulate: bool,
+}
+
+impl Out<'_> {
+    fn put(&mut self, i: usize, j: usize, sum: f32) {
+        let value = if self.scale.to_bits() == 1.0f32.to_bits() { sum } else { self.scale * sum };
+        let cell = &mut self.data[i * self.row_stride + j];
+        *cell = if self.accumulate { *cell + value } else { value };
+    }
+}
+
+/// `out[i, j] = Σ_p a[i, p] · b[j, p]` (rows of `a` and `b` contiguous): sixteen lanes, then pairwise.
+fn dot(mut out: Out<'_>, a: Rows<'_>, b: Rows<'_>, m: usize, n: usize, k: usize) {
+    let simd = Simd::detect();
+    let mut i = 0;
+    while i < m {
+        let rows = TILE.min(m - i);
+        let mut j = 0;
+        while j < n {
+            let cols = TILE.min(n - j);
+            let mut sums = [[0.0f32; TILE]; TILE];
+            let ar = |r: usize| a.row(i + r, k);
+            let bc = |c: usize| b.row(j + c, k);
+            match (rows == TILE, cols == TILE) {
+                (true, true) => sums = simd.dot_tile(std::array::from_fn(ar), std::array::from_fn(bc)),
+                (false, true) => {
+                    for r in 0..rows {
+                        sums[r] = simd.dot_tile::<1, TILE>([ar(r)], std::array::from_fn(bc))[0];
+                    }
+                }
+                (true, false) => {
+                    for c in 0..cols {
+                        let column = simd.dot_tile::<TILE, 1>(std::array::from_fn(ar), [bc(c)]);
+                        for r in 0..TILE {
+                            sums[r][c] = column[r][0];
+                        }
+                    }
+                }
+                (false, false) => {
+                    for r in 0..rows {
+                        for c in 0..cols {
+                            sums[r][c] = simd.dot_tile::<1, 1>([ar(r)], [bc(c)])[0][0];
+                        }
+                    }
+                }
+            }
+            for r in 0..rows {
+                for c in 0..cols {
+                    out.put(i + r, j + c, sums[r][c]);
+                }
+            }
+            j += cols;
+        }
+        i += rows;
+    }
+}
+
+/// `out[i, j] = Σ_p a[i, p] · b[p, j]` (rows of `a` and `b` contiguous), `p` in order.
+fn axpy(mut out: Out<'_>, a: Rows<'_>, b: Rows<'_>, m: usize, n: usize, k: usize) {
+    let simd = Simd::detect();
+    let mut sums = vec![0.0f32; TILE * n];
+    let mut i = 0;
+    while i < m {
+        let rows = if m - i >= TILE { TILE } else { 1 };
+        if rows == TILE {
+            simd.axpy_rows::<TILE>(std::array::from_fn(|r| a.row(i + r, k)), b, k, n, &mut sums);
+        } else {
+            simd.axpy_rows::<1>([a.row(i, k)], b, k, n, &mut sums);
+        }
+        for r in 0..rows {
+            for j in 0..n {
+                out.put(i + r, j, sums[r * n + j]);
+            }
+        }
+        i += rows;
+    }
+}
+
+/// The instructions this machine has, found once.
+#[derive(Clone, Copy)]
+enum Simd {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Scalar,
+}
+
+impl Simd {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+                return Self::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return Self::Avx2;
+            }
+        }
+        Self::Scalar
+    }
+
+    fn dot_tile<const R: usize, const C: usize>(self, a: [&[f32]; R], b: [&[f32]; C]) -> [[f32; C]; R] {
+        match self {
+            // SAFETY: the features were detected on this machine.
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => unsafe { x86::dot_avx512(a, b) },
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => unsafe { x86::dot_avx2(a, b) },
+            Self::Scalar => dot_tile_in::<Scalar, R, C>(a, b),
+        }
+    }
+
+    fn axpy_rows<const R: usize>(self, a: [&[f32]; R], b: Rows<'_>, k: usize, n: usize, out: &mut [f32]) {
+        match self {
+            // SAFETY: the features were detected on this machine.
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => unsafe { x86::axpy_avx512(a, b, k, n, out) },
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => unsafe { x86::axpy_avx2(a, b, k, n, out) },
+            Self::Scalar => axpy_in::<Scalar, R>(a, b, k, n, out),
+        }
+    }
+}
+
+/// Sixteen f32 lanes, as one register, two or none.
+trait Lanes: Copy {
+    fn zero() -> Self;
+    fn splat(x: f32) -> Self;
+    /// Sixteen values (`v.len() == 16`).
+    fn load(v: &[f32]) -> Self;
+    /// Sixteen values from `p`.
+    ///
+    /// # Safety
+    /// `p` points at sixteen readable values.
+    unsafe fn load_ptr(p: *const f32) -> Self;
+    /// `self · b + c` per lane, rounded once.
+    fn fma(self, b: Self, c: Self) -> Self;
+    fn store(self, v: &mut [f32]);
+    /// Lanes `i + 8`, then `i + 4`, `i + 2`, `i + 1` added to lane `i`: lane 0.
+    fn sum(self) -> f32;
+
+    /// [`Lanes::sum`] of four registers.
+    #[inline(always)]
+    fn sum4(v: [Self; 4]) -> [f32; 4] {
+        [v[0].sum(), v[1].sum(), v[2].sum(), v[3].sum()]
+    }
+
+    /// Up to sixteen values, the rest zeros.
+    #[inline(always)]
+    fn load_part(v: &[f32]) -> Self {
+        let mut t = [0.0; 16];
+        t[..v.len()].copy_from_slice(v);
+        Self::load(&t)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Scalar([f32; 16]);
+
+impl Lanes for Scalar {
+    fn zero() -> Self {
+        Self([0.0; 16])
+    }
+    fn splat(x: f32) -> Self {
+        Self([x; 16])
+    }
+    fn load(v: &[f32]) -> Self {
+        Self(std::array::from_fn(|l| v[l]))
+    }
+    unsafe fn load_ptr(p: *const f32) -> Self {
+        // SAFETY: the caller's promise.
+        Self::load(unsafe { std::slice::from_raw_parts(p, 16) })
+    }
+    fn fma(self, b: Self, c: Self) -> Self {
+        Self(std::array::from_fn(|l| self.0[l].mul_add(b.0[l], c.0[l])))
+    }
+    fn store(self, v: &mut [f32]) {
+        v[..16].copy_from_slice(&self.0);
+    }
+    fn sum(self) -> f32 {
+        let l = self.0;
+        let l8: [f32; 8] = std::array::from_fn(|i| l[i] + l[i + 8]);
+        let l4: [f32; 4] = std::array::from_fn(|i| l8[i] + l8[i + 4]);
+        let l2: [f32; 2] = std::array::from_fn(|i| l4[i] + l4[i + 2]);
+        l2[0] + l2[1]
+    }
+}
+
+/// `R × C` sums of products of rows of length `k` (equal lengths).
+#[inline(always)]
+fn dot_tile_in<L: Lanes, const R: usize, const C: usize>(a: [&[f32]; R], b: [&[f32]; C]) -> [[f32; C]; R] {
+    let k = a[0].len();
+    assert!(a.iter().all(|r| r.len() == k) && b.iter().all(|c| c.len() == k));
+    let full = k / 16 * 16;
+    let mut ap = [std::ptr::null(); R];
+    for r in 0..R {
+        ap[r] = a[r].as_ptr();
+    }
+    let mut bp = [std::ptr::null(); C];
+    for c in 0..C {
+        bp[c] = b[c].as_ptr();
+    }
+    // SAFETY: `p + 16 <= full <= k`, the length of every row (asserted above).
+    let mut acc = unsafe { dot_chunks::<L, R, C>(ap, bp, full) };
+    if full < k {
+        let mut av = [L::zero(); R];
+        for r in 0..R {
+            av[r] = L::load_part(&a[r][full..]);
+        }
+        for c in 0..C {
+            let bv = L::load_part(&b[c][full..]);
+            for r in 0..R {
+                acc[r][c] = av[r].fma(bv, acc[r][c]);
+            }
+        }
+    }
+    // (No closures here: they would not inherit the caller's target features.)
+    let mut sums = [[0.0; C]; R];
+    for r in 0..R {
+        if C == 4 {
+            let s = L::sum4([acc[r][0], acc[r][1], acc[r][2], acc[r][3]]);
+            sums[r].copy_from_slice(&s);
+        } else {
+            for c in 0..C {
+                sums[r][c] = acc[r][c].sum();
+            }
+        }
+    }
+    sums
+}
+
+/// The sixteen-lane sums of the first `full` values (a multiple of 16) of each pair of rows.
+///
+/// # Safety
+/// Every row holds at least `full` values.
+#[inline(always)]
+unsafe fn dot_chunks<L: Lanes, const R: usize, const C: usize>(
+    a: [*const f32; R],
+    b: [*const f32; C],
+    full: usize,
+) -> [[L; C]; R] {
+    let mut acc = [[L::zero(); C]; R];
+    let mut p = 0;
+    while p < full {
+        // SAFETY: `p + 16 <= full` (the caller's promise).
+        let mut av = [L::zero(); R];
+        for r in 0..R {
+            av[r] = unsafe { L::load_ptr(a[r].add(p)) };
+        }
+        for c in 0..C {
+            let bv = unsafe { L::load_ptr(b[c].add(p)) };
+            for r in 0..R {
+                acc[r][c] = av[r].fma(bv, acc[r][c]);
+            }
+        }
+        p += 16;
+    }
+    acc
+}
+
+/// Rows `a` (each `k` long) times `b` (`k × n`) into `out` (`R × n`).
+#[inline(always)]
+fn axpy_in<L: Lanes, const R: usize>(a: [&[f32]; R], b: Rows<'_>, k: usize, n: usize, out: &mut [f32]) {
+    assert!(a.iter().all(|r| r.len() >= k) && out.len() >= R * n);
+    assert!(k == 0 || n == 0 || b.data.len() >= (k - 1) * b.stride + n);
+    let mut ap = [std::ptr::null(); R];
+    for r in 0..R {
+        ap[r] = a[r].as_ptr();
+    }
+    let mut j = 0;
+    while j + 64 <= n {
+        // SAFETY: rows of `a` hold `k` values, `b` holds columns `j..j + 64` of `k` rows (asserted).
+        let acc = unsafe { axpy_chunk::<L, R, 4>(ap, b.data.as_ptr().add(j), b.stride, k) };
+        for r in 0..R {
+            for v in 0..4 {
+                acc[r][v].store(&mut out[r * n + j + 16 * v..]);
+            }
+        }
+        j += 64;
+    }
+    while j + 16 <= n {
+        // SAFETY: as above, columns `j..j + 16`.
+        let acc = unsafe { axpy_chunk::<L, R, 1>(ap, b.data.as_ptr().add(j), b.stride, k) };
+        for r in 0..R {
+            acc[r][0].store(&mut out[r * n + j..]);
+        }
+        j += 16;
+    }
+    // The last columns one at a time: the same fused multiply–adds in the same order.
+    for c in j..n {
+        for r in 0..R {
+            let mut s = 0.0f32;
+            for p in 0..k {
+                s = a[r][p].mul_add(b.data[p * b.stride + c], s);
+            }
+            out[r * n + c] = s;
+        }
+    }
+}
+
+/// `R` rows of sums over `k` of `a[r][p] · b[p, 16·v + lane]`, `p` in order.
+///
+/// # Safety
+/// Each `a[r]` holds `k` values; `b + p·stride` holds `16·V` values for every `p < k`.
+#[inline(always)]
+unsafe fn axpy_chunk<L: Lanes, const R: usize, const V: usize>(
+    a: [*const f32; R],
+    b: *const f32,
+    stride: usize,
+    k: usize,
+) -> [[L; V]; R] {
+    let mut acc = [[L::zero(); V]; R];
+    for p in 0..k {
+        // SAFETY: the caller's promise.
+        let mut bv = [L::zero(); V];
+        for v in 0..V {
+            bv[v] = unsafe { L::load_ptr(b.add(p * stride + 16 * v)) };
+        }
+        for r in 0..R {
+            let x = L::splat(unsafe { *a[r].add(p) });
+            for v in 0..V {
+                acc[r][v] = x.fma(bv[v], acc[r][v]);
+            }
+        }
+    }
+    acc
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{
+        __m256, __m512, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps,
+        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm512_castps512_ps256, _mm512_extractf32x8_ps, _mm512_fmadd_ps,
+        _mm512_add_ps, _mm512_loadu_ps, _mm512_permute_ps, _mm512_set1_ps, _mm512_shuffle_f32x4, _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+
+    use super::{Lanes, Rows, axpy_in, dot_tile_in};
+
+    /// `(lo + hi)` of eight lanes, then 4 + 4, 2 + 2, 1 + 1.
+    #[inline(always)]
+    fn sum8(s8: __m256) -> f32 {
+        // SAFETY (for the unsafe blocks of this module): the intrinsics are called only from
+        // functions compiled for, and dispatched after detecting, the features they need; loads
+        // and stores go through slices of the lengths they read and write (asserted).
+        unsafe {
+            let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+            _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<1>(s2, s2)))
+        }
+    }
+
+    #[derive(Clone, Copy)]
+    pub(super) struct Avx512(__m512);
+
+    impl Lanes for Avx512 {
+        #[inline(always)]
+        fn zero() -> Self {
+            unsafe { Self(_mm512_setzero_ps()) }
+        }
+        #[inline(always)]
+        fn splat(x: f32) -> Self {
+            unsafe { Self(_mm512_set1_ps(x)) }
+        }
+        #[inline(always)]
+        fn load(v: &[f32]) -> Self {
+            assert!(v.len() >= 16);
+            unsafe { Self(_mm512_loadu_ps(v.as_ptr())) }
+        }
+        #[inline(always)]
+        unsafe fn load_ptr(p: *const f32) -> Self {
+            unsafe { Self(_mm512_loadu_ps(p)) }
+        }
+        #[inline(always)]
+        fn fma(self, b: Self, c: Self) -> Self {
+            unsafe { Self(_mm512_fmadd_ps(self.0, b.0, c.0)) }
+        }
+        #[inline(always)]
+        fn store(self, v: &mut [f32]) {
+            assert!(v.len() >= 16);
+            unsafe { _mm512_storeu_ps(v.as_mut_ptr(), self.0) }
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            unsafe { sum8(_mm256_add_ps(_mm512_castps512_ps256(self.0), _mm512_extractf32x8_ps::<1>(self.0))) }
+        }
+        /// The same additions as [`Lanes::sum`], four registers at a time.
+        #[inline(always)]
+        fn sum4(v: [Self; 4]) -> [f32; 4] {
+            unsafe {
+                let [a, b, c, d] = [v[0].0, v[1].0, v[2].0, v[3].0];
+                // Lanes i + 8: a's and b's eight in one register, c's and d's in another.
+                let x = _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xEE>(a, b));
+                let y = _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(c, d), _mm512_shuffle_f32x4::<0xEE>(c, d));
+                // Lanes i + 4: a quarter each.
+                let z = _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(x, y), _mm512_shuffle_f32x4::<0xDD>(x, y));
+                // Lanes i + 2, then i + 1, within each quarter.
+                let z = _mm512_add_ps(z, _mm512_permute_ps::<0x4E>(z));
+                let z = _mm512_add_ps(z, _mm512_permute_ps::<0x01>(z));
+                let mut t = [0.0f32; 16];
+                _mm512_storeu_ps(t.as_mut_ptr(), z);
+                [t[0], t[4], t[8], t[12]]
+            }
+        }
+    }
+
+    /// Lanes 0–7 and 8–15.
+    #[derive(Clone, Copy)]
+    pub(super) struct Avx2(__m256, __m256);
+
+    impl Lanes for Avx2 {
+        #[inline(always)]
+        fn zero() -> Self {
+            unsafe { Self(_mm256_setzero_ps(), _mm256_setzero_ps()) }
+        }
+        #[inline(always)]
+        fn splat(x: f32) -> Self {
+            unsafe { Self(_mm256_set1_ps(x), _mm256_set1_ps(x)) }
+        }
+        #[inline(always)]
+        fn load(v: &[f32]) -> Self {
+            assert!(v.len() >= 16);
+            unsafe { Self(_mm256_loadu_ps(v.as_ptr()), _mm256_loadu_ps(v.as_ptr().add(8))) }
+        }
+        #[inline(always)]
+        unsafe fn load_ptr(p: *const f32) -> Self {
+            unsafe { Self(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) }
+        }
+        #[inline(always)]
+        fn fma(self, b: Self, c: Self) -> Self {
+            unsafe { Self(_mm256_fmadd_ps(self.0, b.0, c.0), _mm256_fmadd_ps(self.1, b.1, c.1)) }
+        }
+        #[inline(always)]
+        fn store(self, v: &mut [f32]) {
+            assert!(v.len() >= 16);
+            unsafe {
+                _mm256_storeu_ps(v.as_mut_ptr(), self.0);
+                _mm256_storeu_ps(v.as_mut_ptr().add(8), self.1);
+            }
+        }
+        #[inline(always)]
+        fn sum(self) -> f32 {
+            unsafe { sum8(_mm256_add_ps(self.0, self.1)) }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) fn dot_avx512<const R: usize, const C: usize>(a: [&[f32]; R], b: [&[f32]; C]) -> [[f32; C]; R] {
+        dot_tile_in::<Avx512, R, C>(a, b)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn dot_avx2<const R: usize, const C: usize>(a: [&[f32]; R], b: [&[f32]; C]) -> [[f32; C]; R] {
+        dot_tile_in::<Avx2, R, C>(a, b)
+    }
+
+    #[target_feature(enable = "avx512f,avx512dq")]
+    pub(super) fn axpy_avx512<const R: usize>(a: [&[f32]; R], b: Rows<'_>, k: usize, n: usize, out: &mut [f32]) {
+        axpy_in::<Avx512, R>(a, b, k, n, out);
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn axpy_avx2<const R: usize>(a: [&[f32]; R], b: Rows<'_>, k: usize, n: usize, out: &mut [f32]) {
+        axpy_in::<Avx2, R>(a, b, k, n, out);
     }
 }
 
@@ -162,6 +655,86 @@ mod tests {
                 assert_eq!(wide[i * 2 * n + j], 1.0 + 0.5 * want[i * n + j]);
                 assert_eq!(wide[i * 2 * n + n + j], 1.0, "untouched");
             }
+        }
+    }
+
+    /// Pseudo-random values in [-1, 1).
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// Every layout's product, whole and a row at a time.
+    fn products(a: &[f32], b: &[f32], k: usize, n: usize, rows: std::ops::Range<usize>) -> [Vec<f32>; 3] {
+        let r = rows.len();
+        let a = &a[rows.start * k..rows.end * k];
+        let bt: Vec<f32> = (0..n * k).map(|e| b[e % k * n + e / k]).collect();
+        let mut out = [vec![0.0; r * n], vec![0.0; r * n], vec![0.0; r * n]];
+        // b row-major (rows of b contiguous), bᵀ row-major read through a view, and a strided
+        // view of a (copied into the first layout).
+        matmul(MatMut::rows(&mut out[0], r, n, n), MatRef::rows(a, r, k, k), MatRef::rows(b, k, n, n), 0.5, false);
+        matmul(MatMut::rows(&mut out[1], r, n, n), MatRef::rows(a, r, k, k), MatRef::rows(&bt, n, k, k).t(), 0.5, false);
+        let at: Vec<f32> = (0..r * k).map(|e| a[e % r * k + e / r]).collect();
+        matmul(MatMut::rows(&mut out[2], r, n, n), MatRef::rows(&at, k, r, r).t(), MatRef::rows(b, k, n, n), 0.5, false);
+        out
+    }
+
+    #[test]
+    fn a_row_is_the_same_bits_however_many_rows_run_with_it() {
+        for (m, k, n) in [(9, 1, 3), (7, 16, 5), (13, 33, 70), (6, 100, 17), (5, 576, 64)] {
+            let a = values(m * k, 1 + k as u64);
+            let b = values(k * n, 2 + n as u64);
+            let whole = products(&a, &b, k, n, 0..m);
+            for i in 0..m {
+                let row = products(&a, &b, k, n, i..i + 1);
+                for (layout, (w, r)) in whole.iter().zip(&row).enumerate() {
+                    assert_eq!(
+                        w[i * n..(i + 1) * n].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        r.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        "layout {layout}, row {i} of {m}×{k}·{k}×{n}"
+                    );
+                }
+            }
+            // Near the exact products (in f64).
+            for (layout, got) in whole.iter().enumerate() {
+                for i in 0..m {
+                    for j in 0..n {
+                        let exact: f64 = (0..k).map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j])).sum::<f64>() * 0.5;
+                        assert!((f64::from(got[i * n + j]) - exact).abs() < 1e-5 * (k as f64).sqrt(), "layout {layout}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_instruction_set_sums_to_the_same_bits() {
+        let k = 37;
+        let a = values(4 * k, 3);
+        let b = values(4 * k, 4);
+        let ar: [&[f32]; TILE] = std::array::from_fn(|r| &a[r * k..(r + 1) * k]);
+        let br: [&[f32]; TILE] = std::array::from_fn(|c| &b[c * k..(c + 1) * k]);
+        let want = dot_tile_in::<Scalar, TILE, TILE>(ar, br);
+        assert_eq!(Simd::detect().dot_tile(ar, br), want);
+        let n = 85;
+        let bm = values(k * n, 5);
+        let mut want = vec![0.0; TILE * n];
+        axpy_in::<Scalar, TILE>(ar, Rows { data: &bm, stride: n }, k, n, &mut want);
+        let mut got = vec![0.0; TILE * n];
+        Simd::detect().axpy_rows(ar, Rows { data: &bm, stride: n }, k, n, &mut got);
+        assert_eq!(got, want);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            assert_eq!(Simd::Avx2.dot_tile(ar, br), dot_tile_in::<Scalar, TILE, TILE>(ar, br));
+            Simd::Avx2.axpy_rows(ar, Rows { data: &bm, stride: n }, k, n, &mut got);
+            assert_eq!(got, want);
         }
     }
 

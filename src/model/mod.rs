@@ -20,6 +20,7 @@ pub mod relpos;
 pub mod rope;
 mod run;
 pub mod tokenize;
+pub mod typing;
 
 use std::path::PathBuf;
 

@@ -11,8 +11,8 @@ use crate::model::kernels;
 /// the product runs over panels of [`PANEL`] output features in parallel, each panel's rows
 /// widened to f32 (16-bit, quantised) into a buffer of the thread's — the same rows in the same
 /// layout whatever the storage, so the products are bit for bit those of f32 weights — and
-/// multiplied through a transposed view (`x · panelᵀ`: for up to [`VIEW_ROWS`] rows, dot products
-/// that read each weight row in order) or, for more rows, transposed first (`in × PANEL`).
+/// multiplied through a transposed view (`x · panelᵀ`: dot products that read each weight row in
+/// order, the same for one row of `x` or many).
 #[derive(Debug, Clone)]
 pub(super) struct Linear {
     /// The weight, row-major `out × in`: f32, 16-bit, or a GGUF matrix's blocks.
@@ -24,38 +24,14 @@ pub(super) struct Linear {
 thread_local! {
     /// One widened 16-bit or quantised panel per thread.
     static WIDE_PANEL: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// A panel transposed (`in × PANEL`, row-major) for a product of more than [`VIEW_ROWS`] rows.
-    static PANEL_T: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `t` (`columns.len() × width`, row-major) = rows `0..width` of `w` (row-major, `in_dim` wide),
-/// columns `columns`, transposed: eight rows at a time, each read in order.
-fn transpose(w: &[f32], in_dim: usize, columns: std::ops::Range<usize>, width: usize, t: &mut [f32]) {
-    let part = columns.len();
-    let row = |j: usize| &w[j * in_dim + columns.start..j * in_dim + columns.end];
-    let mut j0 = 0;
-    while j0 + 8 <= width {
-        let r: [&[f32]; 8] = std::array::from_fn(|i| row(j0 + i));
-        for (k, out) in t.chunks_exact_mut(width).enumerate().take(part) {
-            let out = &mut out[j0..j0 + 8];
-            for i in 0..8 {
-                out[i] = r[i][k];
-            }
-        }
-        j0 += 8;
-    }
-    for j in j0..width {
-        for (k, &v) in row(j).iter().enumerate() {
-            t[k * width + j] = v;
-        }
-    }
-}
+/// Rows of `x` up to which a 16-bit or quantised panel is widened [`FEW_COLUMNS`] weight rows at a
+/// time rather than whole.
+const FEW_ROWS: usize = 4;
 
-/// Rows up to which a product reads the weight's rows through a transposed view (decoding: gemm's
-/// dot products over rows in order); past it the panel is transposed first (`in × PANEL`), which
-/// gemm multiplies faster than the view (a 64-token pass of SmolLM2: 225 → 140 ms), and which is
-/// the layout f32 weights were held in before, so the products are those bits again.
-const VIEW_ROWS: usize = 8;
+/// Weight rows widened at a time for a product of up to [`FEW_ROWS`] rows.
+const FEW_COLUMNS: usize = 8;
 
 impl Linear {
     /// From a row-major `out × in` weight and an `out` bias.
@@ -142,19 +118,26 @@ impl Linear {
         let part = columns.len();
         let product = |w: &[f32], dst: &mut [f32]| {
             let x = MatRef::rows(&x[columns.start..], rows, part, in_dim);
-            if rows <= VIEW_ROWS {
-                let w = MatRef::rows(&w[columns.start..], width, part, in_dim).t();
-                matmul(MatMut::rows(dst, rows, width, width), x, w, 1.0, false);
-            } else {
-                PANEL_T.with_borrow_mut(|t| {
-                    t.resize(part * width, 0.0);
-                    transpose(w, in_dim, columns.clone(), width, t);
-                    matmul(MatMut::rows(dst, rows, width, width), x, MatRef::rows(t, part, width, width), 1.0, false);
-                });
-            }
+            let w = MatRef::rows(&w[columns.start..], width, part, in_dim).t();
+            matmul(MatMut::rows(dst, rows, width, width), x, w, 1.0, false);
         };
         if let Values::F32(w) = &self.weight {
             product(&w[first * in_dim..(first + width) * in_dim], dst);
+        } else if rows <= FEW_ROWS {
+            // Decoding, a keystroke: a few weight rows at a time, widened into a buffer that stays
+            // in the first-level cache while they are multiplied (the sums are the same bits: an
+            // element's order does not depend on its neighbours).
+            WIDE_PANEL.with_borrow_mut(|wide| {
+                wide.resize(FEW_COLUMNS * in_dim, 0.0);
+                for c in (0..width).step_by(FEW_COLUMNS) {
+                    let cols = FEW_COLUMNS.min(width - c);
+                    let start = (first + c) * in_dim;
+                    self.weight.widen_into(start..start + cols * in_dim, &mut wide[..cols * in_dim]);
+                    let x = MatRef::rows(&x[columns.start..], rows, part, in_dim);
+                    let w = MatRef::rows(&wide[columns.start..], cols, part, in_dim).t();
+                    matmul(MatMut::rows(&mut dst[c..], rows, cols, width), x, w, 1.0, false);
+                }
+            });
         } else {
             WIDE_PANEL.with_borrow_mut(|wide| {
                 wide.resize(width * in_dim, 0.0);

@@ -203,6 +203,19 @@ impl KvCache {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Keeps the first `len` tokens (a causal model's keys and values of a prefix do not depend
+    /// on what follows it): the next pass continues after them.
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        for rows in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            let width = rows.len() / self.len;
+            rows.truncate(len * width);
+        }
+        self.len = len;
+    }
 }
 
 /// An encoder's output as a decoder with cross-attention reads it, checked against that decoder

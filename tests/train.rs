@@ -212,16 +212,22 @@ fn bad_settings_name_their_field() {
 
 /// Saved and loaded back through the folder loader: the same model, bit for bit; saving over a
 /// folder replaces it whole; an unwritable place is an error that leaves nothing behind.
+/// A trainer of `cfg` after `steps` steps, saved to `dir`.
+fn trained_and_saved(cfg: &TrainConfig, steps: usize, dir: &std::path::Path) -> Trainer {
+    let mut t = Trainer::new(cfg).unwrap();
+    for _ in 0..steps {
+        t.step().unwrap();
+    }
+    t.save(dir).unwrap();
+    t
+}
+
 #[test]
 fn a_saved_folder_loads_back_as_the_same_model() {
     let tmp = tempfile::tempdir().unwrap();
     for (i, cfg) in variants().into_iter().enumerate() {
-        let mut t = Trainer::new(&cfg).unwrap();
-        for _ in 0..5 {
-            t.step().unwrap();
-        }
         let dir = tmp.path().join(format!("m{i}"));
-        t.save(&dir).unwrap();
+        let mut t = trained_and_saved(&cfg, 5, &dir);
         for file in ["config.json", "model.safetensors", "tokenizer.json", "training.json"] {
             assert!(dir.join(file).is_file(), "{file}");
         }
@@ -365,12 +371,8 @@ fn the_command_line_trains_reports_and_saves() {
 fn a_saved_folder_loads_back_into_the_lab() {
     let tmp = tempfile::tempdir().unwrap();
     for (i, cfg) in variants().into_iter().enumerate() {
-        let mut t = Trainer::new(&cfg).unwrap();
-        for _ in 0..3 {
-            t.step().unwrap();
-        }
         let dir = tmp.path().join(format!("m{i}"));
-        t.save(&dir).unwrap();
+        let t = trained_and_saved(&cfg, 3, &dir);
         let net = attnviz::train::load(&dir).unwrap();
         assert_eq!(net.cfg, cfg);
         let (ours, back) = (t.net.named(), net.named());

@@ -134,6 +134,24 @@ impl Default for PlaygroundConfig {
     }
 }
 
+/// The checks a width of `d_model` split over `heads` must pass (the playground's and the training
+/// lab's): `Err((field, why))`. `sinusoidal`: fixed sine/cosine encodings of base `base`.
+pub fn check_widths(d_model: usize, heads: usize, sinusoidal: bool, base: f64) -> Result<(), (&'static str, String)> {
+    if heads > 0 && d_model % heads != 0 {
+        return Err((
+            "d_model",
+            format!("{d_model} is not divisible by {heads} heads (each head gets d_model / heads dimensions)"),
+        ));
+    }
+    if sinusoidal && d_model % 2 != 0 {
+        return Err(("d_model", format!("{d_model} is odd: sinusoidal encodings pair a sine with a cosine")));
+    }
+    if sinusoidal && !(base.is_finite() && base > 1.0) {
+        return Err(("base", format!("must be a number greater than 1, got {base}")));
+    }
+    Ok(())
+}
+
 fn bad(field: &'static str, message: impl Into<String>) -> ModelError {
     ModelError::Playground { field, message: message.into() }
 }
@@ -242,26 +260,10 @@ impl PlaygroundConfig {
         if self.d_model == 0 {
             return Err(bad("d_model", "must be at least 1"));
         }
-        if self.d_model % self.heads != 0 {
-            return Err(bad(
-                "d_model",
-                format!(
-                    "{} is not divisible by {} heads (each head gets d_model / heads dimensions)",
-                    self.d_model, self.heads
-                ),
-            ));
-        }
-        if self.pe.layout().is_some() && self.d_model % 2 != 0 {
-            return Err(bad(
-                "d_model",
-                format!("{} is odd: sinusoidal encodings pair a sine with a cosine", self.d_model),
-            ));
-        }
+        check_widths(self.d_model, self.heads, self.pe.layout().is_some(), self.pe_base)
+            .map_err(|(field, message)| bad(field, message))?;
         if self.d_ff == 0 {
             return Err(bad("d_ff", "must be at least 1"));
-        }
-        if self.pe.layout().is_some() && !(self.pe_base.is_finite() && self.pe_base > 1.0) {
-            return Err(bad("base", format!("must be a number greater than 1, got {}", self.pe_base)));
         }
         if !(self.init_std.is_finite() && self.init_std >= 0.0) {
             return Err(bad("std", format!("must be a number ≥ 0, got {}", self.init_std)));

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::TrainError;
 use crate::model::NormPlacement;
-use crate::model::playground::PeKind;
+use crate::model::playground::{PeKind, check_widths};
 
 /// The tasks the lab generates from a seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -230,25 +230,8 @@ impl TrainConfig {
         at_least("d_model", self.d_model, 1)?;
         at_most("d_model", self.d_model, 1024)?;
         at_most("mlp", self.mlp, 8192)?;
-        if self.d_model % self.heads != 0 {
-            return Err(bad(
-                "d_model",
-                format!(
-                    "{} is not divisible by {} heads (each head gets d_model / heads dimensions)",
-                    self.d_model, self.heads
-                ),
-            ));
-        }
         let sinusoidal = matches!(self.pe, PeKind::Interleaved | PeKind::Concatenated);
-        if sinusoidal && self.d_model % 2 != 0 {
-            return Err(bad(
-                "d_model",
-                format!("{} is odd: sinusoidal encodings pair a sine with a cosine", self.d_model),
-            ));
-        }
-        if sinusoidal && !(self.pe_base.is_finite() && self.pe_base > 1.0) {
-            return Err(bad("base", format!("must be a number greater than 1, got {}", self.pe_base)));
-        }
+        check_widths(self.d_model, self.heads, sinusoidal, self.pe_base).map_err(|(field, message)| bad(field, message))?;
         at_least("batch", self.batch, 1)?;
         at_most("batch", self.batch, 4096)?;
         at_least("steps", self.steps, 1)?;

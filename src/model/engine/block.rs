@@ -15,6 +15,11 @@ use super::positions::{self, HeadRows, PositionWeights, RelativeProjections};
 use super::weights::Weights;
 use crate::model::describe::{Activation, Description, FeedForward, NormKind, NormPlacement};
 use crate::model::gemm::{MatMut, MatRef, matmul};
+
+thread_local! {
+    /// A head's keys transposed, per thread (see [`Network::head_probs`]).
+    static KEYS_T: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 use crate::model::kernels;
 
 /// Rows per block when a mask lets attention skip keys.
@@ -549,12 +554,26 @@ impl Network {
             // Only the keys some query of each block of rows sees: a causal mask or a window
             // hides the rest, and the softmax below overwrites those cells with -inf before it
             // reads them (with position terms every cell is computed, as they are recorded).
-            for (r, ks) in visible_blocks(ctx.mask, n, total) {
-                let q = MatRef::rows(&qkv[r.start * row + h * d..], r.len(), d, row);
-                let k = MatRef::rows(&k_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
-                let dst = MatMut::rows(&mut probs[r.start * total + ks.start..], r.len(), ks.len(), total);
-                matmul(dst, q, k.t(), self.desc.score_scale, false);
-            }
+            // The keys transposed (`d × total`, rows 16-aligned): each score is then summed over
+            // the head's dimensions in order, 64 keys at a time, with no lanes to add up at the end
+            // (heads are 32–128 wide: a sixteen-lane dot product would spend as long adding its
+            // lanes as multiplying). The order is the same for one query row or many.
+            KEYS_T.with_borrow_mut(|kt| {
+                let stride = total.next_multiple_of(16).max(16);
+                kt.resize(d * stride, 0.0);
+                for j in 0..total {
+                    let key = &k_all[j * kv_stride + g * d..j * kv_stride + g * d + d];
+                    for (c, &v) in key.iter().enumerate() {
+                        kt[c * stride + j] = v;
+                    }
+                }
+                for (r, ks) in visible_blocks(ctx.mask, n, total) {
+                    let q = MatRef::rows(&qkv[r.start * row + h * d..], r.len(), d, row);
+                    let k = MatRef::rows(&kt[ks.start..], d, ks.len(), stride);
+                    let dst = MatMut::rows(&mut probs[r.start * total + ks.start..], r.len(), ks.len(), total);
+                    matmul(dst, q, k, self.desc.score_scale, false);
+                }
+            });
         } else {
             matmul(MatMut::rows(probs, n, total, total), q, k.t(), self.desc.score_scale, false);
         }

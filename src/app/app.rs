@@ -789,11 +789,12 @@ impl AttnvizApp {
     /// would take another frame for each update).
     fn pin_newest_written(&mut self) {
         let s = &mut self.session;
-        if !s.follow_written {
+        // Until the run is shown (a merge into words may be under way).
+        if !s.follow_written || s.run.is_none() {
             return;
         }
-        let (Some(run), Some(g)) = (&s.run, &s.generation) else { return };
         s.follow_written = false;
+        let (Some(run), Some(g)) = (&s.run, &s.generation) else { return };
         let Some(prompt) = run.prompt_len else { return };
         let written = run.tokens.len().saturating_sub(prompt).min(g.steps.len());
         if written > 0 {

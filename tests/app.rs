@@ -1702,6 +1702,92 @@ fn continue_streams_the_written_tokens_into_the_views_and_steps_through_them() {
     assert_eq!(h.state().session.run.as_ref().unwrap().prompt_len, None);
 }
 
+/// Every frame that shows a new run of the writing draws it whole: the head view's matrices of
+/// that run are there (carried over, not a "computing" placeholder until the derive thread
+/// answers) and the newest written token is pinned; each run shown is a prefix of the final one
+/// with the same attention rows, and the final one is a fresh pass of the library over the text
+/// the library writes.
+#[test]
+fn each_frame_of_the_writing_shows_its_run_whole_and_the_end_is_the_librarys_pass() {
+    use attnviz::app::derive::DeriveKey;
+    // The embedded SmolLM2 writes slowly enough here for its tokens to arrive over several frames.
+    let smollm2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct");
+    let mut h = harness_with(
+        Startup { model_dir: Some(smollm2.clone()), text: Some("The cat sat on".into()), ..Startup::default() },
+        None,
+    );
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
+    h.state_mut().views.generation.max_new = 6;
+    h.get_by_label("Continue ▶").click();
+    let start = Instant::now();
+    // Each run shown while writing (its tokens, its attention), checked at its first frame.
+    let mut shown: Vec<Arc<attnviz::analysis::Run>> = Vec::new();
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for the generation");
+        h.step();
+        let a = h.state();
+        let s = &a.session;
+        let Some(run) = s.run.clone() else { continue };
+        if run.prompt_len.is_some() && shown.last().is_none_or(|r| !Arc::ptr_eq(r, &run)) {
+            let key = DeriveKey::HeadMatrices {
+                view_id: s.view_id,
+                layer_idx: a.settings.layer_idx,
+                hide_special: a.settings.hide_special,
+                rollout: None,
+            };
+            assert!(
+                s.derived.head_matrices(&key).is_some(),
+                "the frame that shows {} tokens draws the head view's lines, not a placeholder",
+                run.tokens.len()
+            );
+            assert_eq!(s.pinned, Some((Side::Query, run.tokens.len() - 1)), "the newest written token is pinned");
+            shown.push(run);
+        }
+        if s.generation.as_ref().is_some_and(|g| g.finished.is_some()) && !a.is_busy() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    settled(&mut h);
+    let last = h.state().session.run.clone().unwrap();
+    let g = h.state().session.generation.clone().unwrap();
+    assert!(g.written >= 1, "{}", g.written);
+    // The library writes the same tokens; the final run is its full pass over them.
+    let model = attnviz::model::LoadedModel::load(&smollm2).unwrap();
+    let mut lib = attnviz::model::generate::Generator::start(&model, "The cat sat on", 8).unwrap();
+    while lib.next(6).unwrap().is_some() {}
+    assert_eq!(last.tokens.ids, lib.tokens().ids);
+    assert_eq!(last.tokens.len(), last.prompt_len.unwrap() + g.written);
+    let full = model
+        .run_tokens(
+            lib.tokens().clone(),
+            None,
+            attnviz::model::Capture::Full,
+            &attnviz::model::Interventions::default(),
+        )
+        .unwrap();
+    assert_eq!(last.attention.as_slice(), full.attention.as_slice(), "the final run is a fresh pass");
+    // Every run shown on the way is a prefix of it: the same tokens, the same attention rows.
+    assert!(shown.len() >= 2, "the writing and its end are shown: {}", shown.len());
+    let a = &full.attention;
+    for run in &shown {
+        let n = run.tokens.len();
+        assert_eq!(run.tokens.ids[..], last.tokens.ids[..n]);
+        for l in 0..a.layers() {
+            for hd in 0..a.heads() {
+                let (mine, theirs) = (run.attention.head(l, hd), a.head(l, hd));
+                for q in 0..n {
+                    for k in 0..=q {
+                        let (x, y) = (mine[q * n + k], theirs[q * a.keys() + k]);
+                        assert!((x - y).abs() < 1e-5, "{n} tokens, layer {l} head {hd} [{q}, {k}]: {x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn stop_keeps_what_was_written() {
     // The embedded SmolLM2 writes slowly enough (tenths of a second per token here) to be stopped.

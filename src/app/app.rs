@@ -209,6 +209,8 @@ pub struct Session {
     applied_theme: Option<ThemeChoice>,
     /// The generation shown or in progress (the shown run is its prompt and continuation).
     pub generation: Option<Generation>,
+    /// A generation's run arrived: its newest written token is pinned when the run is shown.
+    follow_written: bool,
     /// The logit lens of the token run, as far as it is computed.
     pub lens: super::lens::LensState,
     /// Why the logit lens does not apply to what is shown (None: it does).
@@ -384,7 +386,16 @@ impl AttnvizApp {
             style.visuals.panel_fill = egui::Color32::TRANSPARENT;
         });
         let wake = ctx.clone();
-        let worker = Worker::spawn(move || wake.request_repaint()).expect("cannot start the inference thread");
+        let worker = Worker::spawn(move |progress| {
+            if progress {
+                // A generation's next run: one frame (egui draws two for a plain request, "to let
+                // things settle"; the message after it, or the last one, comes soon).
+                wake.request_repaint_after(std::time::Duration::from_millis(1));
+            } else {
+                wake.request_repaint();
+            }
+        })
+        .expect("cannot start the inference thread");
         let wake = ctx.clone();
         let deriver = Deriver::spawn(move || wake.request_repaint()).expect("cannot start the derive thread");
         let (background_tx, background_rx) = channel();
@@ -434,6 +445,7 @@ impl AttnvizApp {
                 derived: Derived::default(),
                 applied_theme: None,
                 generation: None,
+                follow_written: false,
                 lens: super::lens::LensState::default(),
                 lens_refusal: None,
                 dla: None,
@@ -772,6 +784,40 @@ impl AttnvizApp {
         }
     }
 
+    /// Pins the newest written token of a generation's run that has just been shown, in the same
+    /// frame (the generation panel follows the writing by pinning it; pinned from the panel, it
+    /// would take another frame for each update).
+    fn pin_newest_written(&mut self) {
+        let s = &mut self.session;
+        // Until the run is shown (a merge into words may be under way).
+        if !s.follow_written || s.run.is_none() {
+            return;
+        }
+        s.follow_written = false;
+        let (Some(run), Some(g)) = (&s.run, &s.generation) else { return };
+        let Some(prompt) = run.prompt_len else { return };
+        let written = run.tokens.len().saturating_sub(prompt).min(g.steps.len());
+        if written > 0 {
+            s.pinned = Some((crate::render::Side::Query, prompt + written - 1));
+        }
+    }
+
+    /// Counts a drawn frame in the generation's timing; once it has ended and everything derived
+    /// from its last run is drawn, logs the timing if `ATTNVIZ_GENERATION_LOG` is set.
+    fn time_generation(&mut self) {
+        let busy = self.is_busy();
+        let s = &mut self.session;
+        let Some(g) = s.generation.as_mut().filter(|g| g.timing.settled.is_none()) else { return };
+        let written = s.run.as_ref().and_then(|r| r.prompt_len.map(|p| r.tokens.len().saturating_sub(p)));
+        g.timing.frame(written.unwrap_or(0));
+        if g.finished.is_some() && !busy {
+            g.timing.settled = Some(Instant::now());
+            if std::env::var_os("ATTNVIZ_GENERATION_LOG").is_some() {
+                eprintln!("{}", g.timing.line(g.written));
+            }
+        }
+    }
+
     /// Lets the loaded model continue the text by `max_new` tokens, streamed into the views.
     fn start_generation(&mut self, max_new: usize) {
         let can = self.session.model.as_ref().is_some_and(|m| m.can_generate || m.can_translate);
@@ -792,6 +838,7 @@ impl AttnvizApp {
             stop: stop.clone(),
             prompt: self.settings.text.clone(),
             text: None,
+            timing: super::data::GenerationTiming::start(),
         });
         let (text, max_prompt) = (self.settings.text.clone(), self.settings.record_tokens);
         let interventions = self.settings.interventions.clone();
@@ -904,6 +951,10 @@ impl AttnvizApp {
                 s.shown_from = wanted;
                 s.view_id += 1;
                 s.shown_b_from = None; // B is shown at the same level as A
+                if let Some(run) = s.run.as_ref().filter(|_| s.follow_written) {
+                    // A generation's next run: drawn whole in this frame.
+                    s.derived.carry_over(s.view_id - 1, s.view_id, run);
+                }
             } else if s.run.is_some() {
                 // Merging: nothing stale is shown meanwhile.
                 s.run = None;
@@ -932,6 +983,11 @@ impl AttnvizApp {
 
     /// Whether a run, a load or a background computation is still in flight.
     pub fn is_busy(&self) -> bool {
+        self.is_busy_besides_writing() || self.session.generation.as_ref().is_some_and(|g| g.finished.is_none())
+    }
+
+    /// [`Self::is_busy`] but for a generation that is writing.
+    fn is_busy_besides_writing(&self) -> bool {
         let s = &self.session;
         s.loading.is_some()
             || s.opening.is_some()
@@ -939,7 +995,6 @@ impl AttnvizApp {
             || s.requested_compare_id > s.compare_id
             || s.flow_pending.is_some()
             || s.derived.any_pending()
-            || s.generation.as_ref().is_some_and(|g| g.finished.is_none())
             || s.lens.in_flight.is_some()
             || s.dla_pending.is_some()
             || s.effect_pending.is_some()
@@ -1195,6 +1250,7 @@ impl AttnvizApp {
                             let s = &mut self.session;
                             s.token_run = Some(TokenRun { source_id, run, window: None });
                             s.run_error = None;
+                            s.follow_written = true;
                         }
                         Err(e) => {
                             g.error = Some(e.clone());
@@ -1837,6 +1893,7 @@ impl eframe::App for AttnvizApp {
             ctx.copy_image(image);
         }
         self.sync_view_runs();
+        self.pin_newest_written();
         self.request_run_if_changed();
         self.request_compare_if_changed();
         self.request_lens_if_needed();
@@ -1858,7 +1915,8 @@ impl eframe::App for AttnvizApp {
         if let Some(path) = self.session.pending_open.take() {
             self.run_command(ctx, Command::OpenAttention(path));
         }
-        if self.is_busy() || self.session.exporting.is_some() {
+        // A generation that is writing wakes the UI with each of its messages: no frames between.
+        if self.is_busy_besides_writing() || self.session.exporting.is_some() {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
         }
     }
@@ -1901,6 +1959,7 @@ impl eframe::App for AttnvizApp {
         }
         let s = &mut self.session;
         s.frame_ms = if s.frame_ms == 0.0 { ms } else { 0.9 * s.frame_ms + 0.1 * ms };
+        self.time_generation();
     }
 
     /// The panels' colour: panels are transparent (see [`AttnvizApp::new`]), the cleared window

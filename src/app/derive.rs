@@ -14,6 +14,10 @@ use crate::render::{Colormap, cells_rgba};
 /// Largest model-view thumbnail side in texels; longer inputs are max-pooled down to it.
 pub const THUMB_TEXELS: usize = 128;
 
+/// Most attention cells a result may read to be computed on the UI thread when a streaming
+/// generation shows its next run (a few milliseconds); larger ones go to the derive thread.
+pub const CARRY_CELLS: usize = 1 << 21;
+
 /// What a derived result is computed from. `view_id` names the shown run (it changes with every
 /// new run and with the word toggle).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -82,6 +86,24 @@ impl DeriveKey {
             Self::HeadLines(key) => key.matrices.view_id(),
             Self::Words { .. } | Self::Stack { .. } => None,
         }
+    }
+
+    /// This key for another shown run, if it is of a shown run and cheap enough to compute for
+    /// `run` on the UI thread ([`CARRY_CELLS`]): what a streaming generation's next run needs at
+    /// once ([`Derived::carry_over`]).
+    fn carried(&self, view_id: u64, run: &Run) -> Option<Self> {
+        let a = &run.attention;
+        let cells = |heads: usize| heads * a.seq_len() * a.keys();
+        let key = match self {
+            Self::Stats { .. } => Self::Stats { view_id },
+            Self::Thumbnails { colormap, .. } => Self::Thumbnails { view_id, colormap: *colormap },
+            Self::HeadMatrices { layer_idx, hide_special, rollout: None, .. } if *layer_idx < a.layers() => {
+                Self::HeadMatrices { view_id, layer_idx: *layer_idx, hide_special: *hide_special, rollout: None }
+            }
+            _ => return None,
+        };
+        let heads = if matches!(key, Self::HeadMatrices { .. }) { a.heads() } else { a.layers() * a.heads() };
+        (cells(heads) <= CARRY_CELLS).then_some(key)
     }
 
     /// Jobs of the same kind replace each other in the queue (the newest wins).
@@ -429,6 +451,20 @@ impl Derived {
         }
     }
 
+    /// A generation streaming into the views shows its next run `to` (`run`) after `from`: what
+    /// was derived for `from` and is cheap ([`CARRY_CELLS`]) is computed for `to` at once, so the
+    /// frame that shows the new run draws it whole — not a "computing" placeholder, then another
+    /// frame when the derive thread answers. Returns how many results were carried.
+    pub fn carry_over(&mut self, from: u64, to: u64, run: &Run) -> usize {
+        let keys: Vec<DeriveKey> =
+            self.values.keys().filter(|k| k.view_id() == Some(from)).filter_map(|k| k.carried(to, run)).collect();
+        for key in &keys {
+            let value = compute(key, run, None);
+            self.values.insert(key.clone(), value);
+        }
+        keys.len()
+    }
+
     /// Forgets results of runs other than `view_id` (and word merges other than `source_ids`).
     pub fn retain_run(&mut self, view_id: u64, source_ids: &[u64]) {
         let keep = |key: &DeriveKey| match key {
@@ -536,5 +572,24 @@ mod tests {
         assert_eq!((t.side, t.rgba.len(), t.rgba[0].len()), (3, 4, 3 * 3 * 4));
         let DerivedValue::Stats(s) = compute(&DeriveKey::Stats { view_id: 1 }, &run, None) else { panic!("stats") };
         assert_eq!(s.tokens, 2);
+    }
+
+    #[test]
+    fn a_streamed_run_gets_the_cheap_results_of_the_run_before_computed_for_it() {
+        let (before, next) = (seq2seq_run(), stack_run(&seq2seq_run(), Stack::Cross).unwrap());
+        let matrices = DeriveKey::HeadMatrices { view_id: 1, layer_idx: 1, hide_special: false, rollout: None };
+        let rollout = DeriveKey::Rollout { view_id: 1, heads: vec![0] };
+        let mut derived = Derived::default();
+        for key in [matrices, rollout.clone(), DeriveKey::Stats { view_id: 1 }, DeriveKey::Stats { view_id: 7 }] {
+            assert!(derived.start(&key));
+            let value = compute(&key, &before, None);
+            derived.finish(key, Some(value), 1);
+        }
+        assert_eq!(derived.carry_over(1, 2, &next), 2, "the matrices and the statistics, not the rollout");
+        let carried = DeriveKey::HeadMatrices { view_id: 2, layer_idx: 1, hide_special: false, rollout: None };
+        let DerivedValue::HeadMatrices(want) = compute(&carried, &next, None) else { panic!("head matrices") };
+        assert_eq!(derived.head_matrices(&carried).unwrap().matrices, want.matrices, "computed from the new run");
+        assert!(derived.stats(2).is_some() && derived.rollout(2, &[0]).is_none());
+        assert!(!derived.any_pending(), "nothing left for the derive thread");
     }
 }

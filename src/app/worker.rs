@@ -18,6 +18,29 @@ pub const TOP_K: usize = 8;
 /// Least time between two messages of a long input's pass (after the first layer's).
 const PROGRESS_SECONDS: f64 = 1.0;
 
+/// Least time between two progress messages of a generation (after the first token's): each one
+/// makes the views show a new run — a frame or more, which on two cores takes the CPU from the
+/// writing — so tokens written meanwhile travel together, about ten updates a second.
+pub const STREAM_SECONDS: f64 = 0.1;
+
+/// When a generation's next progress message is due: its first token at once, then at most one
+/// message every [`STREAM_SECONDS`].
+#[derive(Debug, Default)]
+struct Pace {
+    last_sent: Option<Instant>,
+}
+
+impl Pace {
+    /// Whether a message is due now (and, if so, counts it as sent).
+    fn due(&mut self) -> bool {
+        let due = self.last_sent.is_none_or(|t| t.elapsed().as_secs_f64() >= STREAM_SECONDS);
+        if due {
+            self.last_sent = Some(Instant::now());
+        }
+        due
+    }
+}
+
 /// Most positions whose similarities are computed (the first ones of a longer table).
 const MAX_SIMILARITY_POSITIONS: usize = 1024;
 
@@ -477,7 +500,7 @@ fn failed_generation(id: u64, start: Instant, error: String) -> Done {
 }
 
 /// An encoder–decoder translates `text` greedily ([`crate::model::generate::translate`]),
-/// sending the run over source and target so far after each token; stops like
+/// sending the run over source and target so far as it goes; paced and stopped like
 /// [`generate_streaming`].
 fn translate_streaming(
     model: &LoadedModel,
@@ -492,6 +515,7 @@ fn translate_streaming(
     let failed = |e: String| failed_generation(id, start, e);
     let mut carried = None;
     let mut gone = false;
+    let mut pace = Pace::default();
     let result = translate_with(model, text, (max_new, TOP_K), interventions, |ids, steps, encoder, decoder| {
         match jobs.try_recv() {
             Ok(job) => {
@@ -503,6 +527,9 @@ fn translate_streaming(
                 return false;
             }
             Err(TryRecvError::Empty) => {}
+        }
+        if !pace.due() {
+            return !stop.load(Ordering::Relaxed);
         }
         let mut run = encoder.clone();
         run.prompt_len = Some(run.tokens.len());
@@ -543,8 +570,10 @@ fn translate_streaming(
     if send(done) { Ok(carried) } else { Err(()) }
 }
 
-/// Writes up to `max_new` tokens after `text`, sending the run after each one; stops early when
-/// `stop` is set or another job arrives (returned, to be handled next). `Err` when the UI is gone.
+/// Writes up to `max_new` tokens after `text`, sending the run so far as it goes (paced by
+/// [`Pace`]: the run is assembled only for the messages sent) and one full pass at the end;
+/// stops early when `stop` is set or another job arrives (returned, to be handled next). `Err`
+/// when the UI is gone.
 fn generate_streaming(
     model: &LoadedModel,
     id: u64,
@@ -561,6 +590,9 @@ fn generate_streaming(
         Err(e) => return if send(failed(e)) { Ok(None) } else { Err(()) },
     };
     let mut carried = None;
+    let mut pace = Pace::default();
+    // Tokens (prompt included) of the last run sent.
+    let mut shown = g.prompt_len();
     loop {
         if stop.load(Ordering::Relaxed) {
             g.stop();
@@ -573,20 +605,26 @@ fn generate_streaming(
             Err(TryRecvError::Disconnected) => return Err(()),
             Err(TryRecvError::Empty) => {}
         }
-        match g.next(max_new) {
-            Ok(Some(_)) => {
-                let progress = Done::Generated {
-                    id,
-                    result: Ok(Arc::new(g.partial_run())),
-                    steps: Arc::new(g.steps.clone()),
-                    finished: None,
-                    seconds: start.elapsed().as_secs_f64(),
-                    target: Some(model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..])),
-                };
-                if !send(progress) {
-                    return Err(());
-                }
+        let next = g.next(max_new);
+        // The tokens written since the last message are sent when due, and before the final pass
+        // (they show while it runs).
+        let unsent = g.tokens().len() > shown;
+        if (matches!(next, Ok(Some(_))) && pace.due()) || (matches!(next, Ok(None)) && unsent) {
+            shown = g.tokens().len();
+            let progress = Done::Generated {
+                id,
+                result: Ok(Arc::new(g.partial_run())),
+                steps: Arc::new(g.steps.clone()),
+                finished: None,
+                seconds: start.elapsed().as_secs_f64(),
+                target: Some(model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..])),
+            };
+            if !send(progress) {
+                return Err(());
             }
+        }
+        match next {
+            Ok(Some(_)) => {}
             Ok(None) => break,
             Err(e) => return if send(failed(e)) { Ok(carried) } else { Err(()) },
         }
@@ -736,9 +774,11 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Starts the thread; `wake` is called after each finished job (to repaint the UI).
-    pub fn spawn(wake: impl Fn() + Send + Sync + 'static) -> std::io::Result<Self> {
-        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(wake);
+    /// Starts the thread; `wake` is called after each message (to repaint the UI), with `true`
+    /// for a generation's progress (one frame shows it; the next message comes soon) and `false`
+    /// for everything else.
+    pub fn spawn(wake: impl Fn(bool) + Send + Sync + 'static) -> std::io::Result<Self> {
+        let wake: Arc<dyn Fn(bool) + Send + Sync> = Arc::new(wake);
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel::<Done>();
         let (graph_tx, graph_rx) = channel::<(Arc<LoadedModel>, Job)>();
@@ -753,7 +793,7 @@ impl Worker {
                 if graph_done.send(readout_job(&model, job)).is_err() {
                     return;
                 }
-                graph_wake();
+                graph_wake(false);
             }
         })?;
         let sent = Arc::new(AtomicU64::new(0));
@@ -817,7 +857,7 @@ impl Worker {
                     if done_tx.send(Done::Installed { id: *id, info }).is_err() {
                         return;
                     }
-                    wake();
+                    wake(false);
                 }
                 if let Some(Job::Load { id, dir }) = load {
                     let result = match LoadedModel::load(&dir) {
@@ -831,7 +871,7 @@ impl Worker {
                     if done_tx.send(Done::Loaded { id, dir, result }).is_err() {
                         return;
                     }
-                    wake();
+                    wake(false);
                 }
                 if let Some(Job::Run { id, text, pair, target, spec }) = run {
                     let start = Instant::now();
@@ -840,7 +880,7 @@ impl Worker {
                             let stale = || sent_seen.load(Ordering::SeqCst) > taken;
                             let send = |done: Done| {
                                 let _ = done_tx.send(done);
-                                wake();
+                                wake(false);
                             };
                             run_long(m, (&text, pair.as_deref()), (iv, long), id, &stale, &send)
                         }
@@ -855,7 +895,7 @@ impl Worker {
                         if done_tx.send(Done::Ran { id, result, window: None, elapsed_ms }).is_err() {
                             return;
                         }
-                        wake();
+                        wake(false);
                     }
                 }
                 if let (Some(Job::Probe { id, half, seed, interventions }), Some(m)) = (probe, model.as_deref()) {
@@ -869,7 +909,7 @@ impl Worker {
                     if done_tx.send(Done::Ran { id, result, window: None, elapsed_ms }).is_err() {
                         return;
                     }
-                    wake();
+                    wake(false);
                 }
                 if let Some(Job::Compare { id, text, pair, target, spec }) = compare {
                     let input = (text.as_str(), pair.as_deref(), target.as_deref());
@@ -877,7 +917,7 @@ impl Worker {
                     if done_tx.send(Done::Compared { id, result }).is_err() {
                         return;
                     }
-                    wake();
+                    wake(false);
                 }
                 // The graph takes as long as several passes and cannot stop half-way: it runs on a
                 // thread of its own (one graph at a time, the newest asked for next), so newer runs
@@ -892,13 +932,13 @@ impl Worker {
                     if done_tx.send(readout_job(m, job)).is_err() {
                         return;
                     }
-                    wake();
+                    wake(false);
                 }
                 if let (Some(job), Some(m)) = (lens, model.as_deref()) {
                     let stale = || sent_seen.load(Ordering::SeqCst) > taken;
                     let send = |done: Done| {
                         let ok = done_tx.send(done).is_ok();
-                        wake();
+                        wake(false);
                         ok
                     };
                     match lens_parts(m, job, &stale, &send) {
@@ -909,8 +949,9 @@ impl Worker {
                 if let Some(Job::Generate { id, text, max_new, max_prompt, stop, interventions }) = generate {
                     let Some(m) = model.as_deref() else { continue };
                     let send = |done: Done| {
+                        let progress = matches!(&done, Done::Generated { finished: None, result: Ok(_), .. });
                         let ok = done_tx.send(done).is_ok();
-                        wake();
+                        wake(progress);
                         ok
                     };
                     let streaming = if m.decoder.is_some() { translate_streaming } else { generate_streaming };

@@ -123,10 +123,21 @@ impl GenerationPanel {
         }
         let (layer, heads) = data.selection();
         if layer < run.attention.layers() && !heads.is_empty() {
+            // The row of the heads' mean at this token (summed as `Attention::mean_of_heads` sums
+            // the whole layer, which a frame need not build).
             let row: Vec<f32> = {
-                let mean = run.attention.mean_of_heads(layer, &heads);
                 let n = run.attention.keys();
-                mean[pos * n..(pos + 1) * n].to_vec()
+                let mut row = vec![0.0f32; n];
+                for &h in &heads {
+                    for (o, v) in row.iter_mut().zip(&run.attention.head(layer, h)[pos * n..(pos + 1) * n]) {
+                        *o += v;
+                    }
+                }
+                let k = heads.len() as f32;
+                for o in &mut row {
+                    *o /= k;
+                }
+                row
             };
             // Causal self-attention: the tokens up to this one; cross-attention: every source token.
             let keys = if run.attention.is_square() { pos + 1 } else { run.attention.keys() };

@@ -44,7 +44,7 @@ xdotool key --delay 40 End BackSpace
 xdotool type --delay 40 " and hungry."
 sleep 1.5
 # Head view, layer 4: pin the query token "it" (row 10 of the head view, which fills the window).
-click 173 478
+click 173 501
 click 430 557
 shot head-view
 # Why? The pinned query in the neuron view, head 4.

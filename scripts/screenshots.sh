@@ -57,6 +57,8 @@ xdotool key Escape
 click 403 76
 shot model-view
 click 693 451
+# Ctrl+scroll zooms out a little so that the whole figure fits: the key labels are below the cells.
+xdotool mousemove 700 500 keydown ctrl click 5 keyup ctrl
 xdotool mousemove 1300 800
 shot heatmap
 # Head statistics (entropy), rollout through layer 3, the comparison with another sentence.

@@ -35,11 +35,23 @@ pub fn paint_visible(
     drawing: &Drawing,
     origin: Pos2,
     visible: Rect,
+    matrix: Option<egui::TextureId>,
+) {
+    paint_items(painter, drawing.items.iter(), origin, visible, matrix);
+}
+
+/// [`paint_visible`] for some of a drawing's items (in their order): a caller that knows where
+/// its many items are (a heatmap's numbers, by cell) passes only those in view.
+pub fn paint_items<'a>(
+    painter: &egui::Painter,
+    items: impl Iterator<Item = &'a Item>,
+    origin: Pos2,
+    visible: Rect,
     mut matrix: Option<egui::TextureId>,
 ) {
     let at = |x: f32, y: f32| pos2(origin.x + x, origin.y + y);
     let rect_at = |[x, y, w, h]: [f32; 4]| Rect::from_min_size(at(x, y), vec2(w, h));
-    for item in &drawing.items {
+    for item in items {
         match item {
             Item::Rect { rect, color: c } if rect_at(*rect).intersects(visible) => {
                 painter.rect_filled(rect_at(*rect), 0.0, color(*c));

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use egui::{Color32, FontId, Rect, Sense, Stroke, TextureHandle, TextureOptions, Vec2, pos2, vec2};
 
 pub use crate::render::symmetric_range;
-use crate::render::{CellGrid, Colormap, Drawing, HeatmapSpec, cells_rgba, heatmap_drawing_with_cells};
+use crate::render::{CellGrid, Colormap, Drawing, HeatmapSpec, Item, cells_rgba, heatmap_drawing_with_cells};
 
 /// A matrix texture, the figure laid out around it, and what they were built from.
 #[derive(Default)]
@@ -24,7 +24,7 @@ pub struct MatrixTexture {
     /// How many times the texture was built.
     pub builds: usize,
     /// The figure's display list, what it was laid out for, and where its cells are (figure pixels).
-    figure: Option<(u64, Drawing, CellGrid)>,
+    figure: Option<Figure>,
     /// How many times the figure was laid out.
     pub layouts: usize,
 }
@@ -32,12 +32,73 @@ pub struct MatrixTexture {
 impl MatrixTexture {
     /// The display list last painted: the exported heatmap figure at the view's cell size.
     pub fn drawing(&self) -> Option<&Drawing> {
-        self.figure.as_ref().map(|(_, d, _)| d)
+        self.figure.as_ref().map(|f| &f.drawing)
     }
 
     /// Where the cells are in [`Self::drawing`].
     pub fn grid(&self) -> Option<CellGrid> {
-        self.figure.as_ref().map(|(_, _, g)| *g)
+        self.figure.as_ref().map(|f| f.grid)
+    }
+}
+
+/// A matrix's figure laid out, and an index of it for painting what is in view.
+struct Figure {
+    key: u64,
+    drawing: Drawing,
+    grid: CellGrid,
+    /// Items that are not numbers in cells (labels, frame, colour bar …), in order.
+    others: Vec<usize>,
+    /// The numbers in the cells, row by row: (column, item).
+    numbers: Vec<(usize, usize)>,
+    /// Where each row's numbers start in `numbers` (one more entry than rows).
+    row_starts: Vec<usize>,
+}
+
+impl Figure {
+    fn new(key: u64, drawing: Drawing, grid: CellGrid) -> Self {
+        let (mut others, mut numbers, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, item) in drawing.items.iter().enumerate() {
+            match item {
+                Item::Text(t) if !t.up => match grid.cell_at(t.x, t.y) {
+                    Some((row, col)) => {
+                        numbers.push((col, i));
+                        rows.push(row);
+                    }
+                    None => others.push(i),
+                },
+                _ => others.push(i),
+            }
+        }
+        // The figure writes its numbers row by row; counted per row, the index finds them.
+        let mut row_starts = vec![0; grid.rows + 1];
+        for &row in &rows {
+            row_starts[row + 1] += 1;
+        }
+        for r in 0..grid.rows {
+            row_starts[r + 1] += row_starts[r];
+        }
+        Self { key, drawing, grid, others, numbers, row_starts }
+    }
+
+    /// The items that can show within `visible` (figure pixels): all but the numbers, and the
+    /// numbers of the cells within a cell of it.
+    fn items_near(&self, visible: Rect) -> impl Iterator<Item = &Item> {
+        let g = &self.grid;
+        let span = |lo: f32, hi: f32, start: f32, pitch: f32, n: usize| {
+            let first = (((lo - start) / pitch).floor() - 1.0).max(0.0) as usize;
+            let last = ((((hi - start) / pitch).ceil() + 1.0).max(0.0) as usize).min(n);
+            first..last.max(first)
+        };
+        let rows = span(visible.top(), visible.bottom(), g.top, g.cell_h, g.rows);
+        let cols = span(visible.left(), visible.right(), g.left, g.cell_w, g.cols);
+        let numbers = rows.flat_map(move |r| {
+            let cols = cols.clone();
+            self.numbers[self.row_starts[r]..self.row_starts[r + 1]]
+                .iter()
+                .filter(move |(c, _)| cols.contains(c))
+                .map(|&(_, i)| i)
+        });
+        self.others.iter().copied().chain(numbers).map(|i| &self.drawing.items[i])
     }
 }
 
@@ -130,7 +191,7 @@ pub fn prepare_matrix(ui: &egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &M
     let cell = spec.cell.floor().max(1.0);
     let figure_key =
         key_of(&(full_key, cell.to_bits(), theme, spec.axes, spec.row_labels, spec.col_labels, spec.values.len()));
-    if tex.figure.as_ref().is_none_or(|(k, _, _)| *k != figure_key) {
+    if tex.figure.as_ref().is_none_or(|f| f.key != figure_key) {
         let figure = HeatmapSpec {
             values: spec.values,
             rows,
@@ -147,10 +208,10 @@ pub fn prepare_matrix(ui: &egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &M
             show_values: true,
         };
         let (drawing, grid) = heatmap_drawing_with_cells(&figure, cell);
-        tex.figure = Some((figure_key, drawing, grid));
+        tex.figure = Some(Figure::new(figure_key, drawing, grid));
         tex.layouts += 1;
     }
-    tex.figure.as_ref().map_or(Vec2::ZERO, |(_, d, _)| vec2(d.width.ceil(), d.height.ceil()))
+    tex.figure.as_ref().map_or(Vec2::ZERO, |f| vec2(f.drawing.width.ceil(), f.drawing.height.ceil()))
 }
 
 /// Draws the matrix: the exported heatmap figure's display list at the view's cell size, with
@@ -163,11 +224,14 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
     }
     let size = prepare_matrix(ui, tex, key, spec);
     let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
-    let Some((_, drawing, grid)) = &tex.figure else { return MatrixResponse { clicked: None, response } };
+    let Some(figure) = &tex.figure else { return MatrixResponse { clicked: None, response } };
+    let grid = &figure.grid;
     let painter = ui.painter_at(rect);
     let visible = ui.clip_rect().intersect(rect);
     let texture = tex.texture.as_ref().map(TextureHandle::id);
-    super::figure::paint_visible(&painter, drawing, rect.min, visible, texture);
+    // Only the numbers of the cells in view: a 512-token matrix has a quarter million.
+    let items = figure.items_near(visible.translate(-rect.min.to_vec2()));
+    super::figure::paint_items(&painter, items, rect.min, visible, texture);
     // The figure's cells on screen: hover and clicks find their cell here.
     let cells = CellGrid { left: grid.left + rect.min.x, top: grid.top + rect.min.y, ..*grid };
     let cell_rect = |r: usize, c: usize| {
@@ -217,5 +281,41 @@ mod tests {
             assert!(!fitted_label(ui.painter(), "cat", &font, Color32::WHITE, 60.0).elided);
         });
         output.textures_delta.clear(); // no renderer here to take the font atlas
+    }
+
+    #[test]
+    fn a_frame_paints_the_numbers_of_the_cells_in_view_and_everything_else() {
+        let n = 40;
+        let values: Vec<f32> = (0..n * n).map(|i| (i % 97) as f32 / 97.0).collect();
+        let labels: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+        let spec = HeatmapSpec {
+            values: &values,
+            rows: n,
+            cols: n,
+            row_labels: &labels,
+            col_labels: &labels,
+            row_axis: "query",
+            col_axis: "key",
+            title: "",
+            range: Some((0.0, 1.0)),
+            colormap: Colormap::Viridis,
+            theme: crate::render::Theme::Dark,
+            scale: 1.0,
+            show_values: true,
+        };
+        let (drawing, grid) = heatmap_drawing_with_cells(&spec, 30.0);
+        let all = drawing.items.len();
+        let figure = Figure::new(0, drawing, grid);
+        assert_eq!(figure.numbers.len(), n * n);
+        assert_eq!(figure.others.len() + n * n, all);
+        // A view of 3 × 2 cells: their numbers and those of a cell around, and every other item.
+        let (x, y) = grid.cell_min(10, 20);
+        let view = Rect::from_min_size(pos2(x, y), vec2(3.0 * grid.cell_w, 2.0 * grid.cell_h));
+        let near: Vec<&Item> = figure.items_near(view).collect();
+        let cells: Vec<(usize, usize)> =
+            near.iter().filter_map(|i| if let Item::Text(t) = i { grid.cell_at(t.x, t.y) } else { None }).collect();
+        assert_eq!(cells.len(), 5 * 4, "{cells:?}");
+        assert!(cells.iter().all(|&(r, c)| (9..=12).contains(&r) && (19..=23).contains(&c)));
+        assert_eq!(near.len(), figure.others.len() + 5 * 4);
     }
 }

@@ -44,7 +44,7 @@ xdotool key --delay 40 End BackSpace
 xdotool type --delay 40 " and hungry."
 sleep 1.5
 # Head view, layer 4: pin the query token "it" (row 10 of the head view, which fills the window).
-click 173 478
+click 173 501
 click 430 557
 shot head-view
 # Why? The pinned query in the neuron view, head 4.
@@ -57,6 +57,8 @@ xdotool key Escape
 click 403 76
 shot model-view
 click 693 451
+# Ctrl+scroll zooms out a little so that the whole figure fits: the key labels are below the cells.
+xdotool mousemove 700 500 keydown ctrl click 5 keyup ctrl
 xdotool mousemove 1300 800
 shot heatmap
 # Head statistics (entropy), rollout through layer 3, the comparison with another sentence.

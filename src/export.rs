@@ -347,11 +347,7 @@ pub fn figure_drawing(run: Option<&Run>, figure: &Figure, style: Style) -> Resul
                 (true, None) => title.push_str(" · grey: masked (causal)"),
                 (false, None) => {}
             }
-            let (rows, cols) = if run.key_tokens.is_some() {
-                ("target token (attending)", "source token (attended to)")
-            } else {
-                ("query (attending)", "key (attended to)")
-            };
+            let (rows, cols) = heatmap_axes(run);
             Ok(table_heatmap(&table, &title, Some((0.0, 1.0)), colormap, theme, scale, rows, cols))
         }
         Figure::HeadView { layer_idx, head_idxs, selected_token, threshold } => {
@@ -374,6 +370,7 @@ pub fn figure_drawing(run: Option<&Run>, figure: &Figure, style: Style) -> Resul
                 theme,
                 scale,
                 title: &title,
+                segments: run.tokens.is_pair().then(|| (&run.tokens.segments[..], &run.keys().segments[..])),
             }))
         }
         Figure::ModelGrid => {
@@ -429,6 +426,16 @@ pub fn figure_drawing(run: Option<&Run>, figure: &Figure, style: Style) -> Resul
         | Figure::Attribution(_) => {
             unreachable!("handled above")
         }
+    }
+}
+
+/// Titles of the attention heatmap's axes (rows, columns): queries and keys, or for
+/// cross-attention target and source tokens (the app's heatmap shows the same).
+pub fn heatmap_axes(run: &Run) -> (&'static str, &'static str) {
+    if run.key_tokens.is_some() {
+        ("target token (attending)", "source token (attended to)")
+    } else {
+        ("query (attending)", "key (attended to)")
     }
 }
 

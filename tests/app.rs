@@ -668,6 +668,205 @@ fn snapshot_heatmap_with_values() {
     h.snapshot("heatmap_values");
 }
 
+/// A text the last frame painted: its string, the rectangle of its (unturned) galley, its angle.
+struct Painted {
+    text: String,
+    rect: egui::Rect,
+    angle: f32,
+}
+
+/// Every text the last frame painted.
+fn painted_texts(h: &Harness<'static, AttnvizApp>) -> Vec<Painted> {
+    fn walk(shape: &egui::Shape, out: &mut Vec<Painted>) {
+        match shape {
+            egui::Shape::Vec(shapes) => shapes.iter().for_each(|s| walk(s, out)),
+            egui::Shape::Text(t) => out.push(Painted {
+                text: t.galley.text().to_string(),
+                rect: egui::Rect::from_min_size(t.pos, t.galley.size()),
+                angle: t.angle,
+            }),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for clipped in &h.output().shapes {
+        walk(&clipped.shape, &mut out);
+    }
+    out
+}
+
+/// The point of a painted flat text that a figure's text run anchors: its galley's left, centre or
+/// right, at mid-height.
+fn anchor_point(p: &Painted, anchor: attnviz::render::Anchor) -> egui::Pos2 {
+    match anchor {
+        attnviz::render::Anchor::Start => p.rect.left_center(),
+        attnviz::render::Anchor::Middle => p.rect.center(),
+        attnviz::render::Anchor::End => p.rect.right_center(),
+    }
+}
+
+/// The text runs of a display list.
+fn text_runs(d: &attnviz::render::Drawing) -> Vec<&attnviz::render::TextRun> {
+    d.items.iter().filter_map(|i| if let attnviz::render::Item::Text(t) = i { Some(t) } else { None }).collect()
+}
+
+/// Checks that the last frame painted every text run of `drawing` (figure pixels = points) where
+/// the display list puts it, the figure's top-left found from the painted `reference` text (a
+/// flat run that occurs once); returns that top-left corner on screen.
+fn assert_painted(h: &Harness<'static, AttnvizApp>, drawing: &attnviz::render::Drawing, reference: &str) -> egui::Pos2 {
+    let painted = painted_texts(h);
+    let runs = text_runs(drawing);
+    let run = runs.iter().find(|t| t.text == reference).unwrap();
+    let shown = painted.iter().find(|p| p.text == reference).unwrap_or_else(|| panic!("{reference} is painted"));
+    let at = anchor_point(shown, run.anchor);
+    let origin = egui::pos2(at.x - run.x, at.y - run.y);
+    for run in runs.iter().filter(|t| !t.text.trim().is_empty()) {
+        let found = painted.iter().filter(|p| p.text == run.text).any(|p| {
+            if run.up {
+                // Turned a quarter left about its bottom-left corner: the box's left edge is the pos.
+                let (left, top) = run.top_left();
+                (p.angle + std::f32::consts::FRAC_PI_2).abs() < 1e-3
+                    && (p.rect.left() - (origin.x + left)).abs() < 1.0
+                    && (p.rect.top() - (origin.y + top + p.rect.width())).abs() < 1.0
+            } else {
+                let a = anchor_point(p, run.anchor);
+                p.angle == 0.0 && (a.x - (origin.x + run.x)).abs() < 1.0 && (a.y - (origin.y + run.y)).abs() < 1.0
+            }
+        });
+        assert!(found, "“{}” painted at the display list's ({}, {})", run.text, run.x, run.y);
+    }
+    origin
+}
+
+/// The figure theme of a display list, from its background.
+fn theme_of(d: &attnviz::render::Drawing) -> attnviz::render::Theme {
+    use attnviz::render::Theme;
+    if d.background == Theme::Dark.background() { Theme::Dark } else { Theme::Light }
+}
+
+/// The texts of an SVG's `<text>` elements, sorted.
+fn svg_texts(svg: &str) -> Vec<String> {
+    let doc = usvg::roxmltree::Document::parse(svg).unwrap();
+    let mut texts: Vec<String> =
+        doc.descendants().filter(|n| n.has_tag_name("text")).map(|n| n.text().unwrap_or("").to_string()).collect();
+    texts.sort();
+    texts
+}
+
+#[test]
+fn the_heatmap_on_screen_is_the_exported_figure() {
+    use attnviz::export::{Figure, Style, figure_drawing};
+    use attnviz::render::{Item, to_svg};
+    let mut h = app("the cat sat on the mat");
+    h.get_by_label("H1").click();
+    h.step();
+    h.get_by_label("H1").click();
+    h.get_by_label("Heatmap").click();
+    // Cells as large as the exported figure's at scale 1 (22 pixels, with the values printed).
+    h.state_mut().settings.cell_size = 22.0;
+    h.run_steps(3);
+    let app = h.state();
+    let run = app.session.run.clone().unwrap();
+    let (layer_idx, head_idxs) = (app.settings.layer_idx, app.settings.selected_heads());
+    assert_eq!(head_idxs, [1]);
+    let (shown, grid) = app.views.heatmap.figure().expect("the heatmap is drawn from a display list");
+    let shown = shown.clone();
+    let style = Style { theme: theme_of(&shown), scale: 1.0, colormap: app.settings.colormap };
+    let exported = figure_drawing(Some(&run), &Figure::Heatmap { layer_idx, head_idxs }, style).unwrap();
+    // The same figure: every text run, frame and tick of the screen's display list is in the
+    // file's, moved by the room the file's title takes (the app has its title in the toolbar).
+    let matrix = |d: &attnviz::render::Drawing| {
+        d.items.iter().find_map(|i| if let Item::Cells(c) = i { Some((c.x, c.y, c.cell_w)) } else { None }).unwrap()
+    };
+    let ((ax, ay, a_cell), (ex, ey, e_cell)) = (matrix(&shown), matrix(&exported));
+    assert_eq!((a_cell, grid.cell_w, grid.left, grid.top), (e_cell, 22.0, ax, ay));
+    let (dx, dy) = (ex - ax, ey - ay);
+    let moved: Vec<Item> = shown
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            Item::Text(t) => Some(Item::Text(attnviz::render::TextRun { x: t.x + dx, y: t.y + dy, ..t.clone() })),
+            Item::Frame { rect: [x, y, w, h], color } => {
+                Some(Item::Frame { rect: [x + dx, y + dy, *w, *h], color: *color })
+            }
+            Item::Rect { rect: [x, y, w, h], color } => {
+                Some(Item::Rect { rect: [x + dx, y + dy, *w, *h], color: *color })
+            }
+            _ => None,
+        })
+        .collect();
+    let tokens = run.tokens.len();
+    let values = text_runs(&shown).iter().filter(|t| grid.cell_at(t.x, t.y).is_some()).count();
+    assert_eq!(values, tokens * tokens, "a number in every cell");
+    for item in &moved {
+        assert!(exported.items.contains(item), "{item:?} is in the exported figure");
+    }
+    // The SVG holds the same texts, and the title.
+    let mut expected: Vec<String> = text_runs(&shown).iter().map(|t| t.text.clone()).collect();
+    expected.push(text_runs(&exported)[0].text.clone());
+    expected.sort();
+    assert_eq!(svg_texts(&to_svg(&exported)), expected);
+    // And the screen shows that display list: each text where it puts it.
+    let origin = assert_painted(&h, &shown, "key (attended to)");
+    // Hovering a cell of that figure names its tokens and weight, and lays nothing out again.
+    let layouts = h.state().views.heatmap.figure_layouts();
+    let (x, y) = grid.cell_center(1, 2);
+    h.hover_at(origin + egui::vec2(x, y));
+    h.run_steps(60); // past the tooltip's delay
+    let labels: Vec<String> = (0..tokens).map(|i| run.label(i)).collect();
+    let tip = format!("query “{}” (#1)\nkey “{}” (#2)", labels[1], labels[2]);
+    let texts: Vec<String> = painted_texts(&h).into_iter().map(|p| p.text).collect();
+    assert!(texts.iter().any(|t| t.starts_with(&tip)), "the tooltip of cell (1, 2): {tip:?} in {texts:?}");
+    assert_eq!(h.state().views.heatmap.figure_layouts(), layouts, "hovering lays nothing out again");
+}
+
+#[test]
+fn the_head_view_labels_are_the_exported_figure_labels() {
+    use attnviz::export::{Figure, Style, figure_drawing};
+    let mut h = app("the cat sat on the mat");
+    h.get_by_label("query 2: cat").click();
+    h.run_steps(3);
+    let app = h.state();
+    let run = app.session.run.clone().unwrap();
+    let shown = app.views.head.labels_drawing().expect("the labels are drawn from a display list").clone();
+    let body = app.views.head.body_layout().unwrap();
+    let head_idxs = app.settings.selected_heads();
+    let figure = Figure::HeadView {
+        layer_idx: app.settings.layer_idx,
+        head_idxs: head_idxs.clone(),
+        selected_token: Some((Side::Query, 2)),
+        threshold: app.settings.threshold,
+    };
+    let style = Style { theme: theme_of(&shown), scale: 1.0, colormap: app.settings.colormap };
+    let exported = figure_drawing(Some(&run), &figure, style).unwrap();
+    // The file's texts are the title, one chip per head and the screen's captions and labels, in
+    // the same order and places along the rows (the screen's rows are taller).
+    let file = text_runs(&exported);
+    let legend = head_idxs.len();
+    let body_runs = &file[1 + legend..];
+    let screen = text_runs(&shown);
+    let text = |runs: &[&attnviz::render::TextRun]| runs.iter().map(|t| (t.text.clone(), t.anchor)).collect::<Vec<_>>();
+    assert_eq!(text(&screen), text(body_runs));
+    assert_eq!(screen.len(), 2 + 2 * run.tokens.len(), "two captions, every token twice");
+    for (i, t) in screen.iter().skip(2).enumerate() {
+        let row = i % run.tokens.len();
+        assert!((t.y - body.row_y(row)).abs() < 1e-3, "{} on row {row}", t.text);
+    }
+    // The pinned token's highlight, in the figure's colour, behind its row in both.
+    let highlight = |d: &attnviz::render::Drawing| {
+        d.items
+            .iter()
+            .find_map(|i| match i {
+                attnviz::render::Item::Rect { rect, color } if *color != d.background => Some(*rect),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let [_, y, _, height] = highlight(&shown);
+    assert!((y + height / 2.0 - body.row_y(2)).abs() < 1e-3);
+    assert_painted(&h, &shown, "query");
+}
+
 #[test]
 fn loading_a_differently_shaped_model_switches_views_to_it() {
     let mut h = app("switch models");

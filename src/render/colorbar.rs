@@ -162,6 +162,9 @@ pub fn format_cell_value(v: f32) -> String {
 
 /// Replaces the ASCII hyphen of negative numbers with the typographic minus (U+2212).
 fn with_minus_sign(s: &str) -> String {
+    if !s.contains('-') {
+        return s.to_string();
+    }
     let s =
         if s.strip_prefix('-').is_some_and(|rest| rest.chars().all(|c| c == '0' || c == '.')) { &s[1..] } else { s };
     s.replace('-', "\u{2212}")

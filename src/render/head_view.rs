@@ -44,6 +44,9 @@ pub struct HeadViewSpec<'a> {
     pub scale: f32,
     /// Title above the legend.
     pub title: &'a str,
+    /// The sentence (0 = A, 1 = B) of each query token and of each key token, for a sentence
+    /// pair: sentence B's labels are drawn in [`Theme::second_sentence`]. None: one colour.
+    pub segments: Option<(&'a [u8], &'a [u8])>,
 }
 
 /// Positions of the head view's rows and columns in pixels, relative to the diagram body (title and legend excluded).
@@ -72,6 +75,8 @@ pub struct HeadViewLayout {
     pub label_step: usize,
     /// Widest label, after shortening long ones with "…".
     pub label_width: f32,
+    /// Labels wider than this end in "…".
+    pub max_label: f32,
 }
 
 impl HeadViewLayout {
@@ -175,6 +180,71 @@ fn body_layout(
         label_px,
         label_step,
         label_width,
+        max_label,
+    }
+}
+
+/// The token labels of a head view's body, for [`head_view_labels`].
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLabels<'a> {
+    /// Labels of the query column (left).
+    pub queries: &'a [String],
+    /// Labels of the key column (right).
+    pub keys: &'a [String],
+    /// Sentence (0 = A, 1 = B) of each query and each key, when the input is a pair.
+    pub segments: Option<(&'a [u8], &'a [u8])>,
+    /// Cross-attention: the captions say target and source.
+    pub cross: bool,
+}
+
+/// The box behind the label of `row` in a column, relative to the body (left, top, width,
+/// height): where the selected token is highlighted, and where the app takes clicks.
+pub fn head_view_label_box(lay: &HeadViewLayout, side: Side, row: usize, scale: f32) -> [f32; 4] {
+    let s = clamp_scale(scale);
+    let x = match side {
+        Side::Query => lay.left_text_right - lay.label_width - 4.0 * s,
+        Side::Key => lay.right_text_left - 4.0 * s,
+    };
+    [x, lay.top + row as f32 * lay.row_height, lay.label_width + 8.0 * s, lay.row_height]
+}
+
+/// Adds the body's captions ("query", "key"), the selected token's highlight and the token
+/// labels (every `label_step`-th and the selected one, long ones ending in "…") with the body's
+/// top-left at `origin`: the one layout of the exported figure's labels and the app's.
+/// `selected` is a (column, row); `square`: both columns show the same tokens.
+pub fn head_view_labels(
+    d: &mut Drawing,
+    lay: &HeadViewLayout,
+    origin: (f32, f32),
+    tokens: &BodyLabels<'_>,
+    selected: Option<(Side, usize)>,
+    (theme, scale): (Theme, f32),
+) {
+    let s = clamp_scale(scale);
+    let (bx, by) = origin;
+    let (fg, muted) = (theme.foreground(), theme.muted());
+    let cap_y = by + 6.0 * s + line_height(caption_px(s)) / 2.0;
+    // Cross-attention: the target's tokens attend to the source's.
+    let (query_caption, key_caption) = if tokens.cross { ("target (query)", "source (key)") } else { ("query", "key") };
+    d.text(query_caption, bx + lay.left_text_right, cap_y, caption_px(s), Anchor::End, muted);
+    d.text(key_caption, bx + lay.right_text_left, cap_y, caption_px(s), Anchor::Start, muted);
+    if let Some((side, row)) = selected {
+        let [x, y, w, h] = head_view_label_box(lay, side, row, s);
+        d.rect(bx + x, by + y, w, h, theme.highlight());
+    }
+    for (side, labels, x, align) in [
+        (Side::Query, tokens.queries, bx + lay.left_text_right, Anchor::End),
+        (Side::Key, tokens.keys, bx + lay.right_text_left, Anchor::Start),
+    ] {
+        for (i, label) in labels.iter().enumerate() {
+            let is_selected = selected.is_some_and(|(sel_side, sel)| sel == i && (sel_side == side || !tokens.cross));
+            if i % lay.label_step.max(1) != 0 && !is_selected {
+                continue;
+            }
+            let segment = tokens.segments.and_then(|(q, k)| if side == Side::Query { q } else { k }.get(i).copied());
+            let color = if segment == Some(1) { theme.second_sentence() } else { fg };
+            d.text(&fit_text(label, lay.label_px, lay.max_label), x, by + lay.row_y(i), lay.label_px, align, color);
+        }
     }
 }
 
@@ -412,37 +482,19 @@ pub fn head_view_drawing(spec: &HeadViewSpec) -> Drawing {
     }
 
     let (bx, by) = (frame.body_x, frame.body_y);
-    let cap_y = by + 6.0 * s + line_height(caption_px(s)) / 2.0;
-    // Cross-attention: the target's tokens attend to the source's.
-    let (query_caption, key_caption) =
-        if spec.key_labels.is_some() { ("target (query)", "source (key)") } else { ("query", "key") };
-    d.text(query_caption, bx + lay.left_text_right, cap_y, caption_px(s), Anchor::End, muted);
-    d.text(key_caption, bx + lay.right_text_left, cap_y, caption_px(s), Anchor::Start, muted);
     if seq_len == 0 {
+        let cap_y = by + 6.0 * s + line_height(caption_px(s)) / 2.0;
         d.text("no tokens", bx + lay.width / 2.0, cap_y, caption_px(s), Anchor::Middle, muted);
+    }
+    let tokens = BodyLabels {
+        queries: &frame.labels,
+        keys: &frame.key_labels,
+        segments: spec.segments,
+        cross: spec.key_labels.is_some(),
+    };
+    head_view_labels(&mut d, &lay, (bx, by), &tokens, selected, (theme, s));
+    if seq_len == 0 {
         return d;
-    }
-
-    if let Some((side, i)) = selected {
-        let x = match side {
-            Side::Query => bx + lay.left_text_right - lay.label_width - 4.0 * s,
-            Side::Key => bx + lay.right_text_left - 4.0 * s,
-        };
-        let y = by + lay.top + i as f32 * lay.row_height;
-        d.rect(x, y, lay.label_width + 8.0 * s, lay.row_height, theme.highlight());
-    }
-    for (side, labels, x, align) in [
-        (Side::Query, &frame.labels, bx + lay.left_text_right, Anchor::End),
-        (Side::Key, &frame.key_labels, bx + lay.right_text_left, Anchor::Start),
-    ] {
-        for (i, label) in labels.iter().enumerate() {
-            let is_selected = selected.is_some_and(|(sel_side, sel)| sel == i && (sel_side == side || att.is_square()));
-            if i % lay.label_step != 0 && !is_selected {
-                continue;
-            }
-            let text = fit_text(label, lay.label_px, MAX_LABEL * s);
-            d.text(&text, x, by + lay.row_y(i), lay.label_px, align, fg);
-        }
     }
 
     if spec.layer_idx >= att.layers() {
@@ -491,6 +543,7 @@ mod tests {
             theme: Theme::Light,
             scale: 1.0,
             title: "Layer 0",
+            segments: None,
         }
     }
 

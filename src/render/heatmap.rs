@@ -5,7 +5,7 @@ use image::RgbaImage;
 use super::canvas::{MAX_SIDE, cell_text_rgb};
 use super::colorbar::{Colorbar, format_cell_value, nice_step, nice_ticks};
 use super::colormap::{Colormap, cells_rgba};
-use super::draw::{Anchor, Cells, Drawing, Item};
+use super::draw::{Anchor, Cells, Drawing, Item, TextRun};
 use super::text::{fit_text, line_height, text_width};
 use super::{AXIS_PX, LABEL_PX, TITLE_PX, Theme, clamp_scale, label_or_index};
 
@@ -198,6 +198,12 @@ pub(crate) fn thinned(count: usize, pitch: f32, need: f32) -> usize {
 
 /// Decides every size and position of the figure for `spec`.
 pub(crate) fn heatmap_layout(spec: &HeatmapSpec) -> HeatmapLayout {
+    heatmap_layout_with(spec, None)
+}
+
+/// [`heatmap_layout`] with cells `cell` pixels wide (whole pixels; the app's zoom) instead of the
+/// figure's own size; nothing is pooled and the size budget does not apply.
+fn heatmap_layout_with(spec: &HeatmapSpec, cell_px: Option<f32>) -> HeatmapLayout {
     let s = clamp_scale(spec.scale);
     let cols = spec.cols;
     let rows = spec.values.len().checked_div(cols).map_or(0, |full_rows| spec.rows.min(full_rows));
@@ -228,6 +234,7 @@ pub(crate) fn heatmap_layout(spec: &HeatmapSpec) -> HeatmapLayout {
         let wanted = if spec.show_values { max_cell } else { soft.max(text_floor).min(max_cell) };
         wanted.min(budget / longest as f32)
     };
+    let cell = cell_px.filter(|c| c.is_finite()).map_or(cell, |c| c.max(1.0));
     let (grid_rows, grid_cols, grid_px) = if cell >= 1.0 {
         (rows, cols, cell.floor())
     } else {
@@ -328,7 +335,21 @@ fn tick_text(labels: &[String], i: usize) -> String {
 /// Font size that fits the widest printed value in a cell, or `None` when that would be unreadably small.
 fn value_font(values: &[f32], cell: f32, s: f32) -> Option<f32> {
     let px = (cell * 0.4).min(10.0 * s);
-    let widest = values.iter().map(|&v| text_width(&format_cell_value(v), px)).fold(0.0, f32::max);
+    if px < 6.5 {
+        return None; // too small however short the values
+    }
+    // Digits are all as wide in DejaVu Sans: the widest text is that of the lowest or the highest
+    // value (the most digits, a minus sign), or a NaN or infinity when there is one.
+    let (mut lo, mut hi, mut odd) = (f32::INFINITY, f32::NEG_INFINITY, Vec::new());
+    for &v in values {
+        if v.is_finite() {
+            (lo, hi) = (lo.min(v), hi.max(v));
+        } else if !odd.iter().any(|o: &f32| o.to_bits() == v.to_bits() || (o.is_nan() && v.is_nan())) {
+            odd.push(v);
+        }
+    }
+    let candidates = [lo, hi].into_iter().filter(|v| v.is_finite()).chain(odd);
+    let widest = candidates.map(|v| text_width(&format_cell_value(v), px)).fold(0.0, f32::max);
     let room = cell - 3.0 * s;
     let px = if widest > room && widest > 0.0 { px * room / widest } else { px };
     (px >= 6.5).then_some(px)
@@ -367,7 +388,18 @@ pub fn heatmap(spec: &HeatmapSpec) -> RgbaImage {
 
 /// The heatmap figure described by `spec` as a display list: title, labels, cells, colour bar.
 pub fn heatmap_drawing(spec: &HeatmapSpec) -> Drawing {
-    let lay = heatmap_layout(spec);
+    figure_of(spec, &heatmap_layout(spec))
+}
+
+/// The heatmap figure with cells `cell_px` pixels wide (the app's zoom: the exported figure's
+/// layout, labels, frame, cell values and colour bar around cells of the size on screen), and
+/// where its cells are. The matrix is the drawing's first [`Item::Cells`].
+pub fn heatmap_drawing_with_cells(spec: &HeatmapSpec, cell_px: f32) -> (Drawing, CellGrid) {
+    let lay = heatmap_layout_with(spec, Some(cell_px));
+    (figure_of(spec, &lay), lay.grid())
+}
+
+fn figure_of(spec: &HeatmapSpec, lay: &HeatmapLayout) -> Drawing {
     let s = lay.scale;
     let theme = spec.theme;
     let (fg, muted) = (theme.foreground(), theme.muted());
@@ -405,7 +437,9 @@ pub fn heatmap_drawing(spec: &HeatmapSpec) -> Drawing {
             let k = i * 4;
             let [r, g, b] = cell_text_rgb([rgba[k], rgba[k + 1], rgba[k + 2]]);
             let (cx, cy) = lay.cell_center(row, col);
-            d.text(&format_cell_value(v), cx, cy, px, Anchor::Middle, [r, g, b, 255]);
+            let text = format_cell_value(v);
+            let color = [r, g, b, 255];
+            d.items.push(Item::Text(TextRun { text, x: cx, y: cy, px, anchor: Anchor::Middle, color, up: false }));
         }
     }
     d.frame(lay.matrix_x - 1.0, lay.matrix_y - 1.0, lay.matrix_w + 2.0, lay.matrix_h + 2.0, muted);
@@ -553,6 +587,48 @@ mod tests {
         heatmap(&HeatmapSpec { range: Some((f32::NAN, 3.0)), scale: f32::NAN, ..spec(&nan, 2, 3, &[]) });
         heatmap(&HeatmapSpec { range: Some((2.0, 2.0)), colormap: Colormap::PuOr, ..spec(&nan, 2, 3, &[]) });
         heatmap(&HeatmapSpec { title: "", row_axis: "", col_axis: "", ..spec(&nan, 2, 3, &[]) });
+    }
+
+    /// The texts of a drawing with their anchors, in order.
+    fn texts(d: &Drawing) -> Vec<(String, f32, f32)> {
+        d.items
+            .iter()
+            .filter_map(|i| if let Item::Text(t) = i { Some((t.text.clone(), t.x, t.y)) } else { None })
+            .collect()
+    }
+
+    #[test]
+    fn the_app_layout_is_the_figure_layout_at_its_cell_size() {
+        let values: Vec<f32> = (0..16).map(|i| i as f32 / 15.0).collect();
+        let names = labels(4);
+        let spec = HeatmapSpec { show_values: true, ..spec(&values, 4, 4, &names) };
+        // At the figure's own cell size, the app's display list is the exported figure's.
+        let lay = heatmap_layout(&spec);
+        let (same, grid) = heatmap_drawing_with_cells(&spec, lay.grid_px);
+        assert_eq!(same, heatmap_drawing(&spec));
+        assert_eq!(grid, lay.grid());
+        // Zoomed in, the same texts (the taller colour bar has more ticks), each label beside its
+        // row or column and each value in its cell.
+        let (zoomed, grid) = heatmap_drawing_with_cells(&spec, 40.0);
+        assert_eq!((grid.cell_w, grid.cell_h), (40.0, 40.0));
+        let (a, b) = (texts(&same), texts(&zoomed));
+        let before_bar = |t: &[(String, f32, f32)]| {
+            let end = t.iter().position(|t| t.0 == "query").unwrap();
+            t[..=end].iter().map(|t| t.0.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(before_bar(&a), before_bar(&b));
+        for (text, x, y) in &b {
+            if let Some(row) = names.iter().position(|n| n == text) {
+                let on_row = (y - grid.cell_center(row, 0).1).abs() < 1e-3;
+                let on_col = (x - grid.cell_center(0, row).0).abs() < 1e-3;
+                assert!(on_row || on_col, "{text} at ({x}, {y})");
+            }
+        }
+        let value = format_cell_value(values[2 * 4 + 3]);
+        let (_, x, y) = b.iter().find(|t| t.0 == value).unwrap();
+        assert_eq!(grid.cell_at(*x, *y), Some((2, 3)), "{value} is printed in its cell");
+        // Whole cells, never pooled.
+        assert!((heatmap_drawing_with_cells(&spec, 2.7).1.cell_w - 2.0).abs() < 1e-6);
     }
 
     #[test]

@@ -22,11 +22,11 @@ pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use draw::{Anchor, Cells, Drawing, Item, TextRun};
 pub use graph::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width, graph, graph_drawing};
 pub use head_view::{
-    HeadLines, HeadViewLayout, HeadViewSpec, LINE_BUDGET, Side, draw_lines, head_view, head_view_drawing,
-    head_view_layout, head_view_layout_fit, head_view_layout_sides, keep_strongest, line_budget_notice,
-    transparent_image,
+    BodyLabels, HeadLines, HeadViewLayout, HeadViewSpec, LINE_BUDGET, Side, draw_lines, head_view, head_view_drawing,
+    head_view_label_box, head_view_labels, head_view_layout, head_view_layout_fit, head_view_layout_sides,
+    keep_strongest, line_budget_notice, transparent_image,
 };
-pub use heatmap::{CellGrid, HeatmapSpec, heatmap, heatmap_drawing, symmetric_range};
+pub use heatmap::{CellGrid, HeatmapSpec, heatmap, heatmap_drawing, heatmap_drawing_with_cells, symmetric_range};
 pub use lens::{TextGridSpec, text_grid, text_grid_drawing};
 pub use model_grid::{ModelGridSpec, model_grid, model_grid_drawing};
 pub use pe::{pe_dot, pe_encoding};
@@ -34,7 +34,7 @@ pub use svg::{MAX_VECTOR_CELLS, VectorError, cells_as_images, parse_svg, to_pdf,
 pub use text::{draw_text, fit_text, text_width};
 
 /// Background and text colours of a figure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Theme {
     /// Dark text on white, for papers.
@@ -66,6 +66,14 @@ impl Theme {
         match self {
             Self::Light => [105, 105, 112, 255],
             Self::Dark => [165, 165, 172, 255],
+        }
+    }
+
+    /// Colour of the labels of a pair's second sentence (the app's link colour).
+    pub fn second_sentence(self) -> [u8; 4] {
+        match self {
+            Self::Light => [0, 155, 255, 255],
+            Self::Dark => [90, 170, 255, 255],
         }
     }
 

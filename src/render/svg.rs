@@ -365,6 +365,7 @@ mod tests {
             theme: Theme::Light,
             scale: 1.0,
             title: "layer 0",
+            segments: None,
         })
     }
 

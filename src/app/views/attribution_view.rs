@@ -113,6 +113,7 @@ impl AttributionView {
                     cols,
                     row_labels: &table.row_labels,
                     col_labels: &table.col_labels,
+                    axes: ("layer", "head"),
                     range,
                     colormap: Colormap::RdBu,
                     cell,

@@ -3,7 +3,7 @@
 
 use egui::RichText;
 
-use super::matrix::{MatrixGeometry, MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
+use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui, prepare_matrix, symmetric_range};
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
 use crate::app::state::{CompareMode, CompareSource, Settings};
@@ -154,6 +154,7 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
                     cols: labels.len(),
                     row_labels: &labels,
                     col_labels: &labels,
+                    axes: ("query", "key"),
                     range: symmetric_range(&diff),
                     colormap: Colormap::RdBu,
                     cell,
@@ -221,6 +222,7 @@ fn side_by_side_ui(
             cols: key_labels.len(),
             row_labels: labels,
             col_labels: key_labels,
+            axes: ("query", "key"),
             range: (0.0, 1.0),
             colormap,
             cell,
@@ -228,7 +230,13 @@ fn side_by_side_ui(
             clickable: None,
         })
         .collect();
-    let widths: Vec<f32> = specs.iter().map(|s| MatrixGeometry::of(ui, s).size().x).collect();
+    let mut textures = textures;
+    let widths: Vec<f32> = specs
+        .iter()
+        .zip(textures.iter_mut())
+        .enumerate()
+        .map(|(i, (spec, tex))| prepare_matrix(ui, tex, super::matrix::key_of(&(runs[i].0, base_key)), spec).x)
+        .collect();
     let spacing = ui.spacing().item_spacing.x;
     let fits = widths.iter().sum::<f32>() + spacing <= ui.available_width();
     let draw = |ui: &mut egui::Ui| {

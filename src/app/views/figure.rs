@@ -24,26 +24,54 @@ fn color([r, g, b, a]: [u8; 4]) -> Color32 {
 /// Paints `drawing` with its top-left corner at `origin`, one figure pixel per point (the
 /// background is left to the `Ui`).
 pub fn paint_drawing(painter: &egui::Painter, drawing: &Drawing, origin: Pos2) {
+    paint_visible(painter, drawing, origin, painter.clip_rect(), None);
+}
+
+/// Paints what of `drawing` (top-left at `origin`) can reach `visible`: a long figure costs a
+/// frame only what is on screen. `matrix`, when given, is painted stretched over the drawing's
+/// first cell grid (a heatmap's matrix: one textured rectangle instead of a quad per cell).
+pub fn paint_visible(
+    painter: &egui::Painter,
+    drawing: &Drawing,
+    origin: Pos2,
+    visible: Rect,
+    matrix: Option<egui::TextureId>,
+) {
+    paint_items(painter, drawing.items.iter(), origin, visible, matrix);
+}
+
+/// [`paint_visible`] for some of a drawing's items (in their order): a caller that knows where
+/// its many items are (a heatmap's numbers, by cell) passes only those in view.
+pub fn paint_items<'a>(
+    painter: &egui::Painter,
+    items: impl Iterator<Item = &'a Item>,
+    origin: Pos2,
+    visible: Rect,
+    mut matrix: Option<egui::TextureId>,
+) {
     let at = |x: f32, y: f32| pos2(origin.x + x, origin.y + y);
-    for item in &drawing.items {
+    let rect_at = |[x, y, w, h]: [f32; 4]| Rect::from_min_size(at(x, y), vec2(w, h));
+    for item in items {
         match item {
-            Item::Rect { rect: [x, y, w, h], color: c } => {
-                painter.rect_filled(Rect::from_min_size(at(*x, *y), vec2(*w, *h)), 0.0, color(*c));
+            Item::Rect { rect, color: c } if rect_at(*rect).intersects(visible) => {
+                painter.rect_filled(rect_at(*rect), 0.0, color(*c));
             }
-            Item::Frame { rect: [x, y, w, h], color: c } => {
-                let rect = Rect::from_min_size(at(*x, *y), vec2(*w, *h));
-                painter.rect_stroke(rect, 0.0, Stroke::new(1.0, color(*c)), egui::StrokeKind::Inside);
+            Item::Frame { rect, color: c } if rect_at(*rect).intersects(visible) => {
+                painter.rect_stroke(rect_at(*rect), 0.0, Stroke::new(1.0, color(*c)), egui::StrokeKind::Inside);
             }
             Item::Lines { width, strokes } => {
                 for stroke in strokes {
+                    let ends = [at(stroke.from.0, stroke.from.1), at(stroke.to.0, stroke.to.1)];
+                    if !Rect::from_two_pos(ends[0], ends[1]).expand(*width).intersects(visible) {
+                        continue;
+                    }
                     for &(c, alpha) in &stroke.paints {
                         let c = color(c).gamma_multiply(alpha.clamp(0.0, 1.0));
-                        let ends = [at(stroke.from.0, stroke.from.1), at(stroke.to.0, stroke.to.1)];
                         painter.line_segment(ends, Stroke::new(*width, c));
                     }
                 }
             }
-            Item::Text(run) => {
+            Item::Text(run) if text_reach(run, at(run.x, run.y)).intersects(visible) => {
                 let font = figure_font_id(run.px);
                 if run.up {
                     let (left, top) = run.top_left();
@@ -62,10 +90,26 @@ pub fn paint_drawing(painter: &egui::Painter, drawing: &Drawing, origin: Pos2) {
                 }
             }
             Item::Cells(cells) => {
-                // One quad per cell in one mesh: a tall colour bar is hundreds of cells.
+                let whole = Rect::from_min_size(
+                    at(cells.x, cells.y),
+                    vec2(cells.cols as f32 * cells.cell_w, cells.rows as f32 * cells.cell_h),
+                );
+                if let Some(texture) = matrix.take() {
+                    let uv = Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0));
+                    painter.image(texture, whole, uv, Color32::WHITE);
+                    continue;
+                }
+                // One quad per visible cell in one mesh: a tall colour bar is hundreds of cells.
+                let span = |lo: f32, hi: f32, start: f32, pitch: f32, n: usize| {
+                    let first = ((lo - start) / pitch).floor().max(0.0) as usize;
+                    let last = (((hi - start) / pitch).ceil().max(0.0) as usize).min(n);
+                    first..last.max(first)
+                };
+                let rows = span(visible.top(), visible.bottom(), whole.top(), cells.cell_h, cells.rows);
+                let cols = span(visible.left(), visible.right(), whole.left(), cells.cell_w, cells.cols);
                 let mut mesh = Mesh::default();
-                for row in 0..cells.rows {
-                    for col in 0..cells.cols {
+                for row in rows {
+                    for col in cols.clone() {
                         let min = at(cells.x + col as f32 * cells.cell_w, cells.y + row as f32 * cells.cell_h);
                         mesh.add_colored_rect(
                             Rect::from_min_size(min, vec2(cells.cell_w, cells.cell_h)),
@@ -75,6 +119,19 @@ pub fn paint_drawing(painter: &egui::Painter, drawing: &Drawing, origin: Pos2) {
                 }
                 painter.add(mesh);
             }
+            _ => {}
         }
+    }
+}
+
+/// A rectangle sure to hold a text run anchored at `anchor` (screen): no glyph is wider than
+/// its size, so this costs no measuring (a heatmap has a number in each of thousands of cells).
+fn text_reach(run: &crate::render::TextRun, anchor: Pos2) -> Rect {
+    let along = (run.text.chars().count() as f32 + 1.0) * run.px;
+    let across = run.px;
+    if run.up {
+        Rect::from_center_size(anchor, vec2(across * 2.0, along * 2.0))
+    } else {
+        Rect::from_center_size(anchor, vec2(along * 2.0, across * 2.0))
     }
 }

@@ -11,7 +11,9 @@ use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::derive::{BAND_PAD, DeriveKey, HeadLinesKey, HeadMatrices, LINE_WIDTH, head_view_room};
 use crate::app::state::{Settings, View};
-use crate::render::{HeadViewLayout, Side, head_view_layout_fit};
+use crate::render::{
+    BodyLabels, Drawing, HeadViewLayout, Side, Theme, head_view_label_box, head_view_labels, head_view_layout_fit,
+};
 
 pub use crate::app::derive::LINE_BUDGET;
 /// Room for per-head bars beside a column.
@@ -55,6 +57,25 @@ pub struct HeadView {
     pub budget_threshold: Option<f32>,
     /// The figure's layout for the shown tokens, and what it was made for (the tokens and the room).
     layout: Option<(DeriveKey, (u32, u32), HeadViewLayout)>,
+    /// The token labels as the exported figure lays them out (a display list, body coordinates),
+    /// and what they were laid out for: the tokens, the room, the selected row, the theme.
+    labels: Option<(LabelsKey, Drawing)>,
+}
+
+/// What the labels' display list depends on.
+type LabelsKey = (DeriveKey, (u32, u32), Option<(Side, usize)>, Theme);
+
+impl HeadView {
+    /// The token labels on screen as a display list (the exported figure's captions, highlight
+    /// and labels, in points from the top-left of the figure's body).
+    pub fn labels_drawing(&self) -> Option<&Drawing> {
+        self.labels.as_ref().map(|(_, d)| d)
+    }
+
+    /// The figure's body layout on screen.
+    pub fn body_layout(&self) -> Option<HeadViewLayout> {
+        self.layout.as_ref().map(|(_, _, l)| *l)
+    }
 }
 
 /// Geometry of the view on screen: the exported figure's [`HeadViewLayout`] (rows, label
@@ -62,6 +83,8 @@ pub struct HeadView {
 #[derive(Debug, Clone, Copy)]
 struct Layout {
     body: HeadViewLayout,
+    /// Top-left corner of the body on screen.
+    origin: egui::Pos2,
     left_text_right: f32,
     line_x0: f32,
     line_x1: f32,
@@ -74,6 +97,7 @@ impl Layout {
     fn at(body: HeadViewLayout, origin: egui::Pos2) -> Self {
         Self {
             body,
+            origin,
             left_text_right: origin.x + body.left_text_right,
             line_x0: origin.x + body.line_x0,
             line_x1: origin.x + body.line_x1,
@@ -92,6 +116,12 @@ impl Layout {
 
     fn row_y(&self, row: usize) -> f32 {
         self.top + (row as f32 + 0.5) * self.body.row_height
+    }
+
+    /// The box of a token's label on screen (the figure's highlight box).
+    fn label_box(&self, side: Side, row: usize) -> Rect {
+        let [x, y, w, h] = head_view_label_box(&self.body, side, row, 1.0);
+        Rect::from_min_size(self.origin + vec2(x, y), vec2(w, h))
     }
 }
 
@@ -159,8 +189,6 @@ impl HeadView {
             cache.layout = Some((matrices_key.clone(), room, body));
         }
         let Some((_, _, body)) = cache.layout else { return };
-        // The figure's font, in which the label column was measured.
-        let font = super::figure::figure_font_id(body.label_px);
         egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
             let size = vec2(BARS_WIDTH * 2.0 + body.width, body.height);
             let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
@@ -175,13 +203,9 @@ impl HeadView {
             let mut hovered = None;
             let mut clicked = None;
             for row in (0..rows.max(cols)).filter(|&r| visible_rows(r)) {
-                let y = layout.row_y(row);
-                for (side, x0, what) in [
-                    (Side::Query, layout.left_text_right - label_width - 2.0, "query"),
-                    (Side::Key, layout.right_text_left - 2.0, "key"),
-                ] {
+                for (side, what) in [(Side::Query, "query"), (Side::Key, "key")] {
                     let Some((pos, text)) = token_at(side, row) else { continue };
-                    let hit = Rect::from_min_size(pos2(x0, y - row_height / 2.0), vec2(label_width + 4.0, row_height));
+                    let hit = layout.label_box(side, row);
                     let response = ui.interact(hit, ui.scope_id().with(("head-view-token", what, pos)), Sense::click());
                     let label = format!("{what} {pos}: {text}");
                     response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &label));
@@ -355,43 +379,34 @@ impl HeadView {
                     );
                 }
             }
-            // Token labels.
-            let text_color = ui.visuals().text_color();
-            let highlight = ui.visuals().selection.bg_fill;
-            // Every label, or every few when rows are too thin for text (as in the exported figure).
-            let step = layout.body.label_step.max(1);
-            for row in (0..rows.max(cols)).filter(|&r| visible_rows(r) && r % step == 0) {
-                let y = layout.row_y(row);
-                for (side, x, align) in [
-                    (Side::Query, layout.left_text_right, egui::Align2::RIGHT_CENTER),
-                    (Side::Key, layout.right_text_left, egui::Align2::LEFT_CENTER),
-                ] {
-                    let Some((pos, text)) = token_at(side, row) else { continue };
-                    let selected = selection == Some((side, pos));
-                    let pinned = pinned == Some((side, pos));
-                    // A pixel of slack: the column was measured by the figure's text code.
-                    let galley = super::matrix::fitted_label(&painter, text, &font, text_color, label_width + 1.0);
-                    let w = galley.size().x.min(label_width);
-                    let text_rect = align.anchor_size(pos2(x, y), vec2(w, row_height - 2.0));
-                    if selected {
-                        painter.rect_filled(text_rect.expand(2.0), 3.0, highlight);
-                    }
-                    if pinned {
-                        painter.rect_stroke(
-                            text_rect.expand(2.0),
-                            3.0,
-                            Stroke::new(1.5, text_color),
-                            egui::StrokeKind::Outside,
-                        );
-                    }
-                    let segment = if side == Side::Query { segments[pos] } else { key_segments[pos] };
-                    let segment_color = if segment == 1 { ui.visuals().hyperlink_color } else { text_color };
-                    painter.with_clip_rect(text_rect.expand(1.0)).galley(
-                        text_rect.left_top() + vec2(0.0, (text_rect.height() - galley.size().y) / 2.0),
-                        galley,
-                        segment_color,
-                    );
-                }
+            // Token labels: the exported figure's captions, highlight and labels, painted from
+            // its display list (laid out again only when the tokens, the room, the selected row
+            // or the theme change).
+            let selected_row = selection.and_then(|(side, pos)| row_of(side, pos).map(|row| (side, row)));
+            let theme = super::figure::theme_of(ui);
+            let labels_key = (matrices_key.clone(), room, selected_row, theme);
+            if cache.labels.as_ref().is_none_or(|(k, _)| *k != labels_key) {
+                let shown_segments: [Vec<u8>; 2] = [
+                    keep.iter().map(|&p| segments[p]).collect(),
+                    m.keep_keys.iter().map(|&p| key_segments[p]).collect(),
+                ];
+                let tokens = BodyLabels {
+                    queries: &labels,
+                    keys: &key_labels,
+                    segments: run.tokens.is_pair().then(|| (&shown_segments[0][..], &shown_segments[1][..])),
+                    cross: run.key_tokens.is_some(),
+                };
+                let mut drawing = Drawing::new(body.width, body.height, theme.background(), "");
+                head_view_labels(&mut drawing, &body, (0.0, 0.0), &tokens, selected_row, (theme, 1.0));
+                cache.labels = Some((labels_key, drawing));
+            }
+            if let Some((_, drawing)) = &cache.labels {
+                super::figure::paint_visible(&painter, drawing, layout.origin, clip.intersect(rect), None);
+            }
+            // The pinned token is outlined as well.
+            if let Some((side, row)) = pinned.and_then(|(side, pos)| row_of(side, pos).map(|row| (side, row))) {
+                let stroke = Stroke::new(1.5, ui.visuals().text_color());
+                painter.rect_stroke(layout.label_box(side, row), 0.0, stroke, egui::StrokeKind::Inside);
             }
         });
     }

@@ -52,6 +52,17 @@ impl HeatmapView {
         self.builds += 1;
     }
 
+    /// The figure on screen as a display list: the exported heatmap's layout at the view's cell
+    /// size, with where its cells are (figure pixels = points from the widget's top-left).
+    pub fn figure(&self) -> Option<(&crate::render::Drawing, crate::render::CellGrid)> {
+        Some((self.texture.drawing()?, self.texture.grid()?))
+    }
+
+    /// How many times the figure was laid out.
+    pub fn figure_layouts(&self) -> usize {
+        self.texture.layouts
+    }
+
     /// The value at (query row, key column) of the shown matrix.
     pub fn value(&self, row: usize, col: usize) -> f32 {
         self.values[row * self.keep_keys.len() + col]
@@ -137,6 +148,7 @@ fn heatmap_view_ui(
         cols,
         row_labels: &labels,
         col_labels: &key_labels,
+        axes: crate::export::heatmap_axes(run),
         range: (0.0, 1.0),
         colormap: settings.colormap,
         cell: settings.cell_size,

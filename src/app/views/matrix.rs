@@ -1,31 +1,105 @@
 //! The app's one heatmap drawer: a labelled matrix of coloured cells with exact values on hover,
-//! numbers in the cells when they fit and a colour bar — used by the heatmap, statistics, rollout
-//! and comparison views. The texture is rebuilt only when its key changes; labels and numbers
-//! are drawn for the visible cells only (a 512-token matrix stays fluid). Cell text takes the
-//! exported figures' colour rule ([`crate::render::cell_text_rgb`]).
+//! numbers in the cells when they fit and a colour bar — used by the heatmap, statistics, rollout,
+//! attribution and comparison views. Everything but the cells' colours is the exported heatmap
+//! figure ([`crate::render::heatmap_drawing_with_cells`]: the same layout code at the view's cell
+//! size) painted from its display list: the labels, their thinning and "…", the frame, the axis
+//! titles, the numbers in the cells and the colour bar are those of the PNG, SVG and PDF. The
+//! display list is laid out again only when what it depends on changes (data, labels, cell size,
+//! theme), the cells' texture only when the data or colours change; a frame paints only what is
+//! in view (a 512-token matrix stays fluid).
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use egui::epaint::TextShape;
-use egui::{Color32, FontId, Pos2, Rect, Sense, Stroke, TextureHandle, TextureOptions, Vec2, pos2, vec2};
+use egui::{Color32, FontId, Rect, Sense, Stroke, TextureHandle, TextureOptions, Vec2, pos2, vec2};
 
-use super::side_panel::contrast_text;
 pub use crate::render::symmetric_range;
-use crate::render::{CellGrid, Colormap, cell_rgb, cells_rgba};
+use crate::render::{CellGrid, Colormap, Drawing, HeatmapSpec, Item, cells_rgba, heatmap_drawing_with_cells};
 
-/// Longest row or column label in points; longer ones end in "…".
-pub const MAX_LABEL_WIDTH: f32 = 160.0;
-/// Room right of the cells for the colour bar and its ticks.
-const COLORBAR_ROOM: f32 = 90.0;
-
-/// A matrix texture and what it was built from.
+/// A matrix texture, the figure laid out around it, and what they were built from.
 #[derive(Default)]
 pub struct MatrixTexture {
     key: Option<u64>,
     texture: Option<TextureHandle>,
     /// How many times the texture was built.
     pub builds: usize,
+    /// The figure's display list, what it was laid out for, and where its cells are (figure pixels).
+    figure: Option<Figure>,
+    /// How many times the figure was laid out.
+    pub layouts: usize,
+}
+
+impl MatrixTexture {
+    /// The display list last painted: the exported heatmap figure at the view's cell size.
+    pub fn drawing(&self) -> Option<&Drawing> {
+        self.figure.as_ref().map(|f| &f.drawing)
+    }
+
+    /// Where the cells are in [`Self::drawing`].
+    pub fn grid(&self) -> Option<CellGrid> {
+        self.figure.as_ref().map(|f| f.grid)
+    }
+}
+
+/// A matrix's figure laid out, and an index of it for painting what is in view.
+struct Figure {
+    key: u64,
+    drawing: Drawing,
+    grid: CellGrid,
+    /// Items that are not numbers in cells (labels, frame, colour bar …), in order.
+    others: Vec<usize>,
+    /// The numbers in the cells, row by row: (column, item).
+    numbers: Vec<(usize, usize)>,
+    /// Where each row's numbers start in `numbers` (one more entry than rows).
+    row_starts: Vec<usize>,
+}
+
+impl Figure {
+    fn new(key: u64, drawing: Drawing, grid: CellGrid) -> Self {
+        let (mut others, mut numbers, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, item) in drawing.items.iter().enumerate() {
+            match item {
+                Item::Text(t) if !t.up => match grid.cell_at(t.x, t.y) {
+                    Some((row, col)) => {
+                        numbers.push((col, i));
+                        rows.push(row);
+                    }
+                    None => others.push(i),
+                },
+                _ => others.push(i),
+            }
+        }
+        // The figure writes its numbers row by row; counted per row, the index finds them.
+        let mut row_starts = vec![0; grid.rows + 1];
+        for &row in &rows {
+            row_starts[row + 1] += 1;
+        }
+        for r in 0..grid.rows {
+            row_starts[r + 1] += row_starts[r];
+        }
+        Self { key, drawing, grid, others, numbers, row_starts }
+    }
+
+    /// The items that can show within `visible` (figure pixels): all but the numbers, and the
+    /// numbers of the cells within a cell of it.
+    fn items_near(&self, visible: Rect) -> impl Iterator<Item = &Item> {
+        let g = &self.grid;
+        let span = |lo: f32, hi: f32, start: f32, pitch: f32, n: usize| {
+            let first = (((lo - start) / pitch).floor() - 1.0).max(0.0) as usize;
+            let last = ((((hi - start) / pitch).ceil() + 1.0).max(0.0) as usize).min(n);
+            first..last.max(first)
+        };
+        let rows = span(visible.top(), visible.bottom(), g.top, g.cell_h, g.rows);
+        let cols = span(visible.left(), visible.right(), g.left, g.cell_w, g.cols);
+        let numbers = rows.flat_map(move |r| {
+            let cols = cols.clone();
+            self.numbers[self.row_starts[r]..self.row_starts[r + 1]]
+                .iter()
+                .filter(move |(c, _)| cols.contains(c))
+                .map(|&(_, i)| i)
+        });
+        self.others.iter().copied().chain(numbers).map(|i| &self.drawing.items[i])
+    }
 }
 
 /// What to draw.
@@ -42,11 +116,13 @@ pub struct MatrixSpec<'a> {
     pub row_labels: &'a [String],
     /// One label per column.
     pub col_labels: &'a [String],
+    /// Titles of the vertical and the horizontal axis (as in the exported figure).
+    pub axes: (&'a str, &'a str),
     /// Values at the ends of the colour map.
     pub range: (f32, f32),
     /// Colour map.
     pub colormap: Colormap,
-    /// Cell side in points.
+    /// Cell side in points (whole points are used).
     pub cell: f32,
     /// The hover text of cell (row, col) with value v.
     pub hover: &'a dyn Fn(usize, usize, f32) -> String,
@@ -91,92 +167,6 @@ pub fn fitted_label(
     painter.layout_job(job)
 }
 
-/// Where a matrix's parts go: label columns, the cells, the whole widget.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MatrixGeometry {
-    /// Cell side in points.
-    pub cell: f32,
-    /// Font of the labels.
-    pub label_px: f32,
-    /// Width of the row labels' column (labels included, gap to the cells included).
-    pub row_w: f32,
-    /// Height of the column labels' band above the cells.
-    pub col_h: f32,
-    /// Rows and columns.
-    pub rows: usize,
-    /// Columns.
-    pub cols: usize,
-}
-
-impl MatrixGeometry {
-    /// The geometry of `spec` (labels measured with `ui`'s fonts, each at most [`MAX_LABEL_WIDTH`]).
-    pub fn of(ui: &egui::Ui, spec: &MatrixSpec<'_>) -> Self {
-        let cell = spec.cell;
-        let label_px = (cell * 0.6).clamp(9.0, 14.0);
-        let font = FontId::proportional(label_px);
-        let width_of = |labels: &[String]| {
-            if cell < 9.0 {
-                return 10.0;
-            }
-            // The widest of a sample is enough to size the column (every label is cut to fit).
-            labels
-                .iter()
-                .take(2048)
-                .map(|l| ui.painter().layout_no_wrap(l.clone(), font.clone(), Color32::WHITE).size().x)
-                .fold(10.0f32, f32::max)
-                .min(MAX_LABEL_WIDTH)
-                + 10.0
-        };
-        Self {
-            cell,
-            label_px,
-            row_w: width_of(spec.row_labels),
-            col_h: width_of(spec.col_labels),
-            rows: spec.rows,
-            cols: spec.cols,
-        }
-    }
-
-    /// Size of the whole widget.
-    pub fn size(&self) -> Vec2 {
-        vec2(
-            self.row_w + self.cols as f32 * self.cell + COLORBAR_ROOM,
-            self.col_h + self.rows as f32 * self.cell + 10.0,
-        )
-    }
-
-    /// The cells' rectangle when the widget's top-left corner is at `origin`.
-    pub fn cells(&self, origin: Pos2) -> Rect {
-        Rect::from_min_size(
-            origin + vec2(self.row_w, self.col_h),
-            vec2(self.cols as f32 * self.cell, self.rows as f32 * self.cell),
-        )
-    }
-
-    /// The cells as a grid (the exported heatmap's cell geometry), given the cells' rectangle.
-    pub fn grid(&self, cells: Rect) -> CellGrid {
-        CellGrid {
-            left: cells.left(),
-            top: cells.top(),
-            cell_w: self.cell,
-            cell_h: self.cell,
-            rows: self.rows,
-            cols: self.cols,
-        }
-    }
-
-    /// Screen rectangle of cell (`row`, `col`) given the cells' rectangle.
-    pub fn screen_from_cell(&self, cells: Rect, row: usize, col: usize) -> Rect {
-        let (x, y) = self.grid(cells).cell_min(row, col);
-        Rect::from_min_size(pos2(x, y), vec2(self.cell, self.cell))
-    }
-
-    /// The cell under `pos`, if any.
-    pub fn cell_from_screen(&self, cells: Rect, pos: Pos2) -> Option<(usize, usize)> {
-        self.grid(cells).cell_at(pos.x, pos.y)
-    }
-}
-
 /// What a drawn matrix reports.
 pub struct MatrixResponse {
     /// The cell clicked (clickable matrices only).
@@ -185,13 +175,10 @@ pub struct MatrixResponse {
     pub response: egui::Response,
 }
 
-/// Draws the matrix (labels left and on top, colour bar right).
-pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &MatrixSpec<'_>) -> MatrixResponse {
+/// Builds the cells' texture and lays the figure out when what they depend on changed (`key`
+/// names the values); returns the figure's size in points.
+pub fn prepare_matrix(ui: &egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &MatrixSpec<'_>) -> Vec2 {
     let (rows, cols) = (spec.rows, spec.cols);
-    if rows == 0 || cols == 0 {
-        let response = ui.label("Nothing to show.");
-        return MatrixResponse { clicked: None, response };
-    }
     let full_key = key_of(&(key, rows, cols, spec.range.0.to_bits(), spec.range.1.to_bits(), spec.colormap));
     if tex.key != Some(full_key) {
         let rgba = cells_rgba(spec.values, spec.range.0, spec.range.1, spec.colormap);
@@ -200,57 +187,64 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
         tex.key = Some(full_key);
         tex.builds += 1;
     }
-    let geo = MatrixGeometry::of(ui, spec);
-    let cell = geo.cell;
-    let font = FontId::proportional(geo.label_px);
-    let text = ui.visuals().text_color();
-    let (rect, response) = ui.allocate_exact_size(geo.size(), Sense::click_and_drag());
-    let cells = geo.cells(rect.min);
+    let theme = super::figure::theme_of(ui);
+    let cell = spec.cell.floor().max(1.0);
+    let figure_key =
+        key_of(&(full_key, cell.to_bits(), theme, spec.axes, spec.row_labels, spec.col_labels, spec.values.len()));
+    if tex.figure.as_ref().is_none_or(|f| f.key != figure_key) {
+        let figure = HeatmapSpec {
+            values: spec.values,
+            rows,
+            cols,
+            row_labels: spec.row_labels,
+            col_labels: spec.col_labels,
+            row_axis: spec.axes.0,
+            col_axis: spec.axes.1,
+            title: "",
+            range: Some(spec.range),
+            colormap: spec.colormap,
+            theme,
+            scale: 1.0,
+            show_values: true,
+        };
+        let (drawing, grid) = heatmap_drawing_with_cells(&figure, cell);
+        tex.figure = Some(Figure::new(figure_key, drawing, grid));
+        tex.layouts += 1;
+    }
+    tex.figure.as_ref().map_or(Vec2::ZERO, |f| vec2(f.drawing.width.ceil(), f.drawing.height.ceil()))
+}
+
+/// Draws the matrix: the exported heatmap figure's display list at the view's cell size, with
+/// hover (the cell outlined, its exact value) and, for clickable matrices, a widget per cell.
+pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &MatrixSpec<'_>) -> MatrixResponse {
+    let (rows, cols) = (spec.rows, spec.cols);
+    if rows == 0 || cols == 0 {
+        let response = ui.label("Nothing to show.");
+        return MatrixResponse { clicked: None, response };
+    }
+    let size = prepare_matrix(ui, tex, key, spec);
+    let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
+    let Some(figure) = &tex.figure else { return MatrixResponse { clicked: None, response } };
+    let grid = &figure.grid;
     let painter = ui.painter_at(rect);
-    if let Some(texture) = &tex.texture {
-        painter.image(texture.id(), cells, Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0)), Color32::WHITE);
-    }
-    // Only what is on screen: rows and columns whose centre is within a cell of the clip rect.
-    let clip = ui.clip_rect();
-    let first = |lo: f32, start: f32| (((lo - start) / cell).floor() - 1.0).max(0.0) as usize;
-    let last = |hi: f32, start: f32, n: usize| ((((hi - start) / cell).ceil() + 1.0).max(0.0) as usize).min(n);
-    let row_span = first(clip.top(), cells.top())..last(clip.bottom(), cells.top(), rows);
-    let col_span = first(clip.left(), cells.left())..last(clip.right(), cells.left(), cols);
-    if cell >= 9.0 {
-        let room = geo.row_w - 10.0;
-        for r in row_span.clone() {
-            let y = cells.top() + (r as f32 + 0.5) * cell;
-            let galley = fitted_label(&painter, &spec.row_labels[r], &font, text, room);
-            let pos = pos2(cells.left() - 4.0 - galley.size().x, y - galley.size().y / 2.0);
-            painter.galley(pos, galley, text);
-        }
-        for c in col_span.clone() {
-            let label = fitted_label(&painter, &spec.col_labels[c], &font, text, geo.col_h - 10.0);
-            column_label(&painter, cells.left() + (c as f32 + 0.5) * cell, cells.top(), label, text);
-        }
-    }
-    if cell >= 30.0 {
-        let lut = spec.colormap.lut();
-        let num_font = FontId::monospace((cell * 0.3).clamp(8.0, 12.0));
-        for r in row_span {
-            for c in col_span.clone() {
-                let v = spec.values[r * cols + c];
-                if v.is_nan() {
-                    continue; // masked
-                }
-                let center = geo.screen_from_cell(cells, r, c).center();
-                cell_number(&painter, center, v, cell_rgb(&lut, v, spec.range.0, spec.range.1), &num_font);
-            }
-        }
-    }
-    let bar_h = (rows as f32 * cell).max(80.0);
-    colorbar(ui, &painter, spec.colormap, pos2(cells.right() + 16.0, cells.top()), bar_h, spec.range);
+    let visible = ui.clip_rect().intersect(rect);
+    let texture = tex.texture.as_ref().map(TextureHandle::id);
+    // Only the numbers of the cells in view: a 512-token matrix has a quarter million.
+    let items = figure.items_near(visible.translate(-rect.min.to_vec2()));
+    super::figure::paint_items(&painter, items, rect.min, visible, texture);
+    // The figure's cells on screen: hover and clicks find their cell here.
+    let cells = CellGrid { left: grid.left + rect.min.x, top: grid.top + rect.min.y, ..*grid };
+    let cell_rect = |r: usize, c: usize| {
+        let (x, y) = cells.cell_min(r, c);
+        Rect::from_min_size(pos2(x, y), vec2(cells.cell_w, cells.cell_h))
+    };
     let mut clicked = None;
+    let outline = Stroke::new(2.0, ui.visuals().strong_text_color());
     if let Some(name) = spec.clickable {
         // Each cell is a widget of its own, so it can be found and clicked by name.
         for r in 0..rows {
             for c in 0..cols {
-                let hit = geo.screen_from_cell(cells, r, c);
+                let hit = cell_rect(r, c);
                 let id = ui.scope_id().with((spec.id, r, c));
                 let resp = ui.interact(hit, id, Sense::click());
                 let label = name(r, c);
@@ -259,56 +253,16 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
                     clicked = Some((r, c));
                 }
                 if resp.hovered() {
-                    painter.rect_stroke(
-                        hit,
-                        0.0,
-                        Stroke::new(2.0, ui.visuals().strong_text_color()),
-                        egui::StrokeKind::Inside,
-                    );
+                    painter.rect_stroke(hit, 0.0, outline, egui::StrokeKind::Inside);
                     resp.on_hover_text_at_pointer((spec.hover)(r, c, spec.values[r * cols + c]));
                 }
             }
         }
-    } else if let Some((r, c)) = response.hover_pos().and_then(|p| geo.cell_from_screen(cells, p)) {
-        let hit = geo.screen_from_cell(cells, r, c);
-        painter.rect_stroke(hit, 0.0, Stroke::new(2.0, ui.visuals().strong_text_color()), egui::StrokeKind::Outside);
+    } else if let Some((r, c)) = response.hover_pos().and_then(|p| cells.cell_at(p.x, p.y)) {
+        painter.rect_stroke(cell_rect(r, c), 0.0, outline, egui::StrokeKind::Outside);
         response.clone().on_hover_text_at_pointer((spec.hover)(r, c, spec.values[r * cols + c]));
     }
     MatrixResponse { clicked, response }
-}
-
-/// A column's label written upwards, centred on `x`, ending just above `top` (the cells' top edge).
-pub fn column_label(painter: &egui::Painter, x: f32, top: f32, galley: Arc<egui::Galley>, color: Color32) {
-    let h = galley.size().y;
-    painter.add(TextShape::new(pos2(x - h / 2.0, top - 4.0), galley, color).with_angle(-std::f32::consts::FRAC_PI_2));
-}
-
-/// A cell's value (two decimals) centred on `center`, in the exported figures' colour for a cell
-/// of colour `rgb`.
-pub fn cell_number(painter: &egui::Painter, center: Pos2, value: f32, [r, g, b]: [u8; 3], font: &FontId) {
-    painter.text(
-        center,
-        egui::Align2::CENTER_CENTER,
-        crate::render::format_cell_value(value),
-        font.clone(),
-        contrast_text(Color32::from_rgb(r, g, b)),
-    );
-}
-
-/// A vertical colour bar from `lo` (bottom) to `hi` (top) with round ticks, its bar at `top_left`
-/// and `height` points tall: the exported figures' bar ([`crate::render::colorbar_drawing`]),
-/// painted from the same display list.
-pub fn colorbar(
-    ui: &egui::Ui,
-    painter: &egui::Painter,
-    cmap: Colormap,
-    top_left: Pos2,
-    height: f32,
-    range: (f32, f32),
-) {
-    let drawing = crate::render::colorbar_drawing(range, cmap, height, 1.0, super::figure::theme_of(ui));
-    let overhang = (drawing.height - height) / 2.0;
-    super::figure::paint_drawing(painter, &drawing, pos2(top_left.x, top_left.y - overhang));
 }
 
 #[cfg(test)]
@@ -330,12 +284,38 @@ mod tests {
     }
 
     #[test]
-    fn cells_and_screen_positions_map_both_ways() {
-        let geo = MatrixGeometry { cell: 10.0, label_px: 9.0, row_w: 30.0, col_h: 40.0, rows: 3, cols: 4 };
-        let cells = geo.cells(pos2(100.0, 200.0));
-        assert_eq!(cells, Rect::from_min_size(pos2(130.0, 240.0), vec2(40.0, 30.0)));
-        let r = geo.screen_from_cell(cells, 2, 3);
-        assert_eq!(geo.cell_from_screen(cells, r.center()), Some((2, 3)));
-        assert_eq!(geo.cell_from_screen(cells, pos2(0.0, 0.0)), None);
+    fn a_frame_paints_the_numbers_of_the_cells_in_view_and_everything_else() {
+        let n = 40;
+        let values: Vec<f32> = (0..n * n).map(|i| (i % 97) as f32 / 97.0).collect();
+        let labels: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+        let spec = HeatmapSpec {
+            values: &values,
+            rows: n,
+            cols: n,
+            row_labels: &labels,
+            col_labels: &labels,
+            row_axis: "query",
+            col_axis: "key",
+            title: "",
+            range: Some((0.0, 1.0)),
+            colormap: Colormap::Viridis,
+            theme: crate::render::Theme::Dark,
+            scale: 1.0,
+            show_values: true,
+        };
+        let (drawing, grid) = heatmap_drawing_with_cells(&spec, 30.0);
+        let all = drawing.items.len();
+        let figure = Figure::new(0, drawing, grid);
+        assert_eq!(figure.numbers.len(), n * n);
+        assert_eq!(figure.others.len() + n * n, all);
+        // A view of 3 × 2 cells: their numbers and those of a cell around, and every other item.
+        let (x, y) = grid.cell_min(10, 20);
+        let view = Rect::from_min_size(pos2(x, y), vec2(3.0 * grid.cell_w, 2.0 * grid.cell_h));
+        let near: Vec<&Item> = figure.items_near(view).collect();
+        let cells: Vec<(usize, usize)> =
+            near.iter().filter_map(|i| if let Item::Text(t) = i { grid.cell_at(t.x, t.y) } else { None }).collect();
+        assert_eq!(cells.len(), 5 * 4, "{cells:?}");
+        assert!(cells.iter().all(|&(r, c)| (9..=12).contains(&r) && (19..=23).contains(&c)));
+        assert_eq!(near.len(), figure.others.len() + 5 * 4);
     }
 }

@@ -163,6 +163,7 @@ fn rollout_view_ui(
                 cols: n,
                 row_labels: &labels,
                 col_labels: &labels,
+                axes: ("token at that layer", "input token"),
                 range,
                 colormap: settings.colormap,
                 cell: settings.cell_size,

@@ -183,6 +183,7 @@ impl StatsView {
                     cols: stats.heads(),
                     row_labels: &row_labels,
                     col_labels: &col_labels,
+                    axes: ("layer", "head"),
                     range,
                     colormap: settings.colormap,
                     cell,

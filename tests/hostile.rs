@@ -1477,10 +1477,10 @@ impl Target for GgufTarget {
                 // A 17-letter key renamed general.alignment.
                 6 => {
                     let keys = layout.keys.iter().filter(|(_, k)| k.len() == 17);
-                    if let Some((at, _)) = keys.clone().nth(rng.below(keys.count())) {
-                        if at + 8 + 17 <= b.len() {
-                            b[at + 8..at + 8 + 17].copy_from_slice(b"general.alignment");
-                        }
+                    if let Some((at, _)) = keys.clone().nth(rng.below(keys.count()))
+                        && at + 8 + 17 <= b.len()
+                    {
+                        b[at + 8..at + 8 + 17].copy_from_slice(b"general.alignment");
                     }
                 }
                 // Bytes of the header.

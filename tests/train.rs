@@ -280,7 +280,7 @@ fn the_default_induction_run_forms_an_induction_head() {
     assert!(start.metric < 0.1, "{}", start.metric);
     let formed = loop {
         t.step().unwrap();
-        if t.step % 50 == 0 {
+        if t.step.is_multiple_of(50) {
             let e = t.evaluate().unwrap();
             if e.metric >= 0.5 {
                 break Some(e);

@@ -3,6 +3,8 @@
 //! for every decoder family, with a sliding window (tiny-mistral: 4 tokens), with interventions,
 //! and for quantised GGUF weights.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use attnviz::model::typing::{PrefixRun, Reused};

@@ -75,7 +75,7 @@ impl Default for PeParams {
 impl PeParams {
     /// Checks the parameters, naming the first one out of range.
     pub fn validate(&self) -> Result<(), PeError> {
-        if self.d_model == 0 || self.d_model % 2 != 0 {
+        if self.d_model == 0 || !self.d_model.is_multiple_of(2) {
             return Err(PeError::DModel(self.d_model));
         }
         if self.positions == 0 {

@@ -541,17 +541,18 @@ impl AttnvizApp {
             return;
         }
         s.parked = None;
-        if !writing && s.run_error.is_none() {
-            if let (Some(token_run), Some(input)) = (s.token_run.clone(), s.shown_input.clone()) {
-                s.parked = Some(Parked {
-                    token_run,
-                    input,
-                    generation: s.generation.clone(),
-                    inference_ms: s.inference_ms,
-                    status: s.status.clone(),
-                    pinned: s.pinned,
-                });
-            }
+        if !writing
+            && s.run_error.is_none()
+            && let (Some(token_run), Some(input)) = (s.token_run.clone(), s.shown_input.clone())
+        {
+            s.parked = Some(Parked {
+                token_run,
+                input,
+                generation: s.generation.clone(),
+                inference_ms: s.inference_ms,
+                status: s.status.clone(),
+                pinned: s.pinned,
+            });
         }
     }
 
@@ -1192,10 +1193,10 @@ impl AttnvizApp {
                             let s = &mut self.session;
                             s.run_id = id;
                             s.inference_ms = elapsed_ms;
-                            if let Some((_, pos)) = s.pinned {
-                                if pos >= run.tokens.len() {
-                                    s.pinned = None;
-                                }
+                            if let Some((_, pos)) = s.pinned
+                                && pos >= run.tokens.len()
+                            {
+                                s.pinned = None;
                             }
                             s.token_run = Some(TokenRun { source_id, run, window });
                             s.run_error = None;
@@ -1952,10 +1953,10 @@ impl eframe::App for AttnvizApp {
         let ms = frame.info().cpu_usage.map_or_else(|| start.elapsed().as_secs_f32() * 1e3, |s| s * 1e3);
         // Changed settings are written soon after, not only at a clean exit (a SIGTERM loses
         // nothing older than SAVE_AFTER).
-        if let Some(storage) = frame.storage_mut() {
-            if let Some(wait) = self.autosave(storage, Instant::now()) {
-                ctx.request_repaint_after(wait);
-            }
+        if let Some(storage) = frame.storage_mut()
+            && let Some(wait) = self.autosave(storage, Instant::now())
+        {
+            ctx.request_repaint_after(wait);
         }
         let s = &mut self.session;
         s.frame_ms = if s.frame_ms == 0.0 { ms } else { 0.9 * s.frame_ms + 0.1 * ms };

@@ -440,10 +440,11 @@ fn experiment_thread(cfg: &TrainConfig, control: &Receiver<Control>, send: &dyn 
                 }
                 (last, last_step) = (Instant::now(), t.step);
             }
-            if t.step % cfg.eval_every == 0 && !t.finished() {
-                if let Ok(e) = t.evaluate() {
-                    send(Event::Evaluated(e));
-                }
+            if t.step % cfg.eval_every == 0
+                && !t.finished()
+                && let Ok(e) = t.evaluate()
+            {
+                send(Event::Evaluated(e));
             }
         }
         match t.evaluate() {

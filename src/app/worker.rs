@@ -922,10 +922,10 @@ impl Worker {
                 // The graph takes as long as several passes and cannot stop half-way: it runs on a
                 // thread of its own (one graph at a time, the newest asked for next), so newer runs
                 // do not wait for it; a stale result is dropped by the UI.
-                if let (Some(job), Some(m)) = (graph, model.as_ref()) {
-                    if graph_tx.send((Arc::clone(m), job)).is_err() {
-                        return;
-                    }
+                if let (Some(job), Some(m)) = (graph, model.as_ref())
+                    && graph_tx.send((Arc::clone(m), job)).is_err()
+                {
+                    return;
                 }
                 for job in [attribute, effect].into_iter().flatten() {
                     let Some(m) = model.as_deref() else { break };

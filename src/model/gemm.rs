@@ -487,8 +487,9 @@ mod x86 {
     use std::arch::x86_64::{
         __m256, __m512, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps,
         _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm512_castps512_ps256, _mm512_extractf32x8_ps, _mm512_fmadd_ps,
-        _mm512_add_ps, _mm512_loadu_ps, _mm512_permute_ps, _mm512_set1_ps, _mm512_shuffle_f32x4, _mm512_setzero_ps, _mm512_storeu_ps,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm512_add_ps, _mm512_castps512_ps256, _mm512_extractf32x8_ps,
+        _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_permute_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4,
+        _mm512_storeu_ps,
     };
 
     use super::{Lanes, Rows, axpy_in, dot_tile_in};
@@ -680,9 +681,21 @@ mod tests {
         // b row-major (rows of b contiguous), bᵀ row-major read through a view, and a strided
         // view of a (copied into the first layout).
         matmul(MatMut::rows(&mut out[0], r, n, n), MatRef::rows(a, r, k, k), MatRef::rows(b, k, n, n), 0.5, false);
-        matmul(MatMut::rows(&mut out[1], r, n, n), MatRef::rows(a, r, k, k), MatRef::rows(&bt, n, k, k).t(), 0.5, false);
+        matmul(
+            MatMut::rows(&mut out[1], r, n, n),
+            MatRef::rows(a, r, k, k),
+            MatRef::rows(&bt, n, k, k).t(),
+            0.5,
+            false,
+        );
         let at: Vec<f32> = (0..r * k).map(|e| a[e % r * k + e / r]).collect();
-        matmul(MatMut::rows(&mut out[2], r, n, n), MatRef::rows(&at, k, r, r).t(), MatRef::rows(b, k, n, n), 0.5, false);
+        matmul(
+            MatMut::rows(&mut out[2], r, n, n),
+            MatRef::rows(&at, k, r, r).t(),
+            MatRef::rows(b, k, n, n),
+            0.5,
+            false,
+        );
         out
     }
 
@@ -706,8 +719,12 @@ mod tests {
             for (layout, got) in whole.iter().enumerate() {
                 for i in 0..m {
                     for j in 0..n {
-                        let exact: f64 = (0..k).map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j])).sum::<f64>() * 0.5;
-                        assert!((f64::from(got[i * n + j]) - exact).abs() < 1e-5 * (k as f64).sqrt(), "layout {layout}");
+                        let exact: f64 =
+                            (0..k).map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j])).sum::<f64>() * 0.5;
+                        assert!(
+                            (f64::from(got[i * n + j]) - exact).abs() < 1e-5 * (k as f64).sqrt(),
+                            "layout {layout}"
+                        );
                     }
                 }
             }

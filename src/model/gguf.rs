@@ -479,14 +479,14 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
     let vocab = meta.strings("tokenizer.ggml.tokens")?.map_or(0, |t| t.len());
     let tied = !content.tensor_infos.contains_key("output.weight");
     let (_, desc) = families::describe(&config_of(&meta, arch, vocab, tied)?)?;
-    if let Some(dims) = meta.count(&format!("{arch}.rope.dimension_count"))? {
-        if dims as usize != desc.head_dim {
-            return Err(ModelError::Unsupported {
-                field: format!("{arch}.rope.dimension_count"),
-                value: dims.to_string(),
-                why: format!("only rotation over whole heads ({}) is supported", desc.head_dim),
-            });
-        }
+    if let Some(dims) = meta.count(&format!("{arch}.rope.dimension_count"))?
+        && dims as usize != desc.head_dim
+    {
+        return Err(ModelError::Unsupported {
+            field: format!("{arch}.rope.dimension_count"),
+            value: dims.to_string(),
+            why: format!("only rotation over whole heads ({}) is supported", desc.head_dim),
+        });
     }
     // Check every tensor's size, and the shape of each the network reads, before reading any.
     let expected: HashMap<String, Vec<usize>> =

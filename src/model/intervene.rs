@@ -49,10 +49,10 @@ impl Interventions {
                 heads.saturating_sub(1)
             ));
         }
-        if let Some(k) = self.first_layers {
-            if k == 0 || k > layers {
-                return Err(format!("the number of layers to run must be between 1 and {layers}, got {k}"));
-            }
+        if let Some(k) = self.first_layers
+            && (k == 0 || k > layers)
+        {
+            return Err(format!("the number of layers to run must be between 1 and {layers}, got {k}"));
         }
         Ok(())
     }

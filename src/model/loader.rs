@@ -302,10 +302,10 @@ impl LoadedModel {
         if !dir.is_dir() {
             return Err(ModelError::NoFolder(dir.to_path_buf()));
         }
-        if !present(&dir.join("config.json")) {
-            if let Some(file) = single_gguf(dir) {
-                return Self::load_gguf(&file, storage);
-            }
+        if !present(&dir.join("config.json"))
+            && let Some(file) = single_gguf(dir)
+        {
+            return Self::load_gguf(&file, storage);
         }
         let config_path = dir.join("config.json");
         if !present(&config_path) {

@@ -137,13 +137,13 @@ impl Default for PlaygroundConfig {
 /// The checks a width of `d_model` split over `heads` must pass (the playground's and the training
 /// lab's): `Err((field, why))`. `sinusoidal`: fixed sine/cosine encodings of base `base`.
 pub fn check_widths(d_model: usize, heads: usize, sinusoidal: bool, base: f64) -> Result<(), (&'static str, String)> {
-    if heads > 0 && d_model % heads != 0 {
+    if heads > 0 && !d_model.is_multiple_of(heads) {
         return Err((
             "d_model",
             format!("{d_model} is not divisible by {heads} heads (each head gets d_model / heads dimensions)"),
         ));
     }
-    if sinusoidal && d_model % 2 != 0 {
+    if sinusoidal && !d_model.is_multiple_of(2) {
         return Err(("d_model", format!("{d_model} is odd: sinusoidal encodings pair a sine with a cosine")));
     }
     if sinusoidal && !(base.is_finite() && base > 1.0) {

@@ -231,7 +231,8 @@ impl TrainConfig {
         at_most("d_model", self.d_model, 1024)?;
         at_most("mlp", self.mlp, 8192)?;
         let sinusoidal = matches!(self.pe, PeKind::Interleaved | PeKind::Concatenated);
-        check_widths(self.d_model, self.heads, sinusoidal, self.pe_base).map_err(|(field, message)| bad(field, message))?;
+        check_widths(self.d_model, self.heads, sinusoidal, self.pe_base)
+            .map_err(|(field, message)| bad(field, message))?;
         at_least("batch", self.batch, 1)?;
         at_most("batch", self.batch, 4096)?;
         at_least("steps", self.steps, 1)?;

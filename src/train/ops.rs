@@ -146,11 +146,11 @@ impl Attention {
     /// Tokens and `d` of a q|k|v layout.
     fn check(&self, layout: &Layout) -> Result<(usize, usize)> {
         let dims = layout.dims();
-        if dims.len() != 2 || dims[1] % 3 != 0 || self.len == 0 || dims[0] % self.len != 0 {
+        if dims.len() != 2 || !dims[1].is_multiple_of(3) || self.len == 0 || !dims[0].is_multiple_of(self.len) {
             bail!("attention takes [rows · {}, 3 · d] q|k|v, got {dims:?}", self.len);
         }
         let d = dims[1] / 3;
-        if self.heads == 0 || d % self.heads != 0 {
+        if self.heads == 0 || !d.is_multiple_of(self.heads) {
             bail!("{d} wide q|k|v for {} heads", self.heads);
         }
         if let Some(l) = &self.lengths

@@ -164,7 +164,7 @@ impl Trainer {
         self.opt.backward_step(&loss)?;
         self.step += 1;
         self.losses.push(value);
-        if self.step % self.checkpoints.every == 0 || self.finished() {
+        if self.step.is_multiple_of(self.checkpoints.every) || self.finished() {
             if !self.weights_finite()? {
                 return Err(self.diverged(f32::NAN));
             }

@@ -49,7 +49,7 @@ fn held_out(key: &[u32]) -> bool {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
     }
-    h % 5 == 0
+    h.is_multiple_of(5)
 }
 
 /// What a batch asks the model to predict.

@@ -51,10 +51,10 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
             });
         }
         CompareSource::Model => {
-            if cache.model_input.is_empty() {
-                if let Some(dir) = &settings.compare.model_b {
-                    cache.model_input = dir.display().to_string();
-                }
+            if cache.model_input.is_empty()
+                && let Some(dir) = &settings.compare.model_b
+            {
+                cache.model_input = dir.display().to_string();
             }
             ui.horizontal(|ui| {
                 let label = ui.label("Model B folder");

@@ -88,17 +88,17 @@ impl Rows<'_> {
 
     /// The error of `field`, if that is the one at fault, under its control.
     fn error_under(&mut self, ui: &mut egui::Ui, field: &str) {
-        if let Some((f, message)) = self.error {
-            if *f == field {
-                ui.label("");
-                ui.scope(|ui| {
-                    ui.set_max_width(170.0);
-                    let text = RichText::new(format!("⚠ {message}")).small().color(ui.visuals().error_fg_color);
-                    ui.add(egui::Label::new(text).wrap());
-                });
-                ui.end_row();
-                self.shown = true;
-            }
+        if let Some((f, message)) = self.error
+            && *f == field
+        {
+            ui.label("");
+            ui.scope(|ui| {
+                ui.set_max_width(170.0);
+                let text = RichText::new(format!("⚠ {message}")).small().color(ui.visuals().error_fg_color);
+                ui.add(egui::Label::new(text).wrap());
+            });
+            ui.end_row();
+            self.shown = true;
         }
     }
 }

@@ -106,7 +106,7 @@ impl Network {
 
     fn unembed(&self, rows: &[f32], with_bias: bool) -> Option<Vec<f32>> {
         let h = self.desc.hidden;
-        if !self.has_lm_head() || h == 0 || rows.len() % h != 0 {
+        if !self.has_lm_head() || h == 0 || !rows.len().is_multiple_of(h) {
             return None;
         }
         let m = rows.len() / h;

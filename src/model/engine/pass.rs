@@ -281,7 +281,7 @@ impl Network {
         if !d.cross_attention {
             return Err(EngineError::NoCrossAttention { family: d.family.clone() });
         }
-        if hidden.is_empty() || hidden.len() % d.hidden.max(1) != 0 {
+        if hidden.is_empty() || !hidden.len().is_multiple_of(d.hidden.max(1)) {
             return Err(EngineError::EncoderWidth { values: hidden.len(), hidden: d.hidden });
         }
         Ok(EncoderStates { hidden })

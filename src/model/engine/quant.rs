@@ -74,7 +74,7 @@ impl BlockKind {
     /// Bytes of a row of `cols` values, None when `cols` is not a whole number of blocks.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
         let (values, bytes) = self.block();
-        (cols % values == 0).then(|| cols / values * bytes)
+        cols.is_multiple_of(values).then(|| cols / values * bytes)
     }
 }
 

@@ -47,7 +47,7 @@ pub fn pre_norm_decoder(
 pub fn kv_heads(keys: &Keys, heads: usize) -> Result<usize, ModelError> {
     let kv = keys.opt_usize("num_key_value_heads")?.unwrap_or(heads);
     bounded("num_key_value_heads", kv, 1, heads)?;
-    if heads % kv != 0 {
+    if !heads.is_multiple_of(kv) {
         return Err(unsupported(
             "num_key_value_heads",
             kv.to_string(),
@@ -163,7 +163,7 @@ pub fn rotary(
                 .ok_or_else(|| ModelError::Config(format!("missing field `{section}.high_freq_factor`")))?,
             original_max: original_max()?,
         },
-        "yarn" if dims % 2 != 0 => {
+        "yarn" if !dims.is_multiple_of(2) => {
             // _compute_yarn_parameters blends ⌈dim/2⌉ frequencies with a ramp of dim // 2 values.
             return Err(unsupported(
                 "partial_rotary_factor",
@@ -223,14 +223,14 @@ pub fn rotary_max_len(rotary: &Rotary, max_positions: usize) -> usize {
 /// Refuses `layer_types` that mix full and sliding-window layers (Gemma 2 and 3, Qwen with
 /// `max_window_layers`): attnviz draws one mask per model.
 pub fn refuse_mixed_layer_types(keys: &Keys) -> Result<(), ModelError> {
-    if let Some(Value::Array(types)) = keys.0.get("layer_types") {
-        if let Some(other) = types.iter().find(|t| t.as_str() != Some("full_attention")) {
-            return Err(unsupported(
-                "layer_types",
-                other.to_string(),
-                "only full-attention layers are supported (per-layer sliding windows are not)",
-            ));
-        }
+    if let Some(Value::Array(types)) = keys.0.get("layer_types")
+        && let Some(other) = types.iter().find(|t| t.as_str() != Some("full_attention"))
+    {
+        return Err(unsupported(
+            "layer_types",
+            other.to_string(),
+            "only full-attention layers are supported (per-layer sliding windows are not)",
+        ));
     }
     Ok(())
 }

@@ -339,7 +339,7 @@ impl Sizes {
             Some(key) => keys.opt_usize(key)?.is_some(),
             None => false,
         };
-        if !head_dim_given && sizes.hidden % sizes.heads != 0 {
+        if !head_dim_given && !sizes.hidden.is_multiple_of(sizes.heads) {
             return Err(unsupported(
                 heads,
                 sizes.heads.to_string(),

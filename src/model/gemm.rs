@@ -74,8 +74,11 @@ fn assert_in_bounds(len: usize, rows: usize, cols: usize, row_stride: usize, col
     );
 }
 
-/// Rows and columns of the register tiles the products run in.
+/// Columns of the register tiles (and rows of `probs · v`'s).
 const TILE: usize = 4;
+
+/// Rows of `x · Wᵀ`'s register tiles (six rows × four columns: 24 of the 32 vector registers).
+const DOT_ROWS: usize = 6;
 
 /// `dst = (dst if accumulate, else 0) + scale · lhs · rhs`, on the calling thread (the encoder runs
 /// independent products in parallel: weight panels, heads).
@@ -169,14 +172,14 @@ fn dot(mut out: Out<'_>, a: Rows<'_>, b: Rows<'_>, m: usize, n: usize, k: usize)
     let simd = Simd::detect();
     let mut i = 0;
     while i < m {
-        let rows = TILE.min(m - i);
+        let rows = DOT_ROWS.min(m - i);
         let mut j = 0;
         while j < n {
             let cols = TILE.min(n - j);
-            let mut sums = [[0.0f32; TILE]; TILE];
+            let mut sums = [[0.0f32; TILE]; DOT_ROWS];
             let ar = |r: usize| a.row(i + r, k);
             let bc = |c: usize| b.row(j + c, k);
-            match (rows == TILE, cols == TILE) {
+            match (rows == DOT_ROWS, cols == TILE) {
                 (true, true) => sums = simd.dot_tile(std::array::from_fn(ar), std::array::from_fn(bc)),
                 (false, true) => {
                     for r in 0..rows {
@@ -185,8 +188,8 @@ fn dot(mut out: Out<'_>, a: Rows<'_>, b: Rows<'_>, m: usize, n: usize, k: usize)
                 }
                 (true, false) => {
                     for c in 0..cols {
-                        let column = simd.dot_tile::<TILE, 1>(std::array::from_fn(ar), [bc(c)]);
-                        for r in 0..TILE {
+                        let column = simd.dot_tile::<DOT_ROWS, 1>(std::array::from_fn(ar), [bc(c)]);
+                        for r in 0..DOT_ROWS {
                             sums[r][c] = column[r][0];
                         }
                     }

@@ -3,6 +3,7 @@
 # fresh settings, clicks and types with xdotool and captures the screen with ImageMagick's `import`.
 # Needs: apt-get install xvfb xdotool imagemagick mesa-vulkan-drivers
 # Usage: scripts/screenshots.sh [path/to/attnviz]   (default: target/release/attnviz, else a debug build)
+# Env: SHOTS_DISPLAY (the Xvfb display, default :97), APP_LOG, TRAIN_WAIT, EXPERIMENT_WAIT.
 # The click positions below are for the 1360×860 window this script opens; if a layout change moves
 # a widget, update them (look at the PNGs: every one should show what its name says).
 set -euo pipefail
@@ -13,8 +14,9 @@ if [ -z "$BIN" ]; then
 fi
 OUT=screenshots
 mkdir -p "$OUT"
-export DISPLAY=:97
-APP_LOG=/tmp/attnviz-screenshots.log
+# SHOTS_DISPLAY picks the virtual display (another Xvfb may already use :97).
+export DISPLAY=${SHOTS_DISPLAY:-:97}
+APP_LOG=${APP_LOG:-/tmp/attnviz-screenshots.log}
 # shellcheck source=scripts/xvfb-app.sh
 source scripts/xvfb-app.sh
 sleep 4 # model load + first run
@@ -68,6 +70,10 @@ shot head-stats
 click 781 76
 xdotool mousemove 1300 800
 shot rollout
+# (Compare draws A and B next to each other only when both fit the width: the heatmap's cell size,
+# zoomed out once more first.)
+click 486 76
+xdotool mousemove 700 400 keydown ctrl click 5 keyup ctrl
 click 871 76
 xdotool mousemove 1300 800
 shot compare 2
@@ -87,23 +93,23 @@ xdotool mousemove 1300 800
 shot positional-encoding
 xdotool mousemove 900 500
 for _ in $(seq 12); do xdotool click 5; done
-xdotool mousemove 1300 845
+xdotool mousemove 1250 600
 shot positional-encoding-learned
 # An intervention on the pretrained model: ablate layer 2, head 4 (all heads shown); the banner
 # says so and layer 3 changes.
 click 316 76
-click 67 507
-click 22 428 1.5
-click 119 673
+click 67 530
+click 22 451 1.5
+click 119 716
 xdotool mousemove 1300 800
 shot intervention 2
 # Back to the faithful model (the side panel's button), interventions folded.
-click 94 774 1.5
-click 22 428 1.5
+click 94 805 1.5
+click 22 451 1.5
 # The playground: sharper random weights (init std 0.5), a causal mask, in the model view.
 click 48 117 2
-click 15 453 1
-click 112 402 1
+click 15 478 1
+click 112 427 1
 xdotool key End BackSpace BackSpace BackSpace
 xdotool type --delay 60 "0.5"
 sleep 1
@@ -113,7 +119,7 @@ shot playground 2
 # Light theme (back on the pretrained model).
 click 97 94 1.5
 click 316 76
-click 147 623
+click 147 646
 click 1300 800
 shot head-view-light
 # A GPT-2-style model (the tiny random test fixture): causal, its masked triangle drawn as masked;
@@ -128,13 +134,13 @@ xdotool mousemove 1300 800
 shot gpt2 2
 # (A language model gets the "Continue the text" panel on the right: the Words toggle wraps to the
 # second row of the view bar.)
-click 368 99
+click 716 99
 xdotool mousemove 1300 800
 shot words
 # A DeBERTa-v3 (the tiny random test fixture, pieces again): its neuron view shows the
 # content→position and position→content terms each score sums, beside the score. (With the short
 # name "tiny-gpt2" the side panel's source buttons fit on one line: the path box is 24 px higher.)
-click 368 99
+click 716 99
 click 90 237
 xdotool key ctrl+a
 xdotool type --delay 20 "$PWD/tests/fixtures/models/tiny-deberta-v3"
@@ -152,7 +158,7 @@ click 316 76
 click 1140 111 10
 xdotool mousemove 1330 820
 shot smollm2-continue 2
-for _ in $(seq 15); do click 1110 181 0.2; done
+for _ in $(seq 15); do click 1110 298 0.2; done
 xdotool mousemove 1330 820
 shot smollm2-step 1
 
@@ -166,10 +172,10 @@ click 770 64 1
 xdotool key ctrl+a
 xdotool type --delay 40 "Le chat est assis sur le tapis."
 sleep 1.5
-click 667 123 1
+click 1015 123 1
 xdotool mousemove 1300 800
 shot seq2seq-cross 1
-click 403 311
+click 405 373
 xdotool mousemove 1300 800
 shot seq2seq-cross-pinned 1
 
@@ -187,7 +193,7 @@ xdotool mousemove 1300 800
 shot long-overview 2
 click 316 176
 click 161 140
-click 98 625 1
+click 98 676 1
 click 500 560
 xdotool mousemove 1300 800
 shot long-window 1
@@ -205,7 +211,7 @@ for _ in $(seq 8); do xdotool click 5; sleep 0.1; done
 xdotool mousemove 695 565
 shot lens 1
 click 413 99 2
-click 401 581 1.5
+click 450 558 1.5
 shot attribution 1
 click 540 99 4
 nudge 6
@@ -221,9 +227,9 @@ shot head-roles 1
 
 # The training lab: the playground's "Train a transformer…", Train with the default induction
 # settings (the PyTorch peer's model); once the loss has dropped (the induction head formed: step
-# ~450; the 1,500 steps take ~45 s on a quiet 2-core machine: TRAIN_WAIT, 75 s), and the
-# head view shows layer 0's head 1 alone on the repeated probe: every token looks at the token
-# after its earlier occurrence. Then the lab's curves scrolled into view, and the course's
+# ~450; the 1,500 steps take ~45 s on a quiet 2-core machine, minutes on a busy one: TRAIN_WAIT,
+# 75 s), and the head view shows layer 0's head 1 alone on the repeated probe: every token looks at
+# the token after its earlier occurrence. Then the lab's curves scrolled into view, and the course's
 # experiment (task: sentiment, three variants) with its table.
 relaunch
 sleep 4

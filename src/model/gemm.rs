@@ -87,11 +87,11 @@ const DOT_ROWS: usize = 6;
 /// product is the same bits however many rows run with it (a token written after a key/value
 /// cache, a keystroke's suffix, a whole fresh pass), and on every x86 machine (AVX-512, AVX2 or
 /// none):
-/// - when a column of `rhs` lies contiguous in memory (`x · Wᵀ`, `q · kᵀ`), sixteen lanes each
-///   sum every sixteenth product in order with fused multiply–adds, then the
+/// - when a column of `rhs` lies contiguous in memory (`x · Wᵀ`; cross-attention's `q · kᵀ`),
+///   sixteen lanes each sum every sixteenth product in order with fused multiply–adds, then the
 ///   lanes are added pairwise (8 + 8, 4 + 4, 2 + 2, 1 + 1);
-/// - when rows of `rhs` are contiguous (`probs · v`), the products are added one after another, in
-///   order, with fused multiply–adds;
+/// - when rows of `rhs` are contiguous (`probs · v`; `q · kᵀ` against a head's keys transposed),
+///   the products are added one after another, in order, with fused multiply–adds;
 /// - other views of `rhs` are copied into the first layout; the layout of `rhs` alone picks the
 ///   order (`lhs` is copied into rows when its rows are not contiguous).
 ///

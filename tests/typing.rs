@@ -66,6 +66,15 @@ fn every_edit_gives_a_fresh_pass_bit_for_bit_running_only_what_changed() {
         middle[3] = middle[3].wrapping_add(1) % 50;
         assert_eq!(run.update(&m.net, &middle, &faithful).unwrap(), Reused { kept: 3, ran: n + 1 - 3 });
         check(&run, &middle, &faithful, "an edit in the middle");
+        // A long suffix runs a few tokens at a time (here 3): the same bits.
+        run.set_step_tokens(3);
+        let mut early = middle.clone();
+        early[1] = early[1].wrapping_add(1) % 50;
+        assert_eq!(run.update(&m.net, &early, &faithful).unwrap(), Reused { kept: 1, ran: n });
+        check(&run, &early, &faithful, "an edit at the second token, run three tokens at a time");
+        assert_eq!(run.update(&m.net, &middle, &faithful).unwrap(), Reused { kept: 1, ran: n });
+        check(&run, &middle, &faithful, "and back");
+        run.set_step_tokens(usize::MAX);
         // Interventions: changing them runs everything; then typing reuses under them.
         assert_eq!(run.update(&m.net, &middle, &ablated).unwrap(), Reused { kept: 0, ran: n + 1 });
         check(&run, &middle, &ablated, "a head ablated");
@@ -74,6 +83,89 @@ fn every_edit_gives_a_fresh_pass_bit_for_bit_running_only_what_changed() {
         assert_eq!(run.update(&m.net, &typed, &ablated).unwrap(), Reused { kept: n + 1, ran: 1 });
         check(&run, &typed, &ablated, "a token typed with a head ablated");
     }
+}
+
+/// Everything a run holds for the views, as bits: attention, the neuron view's scores, queries and
+/// keys, the last hidden state, and what the run says of itself.
+fn run_bits(run: &attnviz::analysis::Run) -> (Vec<u32>, Vec<u32>, Vec<u32>, Vec<u32>, String) {
+    let neuron = run.neuron.as_ref().unwrap();
+    let a = &run.attention;
+    let mut vectors = Vec::new();
+    for l in 0..a.layers() {
+        for h in 0..a.heads() {
+            for t in 0..a.seq_len() {
+                vectors.extend(bits(neuron.queries.vector(l, h, t)));
+                vectors.extend(bits(neuron.keys.vector(l, h, t)));
+            }
+        }
+    }
+    let about = format!(
+        "{:?} {:?} {:?} {:?} {} {:?} {}",
+        run.tokens.tokens,
+        run.tokens.ids,
+        run.truncation,
+        run.intervention,
+        run.causal,
+        run.window,
+        neuron.terms.len()
+    );
+    (bits(a.as_slice()), bits(neuron.scores.as_slice()), vectors, bits(&run.last_hidden), about)
+}
+
+#[test]
+fn the_apps_runs_reuse_the_prefix_and_equal_a_fresh_recorded_run() {
+    // What the app does on each keystroke of one sentence: the run it shows (attention, the neuron
+    // view's scores, queries and keys) equals `run_with`'s bit for bit, typing, deleting, editing
+    // in the middle and with a head ablated.
+    for name in ["tiny-llama", "tiny-mistral", "tiny-gpt2", "tiny-llama-gguf/tiny-llama.K.gguf"] {
+        let m = LoadedModel::load(&common::root().join("tests/fixtures/models").join(name)).unwrap();
+        let faithful = Interventions::default();
+        let mut ablated = Interventions::default();
+        ablated.ablated.insert((0, 1));
+        let mut prefix: Option<PrefixRun> = None;
+        let mut last = 0;
+        let steps: [(&str, &Interventions); 7] = [
+            ("The animal didn't cross the street", &faithful),
+            ("The animal didn't cross the street because", &faithful),
+            ("The animal didn't cross the street because it", &faithful),
+            ("The animal didn't cross the street because", &faithful),
+            ("The cat didn't cross the street because", &faithful),
+            ("The cat didn't cross the street because", &ablated),
+            ("The cat didn't cross the street because it was", &ablated),
+        ];
+        for (i, (text, iv)) in steps.into_iter().enumerate() {
+            if i == 4 {
+                // The edit's suffix runs three tokens at a time: the same bits.
+                prefix.as_mut().unwrap().set_step_tokens(3);
+            }
+            let (run, reused) = m.run_reusing(&mut prefix, text, iv).unwrap();
+            let fresh = m.run_with(text, None, iv).unwrap();
+            assert!(
+                run_bits(&run) == run_bits(&fresh),
+                "{name}, step {i} ({text:?}): the run differs from a fresh one"
+            );
+            let reused = reused.unwrap();
+            let n = run.tokens.len();
+            assert_eq!(reused.kept + reused.ran, if reused.ran == 0 { reused.kept } else { n }, "{name}, step {i}");
+            match i {
+                0 => assert_eq!(reused.kept, 0, "{name}: the first run runs everything"),
+                1 | 2 | 6 => {
+                    assert!(reused.kept >= last - 1 && reused.ran <= n - last + 1, "{name}, step {i}: {reused:?}")
+                }
+                3 => assert_eq!(reused, Reused { kept: n, ran: 0 }, "{name}: a deletion runs nothing"),
+                4 => assert!(reused.kept < 4 && reused.ran > 0, "{name}: an edit after the first word: {reused:?}"),
+                5 => assert_eq!(reused.kept, 0, "{name}: new interventions run everything"),
+                _ => {}
+            }
+            last = n;
+        }
+    }
+    // An encoder runs whole and keeps nothing.
+    let bert = LoadedModel::load(&common::root().join("tests/fixtures/models/tiny-bert")).unwrap();
+    let mut prefix = None;
+    let (run, reused) = bert.run_reusing(&mut prefix, "hello world", &Interventions::default()).unwrap();
+    assert!(reused.is_none() && prefix.is_none());
+    assert!(run_bits(&run) == run_bits(&bert.run_with("hello world", None, &Interventions::default()).unwrap()));
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! Attention probabilities of every layer and head, as plain data.
 
+use std::sync::{Arc, OnceLock};
+
 use thiserror::Error;
 
 /// A shape that does not match the data it describes.
@@ -21,13 +23,37 @@ pub struct ShapeError {
 /// Used for attention probabilities (every row sums to 1) and, with the same layout, for the
 /// pre-softmax scaled scores. Queries and keys are the same tokens except for an encoder–decoder's
 /// cross-attention ([`Self::rectangular`]: target queries over source keys).
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The values are held in blocks of query rows, `[layer][head][row of the block][stride]` each
+/// (a pass's output is one block, `[layer][head][query][key]`). Blocks are shared, never changed:
+/// a decoder's next run after a keystroke ([`Self::from_blocks`], made by
+/// `crate::model::typing`) holds the same blocks for the rows that did not change, so it costs
+/// the rows that did, not `layers × heads × n²` values. [`Self::head`] and [`Self::as_slice`]
+/// lay blocked values out as one matrix the first time they are asked for (and keep it).
+#[derive(Debug, Clone)]
 pub struct Attention {
     layers: usize,
     heads: usize,
     seq_len: usize,
     keys: usize,
-    data: Vec<f32>,
+    /// Query rows per block (the last block may hold fewer of this matrix's rows).
+    block_rows: usize,
+    /// Values between the starts of two rows of a block (at least `keys`).
+    stride: usize,
+    blocks: Vec<Arc<Vec<f32>>>,
+    /// Blocked values laid out as one `[query][key]` matrix per layer × head, when asked for.
+    matrices: Vec<OnceLock<Vec<f32>>>,
+    /// Blocked values laid out as `[layer][head][query][key]`, when asked for.
+    all: OnceLock<Vec<f32>>,
+}
+
+impl PartialEq for Attention {
+    /// The same shape and values (however they are held).
+    fn eq(&self, other: &Self) -> bool {
+        (self.layers, self.heads, self.seq_len, self.keys) == (other.layers, other.heads, other.seq_len, other.keys)
+            && (0..self.layers)
+                .all(|l| (0..self.heads).all(|h| (0..self.seq_len).all(|q| self.row(l, h, q) == other.row(l, h, q))))
+    }
 }
 
 impl Attention {
@@ -54,7 +80,48 @@ impl Attention {
                 got: data.len(),
             });
         }
-        Ok(Self { layers, heads, seq_len: queries, keys, data })
+        Ok(Self {
+            layers,
+            heads,
+            seq_len: queries,
+            keys,
+            block_rows: queries,
+            stride: keys,
+            blocks: vec![Arc::new(data)],
+            matrices: Vec::new(),
+            all: OnceLock::new(),
+        })
+    }
+
+    /// Square matrices of `seq_len` tokens held in `blocks` of `block_rows` query rows, each laid
+    /// out as `[layer][head][row][stride]` (row `r` of block `b` is query `b · block_rows + r`;
+    /// its first `seq_len` values are the row's, the rest unread).
+    pub fn from_blocks(
+        (layers, heads, seq_len): (usize, usize, usize),
+        block_rows: usize,
+        stride: usize,
+        blocks: Vec<Arc<Vec<f32>>>,
+    ) -> Result<Self, ShapeError> {
+        let per_block = layers * heads * block_rows * stride;
+        let shape_ok = block_rows > 0 && stride >= seq_len && blocks.len() == seq_len.div_ceil(block_rows);
+        if let Some(bad) = blocks.iter().find(|b| b.len() != per_block).map(|b| b.len()).or((!shape_ok).then_some(0)) {
+            return Err(ShapeError {
+                what: "attention blocks",
+                shape: format!(
+                    "{layers}×{heads}×{seq_len}×{seq_len} in {} blocks of {block_rows} rows {stride} apart",
+                    blocks.len()
+                ),
+                expected: per_block,
+                got: bad,
+            });
+        }
+        let matrices = (0..layers * heads).map(|_| OnceLock::new()).collect();
+        Ok(Self { layers, heads, seq_len, keys: seq_len, block_rows, stride, blocks, matrices, all: OnceLock::new() })
+    }
+
+    /// Whether the values are one `[layer][head][query][key]` array.
+    fn is_flat(&self) -> bool {
+        self.matrices.is_empty()
     }
 
     /// Number of layers.
@@ -84,20 +151,42 @@ impl Attention {
 
     /// All values, `[layer][head][query][key]`.
     pub fn as_slice(&self) -> &[f32] {
-        &self.data
+        if self.is_flat() {
+            return &self.blocks[0];
+        }
+        self.all.get_or_init(|| {
+            let mut all = Vec::with_capacity(self.layers * self.heads * self.seq_len * self.keys);
+            for l in 0..self.layers {
+                for h in 0..self.heads {
+                    all.extend_from_slice(self.head(l, h));
+                }
+            }
+            all
+        })
     }
 
     /// One head's `seq_len × keys` matrix, row-major with queries as rows.
     pub fn head(&self, layer_idx: usize, head_idx: usize) -> &[f32] {
         let n2 = self.seq_len * self.keys;
-        let start = (layer_idx * self.heads + head_idx) * n2;
-        &self.data[start..start + n2]
+        if self.is_flat() {
+            let start = (layer_idx * self.heads + head_idx) * n2;
+            return &self.blocks[0][start..start + n2];
+        }
+        self.matrices[layer_idx * self.heads + head_idx].get_or_init(|| {
+            let mut m = Vec::with_capacity(n2);
+            for q in 0..self.seq_len {
+                m.extend_from_slice(self.row(layer_idx, head_idx, q));
+            }
+            m
+        })
     }
 
     /// The weights one query gives to every key.
     pub fn row(&self, layer_idx: usize, head_idx: usize, query_pos: usize) -> &[f32] {
-        let n = self.keys;
-        &self.head(layer_idx, head_idx)[query_pos * n..(query_pos + 1) * n]
+        assert!(layer_idx < self.layers && head_idx < self.heads && query_pos < self.seq_len, "no such row");
+        let (block, r) = (query_pos / self.block_rows, query_pos % self.block_rows);
+        let start = ((layer_idx * self.heads + head_idx) * self.block_rows + r) * self.stride;
+        &self.blocks[block][start..start + self.keys]
     }
 
     /// The weight query `query_pos` gives key `key_pos`.
@@ -112,8 +201,10 @@ impl Attention {
             return out;
         }
         for &h in head_idxs {
-            for (o, v) in out.iter_mut().zip(self.head(layer_idx, h)) {
-                *o += v;
+            for (q, o) in out.chunks_mut(self.keys.max(1)).enumerate() {
+                for (o, v) in o.iter_mut().zip(self.row(layer_idx, h, q)) {
+                    *o += v;
+                }
             }
         }
         let k = head_idxs.len() as f32;
@@ -126,11 +217,7 @@ impl Attention {
     /// Nested `[layer][head][query][key]` vectors, for JSON.
     pub fn to_nested(&self) -> Vec<Vec<Vec<Vec<f32>>>> {
         (0..self.layers)
-            .map(|l| {
-                (0..self.heads)
-                    .map(|h| self.head(l, h).chunks(self.keys.max(1)).map(<[f32]>::to_vec).collect())
-                    .collect()
-            })
+            .map(|l| (0..self.heads).map(|h| (0..self.seq_len).map(|q| self.row(l, h, q).to_vec()).collect()).collect())
             .collect()
     }
 
@@ -144,17 +231,49 @@ impl Attention {
         if self.keys == 0 {
             return 0.0;
         }
-        self.data
-            .chunks(self.keys)
-            .map(|row| (row.iter().map(|&v| f64::from(v)).sum::<f64>() - 1.0).abs() as f32)
-            .fold(0.0, f32::max)
+        let mut worst = 0.0f32;
+        for l in 0..self.layers {
+            for h in 0..self.heads {
+                for q in 0..self.seq_len {
+                    let sum = self.row(l, h, q).iter().map(|&v| f64::from(v)).sum::<f64>();
+                    worst = worst.max((sum - 1.0).abs() as f32);
+                }
+            }
+        }
+        worst
+    }
+}
+
+impl PartialEq for HeadVectors {
+    /// The same shape and values (however they are held).
+    fn eq(&self, other: &Self) -> bool {
+        (self.layers, self.heads, self.seq_len, self.head_dim)
+            == (other.layers, other.heads, other.seq_len, other.head_dim)
+            && (0..self.layers).all(|l| {
+                (0..self.heads).all(|h| (0..self.seq_len).all(|t| self.vector(l, h, t) == other.vector(l, h, t)))
+            })
+    }
+}
+
+impl Drop for HeadVectors {
+    /// Hands the values no other run shares to the next forward pass (see [`crate::alloc`]).
+    fn drop(&mut self) {
+        for block in self.blocks.drain(..) {
+            if let Ok(values) = Arc::try_unwrap(block) {
+                crate::alloc::give(values);
+            }
+        }
     }
 }
 
 impl Drop for Attention {
-    /// Hands the values to the next forward pass (see [`crate::alloc`]).
+    /// Hands the values no other matrix shares to the next forward pass (see [`crate::alloc`]).
     fn drop(&mut self) {
-        crate::alloc::give(std::mem::take(&mut self.data));
+        for block in self.blocks.drain(..) {
+            if let Ok(values) = Arc::try_unwrap(block) {
+                crate::alloc::give(values);
+            }
+        }
     }
 }
 
@@ -165,8 +284,9 @@ impl serde::Serialize for Nested<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let a = self.0;
         let per_layer = a.heads * a.seq_len * a.keys;
+        let data = a.as_slice();
         serializer.collect_seq((0..a.layers).map(|l| NestedLayer {
-            data: &a.data[l * per_layer..][..per_layer],
+            data: &data[l * per_layer..][..per_layer],
             heads: a.heads,
             queries: a.seq_len,
             keys: a.keys,
@@ -204,13 +324,16 @@ impl serde::Serialize for NestedLayer<'_> {
 }
 
 /// Per-head vectors (queries or keys): layers × heads × tokens × `head_dim`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct HeadVectors {
     layers: usize,
     heads: usize,
     seq_len: usize,
     head_dim: usize,
-    data: Vec<f32>,
+    /// Tokens per block: blocks are `[layer][head][token of the block][dim]`, shared like
+    /// [`Attention`]'s (a pass's output is one block).
+    block_tokens: usize,
+    blocks: Vec<Arc<Vec<f32>>>,
 }
 
 impl HeadVectors {
@@ -231,7 +354,30 @@ impl HeadVectors {
                 got: data.len(),
             });
         }
-        Ok(Self { layers, heads, seq_len, head_dim, data })
+        Ok(Self { layers, heads, seq_len, head_dim, block_tokens: seq_len, blocks: vec![Arc::new(data)] })
+    }
+
+    /// Vectors of `seq_len` tokens held in `blocks` of `block_tokens` tokens, each laid out as
+    /// `[layer][head][token][dim]`.
+    pub fn from_blocks(
+        (layers, heads, seq_len, head_dim): (usize, usize, usize, usize),
+        block_tokens: usize,
+        blocks: Vec<Arc<Vec<f32>>>,
+    ) -> Result<Self, ShapeError> {
+        let per_block = layers * heads * block_tokens * head_dim;
+        let shape_ok = block_tokens > 0 && blocks.len() == seq_len.div_ceil(block_tokens);
+        if let Some(bad) = blocks.iter().find(|b| b.len() != per_block).map(|b| b.len()).or((!shape_ok).then_some(0)) {
+            return Err(ShapeError {
+                what: "head vector blocks",
+                shape: format!(
+                    "{layers}×{heads}×{seq_len}×{head_dim} in {} blocks of {block_tokens} tokens",
+                    blocks.len()
+                ),
+                expected: per_block,
+                got: bad,
+            });
+        }
+        Ok(Self { layers, heads, seq_len, head_dim, block_tokens, blocks })
     }
 
     /// Size of one head's vectors.
@@ -241,9 +387,10 @@ impl HeadVectors {
 
     /// The vector of token `pos` in one head.
     pub fn vector(&self, layer_idx: usize, head_idx: usize, pos: usize) -> &[f32] {
-        debug_assert!(layer_idx < self.layers && head_idx < self.heads && pos < self.seq_len);
-        let start = ((layer_idx * self.heads + head_idx) * self.seq_len + pos) * self.head_dim;
-        &self.data[start..start + self.head_dim]
+        assert!(layer_idx < self.layers && head_idx < self.heads && pos < self.seq_len, "no such vector");
+        let (block, t) = (pos / self.block_tokens, pos % self.block_tokens);
+        let start = ((layer_idx * self.heads + head_idx) * self.block_tokens + t) * self.head_dim;
+        &self.blocks[block][start..start + self.head_dim]
     }
 }
 

@@ -33,6 +33,10 @@ const SETTINGS_KEY: &str = "attnviz-settings";
 /// most this much; typing does not write at every keystroke).
 pub const SAVE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// While background work goes on, the UI draws one frame this often (spinners turn), and none in
+/// the first: see [`AttnvizApp::logic`].
+pub const BUSY_FRAME: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// How the app starts: the command line's `--model`, `--text`, `--text-pair`.
 #[derive(Debug, Clone, Default)]
 pub struct Startup {
@@ -192,6 +196,14 @@ pub struct Session {
     pub run_error: Option<String>,
     /// Tokenizer + model time of the run shown.
     pub inference_ms: f64,
+    /// When the frame that asked for the newest run began (the keystroke's frame), and when a
+    /// frame first drew that run: logged once everything derived from it is drawn, if
+    /// `ATTNVIZ_TYPING_LOG` is set (`scripts/bench-typing.sh`).
+    typed: Option<(u64, Instant, Option<Instant>)>,
+    /// When the frame being drawn began.
+    frame_started: Instant,
+    /// Since when background work (other than a generation writing) has been going on.
+    busy_since: Option<Instant>,
     /// Pinned token in the head view.
     pub pinned: Option<super::state::TokenSelection>,
     /// An export being written.
@@ -435,6 +447,9 @@ impl AttnvizApp {
                 playground_error: None,
                 run_error: None,
                 inference_ms: 0.0,
+                typed: None,
+                frame_started: Instant::now(),
+                busy_since: None,
                 pinned: None,
                 exporting: None,
                 status: None,
@@ -604,6 +619,34 @@ impl AttnvizApp {
         });
         self.session.in_flight.push((id, input.clone()));
         self.session.requested_input = Some(input);
+        self.session.typed = Some((id, self.session.frame_started, None));
+    }
+
+    /// Times the newest run asked for, from the frame that asked to the first frame that drew it
+    /// and the first with nothing left to derive, logged if `ATTNVIZ_TYPING_LOG` is set.
+    fn time_typing(&mut self) {
+        let busy = self.is_busy();
+        let s = &mut self.session;
+        let Some((id, asked, mut drawn)) = s.typed else { return };
+        if s.run_id < id {
+            return;
+        }
+        let drawn = *drawn.get_or_insert_with(Instant::now);
+        s.typed = Some((id, asked, Some(drawn)));
+        if busy {
+            return;
+        }
+        s.typed = None;
+        if std::env::var_os("ATTNVIZ_TYPING_LOG").is_some() {
+            let ms = |t: Instant| t.duration_since(asked).as_secs_f64() * 1e3;
+            let tokens = s.token_run.as_ref().map_or(0, |t| t.run.tokens.len());
+            eprintln!(
+                "typing: tokens={tokens} run_ms={:.1} drawn_ms={:.1} settled_ms={:.1}",
+                s.inference_ms,
+                ms(drawn),
+                ms(Instant::now())
+            );
+        }
     }
 
     /// Why the logit lens does not apply to what is shown now (None: it does).
@@ -952,8 +995,10 @@ impl AttnvizApp {
                 s.shown_from = wanted;
                 s.view_id += 1;
                 s.shown_b_from = None; // B is shown at the same level as A
-                if let Some(run) = s.run.as_ref().filter(|_| s.follow_written) {
-                    // A generation's next run: drawn whole in this frame.
+                if let Some(run) = s.run.as_ref() {
+                    // A keystroke's or a generation's next run: what the run before had derived,
+                    // when cheap (a few milliseconds), is computed for it now, so that this frame
+                    // draws it whole rather than waiting on the derive thread.
                     s.derived.carry_over(s.view_id - 1, s.view_id, run);
                 }
             } else if s.run.is_some() {
@@ -1916,14 +1961,21 @@ impl eframe::App for AttnvizApp {
         if let Some(path) = self.session.pending_open.take() {
             self.run_command(ctx, Command::OpenAttention(path));
         }
-        // A generation that is writing wakes the UI with each of its messages: no frames between.
+        // Background work wakes the UI when it ends (a generation that is writing, with each of
+        // its messages: no frames between). Meanwhile frames would only turn spinners, and each
+        // takes the CPU from that work: none in the first BUSY_FRAME (a keystroke's run shows its
+        // result with no frame between), then one every BUSY_FRAME.
         if self.is_busy_besides_writing() || self.session.exporting.is_some() {
-            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+            let elapsed = self.session.busy_since.get_or_insert_with(Instant::now).elapsed();
+            ctx.request_repaint_after(BUSY_FRAME.checked_sub(elapsed).filter(|d| !d.is_zero()).unwrap_or(BUSY_FRAME));
+        } else {
+            self.session.busy_since = None;
         }
     }
 
     fn ui(&mut self, ui: &mut egui::Ui, frame: &mut eframe::Frame) {
         let start = Instant::now();
+        self.session.frame_started = start;
         let ctx = ui.ctx().clone();
         let before = self.settings.clone();
         self.apply_theme(&ctx);
@@ -1961,6 +2013,7 @@ impl eframe::App for AttnvizApp {
         let s = &mut self.session;
         s.frame_ms = if s.frame_ms == 0.0 { ms } else { 0.9 * s.frame_ms + 0.1 * ms };
         self.time_generation();
+        self.time_typing();
     }
 
     /// The panels' colour: panels are transparent (see [`AttnvizApp::new`]), the cleared window

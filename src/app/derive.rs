@@ -451,7 +451,7 @@ impl Derived {
         }
     }
 
-    /// A generation streaming into the views shows its next run `to` (`run`) after `from`: what
+    /// The views show run `to` (`run`: a generation's next, or a keystroke's) after `from`: what
     /// was derived for `from` and is cheap ([`CARRY_CELLS`]) is computed for `to` at once, so the
     /// frame that shows the new run draws it whole — not a "computing" placeholder, then another
     /// frame when the derive thread answers. Returns how many results were carried.

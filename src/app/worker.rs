@@ -10,6 +10,7 @@ use std::time::Instant;
 use crate::analysis::Run;
 use crate::analysis::pe::table_similarity;
 use crate::model::generate::{Candidate, Generator, Stop, translate_with};
+use crate::model::typing::PrefixRun;
 use crate::model::{Interventions, LoadedModel, PlaygroundConfig};
 
 /// Candidates kept per generation step.
@@ -379,6 +380,7 @@ fn run_spec(
     model: Option<&LoadedModel>,
     playground: &mut Option<(PlaygroundConfig, LoadedModel)>,
     other: &mut Option<(PathBuf, LoadedModel)>,
+    prefix: &mut Option<PrefixRun>,
 ) -> Result<Arc<Run>, String> {
     let run = match spec {
         RunSpec::File(path) => return read_attention(path),
@@ -386,7 +388,14 @@ fn run_spec(
             return read_attention(path);
         }
         RunSpec::Pretrained(iv, _) => match model {
-            Some(m) => m.run_with(text, pair, iv).and_then(|run| with_decoder(m, run, target)),
+            // One sentence on a decoder: a keystroke runs only the tokens from the first changed.
+            Some(m) if pair.is_none_or(str::is_empty) && m.decoder.is_none() => {
+                m.run_reusing(prefix, text, iv).map(|(run, _)| run)
+            }
+            Some(m) => {
+                *prefix = None;
+                m.run_with(text, pair, iv).and_then(|run| with_decoder(m, run, target))
+            }
             None => return Err("no model is loaded".to_string()),
         },
         RunSpec::Playground(cfg) => {
@@ -806,6 +815,8 @@ impl Worker {
             let mut playground: Option<(PlaygroundConfig, LoadedModel)> = None;
             // The comparison's other model folder, kept while it stays the same.
             let mut other: Option<(PathBuf, LoadedModel)> = None;
+            // The last run of the loaded model, kept so that a keystroke runs only what changed.
+            let mut prefix: Option<PrefixRun> = None;
             // A job that arrived while a generation was writing (it stopped the generation).
             let mut carried: Option<Job> = None;
             // A long input's run stopped by another job: run again after a comparison, unless a
@@ -854,6 +865,7 @@ impl Worker {
                 if let Some(Job::Install { id, model: installed }) = &load {
                     let info = ModelInfo::of(installed);
                     model = Some(Arc::clone(installed));
+                    prefix = None;
                     if done_tx.send(Done::Installed { id: *id, info }).is_err() {
                         return;
                     }
@@ -864,6 +876,7 @@ impl Worker {
                         Ok(m) => {
                             let info = ModelInfo::of(&m);
                             model = Some(Arc::new(m));
+                            prefix = None;
                             Ok(info)
                         }
                         Err(e) => Err(e.to_string()),
@@ -886,11 +899,14 @@ impl Worker {
                         }
                         _ => LongOutcome::NotLong,
                     };
+                    if long != LongOutcome::NotLong {
+                        prefix = None;
+                    }
                     if long == LongOutcome::Stopped {
                         owed = Some(Job::Run { id, text, pair, target, spec });
                     } else if long == LongOutcome::NotLong {
                         let input = (text.as_str(), pair.as_deref(), target.as_deref());
-                        let result = run_spec(&spec, input, model.as_deref(), &mut playground, &mut other);
+                        let result = run_spec(&spec, input, model.as_deref(), &mut playground, &mut other, &mut prefix);
                         let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
                         if done_tx.send(Done::Ran { id, result, window: None, elapsed_ms }).is_err() {
                             return;
@@ -913,7 +929,7 @@ impl Worker {
                 }
                 if let Some(Job::Compare { id, text, pair, target, spec }) = compare {
                     let input = (text.as_str(), pair.as_deref(), target.as_deref());
-                    let result = run_spec(&spec, input, model.as_deref(), &mut playground, &mut other);
+                    let result = run_spec(&spec, input, model.as_deref(), &mut playground, &mut other, &mut None);
                     if done_tx.send(Done::Compared { id, result }).is_err() {
                         return;
                     }

@@ -5,7 +5,7 @@
 //! however many rows are computed with it, which a key/value cache and prefix reuse rely on. The
 //! crate's `unsafe` (SIMD intrinsics, dispatched on the features detected) lives here.
 
-#![allow(unsafe_code)] // the one place that needs it: SIMD intrinsics, see the SAFETY comments
+#![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (alloc.rs has the other use: madvise)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
 
 /// A read-only matrix view: element `(i, j)` is `data[i * row_stride + j * col_stride]`.

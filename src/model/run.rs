@@ -3,11 +3,12 @@
 //! streamed layer by layer), and an encoder–decoder's decoder on its target.
 
 use super::ModelError;
-use super::engine::{Capture, EachLayer, EngineError, Input, LayerVisitor};
+use super::engine::{Capture, EachLayer, EngineError, ForwardOutput, Input, LayerVisitor};
 use super::files::memory_budget;
 use super::intervene::Interventions;
 use super::loader::{LoadedModel, Seq2SeqDecoder};
 use super::tokenize::Encoded;
+use super::typing::{PrefixRun, Reused};
 use crate::analysis::{Attention, DecoderRun, HeadVectors, Run, Tokens};
 
 impl LoadedModel {
@@ -218,9 +219,76 @@ impl LoadedModel {
         interventions: &Interventions,
     ) -> Result<Run, ModelError> {
         self.check_tokens(&tokens, interventions)?;
+        let out = self.net.forward(&tokens.ids, &tokens.type_ids, capture, interventions)?;
+        self.run_of(tokens, truncation, capture, interventions, out)
+    }
+
+    /// Like [`Self::run_with`] for one sentence, reusing `prefix` — the previous input's run, kept
+    /// here — up to the first token that differs (a keystroke at the end runs one token): for a
+    /// decoder the run is bit for bit [`Self::run_with`]'s. Encoders and encoder–decoders run
+    /// whole (`prefix` stays None).
+    pub fn run_reusing(
+        &self,
+        prefix: &mut Option<PrefixRun>,
+        text: &str,
+        interventions: &Interventions,
+    ) -> Result<(Run, Option<Reused>), ModelError> {
+        let (encoded, _) = self.encode_recordable(text, None)?;
+        self.run_tokens_reusing(prefix, encoded.tokens, encoded.truncation, interventions)
+    }
+
+    /// [`Self::run_reusing`] on tokens: what was reused, when anything could be.
+    pub fn run_tokens_reusing(
+        &self,
+        prefix: &mut Option<PrefixRun>,
+        tokens: Tokens,
+        truncation: Option<String>,
+        interventions: &Interventions,
+    ) -> Result<(Run, Option<Reused>), ModelError> {
+        // The kept run holds half a recorded run more (its lower triangles): it is kept only when
+        // a recorded run fits in 2/7 of the memory available rather than a third.
+        let fits = memory_budget()
+            .is_none_or(|(bytes, _)| self.token_limit(Some(bytes / 7 * 6)).is_none_or(|(n, _)| tokens.len() <= n));
+        if self.decoder.is_some() || !fits {
+            *prefix = None;
+            return Ok((self.run_tokens(tokens, truncation, Capture::Full, interventions)?, None));
+        }
+        self.check_tokens(&tokens, interventions)?;
+        let reused = match prefix {
+            Some(p) if p.capture() == Capture::Full => Some(p.update(&self.net, &tokens.ids, interventions)?),
+            _ => {
+                *prefix = PrefixRun::start_recording(&self.net, &tokens.ids, Capture::Full, interventions)?;
+                prefix.as_ref().map(|p| Reused { kept: 0, ran: p.ids().len() })
+            }
+        };
+        let d = self.description();
+        let Some((p, scores, vectors)) = prefix.as_ref().and_then(|p| Some((p, p.scores()?, p.vectors(d.head_dim)?)))
+        else {
+            return Ok((self.run_tokens(tokens, truncation, Capture::Full, interventions)?, None));
+        };
+        let [queries, keys] = vectors?;
+        let neuron = crate::analysis::run::NeuronData {
+            scores: scores?,
+            terms: Vec::new(),
+            queries,
+            keys,
+            rotated: d.rotary.is_some(),
+        };
+        let last_hidden = p.last_hidden().to_vec();
+        Ok((self.recorded_run(tokens, truncation, interventions, p.attention()?, Some(neuron), last_hidden), reused))
+    }
+
+    /// A run of `tokens` from what the pass recorded.
+    fn run_of(
+        &self,
+        tokens: Tokens,
+        truncation: Option<String>,
+        capture: Capture,
+        interventions: &Interventions,
+        out: ForwardOutput,
+    ) -> Result<Run, ModelError> {
         let desc = self.description();
         let seq_len = tokens.len();
-        let out = self.net.forward(&tokens.ids, &tokens.type_ids, capture, interventions)?;
         let layers = interventions.first_layers.unwrap_or(desc.layers);
         let (heads, head_dim) = (desc.heads, desc.head_dim);
         let attention = Attention::new(layers, heads, seq_len, out.probs)?;
@@ -243,12 +311,26 @@ impl LoadedModel {
         } else {
             None
         };
-        Ok(Run {
+        Ok(self.recorded_run(tokens, truncation, interventions, attention, neuron, out.last_hidden))
+    }
+
+    /// A run of `tokens` from what was recorded.
+    fn recorded_run(
+        &self,
+        tokens: Tokens,
+        truncation: Option<String>,
+        interventions: &Interventions,
+        attention: Attention,
+        neuron: Option<crate::analysis::run::NeuronData>,
+        last_hidden: Vec<f32>,
+    ) -> Run {
+        let desc = self.description();
+        Run {
             model_name: self.name.clone(),
             tokens,
             attention,
             neuron,
-            last_hidden: out.last_hidden,
+            last_hidden,
             truncation,
             intervention: interventions.describe(),
             playground: self.playground,
@@ -259,7 +341,7 @@ impl LoadedModel {
             key_tokens: None,
             stack: None,
             long: None,
-        })
+        }
     }
 }
 

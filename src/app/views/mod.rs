@@ -292,10 +292,34 @@ pub fn select_head(
     commands.push(Command::Set(Setting::Heads(heads)));
 }
 
+/// egui's spinner, drawn only on the frames that happen anyway: egui's own asks for the next frame
+/// at once, and without a GPU a frame costs tens of milliseconds of CPU, taken from the model pass
+/// or the derive thread it waits on. While the app is busy it is woken when the work ends, and
+/// [`super::app::BUSY_FRAME`] apart meanwhile, so a short job shows its result with no frame
+/// in between and a long one turns the spinner a few times a second.
+pub fn quiet_spinner(ui: &mut egui::Ui) {
+    let size = ui.style().spacing.interact_size.y;
+    let (rect, _) = ui.allocate_exact_size(egui::vec2(size, size), egui::Sense::hover());
+    if !ui.is_rect_visible(rect) {
+        return;
+    }
+    let radius = rect.height() / 2.0 - 2.0;
+    let time = ui.input(|i| i.time);
+    let start = time * std::f64::consts::TAU;
+    let end = start + 240f64.to_radians() * time.sin();
+    let points: Vec<egui::Pos2> = (0..20)
+        .map(|i| {
+            let (sin, cos) = (start + (end - start) * f64::from(i) / 20.0).sin_cos();
+            rect.center() + radius * egui::vec2(cos as f32, sin as f32)
+        })
+        .collect();
+    ui.painter().add(egui::Shape::line(points, egui::Stroke::new(3.0, ui.visuals().strong_text_color())));
+}
+
 /// A spinner and "computing …" while derived data is produced off the UI thread.
 pub fn computing_ui(ui: &mut egui::Ui, what: &str) {
     ui.horizontal(|ui| {
-        ui.spinner();
+        quiet_spinner(ui);
         ui.label(format!("Computing {what}…"));
     });
 }
@@ -417,7 +441,7 @@ pub fn status_bar_ui(ui: &mut egui::Ui, data: &ViewData<'_>) {
                     );
                 }
                 if data.run_pending {
-                    ui.spinner();
+                    quiet_spinner(ui);
                 }
                 // The message takes what room is left (right to left: it ends next to the timings).
                 if let Some(status) = data.status {

@@ -155,12 +155,17 @@ fn playground_panel_ui(
         changed |= rows.number(ui, "d_model", "d_model", "Model width (divisible by heads)", &mut inputs.d_model);
         changed |= rows.number(ui, "d_ff", "d_ff", "Feed-forward width", &mut inputs.d_ff);
 
-        ui.label("encoding").on_hover_text("Positional encoding added to the token embeddings");
-        egui::ComboBox::from_id_salt("playground-pe").width(140.0).selected_text(cfg.pe.label()).show_ui(ui, |ui| {
-            for kind in PeKind::ALL {
-                changed |= ui.selectable_value(&mut cfg.pe, kind, kind.label()).changed();
-            }
-        });
+        let label = ui.label("encoding").on_hover_text("Positional encoding added to the token embeddings");
+        egui::ComboBox::from_id_salt("playground-pe")
+            .width(140.0)
+            .selected_text(cfg.pe.label())
+            .show_ui(ui, |ui| {
+                for kind in PeKind::ALL {
+                    changed |= ui.selectable_value(&mut cfg.pe, kind, kind.label()).changed();
+                }
+            })
+            .response
+            .labelled_by(label.id);
         ui.end_row();
         if matches!(cfg.pe, PeKind::Interleaved | PeKind::Concatenated) {
             let hint = "Wavelength base: 10000 in the paper, some courses use 1000";

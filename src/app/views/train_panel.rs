@@ -93,12 +93,17 @@ fn panel_ui(ui: &mut Ui, data: &ViewData<'_>, save_path: &mut String, commands: 
 fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, String)> {
     let before = cfg.task;
     ui.horizontal(|ui| {
-        ui.label("Task");
-        egui::ComboBox::from_id_salt("train-task").width(230.0).selected_text(cfg.task.label()).show_ui(ui, |ui| {
-            for task in TaskKind::ALL {
-                ui.selectable_value(&mut cfg.task, task, task.label());
-            }
-        });
+        let label = ui.label("Task");
+        egui::ComboBox::from_id_salt("train-task")
+            .width(230.0)
+            .selected_text(cfg.task.label())
+            .show_ui(ui, |ui| {
+                for task in TaskKind::ALL {
+                    ui.selectable_value(&mut cfg.task, task, task.label());
+                }
+            })
+            .response
+            .labelled_by(label.id);
     });
     if cfg.task != before {
         // Each task starts from its own defaults (the seed stays).
@@ -159,12 +164,17 @@ fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, Stri
             TaskKind::ModAdd => whole(ui, "p", "vocab", "The modulus: a + b mod p", &mut cfg.vocab, 2..=997),
             TaskKind::Sentiment => {}
         }
-        ui.label("positions").on_hover_text("Positional encoding added to the token embeddings");
-        egui::ComboBox::from_id_salt("train-pe").width(150.0).selected_text(pe_label(cfg.pe)).show_ui(ui, |ui| {
-            for kind in PeKind::ALL {
-                ui.selectable_value(&mut cfg.pe, kind, pe_label(kind));
-            }
-        });
+        let label = ui.label("positions").on_hover_text("Positional encoding added to the token embeddings");
+        egui::ComboBox::from_id_salt("train-pe")
+            .width(150.0)
+            .selected_text(pe_label(cfg.pe))
+            .show_ui(ui, |ui| {
+                for kind in PeKind::ALL {
+                    ui.selectable_value(&mut cfg.pe, kind, pe_label(kind));
+                }
+            })
+            .response
+            .labelled_by(label.id);
         ui.end_row();
         if matches!(cfg.pe, PeKind::Interleaved | PeKind::Concatenated) {
             ui.label("PE base").on_hover_text("Wavelength base: 10000 in the paper");

@@ -469,7 +469,7 @@ impl Network {
         let mut probs = probs.map(|p| p.chunks_mut(n * total));
         let mut scores = scores.map(|s| s.chunks_mut(n * total));
         let mut queries = queries.map(|q| q.chunks_mut(n * d));
-        let mut keys = keys.map(|k| k.chunks_mut(total * d));
+        let mut keys = keys.map(|k| k.chunks_mut(n * d));
         let mut terms: Vec<_> = terms.into_iter().map(|t| t.chunks_mut(n * total)).collect();
         let tasks: Vec<HeadOut<'_>> = bufs
             .context_by_head
@@ -592,7 +592,8 @@ impl Network {
             }
         }
         if let Some(recorded) = keys {
-            for (dst, src) in recorded.chunks_mut(d).zip(k_all.chunks(kv_stride)) {
+            // The pass's own tokens' keys (a cached step's earlier keys were recorded before).
+            for (dst, src) in recorded.chunks_mut(d).zip(k_all.chunks(kv_stride).skip(total - n)) {
                 dst.copy_from_slice(&src[g * d..(g + 1) * d]);
             }
         }

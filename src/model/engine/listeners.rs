@@ -75,7 +75,7 @@ impl Listener for Record {
             scores: if full { spare::take(per_layer * layers) } else { Vec::new() },
             terms: if full { vec![0.0; shape.terms * per_layer * layers] } else { Vec::new() },
             queries: vectors(shape.seq_len),
-            keys: vectors(shape.keys),
+            keys: vectors(shape.seq_len),
             cross: vec![0.0; shape.heads * shape.seq_len * shape.source_len * layers],
         };
         self.shape = Some(*shape);
@@ -95,7 +95,7 @@ impl Listener for Record {
                 .map(|t| &mut t[layer * per_layer..(layer + 1) * per_layer])
                 .collect(),
             queries: one(queries, layer, vectors * shape.seq_len),
-            keys: one(keys, layer, vectors * shape.keys),
+            keys: one(keys, layer, vectors * shape.seq_len),
             cross: one(cross, layer, shape.heads * shape.seq_len * shape.source_len),
             visit_head: None,
         }

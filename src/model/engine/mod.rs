@@ -192,9 +192,21 @@ impl Network {
         cache: &mut KvCache,
         interventions: &Interventions,
     ) -> Result<ForwardOutput, EngineError> {
+        self.step_recording(ids, cache, Capture::Attention, interventions)
+    }
+
+    /// [`Self::step`] recording `capture`: with [`Capture::Full`] also the new rows' scores,
+    /// queries and keys.
+    pub fn step_recording(
+        &self,
+        ids: &[u32],
+        cache: &mut KvCache,
+        capture: Capture,
+        interventions: &Interventions,
+    ) -> Result<ForwardOutput, EngineError> {
         let zeros = vec![0; ids.len()];
         let input = Input::new(ids, &zeros, interventions).within(Context::Cached(cache));
-        let mut record = Record::new(Capture::Attention);
+        let mut record = Record::new(capture);
         let last_hidden = self.run(input, &mut record)?;
         Ok(record.into_output(last_hidden))
     }

@@ -13,12 +13,15 @@ use std::sync::Mutex;
 const MIN_BYTES: usize = 1 << 20;
 /// Buffers kept at most.
 const MAX_KEPT: usize = 8;
-/// Bytes kept at most: 256 MB, or an eighth of the memory available when that is more — a
-/// thousand-token run of SmolLM2 records two 1 GB buffers, and the app's next run (a keystroke)
-/// takes them again instead of faulting and zeroing 2 GB of fresh pages.
+/// Bytes always allowed to be kept.
+const FLOOR_BYTES: usize = 256 << 20;
+/// Bytes kept at most: [`FLOOR_BYTES`], or an eighth of the memory available when that is more —
+/// a thousand-token run of SmolLM2 records two 1 GB buffers, and the app's next run (a keystroke)
+/// takes them again instead of faulting and zeroing 2 GB of fresh pages. Reads `/proc/meminfo`:
+/// asked only past the floor (dropping a long run gives back a few hundred blocks).
 fn max_bytes() -> usize {
     let available = crate::model::files::memory_budget().map_or(0, |(bytes, _)| bytes / 8);
-    usize::try_from(available).unwrap_or(usize::MAX).max(256 << 20)
+    usize::try_from(available).unwrap_or(usize::MAX).max(FLOOR_BYTES)
 }
 
 static SPARE: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
@@ -90,8 +93,7 @@ pub fn give(buffer: Vec<f32>) {
     if bytes < MIN_BYTES {
         return;
     }
-    let most = max_bytes();
-    if bytes > most {
+    if bytes > FLOOR_BYTES && bytes > max_bytes() {
         return;
     }
     // The newest buffers are kept, the oldest freed to make room: what was dropped last is what
@@ -100,6 +102,7 @@ pub fn give(buffer: Vec<f32>) {
     let evicted = if let Ok(mut spare) = SPARE.lock() {
         spare.push(buffer);
         let mut kept: usize = spare.iter().map(|v| v.capacity() * size_of::<f32>()).sum();
+        let most = if kept > FLOOR_BYTES { max_bytes() } else { FLOOR_BYTES };
         let mut evicted = Vec::new();
         while spare.len() > MAX_KEPT || kept > most {
             let oldest = spare.remove(0);

@@ -150,7 +150,7 @@ fn the_apps_runs_reuse_the_prefix_and_equal_a_fresh_recorded_run() {
             match i {
                 0 => assert_eq!(reused.kept, 0, "{name}: the first run runs everything"),
                 1 | 2 | 6 => {
-                    assert!(reused.kept >= last - 1 && reused.ran <= n - last + 1, "{name}, step {i}: {reused:?}")
+                    assert!(reused.kept >= last - 1 && reused.ran <= n - last + 1, "{name}, step {i}: {reused:?}");
                 }
                 3 => assert_eq!(reused, Reused { kept: n, ran: 0 }, "{name}: a deletion runs nothing"),
                 4 => assert!(reused.kept < 4 && reused.ran > 0, "{name}: an edit after the first word: {reused:?}"),

@@ -102,19 +102,20 @@ impl Attention {
         stride: usize,
         blocks: Vec<Arc<Vec<f32>>>,
     ) -> Result<Self, ShapeError> {
-        let per_block = layers * heads * block_rows * stride;
-        let shape_ok = block_rows > 0 && stride >= seq_len && blocks.len() == seq_len.div_ceil(block_rows);
-        if let Some(bad) = blocks.iter().find(|b| b.len() != per_block).map(|b| b.len()).or((!shape_ok).then_some(0)) {
-            return Err(ShapeError {
-                what: "attention blocks",
-                shape: format!(
+        check_blocks(
+            "attention blocks",
+            || {
+                format!(
                     "{layers}×{heads}×{seq_len}×{seq_len} in {} blocks of {block_rows} rows {stride} apart",
                     blocks.len()
-                ),
-                expected: per_block,
-                got: bad,
-            });
-        }
+                )
+            },
+            (
+                layers * heads * block_rows * stride,
+                stride >= seq_len && block_rows > 0 && blocks.len() == seq_len.div_ceil(block_rows),
+            ),
+            &blocks,
+        )?;
         let matrices = (0..layers * heads).map(|_| OnceLock::new()).collect();
         Ok(Self { layers, heads, seq_len, keys: seq_len, block_rows, stride, blocks, matrices, all: OnceLock::new() })
     }
@@ -256,24 +257,37 @@ impl PartialEq for HeadVectors {
 }
 
 impl Drop for HeadVectors {
-    /// Hands the values no other run shares to the next forward pass (see [`crate::alloc`]).
     fn drop(&mut self) {
-        for block in self.blocks.drain(..) {
-            if let Ok(values) = Arc::try_unwrap(block) {
-                crate::alloc::give(values);
-            }
-        }
+        give_unshared(&mut self.blocks);
     }
 }
 
 impl Drop for Attention {
-    /// Hands the values no other matrix shares to the next forward pass (see [`crate::alloc`]).
     fn drop(&mut self) {
-        for block in self.blocks.drain(..) {
-            if let Ok(values) = Arc::try_unwrap(block) {
-                crate::alloc::give(values);
-            }
+        give_unshared(&mut self.blocks);
+    }
+}
+
+/// Hands the blocks no other run shares to the next forward pass (see [`crate::alloc`]).
+fn give_unshared(blocks: &mut Vec<Arc<Vec<f32>>>) {
+    for block in blocks.drain(..) {
+        if let Ok(values) = Arc::try_unwrap(block) {
+            crate::alloc::give(values);
         }
+    }
+}
+
+/// That `blocks` are each `per_block` values long and `shape_ok` holds (their count, sizes), or
+/// which of them is not (`shape` says what they should hold).
+fn check_blocks(
+    what: &'static str,
+    shape: impl FnOnce() -> String,
+    (per_block, shape_ok): (usize, bool),
+    blocks: &[Arc<Vec<f32>>],
+) -> Result<(), ShapeError> {
+    match blocks.iter().find(|b| b.len() != per_block).map(|b| b.len()).or((!shape_ok).then_some(0)) {
+        Some(got) => Err(ShapeError { what, shape: shape(), expected: per_block, got }),
+        None => Ok(()),
     }
 }
 
@@ -364,19 +378,15 @@ impl HeadVectors {
         block_tokens: usize,
         blocks: Vec<Arc<Vec<f32>>>,
     ) -> Result<Self, ShapeError> {
-        let per_block = layers * heads * block_tokens * head_dim;
-        let shape_ok = block_tokens > 0 && blocks.len() == seq_len.div_ceil(block_tokens);
-        if let Some(bad) = blocks.iter().find(|b| b.len() != per_block).map(|b| b.len()).or((!shape_ok).then_some(0)) {
-            return Err(ShapeError {
-                what: "head vector blocks",
-                shape: format!(
-                    "{layers}×{heads}×{seq_len}×{head_dim} in {} blocks of {block_tokens} tokens",
-                    blocks.len()
-                ),
-                expected: per_block,
-                got: bad,
-            });
-        }
+        check_blocks(
+            "head vector blocks",
+            || format!("{layers}×{heads}×{seq_len}×{head_dim} in {} blocks of {block_tokens} tokens", blocks.len()),
+            (
+                layers * heads * block_tokens * head_dim,
+                block_tokens > 0 && blocks.len() == seq_len.div_ceil(block_tokens),
+            ),
+            &blocks,
+        )?;
         Ok(Self { layers, heads, seq_len, head_dim, block_tokens, blocks })
     }
 

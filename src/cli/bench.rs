@@ -84,13 +84,11 @@ fn typing(model: &LoadedModel, tokens: &crate::analysis::Tokens, runs: usize) ->
     let Some(mut run) = PrefixRun::start(net, ids, &faithful)? else {
         anyhow::bail!("{} is not a decoder: every token of an encoder's input changes with an edit", model.name);
     };
-    let mut typed_tokens = tokens.clone();
-    typed_tokens.tokens.push(tokens.tokens[1].clone());
-    typed_tokens.ids.push(tokens.ids[1]);
-    typed_tokens.segments.push(tokens.segments[1]);
-    typed_tokens.type_ids.push(tokens.type_ids[1]);
-    typed_tokens.special.push(tokens.special[1]);
-    let typed = &typed_tokens.ids[..];
+    let typed: Vec<u32> = ids.iter().chain(&ids[1..2]).copied().collect();
+    let tokenizer = &model.tokenizer;
+    let typed_tokens =
+        crate::analysis::Tokens::from_ids(&typed, |id| tokenizer.token_of(id), |id| tokenizer.is_special(id));
+    let typed = &typed[..];
     let mut times_ms = Vec::with_capacity(runs);
     for _ in 0..runs {
         let start = Instant::now();

@@ -3,7 +3,7 @@
 //! streamed layer by layer), and an encoder–decoder's decoder on its target.
 
 use super::ModelError;
-use super::engine::{Capture, EachLayer, EngineError, ForwardOutput, Input, LayerVisitor};
+use super::engine::{Capture, EachLayer, EngineError, Input, LayerVisitor};
 use super::files::memory_budget;
 use super::intervene::Interventions;
 use super::loader::{LoadedModel, Seq2SeqDecoder};
@@ -219,8 +219,32 @@ impl LoadedModel {
         interventions: &Interventions,
     ) -> Result<Run, ModelError> {
         self.check_tokens(&tokens, interventions)?;
+        let desc = self.description();
+        let seq_len = tokens.len();
         let out = self.net.forward(&tokens.ids, &tokens.type_ids, capture, interventions)?;
-        self.run_of(tokens, truncation, capture, interventions, out)
+        let layers = interventions.first_layers.unwrap_or(desc.layers);
+        let (heads, head_dim) = (desc.heads, desc.head_dim);
+        let attention = Attention::new(layers, heads, seq_len, out.probs)?;
+        let neuron = if capture == Capture::Full {
+            let per_term = layers * heads * seq_len * seq_len;
+            let terms = self
+                .net
+                .score_terms()
+                .into_iter()
+                .zip(out.terms.chunks(per_term.max(1)))
+                .map(|(name, values)| Ok((name.to_string(), Attention::new(layers, heads, seq_len, values.to_vec())?)))
+                .collect::<Result<Vec<_>, crate::analysis::ShapeError>>()?;
+            Some(crate::analysis::run::NeuronData {
+                scores: Attention::new(layers, heads, seq_len, out.scores)?,
+                terms,
+                queries: HeadVectors::new(layers, heads, seq_len, head_dim, out.queries)?,
+                keys: HeadVectors::new(layers, heads, seq_len, head_dim, out.keys)?,
+                rotated: desc.rotary.is_some(),
+            })
+        } else {
+            None
+        };
+        Ok(self.recorded_run(tokens, truncation, interventions, attention, neuron, out.last_hidden))
     }
 
     /// Like [`Self::run_with`] for one sentence, reusing `prefix` — the previous input's run, kept
@@ -276,42 +300,6 @@ impl LoadedModel {
         };
         let last_hidden = p.last_hidden().to_vec();
         Ok((self.recorded_run(tokens, truncation, interventions, p.attention()?, Some(neuron), last_hidden), reused))
-    }
-
-    /// A run of `tokens` from what the pass recorded.
-    fn run_of(
-        &self,
-        tokens: Tokens,
-        truncation: Option<String>,
-        capture: Capture,
-        interventions: &Interventions,
-        out: ForwardOutput,
-    ) -> Result<Run, ModelError> {
-        let desc = self.description();
-        let seq_len = tokens.len();
-        let layers = interventions.first_layers.unwrap_or(desc.layers);
-        let (heads, head_dim) = (desc.heads, desc.head_dim);
-        let attention = Attention::new(layers, heads, seq_len, out.probs)?;
-        let neuron = if capture == Capture::Full {
-            let per_term = layers * heads * seq_len * seq_len;
-            let terms = self
-                .net
-                .score_terms()
-                .into_iter()
-                .zip(out.terms.chunks(per_term.max(1)))
-                .map(|(name, values)| Ok((name.to_string(), Attention::new(layers, heads, seq_len, values.to_vec())?)))
-                .collect::<Result<Vec<_>, crate::analysis::ShapeError>>()?;
-            Some(crate::analysis::run::NeuronData {
-                scores: Attention::new(layers, heads, seq_len, out.scores)?,
-                terms,
-                queries: HeadVectors::new(layers, heads, seq_len, head_dim, out.queries)?,
-                keys: HeadVectors::new(layers, heads, seq_len, head_dim, out.keys)?,
-                rotated: desc.rotary.is_some(),
-            })
-        } else {
-            None
-        };
-        Ok(self.recorded_run(tokens, truncation, interventions, attention, neuron, out.last_hidden))
     }
 
     /// A run of `tokens` from what was recorded.

@@ -324,25 +324,25 @@ impl RowBlocks {
         self.stride = stride;
     }
 
+    /// The blocks holding the first `n` rows, shared; None when there are none.
+    fn first_blocks(&self, n: usize) -> Option<Vec<Arc<Vec<f32>>>> {
+        (n > 0 && !self.blocks.is_empty()).then(|| self.blocks[..n.div_ceil(BLOCK_ROWS)].to_vec())
+    }
+
     /// The first `n` rows as vectors of `layers × heads` matrices.
     fn vectors(&self, (layers, heads, n, width): (usize, usize, usize, usize)) -> Result<HeadVectors, ShapeError> {
-        if n == 0 || self.blocks.is_empty() {
-            return HeadVectors::new(layers, heads, n, width, Vec::new());
+        match self.first_blocks(n) {
+            Some(blocks) => HeadVectors::from_blocks((layers, heads, n, width), BLOCK_ROWS, blocks),
+            None => HeadVectors::new(layers, heads, n, width, Vec::new()),
         }
-        HeadVectors::from_blocks((layers, heads, n, width), BLOCK_ROWS, self.blocks[..n.div_ceil(BLOCK_ROWS)].to_vec())
     }
 
     /// The first `n` rows as attention of `layers × heads` matrices.
     fn attention(&self, (layers, heads, n): (usize, usize, usize)) -> Result<Attention, ShapeError> {
-        if n == 0 || self.blocks.is_empty() {
-            return Attention::new(layers, heads, n, Vec::new());
+        match self.first_blocks(n) {
+            Some(blocks) => Attention::from_blocks((layers, heads, n), BLOCK_ROWS, self.stride, blocks),
+            None => Attention::new(layers, heads, n, Vec::new()),
         }
-        Attention::from_blocks(
-            (layers, heads, n),
-            BLOCK_ROWS,
-            self.stride,
-            self.blocks[..n.div_ceil(BLOCK_ROWS)].to_vec(),
-        )
     }
 }
 

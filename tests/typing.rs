@@ -195,6 +195,7 @@ fn bench_times_a_keystroke_and_checks_it_against_a_fresh_pass() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("tokens=12 runs=3 median_ms=") && text.contains("mode=typing"), "{text}");
     assert!(text.contains("equal_to_fresh=bits") && text.contains("fresh_ms="), "{text}");
+    assert!(text.contains("paused_run_median_ms="), "{text}");
     let out = bench("tiny-bert");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a decoder"));

@@ -75,7 +75,14 @@ pub struct BenchArgs {
 /// the attention alone (`median_ms`), and the whole run the app shows (`run_median_ms`: also the
 /// neuron view's scores, queries and keys, as a [`crate::analysis::Run`]); also the app's first
 /// run of the input (`first_run_ms`, keeping what a keystroke reuses) beside a fresh recorded run
-/// (`fresh_run_ms`).
+/// (`fresh_run_ms`), and the app's run after a pause of a second, as keys come when typed
+/// (`paused_run_median_ms`, [`PAUSED_RUNS`] of them).
+/// Keystrokes `--mode typing` times after a [`PAUSE`].
+const PAUSED_RUNS: usize = 5;
+
+/// The pause before each of those keystrokes.
+const PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn typing(model: &LoadedModel, tokens: &crate::analysis::Tokens, runs: usize) -> anyhow::Result<()> {
     use crate::model::typing::{PrefixRun, Reused};
     let (net, ids) = (&model.net, &tokens.ids[..]);
@@ -124,6 +131,17 @@ fn typing(model: &LoadedModel, tokens: &crate::analysis::Tokens, runs: usize) ->
         drop(std::mem::replace(&mut shown, next));
         shown = model.run_tokens_reusing(&mut prefix, tokens.clone(), None, &faithful)?.0;
     }
+    // As a user types: each key after a pause. The other core has gone idle and the weights have
+    // left the caches in between, so a key costs more than back to back (on the 2-core VM, ~1.5×).
+    let mut paused_ms = Vec::with_capacity(PAUSED_RUNS);
+    for _ in 0..PAUSED_RUNS {
+        std::thread::sleep(PAUSE);
+        let start = Instant::now();
+        let next = model.run_tokens_reusing(&mut prefix, typed_tokens.clone(), None, &faithful)?.0;
+        paused_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        drop(std::mem::replace(&mut shown, next));
+        shown = model.run_tokens_reusing(&mut prefix, tokens.clone(), None, &faithful)?.0;
+    }
     drop(shown);
     let (shown, _) = model.run_tokens_reusing(&mut prefix, typed_tokens.clone(), None, &faithful)?;
     drop(prefix);
@@ -142,8 +160,9 @@ fn typing(model: &LoadedModel, tokens: &crate::analysis::Tokens, runs: usize) ->
     };
     let median_ms = median(&mut times_ms);
     let run_median_ms = median(&mut run_ms);
+    let paused_run_median_ms = median(&mut paused_ms);
     println!(
-        "tokens={} runs={runs} median_ms={median_ms:.3} min_ms={:.3} run_median_ms={run_median_ms:.3} mode=typing rows_checked={rows} fresh_ms={fresh_ms:.3} first_run_ms={first_run_ms:.3} fresh_run_ms={fresh_run_ms:.3} equal_to_fresh=bits",
+        "tokens={} runs={runs} median_ms={median_ms:.3} min_ms={:.3} run_median_ms={run_median_ms:.3} paused_run_median_ms={paused_run_median_ms:.3} mode=typing rows_checked={rows} fresh_ms={fresh_ms:.3} first_run_ms={first_run_ms:.3} fresh_run_ms={fresh_run_ms:.3} equal_to_fresh=bits",
         ids.len(),
         times_ms[0]
     );

@@ -137,6 +137,153 @@ pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, acc
     }
 }
 
+/// Rows of `x` up to which [`block_product`] runs (decoding, a keystroke's suffix).
+pub const BLOCK_ROWS: usize = 4;
+
+/// llama.cpp block formats [`block_product`] widens in registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockFormat {
+    /// 32 values in 18 bytes: an f16 scale, 4-bit values − 8.
+    Q4_0,
+    /// 32 values in 20 bytes: f16 scale and minimum, 4-bit values.
+    Q4_1,
+    /// 32 values in 34 bytes: an f16 scale, 8-bit values.
+    Q8_0,
+    /// 256 values in 144 bytes: f16 scale and minimum, eight 6-bit scales and minima, 4-bit values.
+    Q4K,
+    /// 256 values in 210 bytes: 6-bit values − 32, sixteen 8-bit scales, an f16 scale.
+    Q6K,
+}
+
+impl BlockFormat {
+    /// `(values, bytes)` per block.
+    const fn block(self) -> (usize, usize) {
+        match self {
+            Self::Q4_0 => (32, 18),
+            Self::Q4_1 => (32, 20),
+            Self::Q8_0 => (32, 34),
+            Self::Q4K => (256, 144),
+            Self::Q6K => (256, 210),
+        }
+    }
+}
+
+/// `dst = x · Wᵀ` for `W` in llama.cpp blocks of `format` (`blocks`: `dst`'s columns as rows of
+/// `k / values` blocks), for up to [`BLOCK_ROWS`] rows of `x` — bit for bit [`matmul`] of `x` by
+/// the widened rows (each value as Candle's `to_float` computes it), summed in the same order, but
+/// each block is widened in registers as its products need it (the f32 never goes through memory).
+/// False, with nothing written, on a machine without AVX-512 or for shapes it does not take: the
+/// caller widens and multiplies instead.
+pub fn block_product(format: BlockFormat, dst: MatMut<'_>, x: MatRef<'_>, blocks: &[u8]) -> bool {
+    let MatMut { data: dst, rows: m, cols: n, row_stride } = dst;
+    let (k, (values, bytes)) = (x.cols, format.block());
+    let usable = x.rows == m
+        && m <= BLOCK_ROWS
+        && x.col_stride == 1
+        && k.is_multiple_of(values)
+        && blocks.len() == n * k / values * bytes;
+    #[cfg(target_arch = "x86_64")]
+    if usable && Simd::detect() == Simd::Avx512 && std::arch::is_x86_feature_detected!("f16c") {
+        let row_bytes = k / values * bytes;
+        let w = |j: usize| &blocks[j * row_bytes..(j + 1) * row_bytes];
+        let dots = |a: &[f32], j: usize, out: &mut [f32]| {
+            // SAFETY: AVX-512 and F16C were detected; row lengths are checked inside.
+            macro_rules! tile {
+                ($c:expr, $d:ty) => {
+                    unsafe { x86::block_dot_avx512::<$d, $c>(a, std::array::from_fn(|c| w(j + c))) }
+                };
+            }
+            macro_rules! each {
+                ($d:ty) => {
+                    if out.len() == TILE {
+                        out.copy_from_slice(&tile!(TILE, $d));
+                    } else {
+                        for (c, o) in out.iter_mut().enumerate() {
+                            *o = unsafe { x86::block_dot_avx512::<$d, 1>(a, [w(j + c)]) }[0];
+                        }
+                    }
+                };
+            }
+            match format {
+                BlockFormat::Q4_0 => each!(x86::Q4_0),
+                BlockFormat::Q4_1 => each!(x86::Q4_1),
+                BlockFormat::Q8_0 => each!(x86::Q8_0),
+                BlockFormat::Q4K => each!(x86::Q4K),
+                BlockFormat::Q6K => each!(x86::Q6K),
+            }
+        };
+        let mut j = 0;
+        while j < n {
+            let cols = TILE.min(n - j);
+            for i in 0..m {
+                let a = &x.data[i * x.row_stride..i * x.row_stride + k];
+                dots(a, j, &mut dst[i * row_stride + j..i * row_stride + j + cols]);
+            }
+            j += cols;
+        }
+        return true;
+    }
+    let _ = (dst, row_stride, usable, blocks);
+    false
+}
+
+/// `out[j] = kernels::dot(w_j, h)` for the rows `w_j` of a matrix in llama.cpp blocks of `format`
+/// (`blocks`: `out.len()` rows of `h.len() / values` blocks) — the language-model head's logits of
+/// a written token — bit for bit [`crate::model::kernels::dot`] of each widened row: the same
+/// sixteen lanes, products and additions in the same order, each block widened in registers.
+/// False, with nothing written, without AVX-512.
+pub fn block_dots(format: BlockFormat, h: &[f32], blocks: &[u8], out: &mut [f32]) -> bool {
+    const _: () = assert!(crate::model::kernels::LANES == 16, "block_dots fills sixteen lanes");
+    let (k, (values, bytes)) = (h.len(), format.block());
+    let usable = k.is_multiple_of(values) && blocks.len() == out.len() * k / values * bytes;
+    #[cfg(target_arch = "x86_64")]
+    if usable && Simd::detect() == Simd::Avx512 && std::arch::is_x86_feature_detected!("f16c") {
+        let row_bytes = k / values * bytes;
+        let w = |j: usize| &blocks[j * row_bytes..(j + 1) * row_bytes];
+        // Past the blocks there is nothing left: the empty tail's sum, as `dot` forms it.
+        let tail: f32 = std::iter::empty::<f32>().sum();
+        let finish = |lanes: &[f32; 16]| crate::model::kernels::dot_finish(lanes, tail);
+        macro_rules! rows {
+            ($d:ty) => {{
+                let whole = out.len() / TILE * TILE;
+                for (t, o) in out[..whole].chunks_exact_mut(TILE).enumerate() {
+                    // SAFETY: AVX-512 and F16C were detected; row lengths are checked inside.
+                    let lanes =
+                        unsafe { x86::block_lanes_avx512::<$d, TILE>(h, std::array::from_fn(|c| w(t * TILE + c))) };
+                    for (o, l) in o.iter_mut().zip(&lanes) {
+                        *o = finish(l);
+                    }
+                }
+                for (j, o) in out.iter_mut().enumerate().skip(whole) {
+                    let [lanes] = unsafe { x86::block_lanes_avx512::<$d, 1>(h, [w(j)]) };
+                    *o = finish(&lanes);
+                }
+            }};
+        }
+        match format {
+            BlockFormat::Q4_0 => rows!(x86::Q4_0),
+            BlockFormat::Q4_1 => rows!(x86::Q4_1),
+            BlockFormat::Q8_0 => rows!(x86::Q8_0),
+            BlockFormat::Q4K => rows!(x86::Q4K),
+            BlockFormat::Q6K => rows!(x86::Q6K),
+        }
+        return true;
+    }
+    let _ = (usable, h, blocks, out);
+    false
+}
+
+/// Sub-block `j`'s 6-bit scale and minimum in a `Q4_K` / `Q5_K` block's twelve scale bytes (`q`),
+/// as llama.cpp's `get_scale_min_k4` reads them.
+#[inline(always)]
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
 /// Rows of a matrix, `stride` apart.
 #[derive(Clone, Copy)]
 struct Rows<'a> {
@@ -235,7 +382,7 @@ fn axpy(mut out: Out<'_>, a: Rows<'_>, b: Rows<'_>, m: usize, n: usize, k: usize
 }
 
 /// The instructions this machine has, found once.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Simd {
     #[cfg(target_arch = "x86_64")]
     Avx512,
@@ -488,11 +635,13 @@ unsafe fn axpy_chunk<L: Lanes, const R: usize, const V: usize>(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m256, __m512, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps,
-        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm512_add_ps, _mm512_castps512_ps256, _mm512_extractf32x8_ps,
-        _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_permute_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4,
-        _mm512_storeu_ps,
+        __m256, __m512, __m512i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
+        _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps, _mm256_castps256_ps128,
+        _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+        _mm512_add_ps, _mm512_and_si512, _mm512_castps512_ps256, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps,
+        _mm512_cvtepu8_epi32, _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_or_si512,
+        _mm512_permute_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4,
+        _mm512_slli_epi32, _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32, _mm512_sub_ps,
     };
 
     use super::{Lanes, Rows, axpy_in, dot_tile_in};
@@ -601,6 +750,201 @@ mod x86 {
         #[inline(always)]
         fn sum(self) -> f32 {
             unsafe { sum8(_mm256_add_ps(self.0, self.1)) }
+        }
+    }
+
+    /// A block format widened into registers: `VALUES / 16` registers of sixteen values, each
+    /// value computed as Candle's `to_float` computes it (the same operations in the same order).
+    pub(super) trait Decode {
+        const VALUES: usize;
+        const BYTES: usize;
+        /// Block `p`'s values into `out[..VALUES / 16]`.
+        ///
+        /// # Safety
+        /// `p` points at `BYTES` readable bytes; called only where AVX-512 and F16C are enabled.
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]);
+    }
+
+    /// Two f16 at `p` and `p + 2` as f32 (exact).
+    #[inline(always)]
+    unsafe fn two_f16(p: *const u8) -> (f32, f32) {
+        unsafe {
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
+            (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+        }
+    }
+
+    /// Sixteen bytes at `p` as sixteen i32 lanes.
+    #[inline(always)]
+    unsafe fn bytes16(p: *const u8) -> __m512i {
+        unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
+    }
+
+    pub(super) struct Q4_0;
+    impl Decode for Q4_0 {
+        const VALUES: usize = 32;
+        const BYTES: usize = 18;
+        /// `(q − 8) · d`: low nibbles, then high.
+        #[inline(always)]
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
+            unsafe {
+                let d = _mm512_set1_ps(two_f16(p).0);
+                let q = bytes16(p.add(2));
+                let eight = _mm512_set1_epi32(8);
+                let low = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0x0F)), eight);
+                let high = _mm512_sub_epi32(_mm512_srli_epi32::<4>(q), eight);
+                out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(low), d);
+                out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(high), d);
+            }
+        }
+    }
+
+    pub(super) struct Q4_1;
+    impl Decode for Q4_1 {
+        const VALUES: usize = 32;
+        const BYTES: usize = 20;
+        /// `q · d + m`: low nibbles, then high. A 4-bit integer times an f16 is exact in f32, so
+        /// the one rounding of a fused multiply–add is the one rounding of Candle's addition.
+        #[inline(always)]
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
+            unsafe {
+                let (d, m) = two_f16(p);
+                let (d, m) = (_mm512_set1_ps(d), _mm512_set1_ps(m));
+                let q = bytes16(p.add(4));
+                out[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0x0F))), d, m);
+                out[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(q)), d, m);
+            }
+        }
+    }
+
+    pub(super) struct Q8_0;
+    impl Decode for Q8_0 {
+        const VALUES: usize = 32;
+        const BYTES: usize = 34;
+        /// `q · d`, `q` a signed byte.
+        #[inline(always)]
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
+            unsafe {
+                let d = _mm512_set1_ps(two_f16(p).0);
+                out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(2).cast()))), d);
+                out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(18).cast()))), d);
+            }
+        }
+    }
+
+    pub(super) struct Q4K;
+    impl Decode for Q4K {
+        const VALUES: usize = 256;
+        const BYTES: usize = 144;
+        /// Four groups of 64: `d · sc · q − min · m` with the group's two 6-bit scale/minimum
+        /// pairs, the 32 low nibbles of its 32 bytes, then the 32 high ones.
+        #[inline(always)]
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
+            unsafe {
+                let (d, min) = two_f16(p);
+                let scales = std::slice::from_raw_parts(p.add(4), 12);
+                let low = _mm512_set1_epi32(0x0F);
+                for g in 0..4 {
+                    let q = p.add(16 + 32 * g);
+                    let (q0, q1) = (bytes16(q), bytes16(q.add(16)));
+                    let halves = [
+                        [_mm512_and_si512(q0, low), _mm512_and_si512(q1, low)],
+                        [_mm512_srli_epi32::<4>(q0), _mm512_srli_epi32::<4>(q1)],
+                    ];
+                    for (half, nibbles) in halves.into_iter().enumerate() {
+                        let (sc, m) = super::scale_min_k4(2 * g + half, scales);
+                        let (d1, m1) = (_mm512_set1_ps(d * f32::from(sc)), _mm512_set1_ps(min * f32::from(m)));
+                        for (i, q) in nibbles.into_iter().enumerate() {
+                            out[4 * g + 2 * half + i] = _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) struct Q6K;
+    impl Decode for Q6K {
+        const VALUES: usize = 256;
+        const BYTES: usize = 210;
+        /// Two halves of 128: `d · sc · (q − 32)`, each 6-bit `q` from four bits of `ql` and two of
+        /// `qh`, in llama.cpp's interleaved order.
+        #[inline(always)]
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
+            unsafe {
+                let d = two_f16(p.add(208)).0;
+                let (low, three, thirty_two) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(3), _mm512_set1_epi32(32));
+                for idx in 0..2 {
+                    let (ql, qh, sc) = (p.add(64 * idx), p.add(128 + 32 * idx), p.add(192 + 8 * idx));
+                    for lc in 0..2 {
+                        let (a, b, h) =
+                            (bytes16(ql.add(16 * lc)), bytes16(ql.add(32 + 16 * lc)), bytes16(qh.add(16 * lc)));
+                        // Bits 4–5 of each value: two bits of `qh`, from bit 0, 2, 4 or 6.
+                        let hi = [h, _mm512_srli_epi32::<2>(h), _mm512_srli_epi32::<4>(h), _mm512_srli_epi32::<6>(h)]
+                            .map(|bits| _mm512_slli_epi32::<4>(_mm512_and_si512(bits, three)));
+                        let q = [
+                            _mm512_or_si512(_mm512_and_si512(a, low), hi[0]),
+                            _mm512_or_si512(_mm512_and_si512(b, low), hi[1]),
+                            _mm512_or_si512(_mm512_srli_epi32::<4>(a), hi[2]),
+                            _mm512_or_si512(_mm512_srli_epi32::<4>(b), hi[3]),
+                        ];
+                        for (part, q) in q.into_iter().enumerate() {
+                            let scale = f32::from(sc.add(lc + 2 * part).read().cast_signed());
+                            let ds = _mm512_set1_ps(d * scale);
+                            let q = _mm512_cvtepi32_ps(_mm512_sub_epi32(q, thirty_two));
+                            out[8 * idx + 2 * part + lc] = _mm512_mul_ps(ds, q);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sums of `a` times `C` rows of `D` blocks, each block widened in registers: lanes and order
+    /// as [`dot_tile_in`] over the widened rows (sixteen lanes, chunk by chunk, then pairwise).
+    #[target_feature(enable = "avx512f,avx512dq,f16c")]
+    pub(super) fn block_dot_avx512<D: Decode, const C: usize>(a: &[f32], w: [&[u8]; C]) -> [f32; C] {
+        let blocks = a.len() / D::VALUES;
+        assert!(a.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut wide = [_mm512_setzero_ps(); 16];
+            for b in 0..blocks {
+                let x = a.as_ptr().add(D::VALUES * b);
+                for c in 0..C {
+                    D::decode(w[c].as_ptr().add(D::BYTES * b), &mut wide);
+                    for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
+                        acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x.add(16 * i)), *w, acc[c]);
+                    }
+                }
+            }
+            std::array::from_fn(|c| Avx512(acc[c]).sum())
+        }
+    }
+
+    /// The sixteen lanes of `kernels::dot(w_c, h)` for `C` rows of `D` blocks: each widened value
+    /// multiplied by `h` and added to its lane, chunk by chunk, as `dot`'s loop does.
+    #[target_feature(enable = "avx512f,avx512dq,f16c")]
+    pub(super) fn block_lanes_avx512<D: Decode, const C: usize>(h: &[f32], w: [&[u8]; C]) -> [[f32; 16]; C] {
+        let blocks = h.len() / D::VALUES;
+        assert!(h.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut wide = [_mm512_setzero_ps(); 16];
+            for b in 0..blocks {
+                let x = h.as_ptr().add(D::VALUES * b);
+                for c in 0..C {
+                    D::decode(w[c].as_ptr().add(D::BYTES * b), &mut wide);
+                    for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
+                        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(*w, _mm512_loadu_ps(x.add(16 * i))));
+                    }
+                }
+            }
+            std::array::from_fn(|c| {
+                let mut lanes = [0.0f32; 16];
+                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[c]);
+                lanes
+            })
         }
     }
 

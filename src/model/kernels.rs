@@ -11,7 +11,7 @@
 use rayon::prelude::*;
 
 /// Lanes of the partial reductions (independent accumulators the compiler can keep in a register).
-const LANES: usize = 16;
+pub const LANES: usize = 16;
 
 /// Rows handled per rayon task (keeps task overhead low for short inputs).
 const MIN_CHUNK: usize = 4096;
@@ -373,6 +373,12 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    dot_finish(&lanes, tail)
+}
+
+/// The end of [`dot`]: its sixteen lanes added in order, then the sum of the values past the last
+/// whole sixteen (what [`crate::model::gemm::q8_0_dot`] ends with too).
+pub fn dot_finish(lanes: &[f32; LANES], tail: f32) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 

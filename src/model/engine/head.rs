@@ -7,6 +7,7 @@ use rayon::prelude::*;
 use super::Network;
 use super::weights::Values;
 use crate::model::describe::NormKind;
+use crate::model::gemm;
 use crate::model::gemm::{MatMut, MatRef, matmul};
 use crate::model::kernels;
 
@@ -68,6 +69,13 @@ impl Network {
             };
             if let Values::F32(t) = table {
                 dots(&t[start..end], out);
+            } else if let Values::Quant(q) = table
+                && h > 0
+                && let Some((kind, blocks)) = q.part_rows(start / h..end / h)
+                && let Some(format) = kind.format()
+                && gemm::block_dots(format, hidden_row, blocks, out)
+            {
+                // Blocks (SmolLM2's tied `Q8_0` embeddings) multiplied in registers, the same sums.
             } else {
                 WIDE_ROWS.with_borrow_mut(|wide| {
                     wide.resize(end - start, 0.0);

@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use super::error::Result;
 use super::weights::{PANEL, Values, Weights};
-use crate::model::gemm::{MatMut, MatRef, matmul};
+use crate::model::gemm::{self, MatMut, MatRef, matmul};
 use crate::model::kernels;
 
 /// `nn.Linear`: `x · Wᵀ + b`. `W` (`out × in`) is held row-major, in the precision it is kept in;
@@ -123,6 +123,19 @@ impl Linear {
         };
         if let Values::F32(w) = &self.weight {
             product(&w[first * in_dim..(first + width) * in_dim], dst);
+        } else if let Values::Quant(q) = &self.weight
+            && rows <= gemm::BLOCK_ROWS
+            && part == in_dim
+            && let Some((kind, blocks)) = q.part_rows(first..first + width)
+            && let Some(format) = kind.format()
+            && gemm::block_product(
+                format,
+                MatMut::rows(dst, rows, width, width),
+                MatRef::rows(x, rows, in_dim, in_dim),
+                blocks,
+            )
+        {
+            // Decoding, a keystroke: the blocks widened in registers as they are multiplied.
         } else if rows <= FEW_ROWS {
             // Decoding, a keystroke: a few weight rows at a time, widened into a buffer that stays
             // in the first-level cache while they are multiplied (the sums are the same bits: an

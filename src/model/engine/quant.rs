@@ -9,6 +9,8 @@
 use candle_core::quantized::GgmlDType;
 use half::bf16;
 
+use crate::model::gemm::{BlockFormat, scale_min_k4};
+
 /// A block format of one stored row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockKind {
@@ -69,6 +71,18 @@ impl BlockKind {
             Self::Q5K => (256, 176),
             Self::Q6K => (256, 210),
         }
+    }
+
+    /// The format [`crate::model::gemm::block_product`] widens in registers, if it takes this kind.
+    pub fn format(self) -> Option<BlockFormat> {
+        Some(match self {
+            Self::Q4_0 => BlockFormat::Q4_0,
+            Self::Q4_1 => BlockFormat::Q4_1,
+            Self::Q8_0 => BlockFormat::Q8_0,
+            Self::Q4K => BlockFormat::Q4K,
+            Self::Q6K => BlockFormat::Q6K,
+            _ => return None,
+        })
     }
 
     /// Bytes of a row of `cols` values, None when `cols` is not a whole number of blocks.
@@ -159,6 +173,21 @@ impl Quantized {
         let cols = parts.first().map_or(0, |p| p.cols);
         debug_assert!(parts.iter().all(|p| p.cols == cols));
         Self { parts: parts.into_iter().flat_map(|p| p.parts).collect(), cols }
+    }
+
+    /// The kind and stored bytes of rows `rows` when they all lie in one part (what
+    /// [`crate::model::gemm::block_product`] and [`crate::model::gemm::block_dots`] read), None
+    /// otherwise.
+    pub(super) fn part_rows(&self, rows: std::ops::Range<usize>) -> Option<(BlockKind, &[u8])> {
+        let mut first = 0;
+        for p in &self.parts {
+            if rows.start < first + p.rows {
+                let (start, end) = (rows.start - first, rows.end - first);
+                return (end <= p.rows).then(|| (p.kind, &p.bytes[start * p.row_bytes..end * p.row_bytes]));
+            }
+            first += p.rows;
+        }
+        None
     }
 
     /// Row `row` as f32 into `out` (`cols` values).
@@ -410,16 +439,6 @@ fn decode_block(kind: BlockKind, b: &[u8], y: &mut [f32]) {
     }
 }
 
-/// The 6-bit scale and minimum of sub-block `j` (llama.cpp's `get_scale_min_k4`).
-#[inline(always)]
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -504,6 +523,81 @@ mod tests {
             q.widen_into(300..1000, &mut part);
             assert_eq!(bits(&part), bits(&want[300..1000]), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn blocks_multiplied_in_registers_are_the_widened_rows_product() {
+        use crate::model::gemm::{BLOCK_ROWS, MatMut, MatRef, block_dots, block_product, matmul};
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let values = |len: usize, seed: u64| -> Vec<f32> {
+            let bytes = random_blocks(BlockKind::F32, 1, len, seed);
+            bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) / 8.0).collect()
+        };
+        let avx512 = {
+            #[cfg(target_arch = "x86_64")]
+            {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+                    && std::arch::is_x86_feature_detected!("f16c")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            false
+        };
+        let mut fused = Vec::new();
+        for (kind, _) in ALL {
+            let Some(format) = kind.format() else {
+                continue;
+            };
+            fused.push(kind);
+            let (block, _) = kind.block();
+            // 11 weight rows: two tiles of four and three left over; one block, then several.
+            for (k, n) in [(block, 11), (block * 3, 11), (768, 4)] {
+                let q = Quantized::new(kind, n, k, random_blocks(kind, n, k, 17 + k as u64)).unwrap();
+                let mut wide = vec![0.0; n * k];
+                q.widen_into(0..n * k, &mut wide);
+                let (part_kind, blocks) = q.part_rows(0..n).unwrap();
+                assert_eq!(part_kind, kind);
+                for m in 1..=BLOCK_ROWS {
+                    let x = values(m * k, 5 + m as u64);
+                    let mut want = vec![0.0; m * n];
+                    let w = MatRef::rows(&wide, n, k, k).t();
+                    matmul(MatMut::rows(&mut want, m, n, n), MatRef::rows(&x, m, k, k), w, 1.0, false);
+                    let mut got = vec![f32::NAN; m * n];
+                    let taken =
+                        block_product(format, MatMut::rows(&mut got, m, n, n), MatRef::rows(&x, m, k, k), blocks);
+                    assert_eq!(taken, avx512, "{kind:?}: taken exactly where AVX-512 is");
+                    if taken {
+                        assert_eq!(bits(&got), bits(&want), "{kind:?}: {m} rows of {k}");
+                    }
+                }
+                // More rows than it takes: nothing written, the caller widens.
+                let rows = BLOCK_ROWS + 1;
+                let x = values(rows * k, 3);
+                let mut out = vec![0.0; rows * n];
+                assert!(!block_product(
+                    format,
+                    MatMut::rows(&mut out, rows, n, n),
+                    MatRef::rows(&x, rows, k, k),
+                    blocks
+                ));
+                // The language-model head's logits: `kernels::dot` of each widened row.
+                let h = values(k, 9);
+                let want: Vec<f32> = wide.chunks_exact(k).map(|row| crate::model::kernels::dot(row, &h)).collect();
+                let mut got = vec![f32::NAN; n];
+                assert_eq!(block_dots(format, &h, blocks, &mut got), avx512);
+                if avx512 {
+                    assert_eq!(bits(&got), bits(&want), "{kind:?}: logits of {k}");
+                }
+            }
+        }
+        assert_eq!(fused, [BlockKind::Q4_0, BlockKind::Q4_1, BlockKind::Q8_0, BlockKind::Q4K, BlockKind::Q6K]);
+        // Rows of a stacked matrix are handed out only within one part, with its kind.
+        let a = Quantized::new(BlockKind::Q4_1, 2, 32, random_blocks(BlockKind::Q4_1, 2, 32, 1)).unwrap();
+        let b = Quantized::new(BlockKind::Q8_0, 2, 32, random_blocks(BlockKind::Q8_0, 2, 32, 2)).unwrap();
+        let stacked = Quantized::stack(vec![a.clone(), b, a]);
+        assert_eq!(stacked.part_rows(0..2).map(|(k, b)| (k, b.len())), Some((BlockKind::Q4_1, 40)));
+        assert_eq!(stacked.part_rows(2..4).map(|(k, b)| (k, b.len())), Some((BlockKind::Q8_0, 68)));
+        assert!(stacked.part_rows(1..3).is_none() && stacked.part_rows(5..7).is_none());
     }
 
     #[test]

@@ -71,18 +71,18 @@ pub struct BenchArgs {
     pub steps: usize,
 }
 
-/// `--mode typing`: the median time of appending one token to `tokens` with the prefix reused —
-/// the attention alone (`median_ms`), and the whole run the app shows (`run_median_ms`: also the
-/// neuron view's scores, queries and keys, as a [`crate::analysis::Run`]); also the app's first
-/// run of the input (`first_run_ms`, keeping what a keystroke reuses) beside a fresh recorded run
-/// (`fresh_run_ms`), and the app's run after a pause of a second, as keys come when typed
-/// (`paused_run_median_ms`, [`PAUSED_RUNS`] of them).
 /// Keystrokes `--mode typing` times after a [`PAUSE`].
 const PAUSED_RUNS: usize = 5;
 
 /// The pause before each of those keystrokes.
 const PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// `--mode typing`: the median time of appending one token to `tokens` with the prefix reused —
+/// the attention alone (`median_ms`), and the whole run the app shows (`run_median_ms`: also the
+/// neuron view's scores, queries and keys, as a [`crate::analysis::Run`]); also the app's first
+/// run of the input (`first_run_ms`, keeping what a keystroke reuses) beside a fresh recorded run
+/// (`fresh_run_ms`), and the app's run after a pause of a second, as keys come when typed
+/// (`paused_run_median_ms`, [`PAUSED_RUNS`] of them).
 fn typing(model: &LoadedModel, tokens: &crate::analysis::Tokens, runs: usize) -> anyhow::Result<()> {
     use crate::model::typing::{PrefixRun, Reused};
     let (net, ids) = (&model.net, &tokens.ids[..]);
@@ -137,8 +137,9 @@ fn typing(model: &LoadedModel, tokens: &crate::analysis::Tokens, runs: usize) ->
     for _ in 0..PAUSED_RUNS {
         std::thread::sleep(PAUSE);
         let start = Instant::now();
-        let next = model.run_tokens_reusing(&mut prefix, typed_tokens.clone(), None, &faithful)?.0;
+        let (next, reused) = model.run_tokens_reusing(&mut prefix, typed_tokens.clone(), None, &faithful)?;
         paused_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(reused == Some(Reused { kept: ids.len(), ran: 1 }), "ran {reused:?}");
         drop(std::mem::replace(&mut shown, next));
         shown = model.run_tokens_reusing(&mut prefix, tokens.clone(), None, &faithful)?.0;
     }

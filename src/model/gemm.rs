@@ -147,10 +147,16 @@ pub enum BlockFormat {
     Q4_0,
     /// 32 values in 20 bytes: f16 scale and minimum, 4-bit values.
     Q4_1,
+    /// 32 values in 22 bytes: an f16 scale, 5-bit values − 16.
+    Q5_0,
+    /// 32 values in 24 bytes: f16 scale and minimum, 5-bit values.
+    Q5_1,
     /// 32 values in 34 bytes: an f16 scale, 8-bit values.
     Q8_0,
     /// 256 values in 144 bytes: f16 scale and minimum, eight 6-bit scales and minima, 4-bit values.
     Q4K,
+    /// 256 values in 176 bytes: as `Q4_K` with a fifth bit.
+    Q5K,
     /// 256 values in 210 bytes: 6-bit values − 32, sixteen 8-bit scales, an f16 scale.
     Q6K,
 }
@@ -161,8 +167,11 @@ impl BlockFormat {
         match self {
             Self::Q4_0 => (32, 18),
             Self::Q4_1 => (32, 20),
+            Self::Q5_0 => (32, 22),
+            Self::Q5_1 => (32, 24),
             Self::Q8_0 => (32, 34),
             Self::Q4K => (256, 144),
+            Self::Q5K => (256, 176),
             Self::Q6K => (256, 210),
         }
     }
@@ -207,8 +216,11 @@ pub fn block_product(format: BlockFormat, dst: MatMut<'_>, x: MatRef<'_>, blocks
             match format {
                 BlockFormat::Q4_0 => each!(x86::Q4_0),
                 BlockFormat::Q4_1 => each!(x86::Q4_1),
+                BlockFormat::Q5_0 => each!(x86::Q5_0),
+                BlockFormat::Q5_1 => each!(x86::Q5_1),
                 BlockFormat::Q8_0 => each!(x86::Q8_0),
                 BlockFormat::Q4K => each!(x86::Q4K),
+                BlockFormat::Q5K => each!(x86::Q5K),
                 BlockFormat::Q6K => each!(x86::Q6K),
             }
         };
@@ -263,8 +275,11 @@ pub fn block_dots(format: BlockFormat, h: &[f32], blocks: &[u8], out: &mut [f32]
         match format {
             BlockFormat::Q4_0 => rows!(x86::Q4_0),
             BlockFormat::Q4_1 => rows!(x86::Q4_1),
+            BlockFormat::Q5_0 => rows!(x86::Q5_0),
+            BlockFormat::Q5_1 => rows!(x86::Q5_1),
             BlockFormat::Q8_0 => rows!(x86::Q8_0),
             BlockFormat::Q4K => rows!(x86::Q4K),
+            BlockFormat::Q5K => rows!(x86::Q5K),
             BlockFormat::Q6K => rows!(x86::Q6K),
         }
         return true;
@@ -638,10 +653,11 @@ mod x86 {
         __m256, __m512, __m512i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
         _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps, _mm256_castps256_ps128,
         _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
-        _mm512_add_ps, _mm512_and_si512, _mm512_castps512_ps256, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps,
-        _mm512_cvtepu8_epi32, _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_or_si512,
-        _mm512_permute_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4,
-        _mm512_slli_epi32, _mm512_srli_epi32, _mm512_storeu_ps, _mm512_sub_epi32, _mm512_sub_ps,
+        _mm512_add_epi32, _mm512_add_ps, _mm512_and_si512, _mm512_castps512_ps256, _mm512_cvtepi8_epi32,
+        _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
+        _mm512_mul_ps, _mm512_or_si512, _mm512_permute_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setr_epi32,
+        _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_srlv_epi32,
+        _mm512_storeu_ps, _mm512_sub_epi32, _mm512_sub_ps,
     };
 
     use super::{Lanes, Rows, axpy_in, dot_tile_in};
@@ -817,6 +833,63 @@ mod x86 {
         }
     }
 
+    /// The fifth bits of a `Q5_0` / `Q5_1` block (`qh`, 32 bits at `p`) as bit 4 of lanes: bits
+    /// 0–15 for the low nibbles, 16–31 for the high ones.
+    #[inline(always)]
+    unsafe fn fifth_bits(p: *const u8) -> [__m512i; 2] {
+        unsafe {
+            let qh = _mm512_set1_epi32(p.cast::<i32>().read_unaligned());
+            let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            let one = _mm512_set1_epi32(1);
+            let high_lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(16));
+            [
+                _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srlv_epi32(qh, lanes), one)),
+                _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srlv_epi32(qh, high_lanes), one)),
+            ]
+        }
+    }
+
+    pub(super) struct Q5_0;
+    impl Decode for Q5_0 {
+        const VALUES: usize = 32;
+        const BYTES: usize = 22;
+        /// `(q − 16) · d`, `q` a nibble with its fifth bit from `qh`: low nibbles, then high.
+        #[inline(always)]
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
+            unsafe {
+                let d = _mm512_set1_ps(two_f16(p).0);
+                let [h0, h1] = fifth_bits(p.add(2));
+                let q = bytes16(p.add(6));
+                let sixteen = _mm512_set1_epi32(16);
+                let low = _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi32(0x0F)), h0);
+                let high = _mm512_or_si512(_mm512_srli_epi32::<4>(q), h1);
+                out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(low, sixteen)), d);
+                out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(high, sixteen)), d);
+            }
+        }
+    }
+
+    pub(super) struct Q5_1;
+    impl Decode for Q5_1 {
+        const VALUES: usize = 32;
+        const BYTES: usize = 24;
+        /// `q · d + m`, `q` a nibble with its fifth bit (exact times an f16, so one rounding as
+        /// Candle's addition): low nibbles, then high.
+        #[inline(always)]
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
+            unsafe {
+                let (d, m) = two_f16(p);
+                let (d, m) = (_mm512_set1_ps(d), _mm512_set1_ps(m));
+                let [h0, h1] = fifth_bits(p.add(4));
+                let q = bytes16(p.add(8));
+                let low = _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi32(0x0F)), h0);
+                let high = _mm512_or_si512(_mm512_srli_epi32::<4>(q), h1);
+                out[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(low), d, m);
+                out[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), d, m);
+            }
+        }
+    }
+
     pub(super) struct Q8_0;
     impl Decode for Q8_0 {
         const VALUES: usize = 32;
@@ -863,6 +936,42 @@ mod x86 {
         }
     }
 
+    pub(super) struct Q5K;
+    impl Decode for Q5K {
+        const VALUES: usize = 256;
+        const BYTES: usize = 176;
+        /// As [`Q4K`], each value's fifth bit from `qh` (bit `2g` for group `g`'s low nibbles,
+        /// `2g + 1` for its high ones): `d · sc · (q + 16 · bit) − min · m`, the sum exact as an
+        /// integer.
+        #[inline(always)]
+        unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
+            unsafe {
+                let (d, min) = two_f16(p);
+                let scales = std::slice::from_raw_parts(p.add(4), 12);
+                let (low, one) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(1));
+                let qh = [bytes16(p.add(16)), bytes16(p.add(32))];
+                for g in 0..4 {
+                    let q = p.add(48 + 32 * g);
+                    let (q0, q1) = (bytes16(q), bytes16(q.add(16)));
+                    let halves = [
+                        [_mm512_and_si512(q0, low), _mm512_and_si512(q1, low)],
+                        [_mm512_srli_epi32::<4>(q0), _mm512_srli_epi32::<4>(q1)],
+                    ];
+                    for (half, nibbles) in halves.into_iter().enumerate() {
+                        let (sc, m) = super::scale_min_k4(2 * g + half, scales);
+                        let (d1, m1) = (_mm512_set1_ps(d * f32::from(sc)), _mm512_set1_ps(min * f32::from(m)));
+                        let shift = _mm512_set1_epi32(i32::try_from(2 * g + half).unwrap_or(0));
+                        for (i, q) in nibbles.into_iter().enumerate() {
+                            let bit = _mm512_and_si512(_mm512_srlv_epi32(qh[i], shift), one);
+                            let q = _mm512_or_si512(q, _mm512_slli_epi32::<4>(bit));
+                            out[4 * g + 2 * half + i] = _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     pub(super) struct Q6K;
     impl Decode for Q6K {
         const VALUES: usize = 256;
@@ -880,8 +989,13 @@ mod x86 {
                         let (a, b, h) =
                             (bytes16(ql.add(16 * lc)), bytes16(ql.add(32 + 16 * lc)), bytes16(qh.add(16 * lc)));
                         // Bits 4–5 of each value: two bits of `qh`, from bit 0, 2, 4 or 6.
-                        let hi = [h, _mm512_srli_epi32::<2>(h), _mm512_srli_epi32::<4>(h), _mm512_srli_epi32::<6>(h)]
-                            .map(|bits| _mm512_slli_epi32::<4>(_mm512_and_si512(bits, three)));
+                        // (No closures: they would not inherit the caller's target features.)
+                        let hi = [
+                            _mm512_slli_epi32::<4>(_mm512_and_si512(h, three)),
+                            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<2>(h), three)),
+                            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<4>(h), three)),
+                            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(h), three)),
+                        ];
                         let q = [
                             _mm512_or_si512(_mm512_and_si512(a, low), hi[0]),
                             _mm512_or_si512(_mm512_and_si512(b, low), hi[1]),

@@ -7,8 +7,7 @@ use rayon::prelude::*;
 use super::Network;
 use super::weights::Values;
 use crate::model::describe::NormKind;
-use crate::model::gemm;
-use crate::model::gemm::{MatMut, MatRef, matmul};
+use crate::model::gemm::{self, MatMut, MatRef, matmul};
 use crate::model::kernels;
 
 /// Vocabulary rows per task of a batched unembedding.

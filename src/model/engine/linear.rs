@@ -12,7 +12,8 @@ use crate::model::kernels;
 /// widened to f32 (16-bit, quantised) into a buffer of the thread's — the same rows in the same
 /// layout whatever the storage, so the products are bit for bit those of f32 weights — and
 /// multiplied through a transposed view (`x · panelᵀ`: dot products that read each weight row in
-/// order, the same for one row of `x` or many).
+/// order, the same for one row of `x` or many). For a few rows of `x`, GGUF blocks are widened in
+/// registers as they are multiplied instead ([`gemm::block_product`], the same sums).
 #[derive(Debug, Clone)]
 pub(super) struct Linear {
     /// The weight, row-major `out × in`: f32, 16-bit, or a GGUF matrix's blocks.

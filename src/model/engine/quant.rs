@@ -1,5 +1,7 @@
 //! GGUF weights kept in llama.cpp's blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K`,
-//! `Q6_K`, and F16 / BF16 / F32 rows), widened to f32 a row at a time as a product needs them. The widening is
+//! `Q6_K`, and F16 / BF16 / F32 rows), widened to f32 a row at a time as a product needs them (for a
+//! product of a few rows, blocks are widened in registers instead:
+//! [`crate::model::gemm::block_product`]). The widening is
 //! Candle's `k_quants` `to_float` arithmetic operation for operation (the dequantise-on-load path),
 //! so every value — and every product, attention weight and logit — is bit for bit what the network
 //! computes from the f32 weights (`tests` compare every type with Candle's `dequantize`).
@@ -78,10 +80,13 @@ impl BlockKind {
         Some(match self {
             Self::Q4_0 => BlockFormat::Q4_0,
             Self::Q4_1 => BlockFormat::Q4_1,
+            Self::Q5_0 => BlockFormat::Q5_0,
+            Self::Q5_1 => BlockFormat::Q5_1,
             Self::Q8_0 => BlockFormat::Q8_0,
             Self::Q4K => BlockFormat::Q4K,
+            Self::Q5K => BlockFormat::Q5K,
             Self::Q6K => BlockFormat::Q6K,
-            _ => return None,
+            Self::F32 | Self::F16 | Self::Bf16 => return None,
         })
     }
 
@@ -590,7 +595,8 @@ mod tests {
                 }
             }
         }
-        assert_eq!(fused, [BlockKind::Q4_0, BlockKind::Q4_1, BlockKind::Q8_0, BlockKind::Q4K, BlockKind::Q6K]);
+        let blocks = [BlockKind::Q4_0, BlockKind::Q4_1, BlockKind::Q5_0, BlockKind::Q5_1, BlockKind::Q8_0];
+        assert_eq!(fused, [&blocks[..], &[BlockKind::Q4K, BlockKind::Q5K, BlockKind::Q6K]].concat());
         // Rows of a stacked matrix are handed out only within one part, with its kind.
         let a = Quantized::new(BlockKind::Q4_1, 2, 32, random_blocks(BlockKind::Q4_1, 2, 32, 1)).unwrap();
         let b = Quantized::new(BlockKind::Q8_0, 2, 32, random_blocks(BlockKind::Q8_0, 2, 32, 2)).unwrap();

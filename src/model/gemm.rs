@@ -8,6 +8,8 @@
 #![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (alloc.rs has the other use: madvise)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
 
+use crate::model::engine::BlockKind;
+
 /// A read-only matrix view: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
 #[derive(Debug, Clone, Copy)]
 pub struct MatRef<'a> {
@@ -140,53 +142,19 @@ pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, acc
 /// Rows of `x` up to which [`block_product`] runs (decoding, a keystroke's suffix).
 pub const BLOCK_ROWS: usize = 4;
 
-/// llama.cpp block formats [`block_product`] widens in registers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockFormat {
-    /// 32 values in 18 bytes: an f16 scale, 4-bit values − 8.
-    Q4_0,
-    /// 32 values in 20 bytes: f16 scale and minimum, 4-bit values.
-    Q4_1,
-    /// 32 values in 22 bytes: an f16 scale, 5-bit values − 16.
-    Q5_0,
-    /// 32 values in 24 bytes: f16 scale and minimum, 5-bit values.
-    Q5_1,
-    /// 32 values in 34 bytes: an f16 scale, 8-bit values.
-    Q8_0,
-    /// 256 values in 144 bytes: f16 scale and minimum, eight 6-bit scales and minima, 4-bit values.
-    Q4K,
-    /// 256 values in 176 bytes: as `Q4_K` with a fifth bit.
-    Q5K,
-    /// 256 values in 210 bytes: 6-bit values − 32, sixteen 8-bit scales, an f16 scale.
-    Q6K,
-}
-
-impl BlockFormat {
-    /// `(values, bytes)` per block.
-    const fn block(self) -> (usize, usize) {
-        match self {
-            Self::Q4_0 => (32, 18),
-            Self::Q4_1 => (32, 20),
-            Self::Q5_0 => (32, 22),
-            Self::Q5_1 => (32, 24),
-            Self::Q8_0 => (32, 34),
-            Self::Q4K => (256, 144),
-            Self::Q5K => (256, 176),
-            Self::Q6K => (256, 210),
-        }
-    }
-}
-
-/// `dst = x · Wᵀ` for `W` in llama.cpp blocks of `format` (`blocks`: `dst`'s columns as rows of
+/// `dst = x · Wᵀ` for `W` in llama.cpp blocks of `kind` (`blocks`: `dst`'s columns as rows of
 /// `k / values` blocks), for up to [`BLOCK_ROWS`] rows of `x` — bit for bit [`matmul`] of `x` by
 /// the widened rows (each value as Candle's `to_float` computes it), summed in the same order, but
 /// each block is widened in registers as its products need it (the f32 never goes through memory).
-/// False, with nothing written, on a machine without AVX-512 or for shapes it does not take: the
-/// caller widens and multiplies instead.
-pub fn block_product(format: BlockFormat, dst: MatMut<'_>, x: MatRef<'_>, blocks: &[u8]) -> bool {
+/// (Scales are widened by F16C: the same f32 for every f16 but a signalling NaN, which no file
+/// holds and which gives a NaN either way.)
+/// False, with nothing written, for rows of floats, on a machine without AVX-512 or for shapes it
+/// does not take: the caller widens and multiplies instead.
+pub fn block_product(kind: BlockKind, dst: MatMut<'_>, x: MatRef<'_>, blocks: &[u8]) -> bool {
     let MatMut { data: dst, rows: m, cols: n, row_stride } = dst;
-    let (k, (values, bytes)) = (x.cols, format.block());
-    let usable = x.rows == m
+    let (k, (values, bytes)) = (x.cols, kind.block());
+    let usable = !kind.is_float()
+        && x.rows == m
         && m <= BLOCK_ROWS
         && x.col_stride == 1
         && k.is_multiple_of(values)
@@ -213,15 +181,16 @@ pub fn block_product(format: BlockFormat, dst: MatMut<'_>, x: MatRef<'_>, blocks
                     }
                 };
             }
-            match format {
-                BlockFormat::Q4_0 => each!(x86::Q4_0),
-                BlockFormat::Q4_1 => each!(x86::Q4_1),
-                BlockFormat::Q5_0 => each!(x86::Q5_0),
-                BlockFormat::Q5_1 => each!(x86::Q5_1),
-                BlockFormat::Q8_0 => each!(x86::Q8_0),
-                BlockFormat::Q4K => each!(x86::Q4K),
-                BlockFormat::Q5K => each!(x86::Q5K),
-                BlockFormat::Q6K => each!(x86::Q6K),
+            match kind {
+                BlockKind::Q4_0 => each!(x86::Q4_0),
+                BlockKind::Q4_1 => each!(x86::Q4_1),
+                BlockKind::Q5_0 => each!(x86::Q5_0),
+                BlockKind::Q5_1 => each!(x86::Q5_1),
+                BlockKind::Q8_0 => each!(x86::Q8_0),
+                BlockKind::Q4K => each!(x86::Q4K),
+                BlockKind::Q5K => each!(x86::Q5K),
+                BlockKind::Q6K => each!(x86::Q6K),
+                BlockKind::F32 | BlockKind::F16 | BlockKind::Bf16 => {}
             }
         };
         let mut j = 0;
@@ -239,15 +208,15 @@ pub fn block_product(format: BlockFormat, dst: MatMut<'_>, x: MatRef<'_>, blocks
     false
 }
 
-/// `out[j] = kernels::dot(w_j, h)` for the rows `w_j` of a matrix in llama.cpp blocks of `format`
+/// `out[j] = kernels::dot(w_j, h)` for the rows `w_j` of a matrix in llama.cpp blocks of `kind`
 /// (`blocks`: `out.len()` rows of `h.len() / values` blocks) — the language-model head's logits of
 /// a written token — bit for bit [`crate::model::kernels::dot`] of each widened row: the same
 /// sixteen lanes, products and additions in the same order, each block widened in registers.
-/// False, with nothing written, without AVX-512.
-pub fn block_dots(format: BlockFormat, h: &[f32], blocks: &[u8], out: &mut [f32]) -> bool {
+/// False, with nothing written, for rows of floats or without AVX-512.
+pub fn block_dots(kind: BlockKind, h: &[f32], blocks: &[u8], out: &mut [f32]) -> bool {
     const _: () = assert!(crate::model::kernels::LANES == 16, "block_dots fills sixteen lanes");
-    let (k, (values, bytes)) = (h.len(), format.block());
-    let usable = k.is_multiple_of(values) && blocks.len() == out.len() * k / values * bytes;
+    let (k, (values, bytes)) = (h.len(), kind.block());
+    let usable = !kind.is_float() && k.is_multiple_of(values) && blocks.len() == out.len() * k / values * bytes;
     #[cfg(target_arch = "x86_64")]
     if usable && Simd::detect() == Simd::Avx512 && std::arch::is_x86_feature_detected!("f16c") {
         let row_bytes = k / values * bytes;
@@ -272,15 +241,16 @@ pub fn block_dots(format: BlockFormat, h: &[f32], blocks: &[u8], out: &mut [f32]
                 }
             }};
         }
-        match format {
-            BlockFormat::Q4_0 => rows!(x86::Q4_0),
-            BlockFormat::Q4_1 => rows!(x86::Q4_1),
-            BlockFormat::Q5_0 => rows!(x86::Q5_0),
-            BlockFormat::Q5_1 => rows!(x86::Q5_1),
-            BlockFormat::Q8_0 => rows!(x86::Q8_0),
-            BlockFormat::Q4K => rows!(x86::Q4K),
-            BlockFormat::Q5K => rows!(x86::Q5K),
-            BlockFormat::Q6K => rows!(x86::Q6K),
+        match kind {
+            BlockKind::Q4_0 => rows!(x86::Q4_0),
+            BlockKind::Q4_1 => rows!(x86::Q4_1),
+            BlockKind::Q5_0 => rows!(x86::Q5_0),
+            BlockKind::Q5_1 => rows!(x86::Q5_1),
+            BlockKind::Q8_0 => rows!(x86::Q8_0),
+            BlockKind::Q4K => rows!(x86::Q4K),
+            BlockKind::Q5K => rows!(x86::Q5K),
+            BlockKind::Q6K => rows!(x86::Q6K),
+            BlockKind::F32 | BlockKind::F16 | BlockKind::Bf16 => {}
         }
         return true;
     }
@@ -905,34 +875,52 @@ mod x86 {
         }
     }
 
+    /// A `Q4_K` / `Q5_K` block's 256 values from `qs` (128 bytes of nibbles) and, for `Q5_K`, the
+    /// fifth bits `qh` (32 bytes: bit `2g` for group `g`'s low nibbles, `2g + 1` for its high
+    /// ones). Four groups of 64: `d · sc · q − min · m` (`q` with its fifth bit: an exact integer)
+    /// with the group's two 6-bit scale/minimum pairs, the 32 low nibbles of its 32 bytes, then the
+    /// 32 high ones.
+    #[inline(always)]
+    unsafe fn k_groups(p: *const u8, qs: *const u8, qh: Option<*const u8>, out: &mut [__m512; 16]) {
+        unsafe {
+            let (d, min) = two_f16(p);
+            let scales = std::slice::from_raw_parts(p.add(4), 12);
+            let (low, one) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(1));
+            #[allow(clippy::manual_map)] // `map`'s closure would not inherit the caller's target features
+            let qh = match qh {
+                Some(h) => Some([bytes16(h), bytes16(h.add(16))]),
+                None => None,
+            };
+            for g in 0..4 {
+                let q = qs.add(32 * g);
+                let (q0, q1) = (bytes16(q), bytes16(q.add(16)));
+                let halves = [
+                    [_mm512_and_si512(q0, low), _mm512_and_si512(q1, low)],
+                    [_mm512_srli_epi32::<4>(q0), _mm512_srli_epi32::<4>(q1)],
+                ];
+                for (half, nibbles) in halves.into_iter().enumerate() {
+                    let (sc, m) = super::scale_min_k4(2 * g + half, scales);
+                    let (d1, m1) = (_mm512_set1_ps(d * f32::from(sc)), _mm512_set1_ps(min * f32::from(m)));
+                    let shift = _mm512_set1_epi32(i32::try_from(2 * g + half).unwrap_or(0));
+                    for (i, mut q) in nibbles.into_iter().enumerate() {
+                        if let Some(qh) = &qh {
+                            let bit = _mm512_and_si512(_mm512_srlv_epi32(qh[i], shift), one);
+                            q = _mm512_or_si512(q, _mm512_slli_epi32::<4>(bit));
+                        }
+                        out[4 * g + 2 * half + i] = _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1);
+                    }
+                }
+            }
+        }
+    }
+
     pub(super) struct Q4K;
     impl Decode for Q4K {
         const VALUES: usize = 256;
         const BYTES: usize = 144;
-        /// Four groups of 64: `d · sc · q − min · m` with the group's two 6-bit scale/minimum
-        /// pairs, the 32 low nibbles of its 32 bytes, then the 32 high ones.
         #[inline(always)]
         unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
-            unsafe {
-                let (d, min) = two_f16(p);
-                let scales = std::slice::from_raw_parts(p.add(4), 12);
-                let low = _mm512_set1_epi32(0x0F);
-                for g in 0..4 {
-                    let q = p.add(16 + 32 * g);
-                    let (q0, q1) = (bytes16(q), bytes16(q.add(16)));
-                    let halves = [
-                        [_mm512_and_si512(q0, low), _mm512_and_si512(q1, low)],
-                        [_mm512_srli_epi32::<4>(q0), _mm512_srli_epi32::<4>(q1)],
-                    ];
-                    for (half, nibbles) in halves.into_iter().enumerate() {
-                        let (sc, m) = super::scale_min_k4(2 * g + half, scales);
-                        let (d1, m1) = (_mm512_set1_ps(d * f32::from(sc)), _mm512_set1_ps(min * f32::from(m)));
-                        for (i, q) in nibbles.into_iter().enumerate() {
-                            out[4 * g + 2 * half + i] = _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1);
-                        }
-                    }
-                }
-            }
+            unsafe { k_groups(p, p.add(16), None, out) }
         }
     }
 
@@ -940,35 +928,9 @@ mod x86 {
     impl Decode for Q5K {
         const VALUES: usize = 256;
         const BYTES: usize = 176;
-        /// As [`Q4K`], each value's fifth bit from `qh` (bit `2g` for group `g`'s low nibbles,
-        /// `2g + 1` for its high ones): `d · sc · (q + 16 · bit) − min · m`, the sum exact as an
-        /// integer.
         #[inline(always)]
         unsafe fn decode(p: *const u8, out: &mut [__m512; 16]) {
-            unsafe {
-                let (d, min) = two_f16(p);
-                let scales = std::slice::from_raw_parts(p.add(4), 12);
-                let (low, one) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(1));
-                let qh = [bytes16(p.add(16)), bytes16(p.add(32))];
-                for g in 0..4 {
-                    let q = p.add(48 + 32 * g);
-                    let (q0, q1) = (bytes16(q), bytes16(q.add(16)));
-                    let halves = [
-                        [_mm512_and_si512(q0, low), _mm512_and_si512(q1, low)],
-                        [_mm512_srli_epi32::<4>(q0), _mm512_srli_epi32::<4>(q1)],
-                    ];
-                    for (half, nibbles) in halves.into_iter().enumerate() {
-                        let (sc, m) = super::scale_min_k4(2 * g + half, scales);
-                        let (d1, m1) = (_mm512_set1_ps(d * f32::from(sc)), _mm512_set1_ps(min * f32::from(m)));
-                        let shift = _mm512_set1_epi32(i32::try_from(2 * g + half).unwrap_or(0));
-                        for (i, q) in nibbles.into_iter().enumerate() {
-                            let bit = _mm512_and_si512(_mm512_srlv_epi32(qh[i], shift), one);
-                            let q = _mm512_or_si512(q, _mm512_slli_epi32::<4>(bit));
-                            out[4 * g + 2 * half + i] = _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1);
-                        }
-                    }
-                }
-            }
+            unsafe { k_groups(p, p.add(48), Some(p.add(16)), out) }
         }
     }
 

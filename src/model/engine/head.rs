@@ -71,8 +71,7 @@ impl Network {
             } else if let Values::Quant(q) = table
                 && h > 0
                 && let Some((kind, blocks)) = q.part_rows(start / h..end / h)
-                && let Some(format) = kind.format()
-                && gemm::block_dots(format, hidden_row, blocks, out)
+                && gemm::block_dots(kind, hidden_row, blocks, out)
             {
                 // Blocks (SmolLM2's tied `Q8_0` embeddings) multiplied in registers, the same sums.
             } else {

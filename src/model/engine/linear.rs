@@ -128,9 +128,8 @@ impl Linear {
             && rows <= gemm::BLOCK_ROWS
             && part == in_dim
             && let Some((kind, blocks)) = q.part_rows(first..first + width)
-            && let Some(format) = kind.format()
             && gemm::block_product(
-                format,
+                kind,
                 MatMut::rows(dst, rows, width, width),
                 MatRef::rows(x, rows, in_dim, in_dim),
                 blocks,

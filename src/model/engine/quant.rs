@@ -11,7 +11,7 @@
 use candle_core::quantized::GgmlDType;
 use half::bf16;
 
-use crate::model::gemm::{BlockFormat, scale_min_k4};
+use crate::model::gemm::scale_min_k4;
 
 /// A block format of one stored row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,19 +75,9 @@ impl BlockKind {
         }
     }
 
-    /// The format [`crate::model::gemm::block_product`] widens in registers, if it takes this kind.
-    pub fn format(self) -> Option<BlockFormat> {
-        Some(match self {
-            Self::Q4_0 => BlockFormat::Q4_0,
-            Self::Q4_1 => BlockFormat::Q4_1,
-            Self::Q5_0 => BlockFormat::Q5_0,
-            Self::Q5_1 => BlockFormat::Q5_1,
-            Self::Q8_0 => BlockFormat::Q8_0,
-            Self::Q4K => BlockFormat::Q4K,
-            Self::Q5K => BlockFormat::Q5K,
-            Self::Q6K => BlockFormat::Q6K,
-            Self::F32 | Self::F16 | Self::Bf16 => return None,
-        })
+    /// Rows of floats (F32, F16, BF16) rather than blocks.
+    pub fn is_float(self) -> bool {
+        matches!(self, Self::F32 | Self::F16 | Self::Bf16)
     }
 
     /// Bytes of a row of `cols` values, None when `cols` is not a whole number of blocks.
@@ -550,9 +540,9 @@ mod tests {
         };
         let mut fused = Vec::new();
         for (kind, _) in ALL {
-            let Some(format) = kind.format() else {
+            if kind.is_float() {
                 continue;
-            };
+            }
             fused.push(kind);
             let (block, _) = kind.block();
             // 11 weight rows: two tiles of four and three left over; one block, then several.
@@ -568,8 +558,7 @@ mod tests {
                     let w = MatRef::rows(&wide, n, k, k).t();
                     matmul(MatMut::rows(&mut want, m, n, n), MatRef::rows(&x, m, k, k), w, 1.0, false);
                     let mut got = vec![f32::NAN; m * n];
-                    let taken =
-                        block_product(format, MatMut::rows(&mut got, m, n, n), MatRef::rows(&x, m, k, k), blocks);
+                    let taken = block_product(kind, MatMut::rows(&mut got, m, n, n), MatRef::rows(&x, m, k, k), blocks);
                     assert_eq!(taken, avx512, "{kind:?}: taken exactly where AVX-512 is");
                     if taken {
                         assert_eq!(bits(&got), bits(&want), "{kind:?}: {m} rows of {k}");
@@ -579,17 +568,12 @@ mod tests {
                 let rows = BLOCK_ROWS + 1;
                 let x = values(rows * k, 3);
                 let mut out = vec![0.0; rows * n];
-                assert!(!block_product(
-                    format,
-                    MatMut::rows(&mut out, rows, n, n),
-                    MatRef::rows(&x, rows, k, k),
-                    blocks
-                ));
+                assert!(!block_product(kind, MatMut::rows(&mut out, rows, n, n), MatRef::rows(&x, rows, k, k), blocks));
                 // The language-model head's logits: `kernels::dot` of each widened row.
                 let h = values(k, 9);
                 let want: Vec<f32> = wide.chunks_exact(k).map(|row| crate::model::kernels::dot(row, &h)).collect();
                 let mut got = vec![f32::NAN; n];
-                assert_eq!(block_dots(format, &h, blocks, &mut got), avx512);
+                assert_eq!(block_dots(kind, &h, blocks, &mut got), avx512);
                 if avx512 {
                     assert_eq!(bits(&got), bits(&want), "{kind:?}: logits of {k}");
                 }

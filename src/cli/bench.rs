@@ -122,27 +122,25 @@ fn typing(model: &LoadedModel, tokens: &crate::analysis::Tokens, runs: usize) ->
     let start = Instant::now();
     let mut shown = model.run_tokens_reusing(&mut prefix, tokens.clone(), None, &faithful)?.0;
     let first_run_ms = start.elapsed().as_secs_f64() * 1e3;
-    let mut run_ms = Vec::with_capacity(runs);
-    for _ in 0..runs {
+    // One key typed at the end (timed, checked to run one token), then the backspace.
+    let key = |prefix: &mut Option<PrefixRun>, shown: &mut crate::analysis::Run| -> anyhow::Result<f64> {
         let start = Instant::now();
-        let (next, reused) = model.run_tokens_reusing(&mut prefix, typed_tokens.clone(), None, &faithful)?;
-        run_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        let (next, reused) = model.run_tokens_reusing(prefix, typed_tokens.clone(), None, &faithful)?;
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
         anyhow::ensure!(reused == Some(Reused { kept: ids.len(), ran: 1 }), "ran {reused:?}");
-        drop(std::mem::replace(&mut shown, next));
-        shown = model.run_tokens_reusing(&mut prefix, tokens.clone(), None, &faithful)?.0;
-    }
+        drop(std::mem::replace(shown, next));
+        *shown = model.run_tokens_reusing(prefix, tokens.clone(), None, &faithful)?.0;
+        Ok(elapsed_ms)
+    };
+    let mut run_ms = (0..runs).map(|_| key(&mut prefix, &mut shown)).collect::<anyhow::Result<Vec<_>>>()?;
     // As a user types: each key after a pause. The other core has gone idle and the weights have
     // left the caches in between, so a key costs more than back to back (on the 2-core VM, ~1.5×).
-    let mut paused_ms = Vec::with_capacity(PAUSED_RUNS);
-    for _ in 0..PAUSED_RUNS {
-        std::thread::sleep(PAUSE);
-        let start = Instant::now();
-        let (next, reused) = model.run_tokens_reusing(&mut prefix, typed_tokens.clone(), None, &faithful)?;
-        paused_ms.push(start.elapsed().as_secs_f64() * 1e3);
-        anyhow::ensure!(reused == Some(Reused { kept: ids.len(), ran: 1 }), "ran {reused:?}");
-        drop(std::mem::replace(&mut shown, next));
-        shown = model.run_tokens_reusing(&mut prefix, tokens.clone(), None, &faithful)?.0;
-    }
+    let mut paused_ms = (0..PAUSED_RUNS)
+        .map(|_| {
+            std::thread::sleep(PAUSE);
+            key(&mut prefix, &mut shown)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     drop(shown);
     let (shown, _) = model.run_tokens_reusing(&mut prefix, typed_tokens.clone(), None, &faithful)?;
     drop(prefix);

@@ -8,6 +8,10 @@ use attnviz::cli::bench::BENCH_TEXT;
 use attnviz::model::Capture;
 use attnviz::model::{Interventions, LoadedModel, default_model_dir};
 
+/// The binary's allocator, so the figures are the app's ([`attnviz::alloc::Allocator`]).
+#[global_allocator]
+static ALLOCATOR: attnviz::alloc::Allocator = attnviz::alloc::Allocator;
+
 fn analysis(c: &mut Criterion) {
     let model = LoadedModel::load(&default_model_dir()).expect("embedded model");
     let tokens = model.tokenizer.encode_exactly(BENCH_TEXT, 64).expect("tokens");

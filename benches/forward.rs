@@ -11,6 +11,10 @@ use attnviz::cli::bench::BENCH_TEXT;
 use attnviz::model::Capture;
 use attnviz::model::{LoadedModel, default_model_dir};
 
+/// The binary's allocator, so the figures are the app's ([`attnviz::alloc::Allocator`]).
+#[global_allocator]
+static ALLOCATOR: attnviz::alloc::Allocator = attnviz::alloc::Allocator;
+
 fn bench_model(c: &mut Criterion, group_name: &str, model: &LoadedModel) {
     let mut group = c.benchmark_group(group_name);
     group.sample_size(20);

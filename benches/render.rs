@@ -7,6 +7,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use attnviz::model::{Capture, Interventions, LoadedModel, default_model_dir};
 use attnviz::render::{HeadLines, Segment, draw_lines, head_colors, transparent_image};
 
+/// The binary's allocator, so the figures are the app's ([`attnviz::alloc::Allocator`]).
+#[global_allocator]
+static ALLOCATOR: attnviz::alloc::Allocator = attnviz::alloc::Allocator;
+
 /// A varied paragraph (attention over a repeated sentence is unusually peaked).
 const PARAGRAPH: &str = "The river ran past the old mill, where children fed the ducks every morning before \
 school. Their teacher, a patient woman from the mountains, explained how water turns a wheel and how \

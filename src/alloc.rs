@@ -5,8 +5,11 @@
 //! from the OS one page at a time as it is first written (18 000 page faults, a tenth of the
 //! pass). The app and `attnviz bench` run the model again and again on inputs of similar length,
 //! so the buffers of dropped [`Attention`](crate::analysis::Attention) data are kept (a few, bounded in
-//! size) and handed to the next pass instead; fresh ones are asked for in 2 MB pages.
+//! size) and handed to the next pass instead.
+//!
+//! And the process's [`Allocator`]: blocks of 2 MB or more in 2 MB pages.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 
 /// Smaller buffers are left to the allocator.
@@ -60,32 +63,16 @@ pub fn take(len: usize) -> Vec<f32> {
             return buffer;
         }
     }
-    let buffer = vec![0.0; len];
-    huge_pages(&buffer);
+    // Whole 2 MB pages ([`Allocator`] maps a block this large on a 2 MB boundary, in huge pages):
+    // the end of the buffer is in a huge page too, and a later, slightly longer take fits in it.
+    let whole = if bytes >= MIN_BYTES { bytes.next_multiple_of(HUGE) / size_of::<f32>() } else { len };
+    let mut buffer = vec![0.0; whole];
+    buffer.truncate(len);
     buffer
 }
 
-/// Asks Linux to back a fresh large buffer (zero pages from `calloc`'s `mmap`, not yet touched)
-/// with 2 MB pages where it can: the first write then faults once per 2 MB instead of once per
-/// 4 KB (a recorded run of a thousand tokens is half a million faults, most of its time on a
-/// virtual machine). Only a hint: the values are the same either way.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn huge_pages(buffer: &[f32]) {
-    const HUGE: usize = 2 << 20;
-    let (start, end) = (buffer.as_ptr() as usize, buffer.as_ptr() as usize + std::mem::size_of_val(buffer));
-    let (first, last) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
-    if last > first {
-        // SAFETY: the range lies inside `buffer`'s allocation, which this function borrows; the
-        // advice changes how its pages are backed, not their contents or the mapping.
-        unsafe {
-            libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn huge_pages(_: &[f32]) {}
+/// 2 MB, the size of an x86-64 huge page.
+pub const HUGE: usize = 2 << 20;
 
 /// Keeps `buffer` for a later [`take`] if it is large and there is room; frees it otherwise.
 pub fn give(buffer: Vec<f32>) {
@@ -116,9 +103,168 @@ pub fn give(buffer: Vec<f32>) {
     drop(evicted); // freed outside the lock
 }
 
+/// The process's allocator: the system's, except that blocks of [`HUGE`] bytes or more are mapped
+/// on their own starting on a 2 MB boundary and asked for in 2 MB pages (`MADV_HUGEPAGE`), so that
+/// a large buffer is huge pages from its first byte — not only the 2 MB-aligned middle that
+/// advice on a `malloc`ed block can cover. A model's large buffers are read again and again (the
+/// blocks of recorded rows a keystroke copies, a long run's attention, key/value caches): one
+/// page-table entry per 2 MB instead of 512, and on a virtual machine whose host takes back an
+/// idle guest's pages, one refault per 2 MB. Smaller blocks are the system allocator's.
+pub struct Allocator;
+
+/// Whether a block of `layout` is mapped by [`Allocator`] itself (decided the same way when it is
+/// allocated, reallocated and freed).
+fn mapped(layout: Layout) -> bool {
+    cfg!(target_os = "linux") && layout.size() >= HUGE && layout.align() <= HUGE
+}
+
+/// `size` rounded up to whole 4 KB pages.
+fn page_round(size: usize) -> usize {
+    size.next_multiple_of(4096)
+}
+
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+// SAFETY (of each call): mmap/munmap/madvise/mremap on ranges this allocator mapped, sized as
+// mapped (`page_round` of the layout's size).
+mod map {
+    use super::{HUGE, page_round};
+
+    /// A fresh zeroed mapping of `size` bytes starting on a 2 MB boundary, advised into huge pages;
+    /// null when the system has no memory for it.
+    pub(super) fn aligned(size: usize) -> *mut u8 {
+        let len = page_round(size);
+        let Some(reserve) = len.checked_add(HUGE) else { return std::ptr::null_mut() };
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                reserve,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return std::ptr::null_mut();
+        }
+        let start = (base as usize).next_multiple_of(HUGE);
+        let (head, tail) = (start - base as usize, base as usize + reserve - (start + len));
+        // SAFETY: the unaligned head and the tail past `len` lie in the mapping just made and are
+        // never handed out.
+        unsafe {
+            if head > 0 {
+                libc::munmap(base, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
+            }
+            libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
+        start as *mut u8
+    }
+
+    /// Unmaps a block [`aligned`] or [`resized`] made for `size` bytes.
+    pub(super) unsafe fn free(ptr: *mut u8, size: usize) {
+        // SAFETY: the caller's block, mapped with this length.
+        unsafe { libc::munmap(ptr.cast(), page_round(size)) };
+    }
+
+    /// The block at `ptr` (mapped for `old` bytes) grown or shrunk to `new` bytes, moved by the
+    /// kernel when it must (pages are moved, not copied); null when it cannot be.
+    pub(super) unsafe fn resized(ptr: *mut u8, old: usize, new: usize) -> *mut u8 {
+        // SAFETY: the caller's block, mapped with this length.
+        let moved = unsafe { libc::mremap(ptr.cast(), page_round(old), page_round(new), libc::MREMAP_MAYMOVE) };
+        if moved == libc::MAP_FAILED {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: the block just remapped.
+        unsafe { libc::madvise(moved, page_round(new), libc::MADV_HUGEPAGE) };
+        moved.cast()
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod map {
+    pub(super) fn aligned(_: usize) -> *mut u8 {
+        unreachable!("only Linux maps blocks itself")
+    }
+    pub(super) unsafe fn free(_: *mut u8, _: usize) {}
+    pub(super) unsafe fn resized(_: *mut u8, _: usize, _: usize) -> *mut u8 {
+        unreachable!("only Linux maps blocks itself")
+    }
+}
+
+#[allow(unsafe_code)]
+// SAFETY: blocks are either the system allocator's (passed back to it with their layout) or
+// mappings of this one's (`mapped` decides which from the layout, the same at every call);
+// mappings are zeroed, aligned to 2 MB (beyond any layout's alignment it accepts) and at least
+// the layout's size.
+unsafe impl GlobalAlloc for Allocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout, passed on.
+        if mapped(layout) { map::aligned(layout.size()) } else { unsafe { System.alloc(layout) } }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout, passed on; a fresh mapping is zeroed.
+        if mapped(layout) { map::aligned(layout.size()) } else { unsafe { System.alloc_zeroed(layout) } }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller's block and layout, freed by whichever allocator made it.
+        unsafe {
+            if mapped(layout) {
+                map::free(ptr, layout.size());
+            } else {
+                System.dealloc(ptr, layout);
+            }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's block, layout and a valid new size (GlobalAlloc::realloc's contract).
+        unsafe {
+            let new = Layout::from_size_align_unchecked(new_size, layout.align());
+            match (mapped(layout), mapped(new)) {
+                (true, true) => map::resized(ptr, layout.size(), new_size),
+                (false, false) => System.realloc(ptr, layout, new_size),
+                _ => {
+                    let moved = self.alloc(new);
+                    if !moved.is_null() {
+                        std::ptr::copy_nonoverlapping(ptr, moved, layout.size().min(new_size));
+                        self.dealloc(ptr, layout);
+                    }
+                    moved
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn large_blocks_start_on_a_2mb_boundary_and_keep_their_values_when_resized() {
+        let n = HUGE / 4 + 5;
+        let mut v: Vec<u32> = (0..n as u32).collect();
+        assert!((v.as_ptr() as usize).is_multiple_of(HUGE), "mapped by the allocator itself");
+        v.reserve(3 * HUGE); // grown in place or moved by the kernel
+        v.extend(0..10);
+        assert!(v[..n].iter().enumerate().all(|(i, &x)| x == i as u32) && v[n..] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        v.truncate(100);
+        v.shrink_to_fit(); // back to the system allocator
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
+        let zeros = vec![0u8; 3 * HUGE + 1];
+        assert!((zeros.as_ptr() as usize).is_multiple_of(HUGE) && zeros.iter().all(|&b| b == 0));
+        let mut small = vec![1u8; 100];
+        small.resize(HUGE, 2); // from the system allocator to a mapping
+        assert!(small[..100].iter().all(|&b| b == 1) && small[100..].iter().all(|&b| b == 2));
+    }
 
     #[test]
     fn a_given_buffer_of_a_fitting_size_is_taken_again() {
@@ -126,6 +272,8 @@ mod tests {
         let len = MIN_BYTES / 4 + 123;
         let mut buffer = take(len);
         assert_eq!(buffer.len(), len);
+        #[cfg(target_os = "linux")]
+        assert!(buffer.capacity() * 4 == HUGE && (buffer.as_ptr() as usize).is_multiple_of(HUGE), "a whole 2 MB page");
         buffer[0] = 42.0;
         let ptr = buffer.as_ptr();
         give(buffer);

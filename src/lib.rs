@@ -12,3 +12,8 @@ pub mod export;
 pub mod model;
 pub mod render;
 pub mod train;
+
+/// The unit tests run on the binary's allocator ([`alloc::Allocator`]; `src/main.rs` installs it).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: alloc::Allocator = alloc::Allocator;

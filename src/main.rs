@@ -4,6 +4,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// Blocks of 2 MB or more in 2 MB pages ([`attnviz::alloc::Allocator`]).
+#[global_allocator]
+static ALLOCATOR: attnviz::alloc::Allocator = attnviz::alloc::Allocator;
+
 fn main() -> ExitCode {
     let args = attnviz::cli::Cli::parse();
     match attnviz::cli::run(args) {

@@ -15,7 +15,7 @@
 // The counting allocator: the one place in this test binary that needs `unsafe`.
 #![allow(unsafe_code)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,7 +55,7 @@ fn count(delta: isize) {
     });
 }
 
-// SAFETY: every call is passed to the system allocator unchanged (or refused with null, which
+// SAFETY: every call is passed to the app's allocator unchanged (or refused with null, which
 // callers handle); the counters are const-initialised thread-locals without destructors, so
 // touching them never allocates.
 unsafe impl GlobalAlloc for Counting {
@@ -64,7 +64,7 @@ unsafe impl GlobalAlloc for Counting {
             return std::ptr::null_mut();
         }
         // SAFETY: forwarded as received.
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { attnviz::alloc::Allocator.alloc(layout) };
         if !p.is_null() {
             count(layout.size() as isize);
         }
@@ -76,7 +76,7 @@ unsafe impl GlobalAlloc for Counting {
             return std::ptr::null_mut();
         }
         // SAFETY: forwarded as received.
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = unsafe { attnviz::alloc::Allocator.alloc_zeroed(layout) };
         if !p.is_null() {
             count(layout.size() as isize);
         }
@@ -85,7 +85,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: forwarded as received.
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { attnviz::alloc::Allocator.dealloc(ptr, layout) };
         count(-(layout.size() as isize));
     }
 
@@ -94,7 +94,7 @@ unsafe impl GlobalAlloc for Counting {
             return std::ptr::null_mut();
         }
         // SAFETY: forwarded as received.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let p = unsafe { attnviz::alloc::Allocator.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             count(new_size as isize - layout.size() as isize);
         }

@@ -15,7 +15,7 @@ use serde_json::{Map, json};
 
 use super::ModelError;
 use super::describe::Description;
-use super::engine::{BlockKind, Quantized, WeightStorage};
+use super::engine::{BlockKind, Quantized, Region, WeightStorage};
 use super::families::{self, Tensors};
 use super::files::{check_memory_of, first_line, regular_file};
 
@@ -409,26 +409,28 @@ fn kept_kind(info: &candle_core::quantized::gguf_file::TensorInfo, storage: Weig
     (storage == WeightStorage::Stored && dims.len() == 2 && kind.row_bytes(dims[1]).is_some()).then_some(kind)
 }
 
-/// A matrix's raw blocks, read from the file.
+/// A matrix's raw blocks, read from the file into `out` (its length: the matrix's bytes).
 fn raw_blocks(
     reader: &mut BufReader<File>,
     content: &Content,
     info: &candle_core::quantized::gguf_file::TensorInfo,
-    bytes: usize,
-) -> std::io::Result<Vec<u8>> {
+    out: &mut [u8],
+) -> std::io::Result<()> {
     use std::io::{Seek, SeekFrom};
     let start = content.tensor_data_offset.saturating_add(info.offset);
     let end = reader.seek(SeekFrom::End(0))?;
-    if end.saturating_sub(start) < bytes as u64 {
+    if end.saturating_sub(start) < out.len() as u64 {
         return Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
-            format!("needs {bytes} bytes at offset {start}, only {} remaining in file", end.saturating_sub(start)),
+            format!(
+                "needs {} bytes at offset {start}, only {} remaining in file",
+                out.len(),
+                end.saturating_sub(start)
+            ),
         ));
     }
     reader.seek(SeekFrom::Start(start))?;
-    let mut raw = vec![0u8; bytes];
-    reader.read_exact(&mut raw)?;
-    Ok(raw)
+    reader.read_exact(out)
 }
 
 /// GGUF tensor names → canonical ones (`blk.N.attn_q.weight` → `layer.N.q.weight`, …).
@@ -532,21 +534,56 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
     let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     let mut reader = BufReader::new(file);
     let mut tensors = HashMap::new();
+    // Matrices kept in their blocks are read straight into one region in 2 MB pages, in the order
+    // of their names (a layer's matrices side by side), rows of q and k put in rotary order.
+    let mut kept: Vec<(&String, String, BlockKind, usize, usize)> = content
+        .tensor_infos
+        .iter()
+        .filter_map(|(name, info)| {
+            let kind = kept_kind(info, storage)?;
+            Some((name, canonical_name(name)?, kind, info.shape.dims()[0], info.shape.dims()[1]))
+        })
+        .collect();
+    kept.sort_by(|a, b| a.1.cmp(&b.1));
+    let row_bytes = |kind: BlockKind, cols: usize| kind.row_bytes(cols).unwrap_or(0);
+    let mut region = Region::new(kept.iter().map(|&(_, _, kind, rows, cols)| row_bytes(kind, cols) * rows).sum());
+    let mut places = Vec::with_capacity(kept.len());
+    for &(name, ref canon, kind, rows, cols) in &kept {
+        let row = row_bytes(kind, cols);
+        let unpermuted = if canon.ends_with(".q.weight") {
+            Some(unpermuted_rows(rows, desc.heads))
+        } else if canon.ends_with(".k.weight") {
+            Some(unpermuted_rows(rows, desc.kv_heads))
+        } else {
+            None
+        };
+        let mut read = |out: &mut [u8]| -> Result<(), ModelError> {
+            raw_blocks(&mut reader, &content, &content.tensor_infos[name], out)
+                .map_err(|e| bad(path, format!("tensor {name}: {e}")))
+        };
+        let (at, slot) = region.next(row * rows).ok_or_else(|| bad(path, format!("tensor {name}: no room")))?;
+        match unpermuted {
+            Some(from) => {
+                let mut raw = vec![0u8; row * rows];
+                read(&mut raw)?;
+                for (dst, &r) in slot.chunks_exact_mut(row).zip(&from) {
+                    dst.copy_from_slice(&raw[r * row..(r + 1) * row]);
+                }
+            }
+            None => read(slot)?,
+        }
+        places.push(at);
+    }
+    let region = region.finish();
     let mut quantized = HashMap::new();
+    for (&(name, ref canon, kind, rows, cols), at) in kept.iter().zip(places) {
+        let q = Quantized::in_region(kind, (rows, cols), &region, at)
+            .map_err(|e| bad(path, format!("tensor {name}: {e}")))?;
+        quantized.insert(canon.clone(), q);
+    }
     for (name, info) in &content.tensor_infos {
         let Some(canon) = canonical_name(name) else { continue };
-        if let Some(kind) = kept_kind(info, storage) {
-            let (rows, cols) = (info.shape.dims()[0], info.shape.dims()[1]);
-            let bytes = kind.row_bytes(cols).unwrap_or(0) * rows;
-            let raw =
-                raw_blocks(&mut reader, &content, info, bytes).map_err(|e| bad(path, format!("tensor {name}: {e}")))?;
-            let mut q = Quantized::new(kind, rows, cols, raw).map_err(|e| bad(path, format!("tensor {name}: {e}")))?;
-            if canon.ends_with(".q.weight") {
-                q = q.permute_rows(&unpermuted_rows(rows, desc.heads));
-            } else if canon.ends_with(".k.weight") {
-                q = q.permute_rows(&unpermuted_rows(rows, desc.kv_heads));
-            }
-            quantized.insert(canon, q);
+        if kept_kind(info, storage).is_some() {
             continue;
         }
         let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {}", first_line(&e)));

@@ -46,7 +46,7 @@ pub use head::LogitBasis;
 pub use lazy::{HeadDetail, KeepStreams, LayerAttention, Streams};
 pub use listeners::{Capture, EachHead, EachLayer, ForwardOutput, LayerDone, LayerVisitor, Record};
 pub use pass::{Context, EncoderStates, HeadVisitor, Input, KvCache, LayerSlots, Listener, PassShape, Point, Wants};
-pub use quant::{BlockKind, Quantized};
+pub use quant::{BlockKind, FilledRegion, Quantized, Region};
 pub use weights::{Expected, WeightStorage, Weights};
 
 use self::block::Layer;

@@ -8,6 +8,8 @@
 
 #![allow(clippy::inline_always)] // pulp's dispatch vectorises only code inlined into it
 
+use std::sync::Arc;
+
 use candle_core::quantized::GgmlDType;
 use half::bf16;
 
@@ -93,7 +95,68 @@ struct Part {
     kind: BlockKind,
     rows: usize,
     row_bytes: usize,
+    bytes: Bytes,
+}
+
+/// A part's stored bytes: its own, or its place in a [`Region`] shared with the model's other
+/// matrices. Immutable once made, so a cloned network shares them.
+#[derive(Debug, Clone)]
+struct Bytes {
+    region: Arc<Vec<u8>>,
+    start: usize,
+    len: usize,
+}
+
+impl Bytes {
+    fn own(bytes: Vec<u8>) -> Self {
+        Self { len: bytes.len(), region: Arc::new(bytes), start: 0 }
+    }
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.region[self.start..self.start + self.len]
+    }
+}
+
+/// The stored blocks of a model's matrices in one region, filled one matrix after another as a
+/// file is read: one large block, which the binary's allocator puts in 2 MB pages
+/// ([`crate::alloc::Allocator`]). A decoding step or a keystroke reads every matrix: in 4 KB pages
+/// that is ~25 000 pages for SmolLM2, each a page-table walk and, after a pause on a virtual
+/// machine, a refault of microseconds.
+#[derive(Debug)]
+pub struct Region {
     bytes: Vec<u8>,
+    filled: usize,
+}
+
+/// A filled [`Region`], shared by the matrices made from it ([`Quantized::in_region`]).
+#[derive(Debug, Clone)]
+pub struct FilledRegion {
+    bytes: Arc<Vec<u8>>,
+    /// The end of what was filled.
+    end: usize,
+}
+
+impl Region {
+    /// Room for `len` bytes.
+    pub fn new(len: usize) -> Self {
+        Self { bytes: vec![0; len], filled: 0 }
+    }
+
+    /// The next `len` bytes for the caller to fill, and their offset; None past the room asked for.
+    pub fn next(&mut self, len: usize) -> Option<(usize, &mut [u8])> {
+        let at = self.filled;
+        let slot = self.bytes.get_mut(at..at.checked_add(len)?)?;
+        self.filled += len;
+        Some((at, slot))
+    }
+
+    /// Filled: read-only from now on.
+    pub fn finish(self) -> FilledRegion {
+        FilledRegion { end: self.filled, bytes: Arc::new(self.bytes) }
+    }
 }
 
 /// A row-major `rows × cols` matrix held as stored blocks: one or more parts (the fused q/k/v
@@ -117,6 +180,27 @@ impl Quantized {
         if rows.checked_mul(row_bytes) != Some(bytes.len()) {
             return Err(format!("{} bytes are not {rows} rows of {row_bytes} bytes ({kind:?})", bytes.len()));
         }
+        Ok(Self { parts: vec![Part { kind, rows, row_bytes, bytes: Bytes::own(bytes) }], cols })
+    }
+
+    /// `rows × cols` values stored as `kind` blocks at offset `start` of `region` (filled by
+    /// [`Region::next`]).
+    ///
+    /// # Errors
+    /// When `cols` is not a whole number of blocks or the rows run past the region.
+    pub fn in_region(
+        kind: BlockKind,
+        (rows, cols): (usize, usize),
+        region: &FilledRegion,
+        start: usize,
+    ) -> Result<Self, String> {
+        let row_bytes = kind
+            .row_bytes(cols)
+            .ok_or_else(|| format!("{cols} values per row is not a whole number of {kind:?} blocks"))?;
+        let len =
+            rows.checked_mul(row_bytes).filter(|&len| start.checked_add(len).is_some_and(|end| end <= region.end));
+        let len = len.ok_or_else(|| format!("{rows} rows of {row_bytes} bytes do not fit in the blocks read"))?;
+        let bytes = Bytes { region: Arc::clone(&region.bytes), start, len };
         Ok(Self { parts: vec![Part { kind, rows, row_bytes, bytes }], cols })
     }
 
@@ -124,7 +208,7 @@ impl Quantized {
     pub(super) fn from_f32(values: &[f32], cols: usize) -> Self {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         let rows = values.len().checked_div(cols).unwrap_or(0);
-        Self { parts: vec![Part { kind: BlockKind::F32, rows, row_bytes: cols * 4, bytes }], cols }
+        Self { parts: vec![Part { kind: BlockKind::F32, rows, row_bytes: cols * 4, bytes: Bytes::own(bytes) }], cols }
     }
 
     /// Rows.
@@ -145,22 +229,6 @@ impl Quantized {
     /// The kinds of its parts.
     pub fn kinds(&self) -> Vec<BlockKind> {
         self.parts.iter().map(|p| p.kind).collect()
-    }
-
-    /// Rows reordered: row `i` of the result is row `from[i]` of this one (llama.cpp's rotary
-    /// permutation of q and k undone on whole rows).
-    ///
-    /// # Panics
-    /// If an index is out of range.
-    #[must_use]
-    pub fn permute_rows(&self, from: &[usize]) -> Self {
-        let mut out = Vec::with_capacity(self.parts.iter().map(|p| p.bytes.len()).sum());
-        let (kind, row_bytes) = (self.parts[0].kind, self.parts[0].row_bytes);
-        assert!(self.parts.len() == 1, "a stacked matrix is not permuted");
-        for &r in from {
-            out.extend_from_slice(&self.parts[0].bytes[r * row_bytes..(r + 1) * row_bytes]);
-        }
-        Self { parts: vec![Part { kind, rows: from.len(), row_bytes, bytes: out }], cols: self.cols }
     }
 
     /// Matrices with the same number of columns stacked (their rows one after another).
@@ -599,7 +667,7 @@ mod tests {
     }
 
     #[test]
-    fn stacked_and_permuted_rows_keep_their_kinds() {
+    fn stacked_rows_and_rows_read_into_a_region_keep_their_kinds() {
         let a = Quantized::new(BlockKind::Q4_0, 2, 32, random_blocks(BlockKind::Q4_0, 2, 32, 7)).unwrap();
         let b = Quantized::new(BlockKind::Q6K, 3, 256, random_blocks(BlockKind::Q6K, 3, 256, 8));
         assert!(b.unwrap().cols() == 256);
@@ -612,9 +680,25 @@ mod tests {
         stacked.row_into(2, &mut x);
         c.row_into(0, &mut y);
         assert_eq!(x, y);
-        let swapped = a.permute_rows(&[1, 0]);
-        swapped.row_into(0, &mut x);
-        a.row_into(1, &mut y);
-        assert_eq!(x, y);
+        // Matrices read into one region are the same matrices, and stack as their own bytes do.
+        let (a_bytes, c_bytes) = (random_blocks(BlockKind::Q4_0, 2, 32, 7), random_blocks(BlockKind::Q8_0, 1, 32, 9));
+        let mut region = Region::new(a_bytes.len() + c_bytes.len());
+        let (at_a, slot) = region.next(a_bytes.len()).unwrap();
+        slot.copy_from_slice(&a_bytes);
+        let (at_c, slot) = region.next(c_bytes.len()).unwrap();
+        slot.copy_from_slice(&c_bytes);
+        assert!(region.next(1).is_none(), "no room past what was asked for");
+        let region = region.finish();
+        let a_in = Quantized::in_region(BlockKind::Q4_0, (2, 32), &region, at_a).unwrap();
+        let c_in = Quantized::in_region(BlockKind::Q8_0, (1, 32), &region, at_c).unwrap();
+        assert_eq!(a_in.bytes(), a.bytes());
+        let stacked_in = Quantized::stack(vec![a_in, c_in]);
+        for row in 0..3 {
+            stacked.row_into(row, &mut x);
+            stacked_in.row_into(row, &mut y);
+            assert_eq!(x, y, "row {row}");
+        }
+        assert!(Quantized::in_region(BlockKind::Q8_0, (2, 32), &region, at_c).is_err(), "rows past the region");
+        assert!(Quantized::in_region(BlockKind::Q8_0, (1, 31), &region, at_a).is_err(), "not whole blocks");
     }
 }

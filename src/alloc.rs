@@ -109,7 +109,8 @@ pub fn give(buffer: Vec<f32>) {
 /// advice on a `malloc`ed block can cover. A model's large buffers are read again and again (the
 /// blocks of recorded rows a keystroke copies, a long run's attention, key/value caches): one
 /// page-table entry per 2 MB instead of 512, and on a virtual machine whose host takes back an
-/// idle guest's pages, one refault per 2 MB. Smaller blocks are the system allocator's.
+/// idle guest's pages, one refault per 2 MB. Freed blocks are kept for the next ones (up to 64 MB),
+/// as `malloc` keeps freed memory. Smaller blocks are the system allocator's.
 pub struct Allocator;
 
 /// Whether a block of `layout` is mapped by [`Allocator`] itself (decided the same way when it is
@@ -128,11 +129,13 @@ fn page_round(size: usize) -> usize {
 // SAFETY (of each call): mmap/munmap/madvise/mremap on ranges this allocator mapped, sized as
 // mapped (`page_round` of the layout's size).
 mod map {
+    use std::sync::Mutex;
+
     use super::{HUGE, page_round};
 
     /// A fresh zeroed mapping of `size` bytes starting on a 2 MB boundary, advised into huge pages;
     /// null when the system has no memory for it.
-    pub(super) fn aligned(size: usize) -> *mut u8 {
+    fn aligned(size: usize) -> *mut u8 {
         let len = page_round(size);
         let Some(reserve) = len.checked_add(HUGE) else { return std::ptr::null_mut() };
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
@@ -165,10 +168,78 @@ mod map {
         start as *mut u8
     }
 
-    /// Unmaps a block [`aligned`] or [`resized`] made for `size` bytes.
+    /// Freed blocks kept for the next ones, as `malloc` keeps freed memory (a written token's run
+    /// replaces the last one: its buffer is taken again instead of fresh pages faulted in and
+    /// zeroed), at most [`KEPT`] of them and [`KEPT_BYTES`] together, oldest first.
+    static FREED: Mutex<Kept> = Mutex::new(Kept { blocks: [(0, 0); KEPT], count: 0 });
+
+    /// Freed blocks kept at most.
+    const KEPT: usize = 8;
+    /// Bytes kept at most (larger blocks are unmapped when freed).
+    const KEPT_BYTES: usize = 64 << 20;
+
+    /// `(address, mapped length)` of freed blocks, the first `count` of `blocks`.
+    struct Kept {
+        blocks: [(usize, usize); KEPT],
+        count: usize,
+    }
+
+    /// A block for `size` bytes: a kept one of at least that length and at most twice it (its
+    /// excess unmapped), else a fresh [`aligned`] one. Whether it is fresh (zeroed) is said.
+    pub(super) fn block(size: usize) -> (*mut u8, bool) {
+        let len = page_round(size);
+        let kept = FREED.lock().ok().and_then(|mut kept| {
+            let count = kept.count;
+            let i = (0..count)
+                .filter(|&i| (len..=len.saturating_mul(2)).contains(&kept.blocks[i].1))
+                .min_by_key(|&i| kept.blocks[i].1)?;
+            let block = kept.blocks[i];
+            kept.blocks.copy_within(i + 1..count, i);
+            kept.count -= 1;
+            Some(block)
+        });
+        match kept {
+            Some((at, mapped)) => {
+                if mapped > len {
+                    // SAFETY: the excess lies in the kept block, which no one else holds.
+                    unsafe { libc::munmap((at + len) as *mut libc::c_void, mapped - len) };
+                }
+                (at as *mut u8, false)
+            }
+            None => (aligned(size), true),
+        }
+    }
+
+    /// Frees a block [`block`] or [`resized`] made for `size` bytes: kept for a later one, or
+    /// unmapped.
     pub(super) unsafe fn free(ptr: *mut u8, size: usize) {
-        // SAFETY: the caller's block, mapped with this length.
-        unsafe { libc::munmap(ptr.cast(), page_round(size)) };
+        let len = page_round(size);
+        let mut evicted = [(0, 0); KEPT + 1];
+        let mut n_evicted = 0;
+        match FREED.lock() {
+            Ok(mut kept) if len <= KEPT_BYTES => {
+                let mut total: usize = kept.blocks[..kept.count].iter().map(|b| b.1).sum();
+                while kept.count == KEPT || total + len > KEPT_BYTES {
+                    let count = kept.count;
+                    evicted[n_evicted] = kept.blocks[0];
+                    n_evicted += 1;
+                    total -= kept.blocks[0].1;
+                    kept.blocks.copy_within(1..count, 0);
+                    kept.count -= 1;
+                }
+                let count = kept.count;
+                kept.blocks[count] = (ptr as usize, len);
+                kept.count += 1;
+            }
+            _ => {
+                evicted[0] = (ptr as usize, len);
+                n_evicted = 1;
+            }
+        }
+        for &(at, len) in &evicted[..n_evicted] {
+            // SAFETY: a block this allocator mapped with this length, held by no one now.
+            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+        }
     }
 
     /// The block at `ptr` (mapped for `old` bytes) grown or shrunk to `new` bytes, moved by the
@@ -187,7 +258,7 @@ mod map {
 
 #[cfg(not(target_os = "linux"))]
 mod map {
-    pub(super) fn aligned(_: usize) -> *mut u8 {
+    pub(super) fn block(_: usize) -> (*mut u8, bool) {
         unreachable!("only Linux maps blocks itself")
     }
     pub(super) unsafe fn free(_: *mut u8, _: usize) {}
@@ -204,12 +275,21 @@ mod map {
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's layout, passed on.
-        if mapped(layout) { map::aligned(layout.size()) } else { unsafe { System.alloc(layout) } }
+        if mapped(layout) { map::block(layout.size()).0 } else { unsafe { System.alloc(layout) } }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's layout, passed on; a fresh mapping is zeroed.
-        if mapped(layout) { map::aligned(layout.size()) } else { unsafe { System.alloc_zeroed(layout) } }
+        if !mapped(layout) {
+            // SAFETY: the caller's layout, passed on.
+            return unsafe { System.alloc_zeroed(layout) };
+        }
+        let (block, fresh) = map::block(layout.size());
+        if !fresh && !block.is_null() {
+            // SAFETY: a kept block of at least `layout.size()` bytes, now the caller's (a fresh
+            // mapping is zeroed already).
+            unsafe { std::ptr::write_bytes(block, 0, layout.size()) };
+        }
+        block
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -261,6 +341,13 @@ mod tests {
         assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
         let zeros = vec![0u8; 3 * HUGE + 1];
         assert!((zeros.as_ptr() as usize).is_multiple_of(HUGE) && zeros.iter().all(|&b| b == 0));
+        // A freed block is kept and handed out again: zeroed when asked for zeros.
+        for round in 0..20u8 {
+            let dirty = vec![round | 1; 3 * HUGE - 7 * round as usize];
+            drop(dirty);
+            let clean = vec![0u8; 3 * HUGE - 5 * round as usize];
+            assert!(clean.iter().all(|&b| b == 0), "round {round}");
+        }
         let mut small = vec![1u8; 100];
         small.resize(HUGE, 2); // from the system allocator to a mapping
         assert!(small[..100].iter().all(|&b| b == 1) && small[100..].iter().all(|&b| b == 2));

@@ -248,11 +248,14 @@ impl<'m> Generator<'m> {
     pub fn partial_run(&self) -> Run {
         let desc = self.model.net.description();
         let n = self.tokens.len();
-        let mut data = vec![0.0; self.rows.len() * n * n];
+        // A buffer of the pool's (a written token's run replaces the last one, whose buffer it
+        // takes again), not fresh pages to fault in and zero for every message.
+        let mut data = crate::alloc::take(self.rows.len() * n * n);
         for (matrix, rows) in data.chunks_mut(n * n).zip(&self.rows) {
             let mut start = 0;
             for (q, dst) in matrix.chunks_mut(n).enumerate() {
                 dst[..=q].copy_from_slice(&rows[start..=start + q]);
+                dst[q + 1..].fill(0.0);
                 start += q + 1;
             }
         }

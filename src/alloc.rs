@@ -109,7 +109,7 @@ pub fn give(buffer: Vec<f32>) {
 /// advice on a `malloc`ed block can cover. A model's large buffers are read again and again (the
 /// blocks of recorded rows a keystroke copies, a long run's attention, key/value caches): one
 /// page-table entry per 2 MB instead of 512, and on a virtual machine whose host takes back an
-/// idle guest's pages, one refault per 2 MB. Freed blocks are kept for the next ones (up to 64 MB),
+/// idle guest's pages, one refault per 2 MB. Freed blocks are kept for the next ones (up to 1 GB),
 /// as `malloc` keeps freed memory. Smaller blocks are the system allocator's.
 pub struct Allocator;
 
@@ -135,7 +135,7 @@ mod map {
 
     /// A fresh zeroed mapping of `size` bytes starting on a 2 MB boundary, advised into huge pages;
     /// null when the system has no memory for it.
-    fn aligned(size: usize) -> *mut u8 {
+    pub(super) fn aligned(size: usize) -> *mut u8 {
         let len = page_round(size);
         let Some(reserve) = len.checked_add(HUGE) else { return std::ptr::null_mut() };
         // SAFETY: an anonymous private mapping at an address of the kernel's choosing.
@@ -169,14 +169,15 @@ mod map {
     }
 
     /// Freed blocks kept for the next ones, as `malloc` keeps freed memory (a written token's run
-    /// replaces the last one: its buffer is taken again instead of fresh pages faulted in and
-    /// zeroed), at most [`KEPT`] of them and [`KEPT_BYTES`] together, oldest first.
+    /// replaces the last one, a pass's blocks of recorded rows the previous pass's: their memory is
+    /// taken again instead of fresh pages faulted in and zeroed), at most [`KEPT`] of them and
+    /// [`KEPT_BYTES`] together, oldest first.
     static FREED: Mutex<Kept> = Mutex::new(Kept { blocks: [(0, 0); KEPT], count: 0 });
 
     /// Freed blocks kept at most.
-    const KEPT: usize = 8;
-    /// Bytes kept at most (larger blocks are unmapped when freed).
-    const KEPT_BYTES: usize = 64 << 20;
+    const KEPT: usize = 64;
+    /// Bytes kept at most (the oldest blocks are unmapped to make room).
+    const KEPT_BYTES: usize = 1 << 30;
 
     /// `(address, mapped length)` of freed blocks, the first `count` of `blocks`.
     struct Kept {
@@ -184,28 +185,53 @@ mod map {
         count: usize,
     }
 
-    /// A block for `size` bytes: a kept one of at least that length and at most twice it (its
-    /// excess unmapped), else a fresh [`aligned`] one. Whether it is fresh (zeroed) is said.
+    impl Kept {
+        /// Takes out block `i`.
+        fn remove(&mut self, i: usize) -> (usize, usize) {
+            let block = self.blocks[i];
+            self.blocks.copy_within(i + 1..self.count, i);
+            self.count -= 1;
+            block
+        }
+    }
+
+    /// A block for `size` bytes: the front of the smallest kept one at least that long (the rest
+    /// stays kept when it is 2 MB or more, else is unmapped), else a fresh [`aligned`] one, the
+    /// oldest kept blocks as long together unmapped first (so that keeping blocks adds little to
+    /// what the process holds at its peak). Whether it is fresh (zeroed) is said.
     pub(super) fn block(size: usize) -> (*mut u8, bool) {
         let len = page_round(size);
-        let kept = FREED.lock().ok().and_then(|mut kept| {
-            let count = kept.count;
-            let i = (0..count)
-                .filter(|&i| (len..=len.saturating_mul(2)).contains(&kept.blocks[i].1))
-                .min_by_key(|&i| kept.blocks[i].1)?;
-            let block = kept.blocks[i];
-            kept.blocks.copy_within(i + 1..count, i);
-            kept.count -= 1;
-            Some(block)
-        });
-        match kept {
-            Some((at, mapped)) => {
-                if mapped > len {
-                    // SAFETY: the excess lies in the kept block, which no one else holds.
-                    unsafe { libc::munmap((at + len) as *mut libc::c_void, mapped - len) };
+        let mut unmap = [(0, 0); KEPT];
+        let mut n_unmap = 0;
+        let mut found = None;
+        if let Ok(mut kept) = FREED.lock() {
+            let best = (0..kept.count).filter(|&i| kept.blocks[i].1 >= len).min_by_key(|&i| kept.blocks[i].1);
+            if let Some(i) = best {
+                let (at, mapped) = kept.blocks[i];
+                if mapped - len >= HUGE {
+                    kept.blocks[i] = (at + len, mapped - len);
+                } else {
+                    kept.remove(i);
+                    if mapped > len {
+                        (unmap[0], n_unmap) = ((at + len, mapped - len), 1);
+                    }
                 }
-                (at as *mut u8, false)
+                found = Some(at);
+            } else {
+                let mut unmapped = 0;
+                while kept.count > 0 && unmapped < len {
+                    unmap[n_unmap] = kept.remove(0);
+                    unmapped += unmap[n_unmap].1;
+                    n_unmap += 1;
+                }
             }
+        }
+        for &(at, len) in &unmap[..n_unmap] {
+            // SAFETY: a kept block (or its excess), held by no one.
+            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+        }
+        match found {
+            Some(at) => (at as *mut u8, false),
             None => (aligned(size), true),
         }
     }
@@ -220,12 +246,9 @@ mod map {
             Ok(mut kept) if len <= KEPT_BYTES => {
                 let mut total: usize = kept.blocks[..kept.count].iter().map(|b| b.1).sum();
                 while kept.count == KEPT || total + len > KEPT_BYTES {
-                    let count = kept.count;
-                    evicted[n_evicted] = kept.blocks[0];
+                    evicted[n_evicted] = kept.remove(0);
+                    total -= evicted[n_evicted].1;
                     n_evicted += 1;
-                    total -= kept.blocks[0].1;
-                    kept.blocks.copy_within(1..count, 0);
-                    kept.count -= 1;
                 }
                 let count = kept.count;
                 kept.blocks[count] = (ptr as usize, len);
@@ -329,10 +352,15 @@ mod tests {
 
     #[test]
     #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
     fn large_blocks_start_on_a_2mb_boundary_and_keep_their_values_when_resized() {
+        // A fresh mapping starts on a 2 MB boundary (a kept block's front need not).
+        let fresh = map::aligned(3 * HUGE + 5);
+        assert!(!fresh.is_null() && (fresh as usize).is_multiple_of(HUGE));
+        // SAFETY: the block just mapped, for this size.
+        unsafe { map::free(fresh, 3 * HUGE + 5) };
         let n = HUGE / 4 + 5;
         let mut v: Vec<u32> = (0..n as u32).collect();
-        assert!((v.as_ptr() as usize).is_multiple_of(HUGE), "mapped by the allocator itself");
         v.reserve(3 * HUGE); // grown in place or moved by the kernel
         v.extend(0..10);
         assert!(v[..n].iter().enumerate().all(|(i, &x)| x == i as u32) && v[n..] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
@@ -340,7 +368,7 @@ mod tests {
         v.shrink_to_fit(); // back to the system allocator
         assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
         let zeros = vec![0u8; 3 * HUGE + 1];
-        assert!((zeros.as_ptr() as usize).is_multiple_of(HUGE) && zeros.iter().all(|&b| b == 0));
+        assert!(zeros.iter().all(|&b| b == 0));
         // A freed block is kept and handed out again: zeroed when asked for zeros.
         for round in 0..20u8 {
             let dirty = vec![round | 1; 3 * HUGE - 7 * round as usize];
@@ -360,7 +388,7 @@ mod tests {
         let mut buffer = take(len);
         assert_eq!(buffer.len(), len);
         #[cfg(target_os = "linux")]
-        assert!(buffer.capacity() * 4 == HUGE && (buffer.as_ptr() as usize).is_multiple_of(HUGE), "a whole 2 MB page");
+        assert!(buffer.capacity() * 4 == HUGE, "a whole 2 MB page");
         buffer[0] = 42.0;
         let ptr = buffer.as_ptr();
         give(buffer);

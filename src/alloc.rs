@@ -103,10 +103,10 @@ pub fn give(buffer: Vec<f32>) {
     drop(evicted); // freed outside the lock
 }
 
-/// The process's allocator: the system's, except that blocks of [`HUGE`] bytes or more are mapped
-/// on their own starting on a 2 MB boundary and asked for in 2 MB pages (`MADV_HUGEPAGE`), so that
-/// a large buffer is huge pages from its first byte — not only the 2 MB-aligned middle that
-/// advice on a `malloc`ed block can cover. A model's large buffers are read again and again (the
+/// The process's allocator: the system's, except that blocks of [`HUGE`] bytes or more (aligned
+/// to at most a page) are mapped on their own, a fresh one starting on a 2 MB boundary, and asked
+/// for in 2 MB pages (`MADV_HUGEPAGE`), so that a large buffer is huge pages from its first byte —
+/// not only the 2 MB-aligned middle that advice on a `malloc`ed block can cover. A model's large buffers are read again and again (the
 /// blocks of recorded rows a keystroke copies, a long run's attention, key/value caches): one
 /// page-table entry per 2 MB instead of 512, and on a virtual machine whose host takes back an
 /// idle guest's pages, one refault per 2 MB. Freed blocks are kept for the next ones (up to 1 GB),
@@ -116,12 +116,15 @@ pub struct Allocator;
 /// Whether a block of `layout` is mapped by [`Allocator`] itself (decided the same way when it is
 /// allocated, reallocated and freed).
 fn mapped(layout: Layout) -> bool {
-    cfg!(target_os = "linux") && layout.size() >= HUGE && layout.align() <= HUGE
+    cfg!(target_os = "linux") && layout.size() >= HUGE && layout.align() <= PAGE
 }
+
+/// 4 KB: the alignment every mapping, and every kept block's front, has.
+const PAGE: usize = 4096;
 
 /// `size` rounded up to whole 4 KB pages.
 fn page_round(size: usize) -> usize {
-    size.next_multiple_of(4096)
+    size.next_multiple_of(PAGE)
 }
 
 #[cfg(target_os = "linux")]
@@ -293,8 +296,8 @@ mod map {
 #[allow(unsafe_code)]
 // SAFETY: blocks are either the system allocator's (passed back to it with their layout) or
 // mappings of this one's (`mapped` decides which from the layout, the same at every call);
-// mappings are zeroed, aligned to 2 MB (beyond any layout's alignment it accepts) and at least
-// the layout's size.
+// mappings start on a page (the most alignment `mapped` accepts), are at least the layout's size,
+// and are zeroed when fresh (a kept block asked for as zeros is zeroed here).
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's layout, passed on.

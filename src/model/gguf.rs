@@ -561,6 +561,9 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
             raw_blocks(&mut reader, &content, &content.tensor_infos[name], out)
                 .map_err(|e| bad(path, format!("tensor {name}: {e}")))
         };
+        if unpermuted.as_ref().is_some_and(|from| from.len() != rows) {
+            return Err(bad(path, format!("tensor {name}: {rows} rows are not heads of an even size")));
+        }
         let (at, slot) = region.next(row * rows).ok_or_else(|| bad(path, format!("tensor {name}: no room")))?;
         match unpermuted {
             Some(from) => {

@@ -139,6 +139,25 @@ pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, acc
     }
 }
 
+/// `$m!(decoder)` for the x86 decoder of `$kind`'s blocks (nothing for rows of floats): the one
+/// dispatch of [`block_product`] and [`block_dots`] over the kinds kept in their blocks.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_block_kind {
+    ($kind:expr, $m:ident) => {
+        match $kind {
+            BlockKind::Q4_0 => $m!(x86::Q4_0),
+            BlockKind::Q4_1 => $m!(x86::Q4_1),
+            BlockKind::Q5_0 => $m!(x86::Q5_0),
+            BlockKind::Q5_1 => $m!(x86::Q5_1),
+            BlockKind::Q8_0 => $m!(x86::Q8_0),
+            BlockKind::Q4K => $m!(x86::Q4K),
+            BlockKind::Q5K => $m!(x86::Q5K),
+            BlockKind::Q6K => $m!(x86::Q6K),
+            BlockKind::F32 | BlockKind::F16 | BlockKind::Bf16 => {}
+        }
+    };
+}
+
 /// Rows of `x` up to which [`block_product`] runs (decoding, a keystroke's suffix).
 pub const BLOCK_ROWS: usize = 4;
 
@@ -181,17 +200,7 @@ pub fn block_product(kind: BlockKind, dst: MatMut<'_>, x: MatRef<'_>, blocks: &[
                     }
                 };
             }
-            match kind {
-                BlockKind::Q4_0 => each!(x86::Q4_0),
-                BlockKind::Q4_1 => each!(x86::Q4_1),
-                BlockKind::Q5_0 => each!(x86::Q5_0),
-                BlockKind::Q5_1 => each!(x86::Q5_1),
-                BlockKind::Q8_0 => each!(x86::Q8_0),
-                BlockKind::Q4K => each!(x86::Q4K),
-                BlockKind::Q5K => each!(x86::Q5K),
-                BlockKind::Q6K => each!(x86::Q6K),
-                BlockKind::F32 | BlockKind::F16 | BlockKind::Bf16 => {}
-            }
+            by_block_kind!(kind, each);
         };
         let mut j = 0;
         while j < n {
@@ -241,17 +250,7 @@ pub fn block_dots(kind: BlockKind, h: &[f32], blocks: &[u8], out: &mut [f32]) ->
                 }
             }};
         }
-        match kind {
-            BlockKind::Q4_0 => rows!(x86::Q4_0),
-            BlockKind::Q4_1 => rows!(x86::Q4_1),
-            BlockKind::Q5_0 => rows!(x86::Q5_0),
-            BlockKind::Q5_1 => rows!(x86::Q5_1),
-            BlockKind::Q8_0 => rows!(x86::Q8_0),
-            BlockKind::Q4K => rows!(x86::Q4K),
-            BlockKind::Q5K => rows!(x86::Q5K),
-            BlockKind::Q6K => rows!(x86::Q6K),
-            BlockKind::F32 | BlockKind::F16 | BlockKind::Bf16 => {}
-        }
+        by_block_kind!(kind, rows);
         return true;
     }
     let _ = (usable, h, blocks, out);

@@ -1,9 +1,11 @@
-//! What a mouse move over the head view costs the CPU: the hovered token's lines of every head,
+//! What the head view's lines cost the CPU. A mouse move: the hovered token's lines of every head,
 //! rasterised over the visible part of the line band (the app does this on each new hover), for
-//! the embedded model's attention over a 240-token paragraph.
+//! the embedded model's attention over a 240-token paragraph. A new run (a keystroke, a written
+//! token): the picture of every line of a layer of SmolLM2, for the 53-token text `bench-typing.sh` types into.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 
+use attnviz::model::loader::smollm2_dir;
 use attnviz::model::{Capture, Interventions, LoadedModel, default_model_dir};
 use attnviz::render::{HeadLines, Segment, draw_lines, head_colors, transparent_image};
 
@@ -53,5 +55,40 @@ fn hover_lines(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, hover_lines);
+fn layer_lines(c: &mut Criterion) {
+    let model = LoadedModel::load(&smollm2_dir()).expect("embedded SmolLM2");
+    let sentence = "The animal didn't cross the street because it was too tired.";
+    let text = [sentence; 4].join(" ");
+    let run = model.run(&text, None).expect("forward");
+    let a = &run.attention;
+    let n = a.seq_len();
+    // The app's picture at 1360×860 (`scripts/bench-typing.sh`): 474 px wide, 18 px per row.
+    let (width, row_h, pad) = (474.0f32, 18.0f32, 12.0f32);
+    let y = |row: usize| (row as f32 + 0.5) * row_h;
+    let colors = head_colors(a.heads());
+    let lines: Vec<HeadLines> = (0..a.heads())
+        .map(|h| HeadLines {
+            color: colors[h],
+            lines: (0..n)
+                .flat_map(|q| (0..n).map(move |k| (q, k)))
+                .filter(|&(q, k)| a.get(0, h, q, k) >= 1.0 / 255.0)
+                .map(|(q, k)| Segment { from: (pad, y(q)), to: (width - pad, y(k)), alpha: a.get(0, h, q, k) })
+                .collect(),
+        })
+        .collect();
+    let segments: usize = lines.iter().map(|h| h.lines.len()).sum();
+    eprintln!("layer 0 of {n} tokens: {segments} lines over {} heads", a.heads());
+    let mut group = c.benchmark_group("head_view_layer_lines");
+    group.sample_size(20);
+    group.bench_function(format!("{n}_tokens"), |b| {
+        b.iter(|| {
+            let mut img = transparent_image(width, n as f32 * row_h);
+            draw_lines(&mut img, &lines, 2.5);
+            img
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, hover_lines, layer_lines);
 criterion_main!(benches);

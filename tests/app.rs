@@ -109,6 +109,58 @@ fn launch_focuses_the_sentence_and_typing_reruns_the_model() {
     assert_eq!(tokens(&h), ["[CLS]", "the", "cat", "sat", "[SEP]"]);
 }
 
+/// A keystroke's frame waits for the run it asked for when the last edit's run was that quick:
+/// the frame that took the key draws its result (the wait is long here, for a busy test machine).
+#[test]
+fn a_keystroke_frame_draws_its_run_when_the_run_is_quick() {
+    let startup = Startup {
+        model_dir: Some(tiny_llama()),
+        text: Some("the cat".into()),
+        key_wait: Some(Duration::from_secs(20)),
+        ..Startup::default()
+    };
+    let mut h = harness_with(startup, None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
+    for (i, key) in [" s", "a", "t"].into_iter().enumerate() {
+        h.get_by_label("Sentence A").type_text(key);
+        h.step();
+        let s = &h.state().session;
+        assert_eq!(s.run_id, s.requested_run_id, "key {i}: the frame that took it drew its run");
+        let shown = tokens(&h).concat().replace('Ġ', " ");
+        assert!(shown.ends_with(&"the cat sat"[..9 + i]), "key {i}: {shown}");
+        settled(&mut h);
+    }
+}
+
+/// While a keystroke's run has its lines drawn off the UI thread, the head view keeps the picture
+/// of the run before when the rows and lines are where they were (rows of a fixed height): the
+/// lines do not blink out at each key. A text whose rows are stretched to fill the view, and so
+/// move with each token, shows an empty band meanwhile (the old picture would be misplaced).
+#[test]
+fn the_head_views_lines_stay_while_a_keystrokes_are_drawn() {
+    let sentences = |n: usize| vec!["the cat sat on the mat."; n].join(" ");
+    for (text, stays) in [(sentences(10), true), (sentences(4), false)] {
+        let startup = Startup {
+            model_dir: Some(tiny_llama()),
+            text: Some(text),
+            key_wait: Some(Duration::from_secs(20)),
+            ..Startup::default()
+        };
+        let mut h = harness_with(startup, None);
+        wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+        assert!(head_lines(&mut h) > 0);
+        h.get_by_label("Sentence A").type_text(" x");
+        h.step();
+        let app = h.state();
+        assert_eq!(app.session.run_id, app.session.requested_run_id, "the key's frame shows its run");
+        assert!(app.views.head.lines_pending, "the new run's lines are drawn off the UI thread");
+        assert_eq!(app.views.head.lines_stale, stays, "{} tokens", tokens(&h).len());
+        head_lines(&mut h);
+        assert!(!h.state().views.head.lines_stale);
+    }
+}
+
 #[test]
 fn layer_and_head_pickers_toggle_and_solo() {
     let mut h = app("heads and layers");

@@ -37,6 +37,9 @@ pub const SAVE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// the first: see [`AttnvizApp::logic`].
 pub const BUSY_FRAME: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Longest a keystroke's frame waits for the run it asked for: see [`AttnvizApp::ui`].
+pub const KEY_WAIT: std::time::Duration = std::time::Duration::from_millis(30);
+
 /// How the app starts: the command line's `--model`, `--text`, `--text-pair`.
 #[derive(Debug, Clone, Default)]
 pub struct Startup {
@@ -54,6 +57,9 @@ pub struct Startup {
     pub home: Option<PathBuf>,
     /// An attention file to open ([`crate::analysis::import`]).
     pub attention_file: Option<PathBuf>,
+    /// Longest a keystroke's frame waits for its run (None: [`KEY_WAIT`]); tests on a busy
+    /// machine wait longer, or not at all.
+    pub key_wait: Option<std::time::Duration>,
 }
 
 /// Results of background tasks other than inference and derived data.
@@ -200,6 +206,15 @@ pub struct Session {
     /// frame first drew that run: logged once everything derived from it is drawn, if
     /// `ATTNVIZ_TYPING_LOG` is set (`scripts/bench-typing.sh`).
     typed: Option<(u64, Instant, Option<Instant>)>,
+    /// The newest run asked for by an edit of the text alone (the model and everything else as
+    /// shown), and the worker's time for the last such run answered: whether the next edit's
+    /// frame waits for its run.
+    edit_run: Option<u64>,
+    edit_run_ms: Option<f64>,
+    /// The run this frame waits for before it is drawn (an edit expected to be quick).
+    hold_for: Option<u64>,
+    /// Longest a keystroke's frame waits for its run ([`KEY_WAIT`]).
+    key_wait: std::time::Duration,
     /// When the frame being drawn began.
     frame_started: Instant,
     /// Since when background work (other than a generation writing) has been going on.
@@ -448,6 +463,10 @@ impl AttnvizApp {
                 run_error: None,
                 inference_ms: 0.0,
                 typed: None,
+                edit_run: None,
+                edit_run_ms: None,
+                hold_for: None,
+                key_wait: startup.key_wait.unwrap_or(KEY_WAIT),
                 frame_started: Instant::now(),
                 busy_since: None,
                 pinned: None,
@@ -609,6 +628,15 @@ impl AttnvizApp {
         }
         let id = self.next_id();
         self.stop_generation(true);
+        // An edit of the shown text, nothing else changed and nothing else in flight: the worker
+        // runs what changed (a decoder's prefix is reused), often quicker than a frame is drawn.
+        let s = &mut self.session;
+        let edit = s.in_flight.is_empty()
+            && s.shown_input.as_ref().is_some_and(|(text, pair, target, spec)| {
+                (pair, target, spec) == (&input.1, &input.2, &input.3) && *text != input.0
+            });
+        s.edit_run = edit.then_some(id);
+        s.hold_for = (edit && s.edit_run_ms.is_none_or(|ms| ms <= s.key_wait.as_secs_f64() * 1e3)).then_some(id);
         self.session.requested_run_id = id;
         self.session.worker.send(Job::Run {
             id,
@@ -1215,6 +1243,9 @@ impl AttnvizApp {
                     }
                 }
                 Done::Ran { id, result, window, elapsed_ms } => {
+                    if self.session.edit_run == Some(id) {
+                        self.session.edit_run_ms = Some(elapsed_ms);
+                    }
                     // A long input's pass sends its runs layer by layer, under one id.
                     let progress = id == self.session.run_id
                         && result.as_ref().is_ok_and(|r| r.long.is_some())
@@ -1995,6 +2026,15 @@ impl eframe::App for AttnvizApp {
         self.request_lens_if_needed();
         self.request_attribution_if_needed();
         self.request_graph_if_needed();
+        // A keystroke's frame waits, up to KEY_WAIT, for the run it asked for when the last edit's
+        // run took no longer: the run has the cores to itself (a frame drawn in software would
+        // take one from the model's threads), and this frame is laid out again to draw the key
+        // and its result together. A run that takes longer is drawn when it comes, as any other.
+        if let Some(id) = self.session.hold_for.take()
+            && self.session.worker.wait_for_run(id, self.session.key_wait)
+        {
+            ctx.request_discard("the run a keystroke asked for has come: draw it with the key");
+        }
         if self.settings != before {
             // A widget changed a setting after it was drawn (e.g. a selectable label): draw the
             // new state now, not at the next input event.

@@ -1,11 +1,13 @@
 //! The inference thread: loads models and runs them, off the UI thread. The newest request wins:
 //! queued runs are coalesced, and the UI drops results older than what it shows.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::analysis::Run;
 use crate::analysis::pe::table_similarity;
@@ -777,6 +779,9 @@ fn lens_parts(
 pub struct Worker {
     jobs: Sender<Job>,
     done: Receiver<Done>,
+    /// Messages taken off `done` while waiting for a run ([`Self::wait_for_run`]), handed out
+    /// first by [`Self::try_recv`].
+    held: RefCell<VecDeque<Done>>,
     /// Jobs sent so far (counted before each is sent): a long pass stops when the worker has
     /// not taken them all.
     sent: Arc<AtomicU64>,
@@ -979,7 +984,7 @@ impl Worker {
                 }
             }
         })?;
-        Ok(Self { jobs, done, sent })
+        Ok(Self { jobs, done, held: RefCell::default(), sent })
     }
 
     /// Queues a job (ignored if the thread has stopped, which only happens at exit).
@@ -988,8 +993,27 @@ impl Worker {
         let _ = self.jobs.send(job);
     }
 
-    /// A finished job, if any.
+    /// A finished job, if any (in the order they finished).
     pub fn try_recv(&self) -> Option<Done> {
-        self.done.try_recv().ok()
+        let held = self.held.borrow_mut().pop_front();
+        held.or_else(|| self.done.try_recv().ok())
+    }
+
+    /// Waits up to `timeout` for run `id` to be answered, keeping every message that arrives
+    /// meanwhile for [`Self::try_recv`]; whether it was.
+    pub fn wait_for_run(&self, id: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut held = self.held.borrow_mut();
+        if held.iter().any(|d| matches!(d, Done::Ran { id: i, .. } if *i == id)) {
+            return true;
+        }
+        while let Ok(done) = self.done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            let answered = matches!(&done, Done::Ran { id: i, .. } if *i == id);
+            held.push_back(done);
+            if answered {
+                return true;
+            }
+        }
+        false
     }
 }

@@ -43,6 +43,11 @@ pub struct HeadView {
     lines_key: Option<DeriveKey>,
     /// Whether the picture of all lines for the current selection is still being drawn.
     pub lines_pending: bool,
+    /// Where the uploaded picture's rows and lines are: its layout's top, row height and line
+    /// ends, and its size in points.
+    lines_geometry: Option<([u32; 4], egui::Vec2)>,
+    /// Whether the last frame drew the previous run's picture while the new one is drawn.
+    pub lines_stale: bool,
     /// Every line, rasterized once per selection by `render::draw_lines` (the exported figure's
     /// rasterizer): a frame draws one textured rectangle, however many lines there are.
     lines: Option<TextureHandle>,
@@ -356,7 +361,8 @@ impl HeadView {
                         cache.line_count = picture.line_count;
                         cache.candidate_count = picture.candidate_count;
                         cache.budget_threshold = picture.budget_threshold;
-                        cache.lines_key = Some(key);
+                        cache.lines_key = Some(key.clone());
+                        cache.lines_geometry = Some((geometry(&body), band.size()));
                         cache.lines_pending = false;
                     }
                 }
@@ -366,8 +372,23 @@ impl HeadView {
                     DeriveKey::HeadLines(k) => k.matrices == *matrices_key,
                     _ => false,
                 });
+                // A new run of the same selection (a keystroke, a written token) whose rows and lines
+                // are where the picture's were: the picture stays, at its own size, until the new
+                // one comes — a decoder's earlier rows do not change — rather than blinking out.
+                cache.lines_stale = !same_rows
+                    && cache.lines_pending
+                    && cache.lines_key.as_ref().is_some_and(|shown| same_but_run(shown, &key))
+                    && cache.lines_geometry.is_some_and(|(at, _)| at == geometry(&body));
                 if same_rows {
                     draw_texture(&painter, cache.lines.as_ref(), band);
+                } else if cache.lines_stale
+                    && let (Some((_, size)), Some(texture)) = (cache.lines_geometry, cache.lines.as_ref())
+                {
+                    // No lower than the band (the rows a backspace removed).
+                    let shown = size.y.min(band.height());
+                    let uv = Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, shown / size.y.max(1.0)));
+                    let rect = Rect::from_min_size(band.min, vec2(size.x, shown));
+                    painter.image(texture.id(), rect, uv, Color32::WHITE);
                 }
                 if cache.lines_pending {
                     painter.text(
@@ -431,6 +452,28 @@ fn rasterize_lines(
         Some(texture) => texture.set(image, TextureOptions::LINEAR),
         None => *slot = Some(ctx.load_texture(name, image, TextureOptions::LINEAR)),
     }
+}
+
+/// Where a picture of all lines puts its rows and lines (see [`HeadView::lines_geometry`]): the
+/// same layout gives the same bits.
+fn geometry(body: &HeadViewLayout) -> [u32; 4] {
+    [body.top, body.row_height, body.line_x0, body.line_x1].map(f32::to_bits)
+}
+
+/// Whether two pictures of all lines draw the same selection (layer, heads, threshold…) of
+/// different runs.
+fn same_but_run(shown: &DeriveKey, wanted: &DeriveKey) -> bool {
+    let (DeriveKey::HeadLines(a), DeriveKey::HeadLines(b)) = (shown, wanted) else { return false };
+    let selection = |m: &DeriveKey| match m {
+        DeriveKey::HeadMatrices { layer_idx, hide_special, rollout, .. } => {
+            Some((*layer_idx, *hide_special, rollout.clone()))
+        }
+        _ => None,
+    };
+    selection(&a.matrices).is_some()
+        && selection(&a.matrices) == selection(&b.matrices)
+        && (&a.heads, a.n_heads, a.min_weight, a.pair_filter, a.pixels)
+            == (&b.heads, b.n_heads, b.min_weight, b.pair_filter, b.pixels)
 }
 
 /// Paints a whole texture stretched over `rect`.

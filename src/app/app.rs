@@ -57,8 +57,8 @@ pub struct Startup {
     pub home: Option<PathBuf>,
     /// An attention file to open ([`crate::analysis::import`]).
     pub attention_file: Option<PathBuf>,
-    /// Longest a keystroke's frame waits for its run (None: [`KEY_WAIT`]); tests on a busy
-    /// machine wait longer, or not at all.
+    /// Longest a keystroke's frame waits for its run (None: [`KEY_WAIT`]; tests, on a machine
+    /// busy with other tests, wait longer).
     pub key_wait: Option<std::time::Duration>,
 }
 

@@ -1,7 +1,8 @@
 //! What the head view's lines cost the CPU. A mouse move: the hovered token's lines of every head,
 //! rasterised over the visible part of the line band (the app does this on each new hover), for
 //! the embedded model's attention over a 240-token paragraph. A new run (a keystroke, a written
-//! token): the picture of every line of a layer of SmolLM2, for the 53-token text `bench-typing.sh` types into.
+//! token): the picture of every line of a layer of SmolLM2, for the 52-token text that
+//! `scripts/bench-typing.sh` types into.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 

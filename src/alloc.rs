@@ -42,7 +42,7 @@ pub fn take(len: usize) -> Vec<f32> {
         let fitting = spare
             .iter()
             .enumerate()
-            .filter(|(_, v)| v.capacity() >= len && v.capacity() / 2 <= len)
+            .filter(|(_, v)| fits(v.capacity(), len))
             .min_by_key(|(_, v)| v.capacity())
             .or_else(|| {
                 spare
@@ -69,6 +69,39 @@ pub fn take(len: usize) -> Vec<f32> {
     let mut buffer = vec![0.0; whole];
     buffer.truncate(len);
     buffer
+}
+
+/// Whether a kept buffer of `capacity` values is handed out for `len`: it is long enough and not
+/// more than twice too long.
+fn fits(capacity: usize, len: usize) -> bool {
+    capacity >= len && capacity / 2 <= len
+}
+
+/// Keeps a buffer for each of `lens` (values) that a later [`take`] hands out, its pages touched
+/// now; buffers already kept count. For takes that should not wait on fresh pages: the blocks the
+/// next keystroke copies, prepared while the app draws the run before (the first keystroke after
+/// a whole pass otherwise faults in megabytes).
+pub fn reserve(lens: &[usize]) {
+    let mut unmet = Vec::new();
+    if let Ok(spare) = SPARE.lock() {
+        let mut claimed = vec![false; spare.len()];
+        for &len in lens.iter().filter(|&&len| len.saturating_mul(size_of::<f32>()) >= MIN_BYTES) {
+            let kept = (0..spare.len())
+                .filter(|&i| !claimed[i] && fits(spare[i].capacity(), len))
+                .min_by_key(|&i| spare[i].capacity());
+            match kept {
+                Some(i) => claimed[i] = true,
+                None => unmet.push(len),
+            }
+        }
+    }
+    for len in unmet {
+        let whole = len.saturating_mul(size_of::<f32>()).next_multiple_of(HUGE) / size_of::<f32>();
+        let mut buffer: Vec<f32> = Vec::with_capacity(whole);
+        // Written, so that its pages are there (a zeroed allocation's are not, until written).
+        buffer.resize(whole, 0.0);
+        give(buffer);
+    }
 }
 
 /// 2 MB, the size of an x86-64 huge page.
@@ -406,5 +439,16 @@ mod tests {
         let reused = take(len);
         assert_eq!(reused.as_ptr(), ptr);
         assert_eq!(reused.len(), len, "grown back to the requested length");
+        // Reserving counts what is kept: two buffers for two requests (the one given back and a
+        // new one), none more when asked again; a take then hands them out.
+        give(reused);
+        let kept = || SPARE.lock().unwrap().iter().filter(|v| fits(v.capacity(), len)).count();
+        reserve(&[len, len]);
+        assert_eq!(kept(), 2);
+        reserve(&[len, len]);
+        assert_eq!(kept(), 2);
+        let (a, b) = (take(len), take(len));
+        assert!(a.as_ptr() == ptr || b.as_ptr() == ptr);
+        assert_eq!(kept(), 0);
     }
 }

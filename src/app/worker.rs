@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel};
 use std::time::{Duration, Instant};
 
 use crate::analysis::Run;
@@ -17,6 +17,12 @@ use crate::model::{Interventions, LoadedModel, PlaygroundConfig};
 
 /// Candidates kept per generation step.
 pub const TOP_K: usize = 8;
+
+/// Idle time after a run kept for the next keystroke before the worker readies the buffers that
+/// keystroke takes ([`PrefixRun::prepare_next`]): by then the app has drawn the run and let go of
+/// the one before, whose blocks serve, so that only the first keystroke after a whole pass costs
+/// fresh pages here, not every keystroke.
+const PREPARE_AFTER: Duration = Duration::from_millis(300);
 
 /// Least time between two messages of a long input's pass (after the first layer's).
 const PROGRESS_SECONDS: f64 = 1.0;
@@ -824,6 +830,8 @@ impl Worker {
             let mut prefix: Option<PrefixRun> = None;
             // A job that arrived while a generation was writing (it stopped the generation).
             let mut carried: Option<Job> = None;
+            // Whether to ready what the next keystroke takes once idle ([`PrefixRun::prepare_next`]).
+            let mut prepare = false;
             // A long input's run stopped by another job: run again after a comparison, unless a
             // newer run replaces it (a generation or a model load replaces what is shown anyway).
             let mut owed: Option<Job> = None;
@@ -832,12 +840,21 @@ impl Worker {
             loop {
                 let first = match carried.take() {
                     Some(job) => job,
-                    None => match job_rx.recv() {
+                    None => match job_rx.recv_timeout(if prepare { PREPARE_AFTER } else { Duration::MAX }) {
                         Ok(job) => {
                             taken += 1;
                             job
                         }
-                        Err(_) => return,
+                        Err(RecvTimeoutError::Timeout) => {
+                            // Idle since a run kept for the next keystroke, and the app has let
+                            // go of the run before (its blocks are back in the pool).
+                            prepare = false;
+                            if let Some(p) = &prefix {
+                                p.prepare_next();
+                            }
+                            continue;
+                        }
+                        Err(RecvTimeoutError::Disconnected) => return,
                     },
                 };
                 // Coalesce: of everything queued, keep the newest load, run, comparison and generation.
@@ -917,6 +934,7 @@ impl Worker {
                             return;
                         }
                         wake(false);
+                        prepare = prefix.is_some();
                     }
                 }
                 if let (Some(Job::Probe { id, half, seed, interventions }), Some(m)) = (probe, model.as_deref()) {

@@ -92,6 +92,17 @@ impl PrefixRun {
         Ok(Some(run))
     }
 
+    /// Readies the buffers the next token typed at the end takes — a copy of the last block of
+    /// each kind of recorded rows (a run handed out holds it), or a new block — so that they are
+    /// not fresh pages then ([`spare::reserve`]).
+    pub fn prepare_next(&self) {
+        let kinds =
+            [Some(&self.probs), self.scores.as_ref()].into_iter().flatten().chain(self.vectors.iter().flatten());
+        let lens: Vec<usize> =
+            kinds.filter(|rows| rows.rows > 0).map(|rows| rows.matrices * BLOCK_ROWS * rows.stride).collect();
+        spare::reserve(&lens);
+    }
+
     /// Runs at most `tokens` tokens in one step from now on (at least 1; the results are the
     /// same bits whatever it is — tests check that with a small number).
     pub fn set_step_tokens(&mut self, tokens: usize) {

@@ -63,12 +63,17 @@ pub fn take(len: usize) -> Vec<f32> {
             return buffer;
         }
     }
-    // Whole 2 MB pages ([`Allocator`] maps a block this large on a 2 MB boundary, in huge pages):
-    // the end of the buffer is in a huge page too, and a later, slightly longer take fits in it.
-    let whole = if bytes >= MIN_BYTES { bytes.next_multiple_of(HUGE) / size_of::<f32>() } else { len };
+    let whole = if bytes >= MIN_BYTES { whole_pages(len) } else { len };
     let mut buffer = vec![0.0; whole];
     buffer.truncate(len);
     buffer
+}
+
+/// `len` values rounded up to whole 2 MB pages, the room a fresh kept buffer has ([`Allocator`]
+/// maps a block this large on a 2 MB boundary, in huge pages): the end of the buffer is in a huge
+/// page too, and a later, slightly longer take fits in it.
+fn whole_pages(len: usize) -> usize {
+    len.saturating_mul(size_of::<f32>()).next_multiple_of(HUGE) / size_of::<f32>()
 }
 
 /// Whether a kept buffer of `capacity` values is handed out for `len`: it is long enough and not
@@ -96,7 +101,7 @@ pub fn reserve(lens: &[usize]) {
         }
     }
     for len in unmet {
-        let whole = len.saturating_mul(size_of::<f32>()).next_multiple_of(HUGE) / size_of::<f32>();
+        let whole = whole_pages(len);
         let mut buffer: Vec<f32> = Vec::with_capacity(whole);
         // Written, so that its pages are there (a zeroed allocation's are not, until written).
         buffer.resize(whole, 0.0);

@@ -461,19 +461,16 @@ fn geometry(body: &HeadViewLayout) -> [u32; 4] {
 }
 
 /// Whether two pictures of all lines draw the same selection (layer, heads, threshold…) of
-/// different runs.
+/// different runs: their keys are equal but for the run and the room (where the rows are is
+/// compared apart, see [`geometry`]).
 fn same_but_run(shown: &DeriveKey, wanted: &DeriveKey) -> bool {
-    let (DeriveKey::HeadLines(a), DeriveKey::HeadLines(b)) = (shown, wanted) else { return false };
-    let selection = |m: &DeriveKey| match m {
-        DeriveKey::HeadMatrices { layer_idx, hide_special, rollout, .. } => {
-            Some((*layer_idx, *hide_special, rollout.clone()))
-        }
-        _ => None,
-    };
-    selection(&a.matrices).is_some()
-        && selection(&a.matrices) == selection(&b.matrices)
-        && (&a.heads, a.n_heads, a.min_weight, a.pair_filter, a.pixels)
-            == (&b.heads, b.n_heads, b.min_weight, b.pair_filter, b.pixels)
+    let (DeriveKey::HeadLines(shown), DeriveKey::HeadLines(wanted)) = (shown, wanted) else { return false };
+    let DeriveKey::HeadMatrices { view_id, .. } = shown.matrices else { return false };
+    let mut wanted = wanted.as_ref().clone();
+    let DeriveKey::HeadMatrices { view_id: run, .. } = &mut wanted.matrices else { return false };
+    *run = view_id;
+    wanted.room = shown.room;
+    **shown == wanted
 }
 
 /// Paints a whole texture stretched over `rect`.

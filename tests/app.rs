@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,7 +126,7 @@ fn a_keystroke_frame_draws_its_run_when_the_run_is_quick() {
         h.get_by_label("Sentence A").type_text(key);
         h.step();
         let s = &h.state().session;
-        assert_eq!(s.run_id, s.requested_run_id, "key {i}: the frame that took it drew its run");
+        assert_eq!(s.asked.run_id, s.asked.requested_run_id, "key {i}: the frame that took it drew its run");
         let shown = tokens(&h).concat().replace('Ġ', " ");
         assert!(shown.ends_with(&"the cat sat"[..9 + i]), "key {i}: {shown}");
         settled(&mut h);
@@ -153,7 +153,7 @@ fn the_head_views_lines_stay_while_a_keystrokes_are_drawn() {
         h.get_by_label("Sentence A").type_text(" x");
         h.step();
         let app = h.state();
-        assert_eq!(app.session.run_id, app.session.requested_run_id, "the key's frame shows its run");
+        assert_eq!(app.session.asked.run_id, app.session.asked.requested_run_id, "the key's frame shows its run");
         assert!(app.views.head.lines_pending, "the new run's lines are drawn off the UI thread");
         assert_eq!(app.views.head.lines_stale, stays, "{} tokens", tokens(&h).len());
         head_lines(&mut h);
@@ -270,7 +270,7 @@ fn export_writes_a_decodable_png_through_the_dialog() {
     h.run_steps(2);
     h.state_mut().session.status = None;
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    wait_until(&mut h, "the export", |a| a.session.tasks.exporting.is_none() && a.session.status.is_some());
     let status = h.state().session.status.clone().unwrap();
     assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
     let image = image::open(&path).unwrap();
@@ -300,7 +300,7 @@ fn the_format_picker_writes_svg_and_pdf_and_copy_puts_the_figure_on_the_clipboar
         assert!(typed.ends_with(&format!("figure.{}", format.to_lowercase())), "{typed}");
         h.state_mut().session.status = None;
         h.get_by_label("Save").click();
-        wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        wait_until(&mut h, "the export", |a| a.session.tasks.exporting.is_none() && a.session.status.is_some());
         let status = h.state().session.status.clone().unwrap();
         assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
         let bytes = std::fs::read(&typed).unwrap();
@@ -370,7 +370,7 @@ fn an_unwritable_export_path_is_reported_and_nothing_is_written() {
     h.run_steps(1);
     h.state_mut().session.status = None;
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the failed export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    wait_until(&mut h, "the failed export", |a| a.session.tasks.exporting.is_none() && a.session.status.is_some());
     let status = h.state().session.status.clone().unwrap();
     assert!(status.is_error && status.text.contains("/nonexistent-folder/x.png"), "{status:?}");
     assert!(h.state().views.export.open, "the dialog stays open to fix the path");
@@ -393,7 +393,7 @@ fn a_relative_export_path_is_written_in_the_working_directory_never_in_the_sourc
     let save = |h: &mut Harness<'static, AttnvizApp>| {
         h.state_mut().session.status = None;
         h.get_by_label("Save").click();
-        wait_until(h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+        wait_until(h, "the export", |a| a.session.tasks.exporting.is_none() && a.session.status.is_some());
         let status = h.state().session.status.clone().unwrap();
         assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
     };
@@ -561,12 +561,12 @@ fn a_long_input_is_pooled_with_a_notice_and_its_window_moves() {
     assert!(h.state().session.shown_input_matches(&h.state().settings));
 
     // Back to the overview: no new pass.
-    let requested = h.state().session.requested_run_id;
+    let requested = h.state().session.asked.requested_run_id;
     h.get_by_label("Overview").click();
     wait_until(&mut h, "the overview", |a| {
         a.session.run.as_ref().is_some_and(|r| r.long.as_ref().unwrap().view == LongView::Overview)
     });
-    assert_eq!(h.state().session.requested_run_id, requested);
+    assert_eq!(h.state().session.asked.requested_run_id, requested);
     // The neuron view says why it has nothing to show.
     h.state_mut().settings.view = View::Neuron;
     h.run_steps(2);
@@ -661,13 +661,18 @@ fn panels_are_transparent_over_a_window_cleared_to_their_colour() {
 /// Small image snapshots (wgpu on a software adapter) where the picture is the point. Timings in
 /// the status bar are masked. `UPDATE_SNAPSHOTS=1 cargo test --test app` rewrites them.
 fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
+    snapshot_app_of(text, tiny())
+}
+
+/// [`snapshot_app`] on the model in `model_dir`.
+fn snapshot_app_of(text: &str, model_dir: PathBuf) -> Harness<'static, AttnvizApp> {
     let mut h = Harness::builder().with_size(egui::vec2(960.0, 640.0)).with_step_dt(1.0 / 60.0).build_eframe({
         let text = text.to_string();
         move |cc| {
             let app = new_app(
                 &cc.egui_ctx,
                 None,
-                Startup { model_dir: Some(tiny()), text: Some(text), ..Startup::default() },
+                Startup { model_dir: Some(model_dir), text: Some(text), ..Startup::default() },
             );
             cc.egui_ctx.set_theme(egui::ThemePreference::Light);
             // The app's panels are transparent over a window cleared to the panel colour; the
@@ -683,11 +688,16 @@ fn snapshot_app(text: &str) -> Harness<'static, AttnvizApp> {
 }
 
 fn mask_varying(h: &mut Harness<'static, AttnvizApp>) {
+    mask_varying_of(h, &tiny());
+}
+
+/// [`mask_varying`] with the model loaded from `model_dir`.
+fn mask_varying_of(h: &mut Harness<'static, AttnvizApp>, model_dir: &Path) {
     // The status bar holds timings (model ms, frame ms) whose text width varies run to run.
     let size = h.ctx.content_rect().size();
     h.mask(egui::Rect::from_min_max(egui::pos2(0.0, size.y - 28.0), egui::pos2(size.x, size.y)));
     // The model folder is an absolute path: it depends on where the repository is checked out.
-    let folder = tiny().display().to_string();
+    let folder = model_dir.display().to_string();
     let rects = [h.get_by_label("Model folder or hub id").rect(), h.get_by_label(&folder).rect()];
     for r in rects {
         // The full width of the side panel: the path's own width differs between checkouts.
@@ -703,6 +713,31 @@ fn snapshot_head_view_with_a_pinned_token() {
     h.remove_cursor();
     h.run_steps(2);
     mask_varying(&mut h);
+    h.snapshot("head_view_pinned");
+}
+
+/// The pictures do not depend on where the repository lies: the model folder's path, however
+/// long, stays on one line (its middle elided) and moves nothing below it.
+#[test]
+fn snapshot_head_view_with_the_model_under_a_long_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dir = tmp.path().to_path_buf();
+    while dir.as_os_str().len() < 120 {
+        dir.push("a-folder-with-a-long-name");
+    }
+    let model_dir = dir.join("tiny-bert");
+    std::fs::create_dir_all(&model_dir).unwrap();
+    for entry in std::fs::read_dir(tiny()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), model_dir.join(entry.file_name())).unwrap();
+    }
+    assert!(model_dir.as_os_str().len() > 120);
+    let mut h = snapshot_app_of("the cat sat on the mat", model_dir.clone());
+    h.get_by_label("query 2: cat").click();
+    h.run_steps(3);
+    h.remove_cursor();
+    h.run_steps(2);
+    mask_varying_of(&mut h, &model_dir);
     h.snapshot("head_view_pinned");
 }
 
@@ -1006,7 +1041,7 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
     h.state_mut().session.status = None;
     h.run_steps(1);
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    wait_until(&mut h, "the export", |a| a.session.tasks.exporting.is_none() && a.session.status.is_some());
     let image = image::open(&path).unwrap();
     let app = h.state();
     let expected = attnviz::export::render_figure(None, &app.current_figure(), app.export_style(false)).unwrap();
@@ -1050,7 +1085,7 @@ fn playground_hyperparameters_rerun_every_view_and_invalid_ones_are_explained() 
     // d_model 30 with 4 heads: explained next to d_model; the 3 × 2 model stays on screen.
     retype(&mut h, "heads", "4");
     retype(&mut h, "d_model", "30");
-    let (field, message) = h.state().session.playground_error.clone().expect("an error is shown");
+    let (field, message) = h.state().session.playground.error.clone().expect("an error is shown");
     assert_eq!(field, "d_model");
     assert!(message.contains("not divisible by 4 heads"), "{message}");
     assert!(h.query_by_label_contains("not divisible by 4 heads").is_some());
@@ -1058,7 +1093,7 @@ fn playground_hyperparameters_rerun_every_view_and_invalid_ones_are_explained() 
     assert_eq!(playground_run(&h), Some((3, 2)));
     retype(&mut h, "d_model", "32");
     wait_until(&mut h, "the valid model", |a| a.session.run.as_ref().is_some_and(|r| r.attention.heads() == 4));
-    assert!(h.state().session.playground_error.is_none());
+    assert!(h.state().session.playground.error.is_none());
     // Causal mask on: the upper triangle is exactly zero in every head.
     h.get_by_label("Causal mask (each token sees only earlier ones)").click();
     wait_until(&mut h, "the causal run", |a| {
@@ -1146,7 +1181,7 @@ fn export_through_dialog(h: &mut Harness<'static, AttnvizApp>, path: &std::path:
     retype(h, "Export path", path.to_str().unwrap());
     h.state_mut().session.status = None;
     h.get_by_label("Save").click();
-    wait_until(h, "the export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    wait_until(h, "the export", |a| a.session.tasks.exporting.is_none() && a.session.status.is_some());
     let status = h.state().session.status.clone().unwrap();
     assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
 }
@@ -1252,8 +1287,8 @@ fn rollout_flow_and_the_head_view_pseudo_layer() {
     export_through_dialog(&mut h, &npz);
     assert!(std::fs::metadata(&npz).unwrap().len() > 4 * 64, "the NPZ holds the n × n matrix");
     h.get_by_label("Flow").click();
-    wait_until(&mut h, "the flow", |a| a.session.flow.is_some() && a.session.flow_pending.is_none());
-    let values = h.state().session.flow.clone().unwrap().values;
+    wait_until(&mut h, "the flow", |a| a.features.flow.slot.shown().is_some() && !a.features.flow.slot.is_pending());
+    let values = h.state().features.flow.slot.shown().unwrap().1.values.clone();
     assert_eq!(*values, attnviz::analysis::rollout::flow(&run.attention, &[0, 1, 2, 3], 1));
     let png = dir.path().join("flow.png");
     export_through_dialog(&mut h, &png);
@@ -1311,14 +1346,14 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
     h.get_by_label("Compare").click();
     h.run_steps(2);
     retype(&mut h, "Sentence to compare", "the dog sat down");
-    wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
+    wait_until(&mut h, "run B", |a| a.features.compare.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
     h.get_by_label("Difference B − A").click();
     h.run_steps(2);
     assert!(h.query_by_label_contains("needs as many tokens").is_some(), "different counts: side by side");
     assert!(h.query_by_label_contains("A has 5 tokens, B has 6").is_some(), "the reason, in numbers");
     // Same count, other words: the difference is drawn, the positions that differ are named.
     retype(&mut h, "Sentence to compare", "the dog sat");
-    wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 5));
+    wait_until(&mut h, "run B", |a| a.features.compare.run_b.as_ref().is_some_and(|b| b.tokens.len() == 5));
     h.run_steps(2);
     assert!(h.query_by_label_contains("needs as many tokens").is_none());
     assert!(
@@ -1326,7 +1361,7 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
         "the tokens that differ are named"
     );
     retype(&mut h, "Sentence to compare", "the dog sat down");
-    wait_until(&mut h, "run B", |a| a.session.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
+    wait_until(&mut h, "run B", |a| a.features.compare.run_b.as_ref().is_some_and(|b| b.tokens.len() == 6));
     h.run_steps(2);
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("side-by-side.png");
@@ -1341,14 +1376,14 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
     h.state_mut().settings.interventions.ablated.insert((0, 1));
     wait_until(&mut h, "both runs", |a| {
         a.session.run.as_ref().is_some_and(|r| r.intervention.is_some())
-            && a.session.run_b.as_ref().is_some_and(|b| b.intervention.is_none() && b.tokens.len() == 5)
+            && a.features.compare.run_b.as_ref().is_some_and(|b| b.intervention.is_none() && b.tokens.len() == 5)
     });
     h.get_by_label("Difference B − A").click();
     h.get_by_label("L1").click();
     h.run_steps(2);
     let csv = dir.path().join("difference.csv");
     export_through_dialog(&mut h, &csv);
-    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().session.run_b.clone().unwrap());
+    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().features.compare.run_b.clone().unwrap());
     let heads = [0, 1, 2, 3];
     let (am, bm) = (a.attention.mean_of_heads(1, &heads), b.attention.mean_of_heads(1, &heads));
     let rows = csv_rows(&csv);
@@ -1399,8 +1434,8 @@ fn comparison_with_another_model_folder_loads_it_in_the_background() {
     // The same weights as B: the difference must be exactly zero everywhere.
     retype(&mut h, "Model B folder", tiny().to_str().unwrap());
     h.get_by_label("Use as B").click();
-    wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
-    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().session.run_b.clone().unwrap());
+    wait_until(&mut h, "run B", |a| a.features.compare.run_b.is_some());
+    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().features.compare.run_b.clone().unwrap());
     assert_eq!(b.model_name, "tiny-bert");
     assert_eq!(a.attention, b.attention);
     // A model of another shape: the view says what B has instead of failing.
@@ -1408,7 +1443,7 @@ fn comparison_with_another_model_folder_loads_it_in_the_background() {
     retype(&mut h, "Model B folder", relu.to_str().unwrap());
     h.get_by_label("Use as B").click();
     wait_until(&mut h, "run B of the other model", |a| {
-        a.session.run_b.as_ref().is_some_and(|b| b.model_name == "tiny-bert-relu")
+        a.features.compare.run_b.as_ref().is_some_and(|b| b.model_name == "tiny-bert-relu")
     });
     assert!(h.query_by_label_contains("has 3 layers × 2 heads").is_some());
 }
@@ -1609,7 +1644,7 @@ fn side_by_side_comparison_stacks_in_a_narrow_window_and_sits_side_by_side_in_a_
             });
         wait_until(&mut h, "the first run", |a| a.session.run.is_some());
         h.get_by_label("Compare").click();
-        wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+        wait_until(&mut h, "run B", |a| a.features.compare.run_b.is_some());
         h.run_steps(3);
         let (a, b) = compare_titles(&h);
         let line = h.get_by_label("Compare").rect().height() + 8.0;
@@ -1710,7 +1745,7 @@ fn check_settled(h: &Harness<'static, AttnvizApp>, seed: u64, step: usize) {
 
 fn settle(h: &mut Harness<'static, AttnvizApp>, seed: u64, step: usize) {
     let start = Instant::now();
-    while h.state().is_busy() || h.state().session.exporting.is_some() {
+    while h.state().is_busy() || h.state().session.tasks.exporting.is_some() {
         assert!(start.elapsed() < Duration::from_secs(120), "seed {seed} step {step}: never settles");
         std::thread::sleep(Duration::from_millis(5));
         h.step();
@@ -2146,13 +2181,13 @@ fn encoder_decoder_target_box_switches_encoder_decoder_cross_and_exports_the_cro
     h.get_by_label("Rollout / flow").click();
     settled(&mut h);
     assert!(h.query_by_label_contains("not defined for cross-attention").is_some());
-    assert!(h.state().session.flow.is_none() && h.state().session.flow_pending.is_none());
+    assert!(h.state().features.flow.slot.shown().is_none() && !h.state().features.flow.slot.is_pending());
     h.get_by_label("Export…").click();
     h.run_steps(2);
     retype(&mut h, "Export path", dir.path().join("rollout.png").to_str().unwrap());
     h.state_mut().session.status = None;
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the refused export", |a| a.session.exporting.is_none() && a.session.status.is_some());
+    wait_until(&mut h, "the refused export", |a| a.session.tasks.exporting.is_none() && a.session.status.is_some());
     let status = h.state().session.status.clone().unwrap();
     assert!(status.is_error && status.text.contains("not defined for cross-attention"), "{status:?}");
     assert!(!dir.path().join("rollout.png").exists());
@@ -2275,7 +2310,7 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     let n = tokens.len();
     let expected = model.lens(&tokens, &[], 5, &[], &Interventions::default()).unwrap();
     {
-        let lens = &h.state().session.lens;
+        let lens = &h.state().features.lens.state;
         assert!(lens.grid_done() && lens.in_flight.is_none(), "the whole grid arrived");
         // The selected (last) position's column came first, alone, then the grid.
         assert_eq!(lens.parts[0].lens.positions, [n - 1]);
@@ -2310,9 +2345,9 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     settled(&mut h);
     let id = model.tokenizer.single_id(" mat").unwrap();
     assert_eq!(h.state().settings.lens_watch, [" mat"]);
-    assert_eq!(h.state().session.lens.watched, [(" mat".to_string(), id)]);
+    assert_eq!(h.state().features.lens.state.watched, [(" mat".to_string(), id)]);
     let watched = model.lens(&tokens, &[], 5, &[id], &Interventions::default()).unwrap();
-    let lens = &h.state().session.lens;
+    let lens = &h.state().features.lens.state;
     for s in 0..watched.streams {
         for p in 0..n {
             let (got_id, prob, rank) = lens.tracked(1, s, p).unwrap();
@@ -2328,7 +2363,7 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     h.get_by_label("Rank").click();
     h.run_steps(2);
     assert_eq!(h.state().settings.lens_mode, LensMode::Rank);
-    let (label, _) = h.state().session.lens.shown(LensMode::Rank, 0, 0, 3).unwrap();
+    let (label, _) = h.state().features.lens.state.shown(LensMode::Rank, 0, 0, 3).unwrap();
     assert_eq!(label, watched.tracked[0].ranks[3].to_string());
     assert!(!h.state().is_busy(), "nothing computes once the lens is there");
     assert_idle(&mut h);
@@ -2337,11 +2372,11 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     h.step();
     h.get_by_label("Sentence A").type_text(" again");
     wait_until(&mut h, "the new text's lens", |a| {
-        a.session.run.as_ref().is_some_and(|r| r.tokens.len() > n) && a.session.lens.grid_done() && !a.is_busy()
+        a.session.run.as_ref().is_some_and(|r| r.tokens.len() > n) && a.features.lens.state.grid_done() && !a.is_busy()
     });
     let tokens = model.run(&h.state().settings.text, None).unwrap().tokens;
     let again = model.lens(&tokens, &[], 5, &[id], &Interventions::default()).unwrap();
-    let lens = &h.state().session.lens;
+    let lens = &h.state().features.lens.state;
     assert_eq!(lens.positions, tokens.len());
     for p in 0..tokens.len() {
         assert_eq!(lens.cell(again.streams - 1, p).unwrap(), again.cell(again.streams - 1, p).collect::<Vec<_>>());
@@ -2379,7 +2414,7 @@ fn logit_lens_exports_png_and_numbers() {
             }
             "lens.csv" => {
                 let csv = String::from_utf8(bytes).unwrap();
-                let lens = &h.state().session.lens;
+                let lens = &h.state().features.lens.state;
                 assert_eq!(csv.lines().count(), lens.streams + 1, "a header and one line per stream");
                 let top = lens.cell(0, 0).unwrap()[0].1;
                 let first: f32 = csv.lines().nth(1).unwrap().split(',').nth(1).unwrap().parse().unwrap();
@@ -2393,10 +2428,10 @@ fn logit_lens_exports_png_and_numbers() {
 #[test]
 fn logit_lens_says_why_a_model_without_a_head_has_none() {
     let h = lens_app("tiny-bert", "no head here");
-    let why = h.state().session.lens_refusal.clone().expect("tiny-bert has no head");
+    let why = h.state().features.lens.refusal.clone().expect("tiny-bert has no head");
     assert!(why.contains("no language-model head"), "{why}");
     h.get_by_label(&why);
-    assert!(h.state().session.lens.key.is_none(), "nothing is computed");
+    assert!(h.state().features.lens.state.key.is_none(), "nothing is computed");
     assert!(!h.state().is_busy());
 }
 
@@ -2412,7 +2447,8 @@ fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
     let n = tokens.len();
     let faithful = Interventions::default();
     let expected = model.attribute(&tokens, n - 1, None, None, &faithful).unwrap();
-    let shown = |h: &Harness<'static, AttnvizApp>| h.state().session.dla.as_ref().unwrap().1.clone().unwrap();
+    let shown =
+        |h: &Harness<'static, AttnvizApp>| h.state().features.attribution.dla.shown().unwrap().1.0.clone().unwrap();
     assert_eq!(*shown(&h), expected, "the last position, the top prediction");
     // The view says that the terms sum to the logit, with the numbers shown.
     h.get_by_label_contains(&format!("Σ terms = {:.4} = logit {:.4}", expected.total(), expected.logit));
@@ -2424,7 +2460,7 @@ fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
     assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (1, vec![2]));
     assert_eq!(h.state().settings.view, View::Attribution);
     let effect = model.head_effect(&tokens, n - 1, (1, 2), 8, &faithful).unwrap();
-    let shown_effect = h.state().session.effect.as_ref().unwrap().1.clone().unwrap();
+    let shown_effect = h.state().features.attribution.effect.shown().unwrap().1.clone().unwrap();
     let ids: Vec<f32> = shown_effect.promoted.iter().map(|(_, v)| *v).collect();
     assert_eq!(ids, effect.promoted.iter().map(|(_, v)| *v).collect::<Vec<_>>());
     let first = &shown_effect.promoted[0];
@@ -2508,7 +2544,7 @@ fn head_roles_colour_the_statistics_grid_and_the_probe_shows_induction_heads() {
     h.run_steps(2);
     retype(&mut h, "Export path", path.to_str().unwrap());
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the export", |a| a.session.exporting.is_none() && path.is_file());
+    wait_until(&mut h, "the export", |a| a.session.tasks.exporting.is_none() && path.is_file());
     let csv = std::fs::read_to_string(&path).unwrap();
     let cell: f32 = csv.lines().nth(1).unwrap().split(',').nth(1).unwrap().parse().unwrap();
     assert_eq!(cell, probed.induction[0]);
@@ -2569,7 +2605,7 @@ fn contribution_graph_draws_the_library_routes_and_a_clicked_edge_selects_its_he
     assert_eq!(h.state().settings.graph_head, Some((usize::from(layer), head, to as usize)));
     assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (usize::from(layer), vec![head]));
     let effect = model.head_effect(&tokens, to as usize, (usize::from(layer), head), 8, &faithful).unwrap();
-    let shown_effect = h.state().session.effect.as_ref().unwrap().1.clone().unwrap();
+    let shown_effect = h.state().features.attribution.effect.shown().unwrap().1.clone().unwrap();
     assert_eq!(
         shown_effect.promoted.iter().map(|p| p.1).collect::<Vec<_>>(),
         effect.promoted.iter().map(|p| p.1).collect::<Vec<_>>()
@@ -2599,9 +2635,9 @@ fn contribution_graph_says_why_a_post_ln_model_has_none() {
     let mut h = h;
     h.get_by_label("Contribution graph").click();
     settled(&mut h);
-    let why = h.state().session.graph_refusal.clone().expect("BERT normalises after each block");
+    let why = h.state().features.graph.refusal.clone().expect("BERT normalises after each block");
     h.get_by_label(&why);
-    assert!(h.state().session.graph.is_none());
+    assert!(h.state().features.graph.slot.shown().is_none());
 }
 
 /// Opens tiny-llama on `text` and waits for its first run.
@@ -2772,9 +2808,9 @@ fn difference_of_the_apps_own_example_pair_is_drawn_with_the_differing_token_mar
     h.get_by_label("Compare").click();
     h.run_steps(2);
     h.get_by_label("Difference B − A").click();
-    wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+    wait_until(&mut h, "run B", |a| a.features.compare.run_b.is_some());
     settled(&mut h);
-    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().session.run_b.clone().unwrap());
+    let (a, b) = (h.state().session.run.clone().unwrap(), h.state().features.compare.run_b.clone().unwrap());
     assert_eq!((a.tokens.len(), b.tokens.len()), (16, 16));
     assert!(h.query_by_label_contains("needs as many tokens").is_none(), "not refused");
     assert!(h.query_by_label_contains("The tokens differ at position 13 (“tired” / “wide”)").is_some());
@@ -2925,7 +2961,7 @@ fn an_attention_file_opens_in_every_view_that_needs_only_attention() {
     h.run_steps(2);
     retype(&mut h, "Model B folder", vit.to_str().unwrap());
     h.get_by_label("Use as B").click();
-    wait_until(&mut h, "run B", |a| a.session.run_b.is_some());
+    wait_until(&mut h, "run B", |a| a.features.compare.run_b.is_some());
     h.get_by_label("Difference B − A").click();
     settled(&mut h);
     assert!(h.query_by_label_contains("largest change 0.0000").is_some(), "the same file: no difference");

@@ -47,7 +47,7 @@ fn wait_until(h: &mut Harness<'static, AttnvizApp>, what: &str, cond: impl Fn(&A
 }
 
 fn lab_step(a: &AttnvizApp) -> usize {
-    a.session.lab.as_ref().map_or(0, |l| l.step)
+    a.features.lab.lab.as_ref().map_or(0, |l| l.step)
 }
 
 #[test]
@@ -71,7 +71,7 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     h.run_steps(2);
     h.get_by_label("Train a transformer…").click();
     h.run_steps(2);
-    assert!(h.state().session.lab_open);
+    assert!(h.state().features.lab.open);
     h.get_by_label("▶ Train").click();
     wait_until(&mut h, "an evaluated, installed network", |a| {
         lab_step(a) >= 20 && a.session.model.as_ref().is_some_and(|m| m.name.starts_with("trained induction"))
@@ -88,7 +88,7 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     // Pause: the steps stop.
     h.get_by_label("Pause").click();
     h.run_steps(2);
-    assert_eq!(h.state().session.lab.as_ref().unwrap().state, LabState::Paused);
+    assert_eq!(h.state().features.lab.lab.as_ref().unwrap().state, LabState::Paused);
     std::thread::sleep(Duration::from_millis(300));
     h.run_steps(3);
     let paused_at = lab_step(h.state());
@@ -98,7 +98,7 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     assert!(paused_at < 400);
 
     // Scrub back one checkpoint with the keyboard: the views show the network at that step.
-    let lab = h.state().session.lab.as_ref().unwrap();
+    let lab = h.state().features.lab.lab.as_ref().unwrap();
     let kept = lab.checkpoints.clone();
     assert!(kept.len() >= 3, "{kept:?}");
     let last = *kept.last().unwrap();
@@ -107,12 +107,12 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     h.key_press(Key::ArrowLeft);
     let earlier = kept[kept.len() - 2];
     wait_until(&mut h, "the checkpoint's network", |a| {
-        a.session.lab.as_ref().is_some_and(|l| l.scrubbed == Some(kept.len() - 2) && l.shown_step == earlier)
+        a.features.lab.lab.as_ref().is_some_and(|l| l.scrubbed == Some(kept.len() - 2) && l.shown_step == earlier)
             && a.session.model.as_ref().is_some_and(|m| m.name.ends_with(&format!("step {earlier}")))
     });
     h.get_by_label("Live").click();
     wait_until(&mut h, "the live network again", |a| {
-        a.session.lab.as_ref().is_some_and(|l| l.scrubbed.is_none())
+        a.features.lab.lab.as_ref().is_some_and(|l| l.scrubbed.is_none())
             && a.session.model.as_ref().is_some_and(|m| m.name.ends_with(&format!("step {paused_at}")))
     });
 
@@ -124,8 +124,8 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     h.get_by_label("Save to").type_text(target.to_str().unwrap());
     h.run_steps(1);
     h.get_by_label("Save").click();
-    wait_until(&mut h, "the save", |a| a.session.lab.as_ref().is_some_and(|l| l.saved.is_some()));
-    let saved = h.state().session.lab.as_ref().unwrap().saved.clone().unwrap();
+    wait_until(&mut h, "the save", |a| a.features.lab.lab.as_ref().is_some_and(|l| l.saved.is_some()));
+    let saved = h.state().features.lab.lab.as_ref().unwrap().saved.clone().unwrap();
     assert_eq!(saved.unwrap(), target);
     let loaded = LoadedModel::load(&target).unwrap();
     let run = loaded.run(&probe, None).unwrap();
@@ -137,8 +137,8 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     h.get_by_label("▶ Resume").click();
     wait_until(&mut h, "more steps", |a| lab_step(a) >= paused_at + 30);
     h.get_by_label("Stop").click();
-    wait_until(&mut h, "the stop", |a| a.session.lab.as_ref().is_some_and(|l| l.state == LabState::Stopped));
-    let lab = h.state().session.lab.as_ref().unwrap();
+    wait_until(&mut h, "the stop", |a| a.features.lab.lab.as_ref().is_some_and(|l| l.state == LabState::Stopped));
+    let lab = h.state().features.lab.lab.as_ref().unwrap();
     let stopped_at = lab.step;
     assert!(stopped_at < 400);
     assert_eq!(lab.losses.len(), stopped_at, "one loss per step");
@@ -156,7 +156,7 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
         a.session.model.as_ref().is_some_and(|m| m.name == "tiny-bert") && a.session.run.is_some() && !a.is_busy()
     });
     assert_eq!(h.state().settings.text, "the cat sat");
-    assert!(h.state().session.lab.is_none() && !h.state().session.lab_open);
+    assert!(h.state().features.lab.lab.is_none() && !h.state().features.lab.open);
 }
 
 #[test]
@@ -172,5 +172,5 @@ fn invalid_settings_are_explained_and_train_is_disabled() {
     assert!(h.query_by_label(message).is_some(), "the error is shown next to d_model");
     h.get_by_label("▶ Train").click();
     h.run_steps(3);
-    assert!(h.state().session.lab.is_none(), "nothing trains with invalid settings");
+    assert!(h.state().features.lab.lab.is_none(), "nothing trains with invalid settings");
 }

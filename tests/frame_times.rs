@@ -118,7 +118,7 @@ fn long_input_frame_times() {
             .build_eframe(move |cc| AttnvizApp::with_storage(&cc.egui_ctx, None, startup));
         // The model loads first; the clock starts once the run is asked for.
         let start = Instant::now();
-        while h.state().session.requested_run_id == 0 || h.state().session.model.is_none() {
+        while h.state().session.asked.requested_run_id == 0 || h.state().session.model.is_none() {
             h.step();
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -181,13 +181,13 @@ fn readout_frame_times() {
         h.state_mut().settings.view = View::Lens;
         let asked = Instant::now();
         let (mut column_s, mut busy_frames, mut busy_ms) = (None, 0usize, 0.0f64);
-        while !h.state().session.lens.grid_done() {
+        while !h.state().features.lens.state.grid_done() {
             assert!(asked.elapsed() < Duration::from_secs(900), "no lens");
             let t = Instant::now();
             h.step();
             busy_ms += t.elapsed().as_secs_f64() * 1e3;
             busy_frames += 1;
-            if column_s.is_none() && h.state().session.lens.streams > 0 {
+            if column_s.is_none() && h.state().features.lens.state.streams > 0 {
                 column_s = Some(asked.elapsed().as_secs_f64());
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -2,12 +2,22 @@
 
 #[allow(clippy::module_inception)] // app/app.rs holds the eframe::App, as in the house layout
 pub mod app;
+pub mod attribution;
 pub mod command;
+pub mod compare;
 pub mod data;
 pub mod derive;
+pub mod features;
+pub mod figure;
+pub mod generation;
+pub mod graph;
+pub mod handle;
 pub mod lab;
 pub mod lens;
-pub mod readout;
+pub mod rollout;
+pub mod runs;
+pub mod session;
+pub mod slot;
 pub mod state;
 pub mod views;
 pub mod worker;
@@ -16,7 +26,8 @@ use std::path::PathBuf;
 
 pub use app::{AttnvizApp, SAVE_AFTER, Startup};
 pub use command::{Command, Commands, Setting};
-pub use data::{FlowKey, FlowResult, Status, ViewData};
+pub use data::{Status, ViewData};
+pub use rollout::{Flow, FlowKey};
 
 /// Opens the desktop app window.
 /// OpenGL (glow) unless `ATTNVIZ_RENDERER=wgpu`: without a GPU (VMs, remote desktops, laptops

@@ -291,7 +291,7 @@ fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> 
         ViewArg::Lens => {
             let lens = model.lens(&tokens, &[], crate::app::lens::LENS_TOP_K, &[], &interventions)?;
             let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())).copied();
-            let names = crate::app::readout::token_labels(&model, named.collect::<Vec<_>>());
+            let names = crate::app::attribution::token_labels(&model, named.collect::<Vec<_>>());
             let state = crate::app::lens::LensState {
                 positions: n,
                 streams: lens.streams,
@@ -308,24 +308,24 @@ fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> 
             let title = format!(
                 "{} · direct logit attribution of {} at position {position} “{}” · Σ terms = {:.3}, logit {:.3}",
                 model.name,
-                crate::app::readout::target_text(&a),
+                crate::app::attribution::target_text(&a),
                 labels[position],
                 a.total(),
                 a.logit
             );
-            Figure::Attribution(Arc::new(crate::app::readout::attribution_table(&a, title)))
+            Figure::Attribution(Arc::new(crate::app::attribution::attribution_table(&a, title)))
         }
         _ => {
             let run = model.contributions(&tokens, &interventions)?;
             let named = run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
-            let names = crate::app::readout::token_labels(&model, named.collect::<Vec<_>>());
-            let graph = crate::app::readout::GraphShown { run, labels: names };
+            let names = crate::app::attribution::token_labels(&model, named.collect::<Vec<_>>());
+            let graph = crate::app::graph::GraphShown { run, labels: names };
             let threshold = if args.threshold > 0.0 { args.threshold } else { 0.04 };
             let title = format!(
                 "{} · contribution graph to the prediction at position {position} “{}” · threshold {threshold:.2}",
                 model.name, labels[position]
             );
-            Figure::Graph(Arc::new(crate::app::readout::graph_figure(&graph, &labels, (position, threshold), title).0))
+            Figure::Graph(Arc::new(crate::app::graph::graph_figure(&graph, &labels, (position, threshold), title).0))
         }
     };
     report_written(&args.output, export_file(None, &figure, style, &args.output)?);

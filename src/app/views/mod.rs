@@ -3,26 +3,19 @@
 //! commands; it never imports the app. Expensive derived data is computed off the UI thread
 //! (`app::derive`); a view keeps only what it draws (textures), keyed by what they depend on.
 
-pub mod attribution_view;
-pub mod compare_view;
 pub mod export_dialog;
 pub mod figure;
-pub mod generation_panel;
-pub mod graph_view;
 pub mod head_view;
 pub mod heatmap_view;
 pub mod input_bar;
 pub mod interventions_panel;
-pub mod lens_view;
 pub mod matrix;
 pub mod model_view;
 pub mod neuron_view;
 pub mod pe_view;
 pub mod playground_panel;
-pub mod rollout_view;
 pub mod side_panel;
 pub mod stats_view;
-pub mod train_panel;
 
 use egui::{Color32, RichText};
 
@@ -49,19 +42,19 @@ pub struct Views {
     /// Statistics view: the grid texture.
     pub stats: stats_view::StatsView,
     /// Rollout view: the texture.
-    pub rollout: rollout_view::RolloutView,
+    pub rollout: crate::app::rollout::view::RolloutView,
     /// Comparison view: textures and the typed model folder.
-    pub compare: compare_view::CompareView,
+    pub compare: crate::app::compare::view::CompareView,
     /// Continue the text and step through what the model wrote.
-    pub generation: generation_panel::GenerationPanel,
+    pub generation: crate::app::generation::panel::GenerationPanel,
     /// Logit lens: the watch box.
-    pub lens: lens_view::LensView,
+    pub lens: crate::app::lens::view::LensView,
     /// Logit attribution: the grid's texture.
-    pub attribution: attribution_view::AttributionView,
+    pub attribution: crate::app::attribution::view::AttributionView,
     /// Contribution graph: the laid-out routes.
-    pub graph: graph_view::GraphView,
+    pub graph: crate::app::graph::view::GraphView,
     /// The training lab's panel: the typed save folder.
-    pub train: train_panel::TrainPanel,
+    pub train: crate::app::lab::panel::TrainPanel,
 }
 
 impl Views {
@@ -76,13 +69,13 @@ impl Views {
             heatmap: heatmap_view::HeatmapView::default(),
             pe: pe_view::PeView::default(),
             stats: stats_view::StatsView::default(),
-            rollout: rollout_view::RolloutView::default(),
-            compare: compare_view::CompareView::default(),
-            generation: generation_panel::GenerationPanel::default(),
-            lens: lens_view::LensView::default(),
-            attribution: attribution_view::AttributionView::default(),
-            graph: graph_view::GraphView::default(),
-            train: train_panel::TrainPanel::default(),
+            rollout: crate::app::rollout::view::RolloutView::default(),
+            compare: crate::app::compare::view::CompareView::default(),
+            generation: crate::app::generation::panel::GenerationPanel::default(),
+            lens: crate::app::lens::view::LensView::default(),
+            attribution: crate::app::attribution::view::AttributionView::default(),
+            graph: crate::app::graph::view::GraphView::default(),
+            train: crate::app::lab::panel::TrainPanel::default(),
         }
     }
 
@@ -91,10 +84,10 @@ impl Views {
         self.input.ui(ui, data, commands);
         self.side.ui(ui, data, commands);
         status_bar_ui(ui, data);
-        if data.lab_open {
+        if data.features.lab.open {
             self.train.ui(ui, data, commands);
         }
-        if generation_panel::GenerationPanel::shown(data) {
+        if crate::app::generation::panel::GenerationPanel::shown(data) {
             egui::Panel::right("generation").resizable(false).exact_size(270.0).show(ui, |ui| {
                 egui::ScrollArea::vertical().show(ui, |ui| self.generation.ui(ui, data, commands));
             });
@@ -247,7 +240,7 @@ pub fn position_ui(ui: &mut egui::Ui, title: &str, hint: &str, labels: &[String]
 }
 
 /// What the head `(layer_idx, head_idx)`'s write at `position` promotes and suppresses, once the
-/// worker has it (`data.effect`); a button opens the head in the heatmap.
+/// worker has it (`data.features.attribution.effect`); a button opens the head in the heatmap.
 pub fn head_effect_ui(
     ui: &mut egui::Ui,
     data: &ViewData<'_>,
@@ -261,18 +254,19 @@ pub fn head_effect_ui(
             commands.push(Command::OpenHead { layer_idx, head_idx });
         }
     });
-    if data.lens_refusal.is_some() {
+    if data.features.lens.refusal.is_some() {
         return; // no language-model head to read what it promotes with
     }
-    match data.effect.filter(|e| e.0.head == (layer_idx, head_idx) && e.0.position == position) {
-        Some((_, Ok(effect))) if !data.effect_pending => {
+    let slot = &data.features.attribution.effect;
+    match slot.shown().filter(|e| e.0.head == (layer_idx, head_idx) && e.0.position == position) {
+        Some((_, Ok(effect))) if !slot.is_pending() => {
             let list = |items: &[(String, f32)]| {
                 items.iter().map(|(t, v)| format!("“{t}” {v:+.3}")).collect::<Vec<_>>().join("  ")
             };
-            ui.label(format!("Promotes (top {}): {}", crate::app::readout::EFFECT_K, list(&effect.promoted)));
+            ui.label(format!("Promotes (top {}): {}", crate::app::attribution::EFFECT_K, list(&effect.promoted)));
             ui.label(format!("Suppresses: {}", list(&effect.suppressed)));
         }
-        Some((_, Err(e))) if !data.effect_pending => {
+        Some((_, Err(e))) if !slot.is_pending() => {
             ui.colored_label(ui.visuals().error_fg_color, capitalised(e));
         }
         _ => computing_ui(ui, "what this head promotes"),

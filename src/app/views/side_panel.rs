@@ -95,8 +95,7 @@ impl SidePanel {
             ui.label(RichText::new(&m.name).strong());
             ui.label(format!("{} · {} layers × {} heads × {} wide", m.family, m.layers, m.heads, m.hidden));
             ui.label(format!("up to {} tokens", m.max_positions));
-            ui.label(RichText::new(m.dir.display().to_string()).small().weak())
-                .on_hover_text("Loaded from this folder");
+            path_label_ui(ui, &m.dir).on_hover_text(format!("Loaded from this folder:\n{}", m.dir.display()));
         }
         if let Some(dir) = data.loading {
             ui.horizontal(|ui| {
@@ -178,7 +177,7 @@ fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'_>) {
 fn attention_file_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
     ui.label(RichText::new("Attention file").strong());
     if let Some(path) = &data.settings.attention_file {
-        ui.label(RichText::new(path.display().to_string()).small().weak());
+        path_label_ui(ui, path);
     }
     if let Some(run) = data.run {
         let a = &run.attention;
@@ -374,5 +373,62 @@ mod tests {
         }
         assert_eq!(contrast_text(Color32::from_rgb(0, 200, 0)), Color32::from_rgb(20, 20, 20));
         assert_eq!(contrast_text(Color32::from_rgb(100, 180, 100)), Color32::from_rgb(245, 245, 245));
+    }
+}
+
+/// A folder's path on one line, small and weak, its middle elided ("/home/…/models/tiny") when it
+/// is wider than the panel: a long path would wrap and move everything below it. Its accessible
+/// name is the whole path.
+fn path_label_ui(ui: &mut egui::Ui, path: &std::path::Path) -> egui::Response {
+    let whole = path.display().to_string();
+    let font = egui::TextStyle::Small.resolve(ui.style());
+    let width =
+        |text: &str| ui.fonts_mut(|f| f.layout_no_wrap(text.to_string(), font.clone(), Color32::WHITE).size().x);
+    let shown = elide_middle(&whole, ui.available_width(), width);
+    let response = ui.add(egui::Label::new(RichText::new(&shown).small().weak()).wrap_mode(egui::TextWrapMode::Extend));
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &whole));
+    response
+}
+
+/// `text` with characters removed from its middle (replaced by "…") until `width` of it fits
+/// `room`; the whole text when it fits. Keeps at least one character on each side.
+pub fn elide_middle(text: &str, room: f32, width: impl Fn(&str) -> f32) -> String {
+    if width(text) <= room {
+        return text.to_string();
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let with_kept = |kept: usize| {
+        let head = kept.div_ceil(2);
+        let tail = kept - head;
+        let mut s: String = chars[..head].iter().collect();
+        s.push('…');
+        s.extend(&chars[chars.len() - tail..]);
+        s
+    };
+    // The most characters kept that still fit (a binary search over how many are kept).
+    let (mut lo, mut hi) = (2.min(chars.len()), chars.len().saturating_sub(1));
+    if lo >= hi || width(&with_kept(lo)) > room {
+        return with_kept(lo.min(chars.len()));
+    }
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if width(&with_kept(mid)) <= room { lo = mid } else { hi = mid - 1 }
+    }
+    with_kept(lo)
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::elide_middle;
+
+    #[test]
+    fn a_long_path_keeps_both_ends_and_fits() {
+        let width = |s: &str| s.chars().count() as f32;
+        let path = "/tmp/tmp.abcdefghij/p/tests/fixtures/models/tiny-bert";
+        assert_eq!(elide_middle(path, 100.0, width), path);
+        let shown = elide_middle(path, 20.0, width);
+        assert_eq!(shown.chars().count(), 20);
+        assert!(shown.starts_with("/tmp/tmp.a") && shown.ends_with("tiny-bert") && shown.contains('…'), "{shown}");
+        assert_eq!(elide_middle("abc", 0.0, width), "a…c");
     }
 }

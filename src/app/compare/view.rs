@@ -3,10 +3,10 @@
 
 use egui::RichText;
 
-use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui, prepare_matrix, symmetric_range};
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
 use crate::app::state::{CompareMode, CompareSource, Settings};
+use crate::app::views::matrix::{MatrixSpec, MatrixTexture, matrix_ui, prepare_matrix, symmetric_range};
 use crate::render::Colormap;
 
 /// The comparison view's state: textures and the typed model folder.
@@ -71,11 +71,11 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
         }
         CompareSource::Interventions => {}
     }
-    if let Some(why) = data.compare_error {
+    if let Some(why) = data.features.compare.error.as_deref() {
         ui.colored_label(ui.visuals().warn_fg_color, why);
         return;
     }
-    let Some(b) = data.run_b else {
+    let Some(b) = data.features.compare.run_b.as_ref() else {
         ui.horizontal(|ui| {
             ui.spinner();
             ui.label("Running B…");
@@ -116,7 +116,7 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
     } else {
         settings.compare.mode
     };
-    let base_key = (data.view_id, data.compare_id, layer_idx, heads.clone());
+    let base_key = (data.view_id, data.features.compare.compare_id, layer_idx, heads.clone());
     let cell = settings.cell_size.min(36.0);
     let differ = difference.unwrap_or_default();
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| match mode {
@@ -146,7 +146,7 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
             matrix_ui(
                 ui,
                 &mut cache.diff,
-                super::matrix::key_of(&("diff", &base_key)),
+                crate::app::views::matrix::key_of(&("diff", &base_key)),
                 &MatrixSpec {
                     id: "compare-diff",
                     values: &diff,
@@ -235,7 +235,9 @@ fn side_by_side_ui(
         .iter()
         .zip(textures.iter_mut())
         .enumerate()
-        .map(|(i, (spec, tex))| prepare_matrix(ui, tex, super::matrix::key_of(&(runs[i].0, base_key)), spec).x)
+        .map(|(i, (spec, tex))| {
+            prepare_matrix(ui, tex, crate::app::views::matrix::key_of(&(runs[i].0, base_key)), spec).x
+        })
         .collect();
     let spacing = ui.spacing().item_spacing.x;
     let fits = widths.iter().sum::<f32>() + spacing <= ui.available_width();
@@ -243,7 +245,7 @@ fn side_by_side_ui(
         for (i, (spec, tex)) in specs.iter().zip(textures).enumerate() {
             ui.vertical(|ui| {
                 ui.add(egui::Label::new(RichText::new(&prepared[i].0).strong()).extend());
-                matrix_ui(ui, tex, super::matrix::key_of(&(runs[i].0, base_key)), spec);
+                matrix_ui(ui, tex, crate::app::views::matrix::key_of(&(runs[i].0, base_key)), spec);
             });
         }
     };

@@ -5,8 +5,8 @@
 
 use egui::{Color32, RichText};
 
-use super::super::command::{Command, Commands};
-use super::super::data::ViewData;
+use crate::app::command::{Command, Commands};
+use crate::app::data::ViewData;
 use crate::render::Side;
 
 /// Most tokens one "Continue" may ask for.

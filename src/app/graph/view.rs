@@ -10,7 +10,7 @@ use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
 
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
-use crate::app::readout::{EdgeHead, GraphShown, graph_figure};
+use crate::app::graph::{EdgeHead, GraphShown, graph_figure};
 use crate::export::GraphFigure;
 use crate::render::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width};
 
@@ -28,9 +28,9 @@ pub struct GraphView {
 impl GraphView {
     /// Draws the view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
-        if let Some(why) = data.graph_refusal {
+        if let Some(why) = data.features.graph.refusal.as_deref() {
             let what = "The graph splits each block's write into its parts: a decoder whose blocks add to the stream.";
-            super::refusal_ui(ui, why, what);
+            crate::app::views::refusal_ui(ui, why, what);
             return;
         }
         let Some(tokens) = data.lens_tokens else { return };
@@ -42,14 +42,15 @@ impl GraphView {
         let position = settings.graph_position.unwrap_or(n - 1).min(n - 1);
         let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
         controls_ui(ui, settings, &labels, position, commands);
-        let graph = match data.graph {
-            Some((source_id, Ok(graph), ms)) if !data.graph_pending => (source_id, graph, ms),
-            Some((_, Err(e), _)) if !data.graph_pending => {
-                ui.colored_label(ui.visuals().error_fg_color, super::capitalised(e));
+        let slot = &data.features.graph.slot;
+        let graph = match slot.shown() {
+            Some((source_id, (Ok(graph), ms))) if !slot.is_pending() => (source_id, graph, ms),
+            Some((_, (Err(e), _))) if !slot.is_pending() => {
+                ui.colored_label(ui.visuals().error_fg_color, crate::app::views::capitalised(e));
                 return;
             }
             _ => {
-                super::computing_ui(ui, &format!("the contribution graph of {n} tokens"));
+                crate::app::views::computing_ui(ui, &format!("the contribution graph of {n} tokens"));
                 return;
             }
         };
@@ -93,7 +94,7 @@ fn controls_ui(
 ) {
     ui.horizontal_wrapped(|ui| {
         if let Some(pos) =
-            super::position_ui(ui, "Prediction at", "The output position traced (← / →)", labels, position)
+            crate::app::views::position_ui(ui, "Prediction at", "The output position traced (← / →)", labels, position)
         {
             commands.push(Command::Set(Setting::GraphPosition(Some(pos))));
         }
@@ -145,12 +146,13 @@ fn graph_ui(
     for node in &figure.nodes {
         let p = at(node.column, node.level);
         painter.circle_filled(p, 3.0, text);
-        let galley = super::matrix::fitted_label(&painter, &node.label, &font, text, col_w * 0.6);
+        let galley = crate::app::views::matrix::fitted_label(&painter, &node.label, &font, text, col_w * 0.6);
         painter.galley(pos2(p.x + 5.0, p.y - galley.size().y - 1.0), galley, text);
     }
     for (i, token) in figure.tokens.iter().enumerate() {
         let p = at(i as f32, 0.0);
-        let galley = super::matrix::fitted_label(&painter, token, &FontId::proportional(12.0), text, col_w - 4.0);
+        let galley =
+            crate::app::views::matrix::fitted_label(&painter, token, &FontId::proportional(12.0), text, col_w - 4.0);
         painter.galley(pos2(p.x - galley.size().x / 2.0, bottom + row_h / 2.0), galley, text);
     }
     // A dot in the middle of each attention edge: hover names it, a click selects its head.
@@ -174,7 +176,7 @@ fn graph_ui(
         }
         if resp.clicked() {
             commands.push(Command::Set(Setting::GraphHead(Some(*head))));
-            super::select_head(settings, (head.0, head.1), commands);
+            crate::app::views::select_head(settings, (head.0, head.1), commands);
         }
         resp.on_hover_text_at_pointer(format!(
             "{}\nproportion {:.4}\nClick to select this head",
@@ -193,5 +195,5 @@ fn head_ui(ui: &mut egui::Ui, data: &ViewData<'_>, graph: &GraphShown, labels: &
         return;
     };
     let title = format!("Layer {layer_idx} head {head_idx}, writing into “{}”", labels[position]);
-    super::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+    crate::app::views::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
 }

@@ -1,81 +1,65 @@
-//! Direct logit attribution and a head's effect as the app holds them: computed on the worker
-//! thread, keyed by what they were computed for so a result of an older input is never shown.
+//! The contribution graph: the routes from a prediction back to the input tokens, computed on the
+//! worker's graph thread once per token run, held in a slot keyed by that run, and its view.
 
-use crate::analysis::attribution::Attribution;
+pub mod view;
 
-/// The readable label of every token id in `ids` (each once).
-pub fn token_labels(
-    model: &crate::model::LoadedModel,
-    ids: impl IntoIterator<Item = u32>,
-) -> std::collections::BTreeMap<u32, String> {
-    let mut labels = std::collections::BTreeMap::new();
-    for id in ids {
-        labels.entry(id).or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(id)));
-    }
-    labels
+use std::sync::Arc;
+
+use crate::app::attribution::EffectKey;
+use crate::app::session::{FILE_NEEDS_MODEL, Shown};
+use crate::app::slot::Slot;
+use crate::app::state::{Source, View};
+use crate::app::worker::Job;
+
+/// The contribution graph view's results.
+#[derive(Default)]
+pub struct Feature {
+    /// The graph shown (and the milliseconds it took), by the id of the token run it is of.
+    pub slot: Slot<u64, (Result<Arc<GraphShown>, String>, f64)>,
+    /// Why the contribution graph does not apply (None: it does).
+    pub refusal: Option<String>,
 }
 
-/// Tokens listed as a head's write promotes and suppresses.
-pub const EFFECT_K: usize = 8;
-
-/// What an attribution is of.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct DlaKey {
-    /// Id of the model's token-level run.
-    pub source_id: u64,
-    /// The position.
-    pub position: usize,
-    /// The target token as typed (empty: the top prediction).
-    pub target: String,
-    /// The token subtracted, as typed (empty: none).
-    pub versus: String,
-}
-
-/// What a head's effect is of.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct EffectKey {
-    /// Id of the model's token-level run.
-    pub source_id: u64,
-    /// The position.
-    pub position: usize,
-    /// Layer and head.
-    pub head: (usize, usize),
-}
-
-/// A head's effect with its tokens' labels.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EffectShown {
-    /// `(label, logit change)`, largest first.
-    pub promoted: Vec<(String, f32)>,
-    /// `(label, logit change)`, most negative first.
-    pub suppressed: Vec<(String, f32)>,
-}
-
-/// The attribution as a table: rows the layers then the embeddings, columns the heads then the
-/// attention bias and the MLP (cells that do not exist are NaN).
-pub fn attribution_table(a: &Attribution, title: String) -> crate::export::Table {
-    let (layers, heads) = (a.layers, a.heads_per_layer);
-    let cols = heads + 2;
-    let mut values = vec![f32::NAN; (layers + 1) * cols];
-    for l in 0..layers {
-        values[l * cols..l * cols + heads].copy_from_slice(&a.heads[l * heads..(l + 1) * heads]);
-        values[l * cols + heads] = a.attention_biases.get(l).copied().unwrap_or(f32::NAN);
-        values[l * cols + heads + 1] = a.mlps.get(l).copied().unwrap_or(f32::NAN);
-    }
-    values[layers * cols] = a.embeddings;
-    let mut col_labels: Vec<String> = (0..heads).map(|h| format!("H{h}")).collect();
-    col_labels.extend(["attn bias".to_string(), "MLP".to_string()]);
-    let mut row_labels: Vec<String> = (0..layers).map(|l| format!("L{l}")).collect();
-    row_labels.push("embeddings".to_string());
-    crate::export::Table { title, row_labels, col_labels, values }
-}
-
-/// What the attribution's target is, in words: "“ Paris”" or "“ Paris” − “ London”".
-pub fn target_text(a: &Attribution) -> String {
-    let pretty = crate::analysis::tokens::pretty_label;
-    match &a.versus_token {
-        Some(v) => format!("“{}” − “{}”", pretty(&a.target_token), pretty(v)),
-        None => format!("“{}”", pretty(&a.target_token)),
+impl Feature {
+    /// Asks the worker for the contribution graph of the token run (once per run) and, through
+    /// `attribution`, for the effect of the head selected on one of its edges, when the graph
+    /// view is open. `no_head`: the model has no language-model head (no effect to show).
+    pub fn request(&mut self, shown: &Shown<'_>, attribution: &mut crate::app::attribution::Feature, no_head: bool) {
+        let settings = shown.settings;
+        self.refusal = if settings.source == Source::File {
+            Some(FILE_NEEDS_MODEL.replace("{what}", "the contribution graph follows"))
+        } else if settings.source == Source::Playground {
+            Some("The playground is a random encoder: the contribution graph follows the pretrained model.".into())
+        } else if let Some(why) = shown.model.and_then(|m| m.contribution_refusal.clone()) {
+            Some(crate::app::views::capitalised(&why) + ".")
+        } else if shown.token_run.is_some_and(|t| t.run.long.is_some()) {
+            Some(format!(
+                "This input is longer than “Record up to” ({} tokens) and is shown pooled: the graph reads inputs \
+                 recorded token by token.",
+                settings.record_tokens
+            ))
+        } else {
+            None
+        };
+        let Some(t) = shown.readout_input(View::Graph, self.refusal.is_some()) else { return };
+        let source_id = t.source_id;
+        let tokens = Arc::new(t.run.tokens.clone());
+        let (layers, heads, n) = (t.run.attention.layers(), t.run.attention.heads(), t.run.tokens.len());
+        let interventions = settings.interventions.clone();
+        if self.slot.want(&source_id) {
+            let (tokens, interventions) = (Arc::clone(&tokens), interventions.clone());
+            shown.worker.send(Job::Contributions { id: shown.worker.next_id(), source_id, tokens, interventions });
+        }
+        // The head effect needs a head: a model without one has none to show.
+        if no_head {
+            return;
+        }
+        let Some((layer, head, position)) = settings.graph_head.filter(|&(l, h, p)| l < layers && h < heads && p < n)
+        else {
+            return;
+        };
+        let key = EffectKey { source_id, position, head: (layer, head) };
+        attribution.request_effect(shown.worker, key, tokens, interventions);
     }
 }
 

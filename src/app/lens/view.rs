@@ -31,15 +31,15 @@ pub struct LensView {
 impl LensView {
     /// Draws the view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
-        if let Some(why) = data.lens_refusal {
+        if let Some(why) = data.features.lens.refusal.as_deref() {
             let what = "The logit lens reads each layer's residual stream through the model's final norm and its \
                         language-model head (its unembedding): a decoder with its head.";
-            super::refusal_ui(ui, why, what);
+            crate::app::views::refusal_ui(ui, why, what);
             return;
         }
         let Some(tokens) = data.lens_tokens else { return };
         let settings = data.settings;
-        let lens = data.lens;
+        let lens = &data.features.lens.state;
         let n = tokens.len();
         let selected = settings.lens_position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
         self.controls_ui(ui, data, commands);
@@ -73,7 +73,7 @@ impl LensView {
     /// Mode toggle, rank target, the watch list.
     fn controls_ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
         let settings = data.settings;
-        let lens = data.lens;
+        let lens = &data.features.lens.state;
         ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new("Show").strong());
             for (mode, label, hint) in [
@@ -145,7 +145,7 @@ impl LensView {
         commands: &mut Commands,
     ) {
         let settings = data.settings;
-        let lens = data.lens;
+        let lens = &data.features.lens.state;
         let (rows, cols) = (lens.streams, labels.len());
         let (cw, ch) = CELL;
         let row_w = 120.0;
@@ -181,7 +181,7 @@ impl LensView {
             let name = format!("Position {c}: {}", labels[c]);
             resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &name));
             let strong = c == selected || resp.hovered();
-            let label = super::matrix::fitted_label(&painter, &labels[c], &font, text, cw - 4.0);
+            let label = crate::app::views::matrix::fitted_label(&painter, &labels[c], &font, text, cw - 4.0);
             let at = pos2(head.center().x - label.size().x / 2.0, head.center().y - label.size().y / 2.0);
             painter.galley(at, label, text);
             if strong {
@@ -204,7 +204,7 @@ impl LensView {
                         painter.rect_filled(cell.shrink(0.5), 0.0, fill);
                         let [tr, tg, tb] = cell_text_rgb([red, green, blue]);
                         let color = Color32::from_rgb(tr, tg, tb);
-                        let galley = super::matrix::fitted_label(&painter, label, &font, color, cw - 4.0);
+                        let galley = crate::app::views::matrix::fitted_label(&painter, label, &font, color, cw - 4.0);
                         let at = pos2(cell.center().x - galley.size().x / 2.0, cell.center().y - galley.size().y / 2.0);
                         painter.galley(at, galley, color);
                     }
@@ -238,7 +238,7 @@ impl LensView {
 
 /// The "computing" line, the generation note and the timings.
 fn status_ui(ui: &mut egui::Ui, data: &ViewData<'_>, n: usize) {
-    let lens = data.lens;
+    let lens = &data.features.lens.state;
     if data.run.is_some_and(|r| r.prompt_len.is_some()) && data.generation.is_some() {
         ui.label(
             RichText::new(
@@ -315,7 +315,7 @@ fn watch_plot_ui(ui: &mut egui::Ui, lens: &LensState, mode: LensMode, labels: &[
         .strong(),
     );
     if lens.find(selected).is_none() {
-        super::computing_ui(ui, "the selected position");
+        crate::app::views::computing_ui(ui, "the selected position");
         return;
     }
     Plot::new("lens-watch")

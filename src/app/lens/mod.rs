@@ -2,8 +2,15 @@
 //! position's column first, then the grid in chunks of positions), gathered here by what they
 //! were computed for ([`LensKey`]) so a part of an older input is never shown.
 
+pub mod view;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
+
+use crate::app::session::{FILE_NEEDS_MODEL, Shown};
+use crate::app::state::{Source, View};
+use crate::app::worker::Job;
 
 use crate::analysis::lens::Lens;
 use crate::app::state::LensMode;
@@ -204,6 +211,103 @@ impl LensState {
             range,
             selected_col: Some(selected),
             colour_values,
+        }
+    }
+}
+
+/// The logit lens view's results: the lens of the token run as far as it is computed, and why
+/// it does not apply.
+#[derive(Default)]
+pub struct Feature {
+    /// The lens of the token run.
+    pub state: LensState,
+    /// Why the logit lens (and logit attribution) does not apply to what is shown (None: it does).
+    pub refusal: Option<String>,
+}
+
+impl Feature {
+    /// Why the logit lens does not apply to what is shown now (None: it does).
+    fn refusal(shown: &Shown<'_>) -> Option<String> {
+        let settings = shown.settings;
+        if settings.source == Source::File {
+            return Some(FILE_NEEDS_MODEL.replace("{what}", "the logit lens and logit attribution read"));
+        }
+        if settings.source == Source::Playground {
+            return Some(
+                "The playground is a random encoder with no language-model head: the logit lens reads the \
+                 pretrained model's residual stream through its own unembedding."
+                    .into(),
+            );
+        }
+        if let Some(why) = shown.model.and_then(|m| m.readout_refusal.clone()) {
+            return Some(crate::app::views::capitalised(&why) + ".");
+        }
+        if shown.token_run.is_some_and(|t| t.run.long.is_some()) {
+            return Some(format!(
+                "This input is longer than “Record up to” ({} tokens) and is shown pooled: the logit lens \
+                 reads inputs recorded token by token.",
+                settings.record_tokens
+            ));
+        }
+        None
+    }
+
+    /// Asks the worker for the logit lens when its view is open: the selected position's column
+    /// first, then the grid chunk by chunk; a newer input or position replaces what is in flight.
+    pub fn request(&mut self, shown: &Shown<'_>) {
+        self.refusal = Self::refusal(shown);
+        let Some(t) = shown.readout_input(View::Lens, self.refusal.is_some()) else { return };
+        let n = t.run.tokens.len();
+        let key = LensKey { source_id: t.source_id, watch: shown.settings.lens_watch.clone() };
+        let lens = &mut self.state;
+        if lens.key.as_ref() != Some(&key) {
+            *lens = LensState::new(key.clone(), n);
+            lens.started = Some(Instant::now());
+        }
+        if lens.error.is_some() {
+            return;
+        }
+        let selected = shown.settings.lens_position.unwrap_or(n - 1).min(n - 1);
+        let need_column = lens.find(selected).is_none();
+        match &lens.in_flight {
+            Some((_, column, _)) if !need_column || *column == Some(selected) => return,
+            None if !need_column && lens.grid_done() => return,
+            _ => {}
+        }
+        let chunks = lens.missing_chunks();
+        let id = shown.worker.next_id();
+        let column = need_column.then_some(selected);
+        lens.in_flight = Some((id, column, chunks.clone()));
+        let tokens = Arc::new(t.run.tokens.clone());
+        let interventions = shown.settings.interventions.clone();
+        shown.worker.send(Job::Lens { id, key, tokens, column, chunks, interventions });
+    }
+
+    /// Takes a part of a lens from the worker (dropped when it is of an older input).
+    pub fn on_part(&mut self, (id, key): (u64, LensKey), answer: crate::app::worker::LensAnswer) {
+        let lens = &mut self.state;
+        if lens.key.as_ref() != Some(&key) {
+            return; // of an older input
+        }
+        let crate::app::worker::LensAnswer { result, watched, notes, finished, elapsed_ms } = answer;
+        lens.watched = watched;
+        lens.watch_notes = notes;
+        match result {
+            Ok(part) => {
+                lens.streams = part.lens.streams;
+                let column = part.lens.positions.len() == 1;
+                lens.parts.push(part);
+                if column && lens.column_ms.is_none() {
+                    lens.column_ms = Some(elapsed_ms);
+                }
+                if lens.grid_ms.is_none() && lens.grid_done() {
+                    lens.grid_ms = lens.started.map(|t| t.elapsed().as_secs_f64() * 1e3);
+                }
+            }
+            Err(e) => lens.error = Some(e),
+        }
+        if finished && lens.in_flight.as_ref().is_some_and(|f| f.0 == id) {
+            lens.in_flight = None;
         }
     }
 }

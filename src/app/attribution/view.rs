@@ -6,10 +6,10 @@
 
 use egui::RichText;
 
-use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
+use crate::app::attribution::{attribution_table, target_text};
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
-use crate::app::readout::{attribution_table, target_text};
+use crate::app::views::matrix::{MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
 use crate::render::Colormap;
 
 /// The attribution view's state: the grid's texture, the boxes being typed.
@@ -21,10 +21,10 @@ pub struct AttributionView {
 impl AttributionView {
     /// Draws the view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
-        if let Some(why) = data.lens_refusal {
+        if let Some(why) = data.features.lens.refusal.as_deref() {
             let what = "Direct logit attribution reads each part's write through the model's final norm and its \
                         language-model head: a decoder with its head.";
-            super::refusal_ui(ui, why, what);
+            crate::app::views::refusal_ui(ui, why, what);
             return;
         }
         let Some(tokens) = data.lens_tokens else { return };
@@ -35,17 +35,18 @@ impl AttributionView {
         }
         let position = settings.dla_position.unwrap_or(n - 1).min(n - 1);
         controls_ui(ui, data, tokens, position, commands);
-        let Some((key, result, ms)) = data.dla else {
-            super::computing_ui(ui, "the attribution");
+        let dla = &data.features.attribution.dla;
+        let Some((key, (result, ms))) = dla.shown() else {
+            crate::app::views::computing_ui(ui, "the attribution");
             return;
         };
-        if data.dla_pending {
-            super::computing_ui(ui, "the attribution");
+        if dla.is_pending() {
+            crate::app::views::computing_ui(ui, "the attribution");
         }
         let a = match result {
             Ok(a) => a,
             Err(e) => {
-                ui.colored_label(ui.visuals().error_fg_color, super::capitalised(e));
+                ui.colored_label(ui.visuals().error_fg_color, crate::app::views::capitalised(e));
                 return;
             }
         };
@@ -94,7 +95,7 @@ impl AttributionView {
             format!("{what}\ncontribution {v:+.6}{share}{click}")
         };
         let name = |r: usize, c: usize| format!("Attribution of {} {}", table.row_labels[r], table.col_labels[c]);
-        let key_hash = super::matrix::key_of(&(key, rows, cols));
+        let key_hash = crate::app::views::matrix::key_of(&(key, rows, cols));
         let grid_h = (ui.available_height() - 170.0).max(120.0);
         // The whole grid in view when it fits (rows of a 30-layer model shrink to fit).
         let fit_w = (ui.available_width() - 200.0) / cols.max(1) as f32;
@@ -125,7 +126,7 @@ impl AttributionView {
         });
         if let Some((layer_idx, head_idx)) = clicked.filter(|&(r, c)| r < a.layers && c < heads) {
             commands.push(Command::Set(Setting::DlaHead(Some((layer_idx, head_idx)))));
-            super::select_head(settings, (layer_idx, head_idx), commands);
+            crate::app::views::select_head(settings, (layer_idx, head_idx), commands);
         }
         ui.separator();
         effect_ui(ui, data, (a.layers, heads), commands);
@@ -144,7 +145,7 @@ fn controls_ui(
     ui.horizontal_wrapped(|ui| {
         let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
         let hint = "The position whose next-token prediction is attributed (← / → step)";
-        if let Some(pos) = super::position_ui(ui, "Position", hint, &labels, position) {
+        if let Some(pos) = crate::app::views::position_ui(ui, "Position", hint, &labels, position) {
             commands.push(Command::Set(Setting::DlaPosition(Some(pos))));
         }
         ui.separator();
@@ -173,7 +174,7 @@ fn effect_ui(ui: &mut egui::Ui, data: &ViewData<'_>, (layers, heads): (usize, us
         ui.label(RichText::new("Click a head to see the tokens its write promotes and suppresses.").weak());
         return;
     };
-    let position = data.dla.map_or(0, |d| d.0.position);
+    let position = data.features.attribution.dla.shown().map_or(0, |d| d.0.position);
     let title = format!("Layer {layer_idx} head {head_idx}");
-    super::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+    crate::app::views::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
 }

@@ -62,11 +62,11 @@ fn panel_ui(ui: &mut Ui, data: &ViewData<'_>, save_path: &mut String, commands: 
     commands.set_changed(data.settings, &settings);
     let cfg = settings.train.clone();
     ui.add_space(4.0);
-    controls_ui(ui, data.lab, &cfg, error.is_none(), commands);
-    if data.lab.is_some_and(|l| !l.experiment) {
+    controls_ui(ui, data.features.lab.lab.as_ref(), &cfg, error.is_none(), commands);
+    if data.features.lab.lab.as_ref().is_some_and(|l| !l.experiment) {
         save_ui(ui, save_path, commands);
     }
-    if let Some(lab) = data.lab {
+    if let Some(lab) = data.features.lab.lab.as_ref() {
         if lab.cfg != cfg && !lab.experiment {
             ui.label(RichText::new("Settings changed: Train starts over with them.").small().weak());
         }

@@ -3,13 +3,20 @@
 //! every `eval_every` steps it sends the network as a model, which the app installs in the worker
 //! so that every view shows the network being trained. Paused, the thread blocks: the app is idle.
 
+pub mod panel;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::time::{Duration, Instant};
 
-use crate::model::LoadedModel;
+use crate::app::app::{AttnvizApp, spawn_named};
+use crate::app::command::TrainCommand;
+use crate::app::handle::Background;
+use crate::app::state::Source;
+use crate::app::worker::Job;
 use crate::model::playground::PeKind;
+use crate::model::{LoadedModel, default_model_dir};
 use crate::train::{Evaluation, Pooling, TaskKind, TrainConfig, Trainer};
 
 /// What the UI asks of the training thread.
@@ -462,4 +469,115 @@ fn experiment_thread(cfg: &TrainConfig, control: &Receiver<Control>, send: &dyn 
         }
     }
     send(Event::Finished);
+}
+/// The training lab as the app holds it: the run, whether its panel is open, and what it replaced.
+#[derive(Default)]
+pub struct Feature {
+    /// The training lab's run, if one was started.
+    pub lab: Option<Lab>,
+    /// Whether the training lab's panel is open.
+    pub open: bool,
+    /// What the lab replaced: the model folder and the text, restored when it closes.
+    return_to: Option<(PathBuf, String, bool)>,
+}
+
+impl Feature {
+    /// Ends the run because another model was opened (its network would replace that model at its
+    /// next evaluation); whether there was one.
+    pub fn end_for_another_model(&mut self) -> bool {
+        self.return_to = None;
+        self.lab.take().is_some()
+    }
+}
+
+impl AttnvizApp {
+    /// Installs the network the lab's thread sent last, if any, in the worker.
+    pub(crate) fn poll_lab(&mut self) {
+        let installed = self.features.lab.lab.as_mut().and_then(|lab| {
+            lab.poll();
+            lab.new_model.take()
+        });
+        if let Some(model) = installed {
+            let id = self.session.worker.next_id();
+            self.session.worker.send(Job::Install { id, model });
+        }
+    }
+
+    /// Saves the trained network in `dir`, picked in a dialog: a picked folder of other files gets
+    /// the model in a new folder inside it.
+    pub(crate) fn save_lab_in(&mut self, dir: PathBuf) {
+        if let Some(lab) = &mut self.features.lab.lab {
+            let dir = if dir.is_dir() && !crate::train::replaceable(&dir) {
+                dir.join(format!("trained-{}-step-{}", lab.cfg.task.name(), lab.shown_step))
+            } else {
+                dir
+            };
+            lab.send(Control::Save(dir));
+        }
+    }
+
+    /// Handles the training lab's commands.
+    pub(crate) fn train_command(&mut self, ctx: &egui::Context, c: TrainCommand) {
+        use TrainCommand as T;
+        let f = &mut self.features.lab;
+        match c {
+            T::Open => f.open = true,
+            T::Close => {
+                f.open = false;
+                f.lab = None;
+                // Back to the model and text the lab replaced.
+                if let Some((dir, text, pair)) = f.return_to.take() {
+                    self.settings.text = text;
+                    self.settings.pair_enabled = pair;
+                    self.load_model(dir);
+                }
+            }
+            T::Start { cfg, experiment } => {
+                if let Err(e) = cfg.validate() {
+                    self.set_status(e.to_string(), true);
+                    return;
+                }
+                if f.return_to.is_none() {
+                    let dir = self.settings.model_dir.clone().unwrap_or_else(default_model_dir);
+                    f.return_to = Some((dir, self.settings.text.clone(), self.settings.pair_enabled));
+                }
+                // The views show the network being trained, on the task's probe.
+                f.lab = None;
+                self.settings.train = cfg.clone();
+                self.settings.source = Source::Pretrained;
+                self.settings.pair_enabled = false;
+                self.settings.text = crate::train::Task::new(&cfg).probe();
+                let wake = ctx.clone();
+                let what = if experiment { "the course's three variants".to_string() } else { cfg.describe() };
+                match Lab::start(cfg, experiment, move || wake.request_repaint()) {
+                    Ok(lab) => {
+                        self.set_status(format!("Training lab: training {what}"), false);
+                        self.features.lab.lab = Some(lab);
+                        self.features.lab.open = true;
+                    }
+                    Err(e) => self.set_status(format!("cannot start the training thread: {e}"), true),
+                }
+            }
+            T::Pause | T::Resume | T::Stop | T::Scrub(_) | T::Live | T::Save(_) => {
+                let Some(lab) = &mut f.lab else { return };
+                lab.send(match c {
+                    T::Pause => Control::Pause,
+                    T::Resume => Control::Resume,
+                    T::Stop => Control::Stop,
+                    T::Scrub(i) => Control::Scrub(i),
+                    T::Save(dir) => Control::Save(dir),
+                    _ => Control::Live,
+                });
+            }
+            T::BrowseSave => {
+                let tx = self.session.tasks.sender();
+                let ctx = ctx.clone();
+                spawn_named("attnviz-dialog", move || {
+                    let picked = rfd::FileDialog::new().set_title("Save the trained model as a folder").pick_folder();
+                    let _ = tx.send(Background::PickedSave(picked));
+                    ctx.request_repaint();
+                });
+            }
+        }
+    }
 }

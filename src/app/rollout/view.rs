@@ -3,11 +3,12 @@
 
 use egui::RichText;
 
-use super::matrix::{MatrixSpec, MatrixTexture, data_range, matrix_ui};
 use crate::app::command::Commands;
-use crate::app::data::{FlowKey, ViewData};
+use crate::app::data::ViewData;
 use crate::app::derive::DeriveKey;
+use crate::app::rollout::FlowKey;
 use crate::app::state::{RolloutMode, Settings, View};
+use crate::app::views::matrix::{MatrixSpec, MatrixTexture, data_range, matrix_ui};
 
 /// The rollout view's state: the texture (rollout is derived off the UI thread, flow on a thread
 /// of its own).
@@ -37,7 +38,10 @@ fn rollout_view_ui(
     let a = &run.attention;
     if !a.is_square() {
         ui.label(RichText::new(format!("Rollout / flow of the {}", crate::analysis::Stack::Cross.describe())).strong());
-        ui.colored_label(ui.visuals().warn_fg_color, super::capitalised(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL));
+        ui.colored_label(
+            ui.visuals().warn_fg_color,
+            crate::app::views::capitalised(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL),
+        );
         return;
     }
     let (layer_idx, heads) = data.selection();
@@ -52,7 +56,7 @@ fn rollout_view_ui(
         ui.separator();
         ui.label(RichText::new(format!("layers 0–{layer_idx} · {} heads averaged per layer", heads.len())).strong());
         if let Some(run) = data.run {
-            super::pooled_note(
+            crate::app::views::pooled_note(
                 ui,
                 run,
                 "This is the rollout (or flow) of the pooled matrices — the product of pooled matrices is not the \
@@ -104,44 +108,41 @@ fn rollout_view_ui(
     let values: Vec<f32> = match settings.rollout_mode {
         RolloutMode::Rollout => {
             let key = DeriveKey::Rollout { view_id: data.view_id, heads: heads.clone() };
-            let layers = super::derived_or_ask(data, commands, &key, |d| d.rollout(data.view_id, &heads).cloned());
+            let layers =
+                crate::app::views::derived_or_ask(data, commands, &key, |d| d.rollout(data.view_id, &heads).cloned());
             let Some(layers) = layers else {
-                super::computing_ui(ui, &format!("the rollout through {} layers", a.layers()));
+                crate::app::views::computing_ui(ui, &format!("the rollout through {} layers", a.layers()));
                 return;
             };
             layers[layer_idx].clone()
         }
         RolloutMode::Flow => {
             if let Some(why) = crate::analysis::rollout::flow_refusal(n) {
-                ui.colored_label(ui.visuals().warn_fg_color, super::capitalised(&why));
+                ui.colored_label(ui.visuals().warn_fg_color, crate::app::views::capitalised(&why));
                 return;
             }
             let wanted = FlowKey { view_id: data.view_id, heads: heads.clone(), layer_idx };
-            match data.flow {
-                Some(f) if f.key == wanted => {
-                    ui.label(
-                        RichText::new(format!(
-                            "Flow computed in {:.0} ms ({} max-flow problems). Each value is the most attention that \
-                             can flow from the input token to the token after this layer (at most 1; rows do not sum to 1).",
-                            f.ms,
-                            n * n
-                        ))
-                        .small(),
-                    );
-                    f.values.to_vec()
-                }
-                _ => {
-                    ui.horizontal(|ui| {
-                        ui.spinner();
-                        ui.label(format!(
-                            "Computing attention flow: {} max-flow problems over {} layers…",
-                            n * n,
-                            layer_idx + 1
-                        ));
-                    });
-                    return;
-                }
-            }
+            let Some(f) = data.features.flow.of(&wanted) else {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label(format!(
+                        "Computing attention flow: {} max-flow problems over {} layers…",
+                        n * n,
+                        layer_idx + 1
+                    ));
+                });
+                return;
+            };
+            ui.label(
+                RichText::new(format!(
+                    "Flow computed in {:.0} ms ({} max-flow problems). Each value is the most attention that \
+                     can flow from the input token to the token after this layer (at most 1; rows do not sum to 1).",
+                    f.ms,
+                    n * n
+                ))
+                .small(),
+            );
+            f.values.to_vec()
         }
     };
     let labels: Vec<String> = (0..n).map(|i| run.label(i)).collect();
@@ -150,7 +151,7 @@ fn rollout_view_ui(
     let hover = |r: usize, c: usize, v: f32| {
         format!("“{}” (#{r}) after layer {layer_idx}\nfrom input “{}” (#{c})\n{what} {v:.6}", labels[r], labels[c])
     };
-    let key = super::matrix::key_of(&(data.view_id, &heads, layer_idx, settings.rollout_mode));
+    let key = crate::app::views::matrix::key_of(&(data.view_id, &heads, layer_idx, settings.rollout_mode));
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
         matrix_ui(
             ui,

@@ -1,0 +1,137 @@
+//! Direct logit attribution and a head's effect: what the attribution view asks the worker for,
+//! held in slots keyed by what they are of (an answer for an older input is never shown), and
+//! the view.
+
+pub mod view;
+
+use std::sync::Arc;
+
+use crate::analysis::attribution::Attribution;
+use crate::analysis::tokens::Tokens;
+use crate::app::session::Shown;
+use crate::app::slot::Slot;
+use crate::app::state::View;
+use crate::app::worker::{Job, Worker};
+use crate::model::Interventions;
+
+/// The readable label of every token id in `ids` (each once).
+pub fn token_labels(
+    model: &crate::model::LoadedModel,
+    ids: impl IntoIterator<Item = u32>,
+) -> std::collections::BTreeMap<u32, String> {
+    let mut labels = std::collections::BTreeMap::new();
+    for id in ids {
+        labels.entry(id).or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(id)));
+    }
+    labels
+}
+
+/// Tokens listed as a head's write promotes and suppresses.
+pub const EFFECT_K: usize = 8;
+
+/// What an attribution is of.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DlaKey {
+    /// Id of the model's token-level run.
+    pub source_id: u64,
+    /// The position.
+    pub position: usize,
+    /// The target token as typed (empty: the top prediction).
+    pub target: String,
+    /// The token subtracted, as typed (empty: none).
+    pub versus: String,
+}
+
+/// What a head's effect is of.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EffectKey {
+    /// Id of the model's token-level run.
+    pub source_id: u64,
+    /// The position.
+    pub position: usize,
+    /// Layer and head.
+    pub head: (usize, usize),
+}
+
+/// A head's effect with its tokens' labels.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EffectShown {
+    /// `(label, logit change)`, largest first.
+    pub promoted: Vec<(String, f32)>,
+    /// `(label, logit change)`, most negative first.
+    pub suppressed: Vec<(String, f32)>,
+}
+
+/// The attribution as a table: rows the layers then the embeddings, columns the heads then the
+/// attention bias and the MLP (cells that do not exist are NaN).
+pub fn attribution_table(a: &Attribution, title: String) -> crate::export::Table {
+    let (layers, heads) = (a.layers, a.heads_per_layer);
+    let cols = heads + 2;
+    let mut values = vec![f32::NAN; (layers + 1) * cols];
+    for l in 0..layers {
+        values[l * cols..l * cols + heads].copy_from_slice(&a.heads[l * heads..(l + 1) * heads]);
+        values[l * cols + heads] = a.attention_biases.get(l).copied().unwrap_or(f32::NAN);
+        values[l * cols + heads + 1] = a.mlps.get(l).copied().unwrap_or(f32::NAN);
+    }
+    values[layers * cols] = a.embeddings;
+    let mut col_labels: Vec<String> = (0..heads).map(|h| format!("H{h}")).collect();
+    col_labels.extend(["attn bias".to_string(), "MLP".to_string()]);
+    let mut row_labels: Vec<String> = (0..layers).map(|l| format!("L{l}")).collect();
+    row_labels.push("embeddings".to_string());
+    crate::export::Table { title, row_labels, col_labels, values }
+}
+
+/// What the attribution's target is, in words: "“ Paris”" or "“ Paris” − “ London”".
+pub fn target_text(a: &Attribution) -> String {
+    let pretty = crate::analysis::tokens::pretty_label;
+    match &a.versus_token {
+        Some(v) => format!("“{}” − “{}”", pretty(&a.target_token), pretty(v)),
+        None => format!("“{}”", pretty(&a.target_token)),
+    }
+}
+
+/// The attribution view's results: the attribution at one position and the selected head's
+/// effect (the graph view asks for effects too).
+#[derive(Default)]
+pub struct Feature {
+    /// The attribution shown (and the milliseconds it took), by what it is of.
+    #[allow(clippy::type_complexity)]
+    pub dla: Slot<DlaKey, (Result<Arc<Attribution>, String>, f64)>,
+    /// The selected head's effect, by what it is of.
+    pub effect: Slot<EffectKey, Result<Arc<EffectShown>, String>>,
+}
+
+impl Feature {
+    /// Asks the worker for a head's effect unless it is shown or asked for already.
+    pub fn request_effect(&mut self, worker: &Worker, key: EffectKey, tokens: Arc<Tokens>, iv: Interventions) {
+        if self.effect.want(&key) {
+            worker.send(Job::HeadEffect { id: worker.next_id(), key, tokens, interventions: iv });
+        }
+    }
+
+    /// Asks the worker for the attribution (and the selected head's effect) the attribution view
+    /// shows, when they differ from what is shown and from what is asked for.
+    pub fn request(&mut self, shown: &Shown<'_>, refused: bool) {
+        let Some(t) = shown.readout_input(View::Attribution, refused) else { return };
+        let settings = shown.settings;
+        let n = t.run.tokens.len();
+        let position = settings.dla_position.unwrap_or(n - 1).min(n - 1);
+        let source_id = t.source_id;
+        let tokens = Arc::new(t.run.tokens.clone());
+        let (layers, heads) = (t.run.attention.layers(), t.run.attention.heads());
+        let interventions = settings.interventions.clone();
+        let key =
+            DlaKey { source_id, position, target: settings.dla_target.clone(), versus: settings.dla_versus.clone() };
+        if self.dla.want(&key) {
+            let (tokens, interventions) = (Arc::clone(&tokens), interventions.clone());
+            shown.worker.send(Job::Attribute { id: shown.worker.next_id(), key, tokens, interventions });
+        }
+        let Some(head) = settings.dla_head.filter(|&(l, h)| l < layers && h < heads) else { return };
+        self.request_effect(shown.worker, EffectKey { source_id, position, head }, tokens, interventions);
+    }
+
+    /// Whether an answer is awaited.
+    pub fn is_pending(&self) -> bool {
+        self.dla.is_pending() || self.effect.is_pending()
+    }
+}

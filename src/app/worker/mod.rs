@@ -1,0 +1,782 @@
+//! The inference thread: loads models and runs them, off the UI thread. The newest request wins:
+//! queued jobs are coalesced ([`Batch`]), each kind handled by one method of [`Inference`], and
+//! the UI drops results older than what it shows. What a job does is in `jobs`.
+
+mod jobs;
+
+pub use jobs::read_attention;
+
+use std::cell::Cell;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel};
+use std::time::{Duration, Instant};
+
+use crate::analysis::Run;
+use crate::analysis::pe::table_similarity;
+use crate::model::generate::{Candidate, Stop};
+use crate::model::typing::PrefixRun;
+use crate::model::{Interventions, LoadedModel, PlaygroundConfig};
+
+/// Candidates kept per generation step.
+pub const TOP_K: usize = 8;
+
+/// Idle time after a run kept for the next keystroke before the worker readies the buffers that
+/// keystroke takes ([`PrefixRun::prepare_next`]): by then the app has drawn the run and let go of
+/// the one before, whose blocks serve, so that only the first keystroke after a whole pass costs
+/// fresh pages here, not every keystroke.
+const PREPARE_AFTER: Duration = Duration::from_millis(300);
+
+/// Least time between two progress messages of a generation (after the first token's): each one
+/// makes the views show a new run — a frame or more, which on two cores takes the CPU from the
+/// writing — so tokens written meanwhile travel together, about ten updates a second.
+pub const STREAM_SECONDS: f64 = 0.1;
+
+/// When a generation's next progress message is due: its first token at once, then at most one
+/// message every [`STREAM_SECONDS`].
+#[derive(Debug, Default)]
+struct Pace {
+    last_sent: Option<Instant>,
+}
+
+impl Pace {
+    /// Whether a message is due now (and, if so, counts it as sent).
+    fn due(&mut self) -> bool {
+        let due = self.last_sent.is_none_or(|t| t.elapsed().as_secs_f64() >= STREAM_SECONDS);
+        if due {
+            self.last_sent = Some(Instant::now());
+        }
+        due
+    }
+}
+
+/// Most positions whose similarities are computed (the first ones of a longer table).
+const MAX_SIMILARITY_POSITIONS: usize = 1024;
+
+/// Dot products and cosine similarities between a model's learned position embeddings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PositionSimilarity {
+    /// Number of positions compared (rows and columns).
+    pub positions: usize,
+    /// Length of the model's whole position table.
+    pub table_positions: usize,
+    /// `pe_i · pe_j`, `positions × positions` (shared with export figures).
+    pub dot: Arc<Vec<f32>>,
+    /// cos(`pe_i`, `pe_j`), same layout.
+    pub cosine: Arc<Vec<f32>>,
+}
+
+/// What the loaded model is, for the side panel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// Display name.
+    pub name: String,
+    /// Folder it came from.
+    pub dir: PathBuf,
+    /// The family (`model_type`).
+    pub family: String,
+    /// Number of layers.
+    pub layers: usize,
+    /// Heads per layer.
+    pub heads: usize,
+    /// Model width.
+    pub hidden: usize,
+    /// Longest input in tokens.
+    pub max_positions: usize,
+    /// Similarities of the learned position table (None when the model has none).
+    pub positions: Option<Arc<PositionSimilarity>>,
+    /// Key/value heads (fewer than `heads` with grouped-query attention).
+    pub kv_heads: usize,
+    /// Whether it can continue a text (a causal language model with its head).
+    pub can_generate: bool,
+    /// Whether it is an encoder–decoder (BART, Marian, T5…): it reads a target too.
+    pub seq2seq: bool,
+    /// Whether it can translate (an encoder–decoder with its language-model head).
+    pub can_translate: bool,
+    /// For GGUF weights: what they were ("GGUF `Q4_1` (210), …, dequantised to f32").
+    pub quantization: Option<String>,
+    /// Why the logit lens and attribution do not apply (None: they do).
+    pub readout_refusal: Option<String>,
+    /// Why the contribution graph does not apply (None: it does).
+    pub contribution_refusal: Option<String>,
+}
+
+impl ModelInfo {
+    fn of(model: &LoadedModel) -> Self {
+        let desc = model.description();
+        let positions = model.net.position_table().map(|table| {
+            let width = desc.embedding.width;
+            let rows = table.len() / width.max(1);
+            // The panel shows at most this many positions; a long table would cost n² memory.
+            let n = rows.min(MAX_SIMILARITY_POSITIONS);
+            let (dot, cosine) = table_similarity(&table, n, width);
+            let (dot, cosine) = (Arc::new(dot), Arc::new(cosine));
+            Arc::new(PositionSimilarity { positions: n, table_positions: rows, dot, cosine })
+        });
+        Self {
+            positions,
+            name: model.name.clone(),
+            family: desc.family.clone(),
+            dir: model.dir.clone(),
+            layers: desc.layers,
+            heads: desc.heads,
+            hidden: desc.hidden,
+            max_positions: desc.max_len,
+            kv_heads: desc.kv_heads,
+            can_generate: desc.causal && model.decoder.is_none() && model.net.has_lm_head(),
+            seq2seq: model.decoder.is_some(),
+            can_translate: model.decoder.as_ref().is_some_and(|d| d.net.has_lm_head()),
+            quantization: model.quantization.clone(),
+            readout_refusal: model.readout_refusal(),
+            contribution_refusal: model.contribution_refusal(),
+        }
+    }
+}
+
+/// A request to the worker.
+#[derive(Debug, Clone)]
+pub enum Job {
+    /// Load a model folder; on failure the current model stays.
+    Load {
+        /// Request id.
+        id: u64,
+        /// The folder.
+        dir: PathBuf,
+    },
+    /// Make `model` the loaded model (the training lab's network); answered by [`Done::Installed`].
+    Install {
+        /// Request id.
+        id: u64,
+        /// The model.
+        model: Arc<LoadedModel>,
+    },
+    /// Run the comparison's second input (B); its result comes back as [`Done::Compared`].
+    Compare {
+        /// Request id; larger is newer.
+        id: u64,
+        /// Sentence A of input B.
+        text: String,
+        /// Sentence B of input B.
+        pair: Option<String>,
+        /// The target an encoder–decoder's decoder reads.
+        target: Option<String>,
+        /// Which model.
+        spec: RunSpec,
+    },
+    /// Continue `text` with the loaded model, greedily, streaming each token as
+    /// [`Done::Generated`]; stops after `max_new` tokens, at the end-of-sequence token, when
+    /// `stop` is set, or when another job arrives.
+    Generate {
+        /// Request id.
+        id: u64,
+        /// The prompt.
+        text: String,
+        /// Most tokens to write.
+        max_new: usize,
+        /// Longest prompt (the app's "Record up to"; longer ones are cut with a notice).
+        max_prompt: usize,
+        /// Set by the UI to stop.
+        stop: Arc<AtomicBool>,
+        /// The interventions of the model shown: the modified model writes.
+        interventions: Interventions,
+    },
+    /// The logit lens of `tokens`: first the column of `column` (if any), then the grid chunks
+    /// starting at `chunks` ([`crate::app::lens::lens_chunks`]), each sent as [`Done::Lens`]. A
+    /// newer job stops it between two parts; it goes on after that job unless a newer lens
+    /// replaces it.
+    Lens {
+        /// Request id.
+        id: u64,
+        /// What the lens is of.
+        key: crate::app::lens::LensKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// A position computed first, alone.
+        column: Option<usize>,
+        /// Start positions of the grid chunks to compute.
+        chunks: Vec<usize>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// Direct logit attribution at one position ([`Done::Attributed`]).
+    Attribute {
+        /// Request id.
+        id: u64,
+        /// What it is of (target and versus as typed).
+        key: crate::app::attribution::DlaKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// The tokens one head's write promotes and suppresses ([`Done::Effect`]).
+    HeadEffect {
+        /// Request id.
+        id: u64,
+        /// What it is of.
+        key: crate::app::attribution::EffectKey,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// The contribution graph of a token run ([`Done::Graph`]).
+    Contributions {
+        /// Request id.
+        id: u64,
+        /// Id of the token run.
+        source_id: u64,
+        /// The token-level input.
+        tokens: Arc<crate::analysis::tokens::Tokens>,
+        /// The interventions the run was made with.
+        interventions: Interventions,
+    },
+    /// Run the loaded model on its seeded probe of repeated random tokens
+    /// ([`LoadedModel::probe_tokens`]); the result comes back as [`Done::Ran`].
+    Probe {
+        /// Request id; larger is newer.
+        id: u64,
+        /// Random tokens in each half.
+        half: usize,
+        /// Seed.
+        seed: u64,
+        /// Interventions.
+        interventions: Interventions,
+    },
+    /// Run a model on an input.
+    Run {
+        /// Request id; larger is newer.
+        id: u64,
+        /// Sentence A.
+        text: String,
+        /// Sentence B.
+        pair: Option<String>,
+        /// The target an encoder–decoder's decoder reads (ignored by other models).
+        target: Option<String>,
+        /// Which model, and how it is modified.
+        spec: RunSpec,
+    },
+}
+
+/// How the app runs an input too long to record at token level ([`crate::analysis::long`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LongRequest {
+    /// Longest input recorded at token level (longer ones are pooled).
+    pub record_tokens: usize,
+    /// First token of the window shown at token level (None: the last tokens).
+    pub window_start: Option<usize>,
+}
+
+/// Which model a run uses.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunSpec {
+    /// The loaded model, with these interventions (the default: faithful); with a
+    /// [`LongRequest`], an input too long to record is pooled instead of cut.
+    Pretrained(Interventions, Option<LongRequest>),
+    /// The playground encoder with these (valid) hyperparameters.
+    Playground(PlaygroundConfig),
+    /// Another model folder, faithful (comparison runs only; the model is cached), or an
+    /// attention file.
+    Folder(PathBuf),
+    /// An attention file saved by other code ([`crate::analysis::import`]).
+    File(PathBuf),
+}
+
+/// A finished job.
+#[derive(Debug)]
+pub enum Done {
+    /// A model handed over by [`Job::Install`] is the loaded one.
+    Installed {
+        /// Request id.
+        id: u64,
+        /// What it is.
+        info: ModelInfo,
+    },
+    /// A model load finished.
+    Loaded {
+        /// Request id.
+        id: u64,
+        /// The folder asked for.
+        dir: PathBuf,
+        /// The new model, or why it failed.
+        result: Result<ModelInfo, String>,
+    },
+    /// A run finished — or, for a long input, made progress: then it comes once per layer (the
+    /// run holding the layers done so far), the last one complete.
+    Ran {
+        /// Request id.
+        id: u64,
+        /// The run, or why it failed (for a long input: its overview).
+        result: Result<Arc<Run>, String>,
+        /// For a long input: the window at token level.
+        window: Option<Arc<Run>>,
+        /// Time spent in tokenizer + model (so far).
+        elapsed_ms: f64,
+    },
+    /// A generation made progress (or ended).
+    Generated {
+        /// Request id.
+        id: u64,
+        /// The run so far, its steps, whether it ended.
+        answer: GeneratedAnswer,
+    },
+    /// A part of a logit lens is computed (or the lens failed).
+    Lens {
+        /// Request id.
+        id: u64,
+        /// What it is of.
+        key: crate::app::lens::LensKey,
+        /// The part.
+        answer: LensAnswer,
+    },
+    /// An attribution finished.
+    Attributed {
+        /// What it is of.
+        key: crate::app::attribution::DlaKey,
+        /// The attribution, or why there is none.
+        result: Result<Arc<crate::analysis::attribution::Attribution>, String>,
+        /// Milliseconds it took.
+        elapsed_ms: f64,
+    },
+    /// A contribution graph finished.
+    Graph {
+        /// Id of the token run it is of.
+        source_id: u64,
+        /// The graph, or why there is none.
+        result: Result<Arc<crate::app::graph::GraphShown>, String>,
+        /// Milliseconds it took.
+        elapsed_ms: f64,
+    },
+    /// A head's effect finished.
+    Effect {
+        /// What it is of.
+        key: crate::app::attribution::EffectKey,
+        /// The effect, or why there is none.
+        result: Result<Arc<crate::app::attribution::EffectShown>, String>,
+    },
+    /// A comparison run finished.
+    Compared {
+        /// Request id.
+        id: u64,
+        /// The run, or why it failed.
+        result: Result<Arc<Run>, String>,
+    },
+}
+
+/// What a generation sends: the run so far (prompt and the tokens written), each step's
+/// candidates; `finished` once it stopped (then `result` is one full pass over everything).
+#[derive(Debug)]
+pub struct GeneratedAnswer {
+    /// Prompt and continuation so far, or why it failed.
+    pub result: Result<Arc<Run>, String>,
+    /// The candidates of each step (step `i` wrote token `prompt_len + i`).
+    pub steps: Arc<Vec<Vec<Candidate>>>,
+    /// Why it stopped, once it has.
+    pub finished: Option<Stop>,
+    /// Seconds spent writing so far.
+    pub seconds: f64,
+    /// What was written so far, decoded by the tokenizer: for a translation the target (it
+    /// fills the Target box), for a continuation what follows the prompt.
+    pub target: Option<String>,
+}
+
+/// A part of a logit lens, or why the lens failed.
+#[derive(Debug)]
+pub struct LensAnswer {
+    /// The part, or why the lens failed.
+    pub result: Result<Arc<crate::app::lens::LensPart>, String>,
+    /// The watched tokens found, with their ids.
+    pub watched: Vec<(String, u32)>,
+    /// Why some watched tokens were left out.
+    pub notes: Vec<String>,
+    /// Whether this is the job's last part.
+    pub finished: bool,
+    /// Milliseconds since the job started.
+    pub elapsed_ms: f64,
+}
+
+/// Of everything queued, the newest job of each kind (a load stands for an install too).
+#[derive(Default)]
+struct Batch {
+    load: Option<Job>,
+    run: Option<Job>,
+    compare: Option<Job>,
+    generate: Option<Job>,
+    lens: Option<Job>,
+    attribute: Option<Job>,
+    effect: Option<Job>,
+    probe: Option<Job>,
+    graph: Option<Job>,
+}
+
+impl Batch {
+    /// Keeps `job` as the newest of its kind.
+    fn add(&mut self, job: Job) {
+        let place = match &job {
+            Job::Load { .. } | Job::Install { .. } => &mut self.load,
+            Job::Run { .. } => &mut self.run,
+            Job::Compare { .. } => &mut self.compare,
+            Job::Generate { .. } => &mut self.generate,
+            Job::Lens { .. } => &mut self.lens,
+            Job::Attribute { .. } => &mut self.attribute,
+            Job::HeadEffect { .. } => &mut self.effect,
+            Job::Probe { .. } => &mut self.probe,
+            Job::Contributions { .. } => &mut self.graph,
+        };
+        *place = Some(job);
+    }
+}
+
+/// Models built or loaded for runs other than the loaded model's, kept while they are asked for.
+#[derive(Default)]
+struct Caches {
+    /// The playground model last built, reused while its hyperparameters stay the same.
+    playground: Option<(PlaygroundConfig, LoadedModel)>,
+    /// The comparison's other model folder, kept while it stays the same.
+    other: Option<(PathBuf, LoadedModel)>,
+}
+
+/// The UI went away: the thread ends.
+struct Gone;
+
+/// The inference thread's state between jobs, with one handler per kind of job.
+struct Inference {
+    jobs: Receiver<Job>,
+    done: Sender<Done>,
+    wake: Arc<dyn Fn(bool) + Send + Sync>,
+    /// The graph thread's queue.
+    graphs: Sender<(Arc<LoadedModel>, Job)>,
+    /// Jobs sent so far (counted by [`Worker::send`]) and taken off the queue: a long pass or a
+    /// lens stops when the worker has not taken them all.
+    sent: Arc<AtomicU64>,
+    taken: u64,
+    model: Option<Arc<LoadedModel>>,
+    /// Models other than the loaded one, kept while they stay the same.
+    caches: Caches,
+    /// The last run of the loaded model, kept so that a keystroke runs only what changed.
+    prefix: Option<PrefixRun>,
+    /// A job that arrived while a generation was writing (it stopped the generation).
+    carried: Option<Job>,
+    /// Whether to ready what the next keystroke takes once idle ([`PrefixRun::prepare_next`]).
+    prepare: bool,
+    /// A long input's run stopped by another job: run again after a comparison, unless a newer
+    /// run replaces it (a generation or a model load replaces what is shown anyway).
+    owed: Option<Job>,
+    /// A lens stopped by another job: its remaining parts, unless a newer lens replaces it.
+    owed_lens: Option<Job>,
+}
+
+impl Inference {
+    /// Sends an answer and wakes the UI.
+    fn answer(&self, done: Done) -> Result<(), Gone> {
+        self.done.send(done).map_err(|_| Gone)?;
+        (self.wake)(false);
+        Ok(())
+    }
+
+    /// Whether a newer job was sent than the worker has taken.
+    fn stale(&self) -> bool {
+        self.sent.load(Ordering::SeqCst) > self.taken
+    }
+
+    /// The next batch of jobs: waits for one (readying the next keystroke's buffers when idle
+    /// after a run kept for typing), then coalesces what else is queued.
+    fn next_batch(&mut self) -> Result<Batch, Gone> {
+        let first = loop {
+            if let Some(job) = self.carried.take() {
+                break job;
+            }
+            match self.jobs.recv_timeout(if self.prepare { PREPARE_AFTER } else { Duration::MAX }) {
+                Ok(job) => {
+                    self.taken += 1;
+                    break job;
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    // Idle since a run kept for the next keystroke, and the app has let go of the
+                    // run before (its blocks are back in the pool).
+                    self.prepare = false;
+                    if let Some(p) = &self.prefix {
+                        p.prepare_next();
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return Err(Gone),
+            }
+        };
+        let mut batch = Batch::default();
+        batch.add(first);
+        loop {
+            match self.jobs.try_recv() {
+                Ok(job) => {
+                    self.taken += 1;
+                    batch.add(job);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => return Err(Gone),
+            }
+        }
+        batch.run = batch.run.or(self.owed.take().filter(|_| batch.generate.is_none() && batch.load.is_none()));
+        batch.lens = batch.lens.or(self.owed_lens.take().filter(|_| batch.load.is_none()));
+        Ok(batch)
+    }
+
+    /// Handles one batch, in the order the UI wants its answers.
+    fn handle(&mut self, batch: Batch) -> Result<(), Gone> {
+        let Batch { load, run, compare, generate, lens, attribute, effect, probe, graph } = batch;
+        if let Some(job) = load {
+            self.load(job)?;
+        }
+        if let Some(job) = run {
+            self.run(job)?;
+        }
+        if let Some(job) = probe {
+            self.probe(job)?;
+        }
+        if let Some(job) = compare {
+            self.compare(job)?;
+        }
+        if let Some(job) = graph {
+            self.graph(job)?;
+        }
+        for job in [attribute, effect].into_iter().flatten() {
+            self.readout(job)?;
+        }
+        if let Some(job) = lens {
+            self.lens(job)?;
+        }
+        if let Some(job) = generate {
+            self.generate(job)?;
+        }
+        Ok(())
+    }
+
+    /// Loads a model folder, or installs the training lab's network.
+    fn load(&mut self, job: Job) -> Result<(), Gone> {
+        match job {
+            Job::Install { id, model } => {
+                let info = ModelInfo::of(&model);
+                self.model = Some(model);
+                self.prefix = None;
+                self.answer(Done::Installed { id, info })
+            }
+            Job::Load { id, dir } => {
+                let result = match LoadedModel::load(&dir) {
+                    Ok(m) => {
+                        let info = ModelInfo::of(&m);
+                        self.model = Some(Arc::new(m));
+                        self.prefix = None;
+                        Ok(info)
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                self.answer(Done::Loaded { id, dir, result })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs an input: pooled layer by layer when it is too long to record, else at token level
+    /// (a keystroke runs only what changed).
+    fn run(&mut self, job: Job) -> Result<(), Gone> {
+        let Job::Run { id, text, pair, target, spec } = job else { return Ok(()) };
+        let start = Instant::now();
+        let long = match (&spec, self.model.as_deref()) {
+            (RunSpec::Pretrained(iv, Some(long)), Some(m)) => {
+                let (sent, taken, done, wake) = (&self.sent, self.taken, &self.done, &self.wake);
+                let stale = || sent.load(Ordering::SeqCst) > taken;
+                let send = |answer: Done| {
+                    let _ = done.send(answer);
+                    wake(false);
+                };
+                jobs::run_long(m, (&text, pair.as_deref()), (iv, long), id, &stale, &send)
+            }
+            _ => jobs::LongOutcome::NotLong,
+        };
+        match long {
+            jobs::LongOutcome::Sent => self.prefix = None,
+            jobs::LongOutcome::Stopped => {
+                self.prefix = None;
+                self.owed = Some(Job::Run { id, text, pair, target, spec });
+            }
+            jobs::LongOutcome::NotLong => {
+                let input = (text.as_str(), pair.as_deref(), target.as_deref());
+                let result = jobs::run_spec(&spec, input, self.model.as_deref(), &mut self.caches, &mut self.prefix);
+                let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+                self.answer(Done::Ran { id, result, window: None, elapsed_ms })?;
+                self.prepare = self.prefix.is_some();
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the loaded model on its probe of repeated random tokens.
+    fn probe(&mut self, job: Job) -> Result<(), Gone> {
+        let (Job::Probe { id, half, seed, interventions }, Some(m)) = (job, self.model.as_deref()) else {
+            return Ok(());
+        };
+        let start = Instant::now();
+        let result = m
+            .probe_tokens(half, seed)
+            .and_then(|t| m.run_tokens(t, None, crate::model::Capture::Full, &interventions))
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
+        let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.answer(Done::Ran { id, result, window: None, elapsed_ms })
+    }
+
+    /// Runs the comparison's input B.
+    fn compare(&mut self, job: Job) -> Result<(), Gone> {
+        let Job::Compare { id, text, pair, target, spec } = job else { return Ok(()) };
+        let input = (text.as_str(), pair.as_deref(), target.as_deref());
+        let result = jobs::run_spec(&spec, input, self.model.as_deref(), &mut self.caches, &mut None);
+        self.answer(Done::Compared { id, result })
+    }
+
+    /// The graph takes as long as several passes and cannot stop half-way: it runs on a thread of
+    /// its own (one graph at a time, the newest asked for next), so newer runs do not wait for
+    /// it; a stale result is dropped by the UI.
+    fn graph(&mut self, job: Job) -> Result<(), Gone> {
+        let Some(m) = &self.model else { return Ok(()) };
+        self.graphs.send((Arc::clone(m), job)).map_err(|_| Gone)
+    }
+
+    /// An attribution or a head's effect.
+    fn readout(&mut self, job: Job) -> Result<(), Gone> {
+        let Some(m) = self.model.as_deref() else { return Ok(()) };
+        self.answer(jobs::readout_job(m, job))
+    }
+
+    /// The logit lens, part by part; what a newer job interrupts is owed.
+    fn lens(&mut self, job: Job) -> Result<(), Gone> {
+        let Some(m) = self.model.as_deref() else { return Ok(()) };
+        let stale = || self.stale();
+        let send = |done: Done| {
+            let ok = self.done.send(done).is_ok();
+            (self.wake)(false);
+            ok
+        };
+        self.owed_lens = jobs::lens_parts(m, job, &stale, &send).map_err(|()| Gone)?;
+        Ok(())
+    }
+
+    /// Continues the text (or translates), streaming; a job that arrives meanwhile stops it and
+    /// is handled next.
+    fn generate(&mut self, job: Job) -> Result<(), Gone> {
+        let Job::Generate { id, text, max_new, max_prompt, stop, interventions } = job else { return Ok(()) };
+        let Some(m) = self.model.as_deref() else { return Ok(()) };
+        let send = |done: Done| {
+            let progress =
+                matches!(&done, Done::Generated { answer, .. } if answer.finished.is_none() && answer.result.is_ok());
+            let ok = self.done.send(done).is_ok();
+            (self.wake)(progress);
+            ok
+        };
+        let streaming = if m.decoder.is_some() { jobs::translate_streaming } else { jobs::generate_streaming };
+        let limits = (max_new, max_prompt);
+        self.carried =
+            streaming(m, id, (&text, &interventions), limits, &stop, &self.jobs, &send).map_err(|()| Gone)?;
+        Ok(())
+    }
+}
+
+/// Handle to the named inference thread.
+pub struct Worker {
+    jobs: Sender<Job>,
+    done: Receiver<Done>,
+    /// Messages taken off `done` while waiting for a run ([`Self::wait_for_run`]), handed out
+    /// first by [`Self::try_recv`].
+    held: RefCell<VecDeque<Done>>,
+    /// Jobs sent so far (counted before each is sent): a long pass stops when the worker has
+    /// not taken them all.
+    sent: Arc<AtomicU64>,
+    /// The last request id given out ([`Self::next_id`]).
+    last_id: Cell<u64>,
+}
+
+impl Worker {
+    /// Starts the thread; `wake` is called after each message (to repaint the UI), with `true`
+    /// for a generation's progress (one frame shows it; the next message comes soon) and `false`
+    /// for everything else.
+    pub fn spawn(wake: impl Fn(bool) + Send + Sync + 'static) -> std::io::Result<Self> {
+        let wake: Arc<dyn Fn(bool) + Send + Sync> = Arc::new(wake);
+        let (jobs, job_rx) = channel::<Job>();
+        let (done_tx, done) = channel::<Done>();
+        let (graph_tx, graph_rx) = channel::<(Arc<LoadedModel>, Job)>();
+        let (graph_done, graph_wake) = (done_tx.clone(), Arc::clone(&wake));
+        std::thread::Builder::new().name("attnviz-graph".into()).spawn(move || {
+            while let Ok(mut next) = graph_rx.recv() {
+                // Only the newest graph asked for is computed.
+                while let Ok(newer) = graph_rx.try_recv() {
+                    next = newer;
+                }
+                let (model, job) = next;
+                if graph_done.send(jobs::readout_job(&model, job)).is_err() {
+                    return;
+                }
+                graph_wake(false);
+            }
+        })?;
+        let sent = Arc::new(AtomicU64::new(0));
+        let mut inference = Inference {
+            jobs: job_rx,
+            done: done_tx,
+            wake,
+            graphs: graph_tx,
+            sent: Arc::clone(&sent),
+            taken: 0,
+            model: None,
+            caches: Caches::default(),
+            prefix: None,
+            carried: None,
+            prepare: false,
+            owed: None,
+            owed_lens: None,
+        };
+        std::thread::Builder::new().name("attnviz-inference".into()).spawn(move || {
+            while let Ok(batch) = inference.next_batch() {
+                if inference.handle(batch).is_err() {
+                    return;
+                }
+            }
+        })?;
+        Ok(Self { jobs, done, held: RefCell::default(), sent, last_id: Cell::new(0) })
+    }
+
+    /// A new request id, larger than every one given before.
+    pub fn next_id(&self) -> u64 {
+        self.last_id.set(self.last_id.get() + 1);
+        self.last_id.get()
+    }
+
+    /// Queues a job (ignored if the thread has stopped, which only happens at exit).
+    pub fn send(&self, job: Job) {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        let _ = self.jobs.send(job);
+    }
+
+    /// A finished job, if any (in the order they finished).
+    pub fn try_recv(&self) -> Option<Done> {
+        let held = self.held.borrow_mut().pop_front();
+        held.or_else(|| self.done.try_recv().ok())
+    }
+
+    /// Waits up to `timeout` for run `id` to be answered, keeping every message that arrives
+    /// meanwhile for [`Self::try_recv`]; whether it was.
+    pub fn wait_for_run(&self, id: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut held = self.held.borrow_mut();
+        if held.iter().any(|d| matches!(d, Done::Ran { id: i, .. } if *i == id)) {
+            return true;
+        }
+        while let Ok(done) = self.done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            let answered = matches!(&done, Done::Ran { id: i, .. } if *i == id);
+            held.push_back(done);
+            if answered {
+                return true;
+            }
+        }
+        false
+    }
+}

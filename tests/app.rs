@@ -619,6 +619,82 @@ impl eframe::Storage for MemoryStorage {
     fn flush(&mut self) {}
 }
 
+/// Settings saved by the release before the features kept their own settings (flat keys such as
+/// `lens_mode`, `dla_target`, `graph_threshold`): every field is read back, the flat keys into the
+/// features' nested settings, and the next save keeps them.
+#[test]
+fn settings_saved_before_the_features_kept_their_own_still_load() {
+    use attnviz::app::state::*;
+    let saved = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/settings/saved-before-features-had-their-own.ron"),
+    )
+    .unwrap();
+    let mut expected = Settings::default();
+    let s = &mut expected;
+    s.text = "The keys were on the table.".into();
+    s.text_pair = "They were not.".into();
+    s.pair_enabled = true;
+    s.model_dir = Some(PathBuf::from("/models/smollm2"));
+    s.recent_models = vec![PathBuf::from("/models/smollm2"), PathBuf::from("gpt2")];
+    s.view = View::Graph;
+    s.layer_idx = 3;
+    s.heads = vec![true, false, true];
+    s.threshold = 0.25;
+    s.hide_special = true;
+    s.pair_filter = PairFilter::AToB;
+    s.colormap = attnviz::render::Colormap::Magma;
+    s.theme = ThemeChoice::Dark;
+    s.export_scale = 3;
+    s.export_dir = Some(PathBuf::from("/exports"));
+    s.cell_size = 20.0;
+    s.source = Source::Playground;
+    s.playground.layers = 3;
+    s.attention_file = Some(PathBuf::from("/att/bert.npz"));
+    s.interventions.temperature = 2.0;
+    s.interventions.ablated.insert((1, 2));
+    s.interventions_model = Some(PathBuf::from("/models/smollm2"));
+    s.pe.d_model = 64;
+    s.pe_plot_dims = vec![2, 3];
+    s.pe_plot_row = 5;
+    s.pe_figure = PeFigure::Dot;
+    s.words = true;
+    s.neuron_query = 4;
+    s.stat = attnviz::analysis::Statistic::Cls;
+    s.rollout = RolloutSettings { mode: RolloutMode::Flow, in_head_view: true };
+    s.compare = CompareSettings {
+        source: CompareSource::Model,
+        text_b: "Another sentence.".into(),
+        model_b: Some(PathBuf::from("/models/b")),
+        mode: CompareMode::Difference,
+    };
+    s.target = "Die Schlüssel".into();
+    s.stack = attnviz::analysis::Stack::Cross;
+    s.record_tokens = 300;
+    s.long_view = attnviz::analysis::long::LongView::Window;
+    s.window_start = Some(10);
+    s.lens = LensSettings {
+        mode: LensMode::Rank,
+        watch: vec![" Paris".into(), "ĠLondon".into()],
+        rank_of: 1,
+        position: Some(6),
+    };
+    s.attribution =
+        AttributionSettings { position: Some(5), target: " Paris".into(), versus: " Rome".into(), head: Some((2, 1)) };
+    s.stats_role = Some(2);
+    s.graph = GraphSettings { position: Some(4), threshold: 0.1, head: Some((1, 0, 3)) };
+    s.train.steps = 700;
+    let mut storage = MemoryStorage::default();
+    storage.0.insert("attnviz-settings".into(), saved);
+    let ctx = egui::Context::default();
+    let mut app = new_app(&ctx, Some(&storage), Startup::default());
+    assert_eq!(app.settings, expected);
+    // Saved again, in today's shape, and read back: the same.
+    let mut again = MemoryStorage::default();
+    eframe::App::save(&mut app, &mut again);
+    let reopened = new_app(&ctx, Some(&again), Startup::default());
+    assert_eq!(reopened.settings, expected);
+}
+
 #[test]
 fn settings_persist_across_launches() {
     let mut h = app("remember me");
@@ -1296,7 +1372,7 @@ fn rollout_flow_and_the_head_view_pseudo_layer() {
     h.get_by_label("Show in the head view").click();
     h.run_steps(3);
     assert_eq!(h.state().settings.view, View::Head);
-    assert!(h.state().settings.head_rollout);
+    assert!(h.state().settings.rollout.in_head_view);
     // The pseudo-layer's matrices and lines are derived for the rollout (not layer 0's heads).
     let s = &h.state().session;
     let pseudo = attnviz::app::derive::DeriveKey::HeadMatrices {
@@ -1311,7 +1387,7 @@ fn rollout_flow_and_the_head_view_pseudo_layer() {
     assert_eq!(s.derived.head_matrices(&pseudo).unwrap().matrices.len(), 1, "one pseudo-head");
     h.get_by_label("Rollout pseudo-layer").click();
     h.run_steps(2);
-    assert!(!h.state().settings.head_rollout);
+    assert!(!h.state().settings.rollout.in_head_view);
 }
 
 #[test]
@@ -2177,7 +2253,7 @@ fn encoder_decoder_target_box_switches_encoder_decoder_cross_and_exports_the_cro
     assert!(h.query_by_label_contains("rows: target tokens · columns: source tokens").is_some());
     // Rollout (and flow) are not defined for cross-attention: the view says so instead of drawing,
     // nothing is computed, and an export is refused with the reason.
-    h.state_mut().settings.rollout_mode = attnviz::app::state::RolloutMode::Flow;
+    h.state_mut().settings.rollout.mode = attnviz::app::state::RolloutMode::Flow;
     h.get_by_label("Rollout / flow").click();
     settled(&mut h);
     assert!(h.query_by_label_contains("not defined for cross-attention").is_some());
@@ -2334,17 +2410,17 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     assert_eq!(h.state().views.lens.hovered, Some((1, 2)));
     h.get_by_label("Lens block 1 at position 2").click();
     h.run_steps(2);
-    assert_eq!(h.state().settings.lens_position, Some(2));
+    assert_eq!(h.state().settings.lens.position, Some(2));
     // ← moves the selection.
     h.key_press(Key::ArrowLeft);
     h.run_steps(2);
-    assert_eq!(h.state().settings.lens_position, Some(1));
+    assert_eq!(h.state().settings.lens.position, Some(1));
     // Watch a token: its probability and rank at every stream equal the library's.
     retype(&mut h, "Watch token", " mat");
     h.get_by_label("Add").click();
     settled(&mut h);
     let id = model.tokenizer.single_id(" mat").unwrap();
-    assert_eq!(h.state().settings.lens_watch, [" mat"]);
+    assert_eq!(h.state().settings.lens.watch, [" mat"]);
     assert_eq!(h.state().features.lens.state.watched, [(" mat".to_string(), id)]);
     let watched = model.lens(&tokens, &[], 5, &[id], &Interventions::default()).unwrap();
     let lens = &h.state().features.lens.state;
@@ -2362,7 +2438,7 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     // Rank mode: each cell the rank of the final prediction.
     h.get_by_label("Rank").click();
     h.run_steps(2);
-    assert_eq!(h.state().settings.lens_mode, LensMode::Rank);
+    assert_eq!(h.state().settings.lens.mode, LensMode::Rank);
     let (label, _) = h.state().features.lens.state.shown(LensMode::Rank, 0, 0, 3).unwrap();
     assert_eq!(label, watched.tracked[0].ranks[3].to_string());
     assert!(!h.state().is_busy(), "nothing computes once the lens is there");
@@ -2455,7 +2531,7 @@ fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
     // A head's cell: hovering shows its number; a click selects it and lists what it promotes.
     h.get_by_label("Attribution of L1 H2").click();
     settled(&mut h);
-    assert_eq!(h.state().settings.dla_head, Some((1, 2)));
+    assert_eq!(h.state().settings.attribution.head, Some((1, 2)));
     // The attention views now show that head; the view stays.
     assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (1, vec![2]));
     assert_eq!(h.state().settings.view, View::Attribution);
@@ -2470,7 +2546,7 @@ fn logit_attribution_shows_the_library_terms_and_a_clicked_heads_effect() {
     retype(&mut h, "Target token", " the");
     retype(&mut h, "− versus", " mat");
     settled(&mut h);
-    assert_eq!(h.state().settings.dla_position, Some(n - 2));
+    assert_eq!(h.state().settings.attribution.position, Some(n - 2));
     let (a, b) = (model.tokenizer.single_id(" the").unwrap(), model.tokenizer.single_id(" mat").unwrap());
     let difference = model.attribute(&tokens, n - 2, Some(a), Some(b), &faithful).unwrap();
     assert_eq!(*shown(&h), difference);
@@ -2590,7 +2666,7 @@ fn contribution_graph_draws_the_library_routes_and_a_clicked_edge_selects_its_he
     h.step();
     h.key_press(Key::ArrowRight);
     h.run_steps(2);
-    let threshold = h.state().settings.graph_threshold;
+    let threshold = h.state().settings.graph.threshold;
     assert!((threshold - 0.045).abs() < 1e-6, "{threshold}");
     let fewer = expected.graph.routes(n - 1, threshold);
     assert_eq!(figure(&h).edges.len(), fewer.len());
@@ -2602,7 +2678,7 @@ fn contribution_graph_draws_the_library_routes_and_a_clicked_edge_selects_its_he
     let name = format!("Edge {}", figure(&h).edges[i].name);
     h.get_by_label(&name).click();
     settled(&mut h);
-    assert_eq!(h.state().settings.graph_head, Some((usize::from(layer), head, to as usize)));
+    assert_eq!(h.state().settings.graph.head, Some((usize::from(layer), head, to as usize)));
     assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (usize::from(layer), vec![head]));
     let effect = model.head_effect(&tokens, to as usize, (usize::from(layer), head), 8, &faithful).unwrap();
     let shown_effect = h.state().features.attribution.effect.shown().unwrap().1.clone().unwrap();

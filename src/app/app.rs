@@ -140,6 +140,10 @@ impl AttnvizApp {
     /// Creates the app with settings from `storage` (if any); the worker wakes `ctx`.
     pub fn with_storage(ctx: &egui::Context, storage: Option<&dyn eframe::Storage>, startup: Startup) -> Self {
         let mut settings: Settings = storage.and_then(|s| eframe::get_value(s, SETTINGS_KEY)).unwrap_or_default();
+        // Settings saved before the features kept their own: their flat keys, into the nested ones.
+        if let Some(flat) = storage.and_then(|s| eframe::get_value::<super::legacy::FlatSettings>(s, SETTINGS_KEY)) {
+            flat.upgrade(&mut settings);
+        }
         if let Some(text) = startup.text {
             settings.text = text;
         }
@@ -289,7 +293,7 @@ impl AttnvizApp {
 
     /// Starts computing attention flow in the background if the rollout view wants it.
     fn request_flow_if_needed(&mut self, ctx: &egui::Context) {
-        if self.settings.view != View::Rollout || self.settings.rollout_mode != RolloutMode::Flow {
+        if self.settings.view != View::Rollout || self.settings.rollout.mode != RolloutMode::Flow {
             return;
         }
         let Some(run) = self.session.run.clone() else { return };

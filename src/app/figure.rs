@@ -40,7 +40,7 @@ impl AttnvizApp {
             },
             View::Rollout => {
                 let flow = match self.features.flow.of(&self.flow_key()) {
-                    Some(f) if self.settings.rollout_mode == RolloutMode::Flow => Some(Arc::clone(&f.values)),
+                    Some(f) if self.settings.rollout.mode == RolloutMode::Flow => Some(Arc::clone(&f.values)),
                     _ => None,
                 };
                 Figure::Rollout { layer_idx, head_idxs: heads, flow }
@@ -84,16 +84,16 @@ impl AttnvizApp {
                     .map(|t| t.run.tokens.tokens.iter().map(|x| crate::analysis::tokens::pretty_label(x)).collect())
                     .unwrap_or_default();
                 let n = labels.len();
-                let position = self.settings.graph_position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+                let position = self.settings.graph.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
                 let name = s.model.as_ref().map_or("model", |m| m.name.as_str());
                 let figure = match self.features.graph.slot.shown() {
                     Some((_, (Ok(graph), _))) => {
                         let title = format!(
                             "{name} · contribution graph to the prediction at position {position} “{}” · threshold {:.2}",
                             labels.get(position).map_or("", String::as_str),
-                            self.settings.graph_threshold
+                            self.settings.graph.threshold
                         );
-                        super::graph::graph_figure(graph, &labels, (position, self.settings.graph_threshold), title).0
+                        super::graph::graph_figure(graph, &labels, (position, self.settings.graph.threshold), title).0
                     }
                     _ => crate::export::GraphFigure {
                         title: format!("{name} · contribution graph (not computed)"),
@@ -113,9 +113,9 @@ impl AttnvizApp {
                     .map(|t| (0..t.run.tokens.len()).map(|i| t.run.label(i)).collect())
                     .unwrap_or_default();
                 let n = labels.len();
-                let selected = self.settings.lens_position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+                let selected = self.settings.lens.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
                 let name = s.model.as_ref().map_or("model", |m| m.name.as_str());
-                let mode = (self.settings.lens_mode, self.settings.lens_rank_of);
+                let mode = (self.settings.lens.mode, self.settings.lens.rank_of);
                 Figure::Lens(Arc::new(self.features.lens.state.figure(&labels, name, mode, selected)))
             }
             View::Positions => {

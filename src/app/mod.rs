@@ -13,6 +13,7 @@ pub mod generation;
 pub mod graph;
 pub mod handle;
 pub mod lab;
+pub mod legacy;
 pub mod lens;
 pub mod rollout;
 pub mod runs;

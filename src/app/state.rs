@@ -9,6 +9,12 @@ use crate::analysis::{PeParams, Statistic};
 use crate::model::{Interventions, PlaygroundConfig};
 use crate::render::{Colormap, Side};
 
+pub use super::attribution::AttributionSettings;
+pub use super::compare::{CompareMode, CompareSettings, CompareSource};
+pub use super::graph::GraphSettings;
+pub use super::lens::{LensMode, LensSettings};
+pub use super::rollout::{RolloutMode, RolloutSettings};
+
 /// The main views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum View {
@@ -76,17 +82,6 @@ impl View {
     }
 }
 
-/// What a logit-lens cell shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum LensMode {
-    /// The top token of the stream and its probability.
-    #[default]
-    Probability,
-    /// The rank of one followed token (the model's final prediction, or a watched token), as
-    /// in Ecco's rank mode.
-    Rank,
-}
-
 /// Which model the attention views show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum Source {
@@ -111,63 +106,6 @@ pub enum PeFigure {
     LearnedDot,
     /// Cosine similarities of the learned position embeddings.
     LearnedCosine,
-}
-
-/// Rollout or flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub enum RolloutMode {
-    /// Attention rollout (matrix products).
-    #[default]
-    Rollout,
-    /// Attention flow (maximum flow through the layers).
-    Flow,
-}
-
-/// What the comparison puts beside the current run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum CompareSource {
-    /// Another sentence on the same model.
-    #[default]
-    Sentence,
-    /// The faithful model (when the current run is modified) or the modified one (when not).
-    Interventions,
-    /// Another model folder with the same tokenizer.
-    Model,
-}
-
-/// Side by side or the difference.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum CompareMode {
-    /// Two heatmaps next to each other.
-    #[default]
-    SideBySide,
-    /// B − A as a diverging heatmap (needs the same tokens).
-    Difference,
-}
-
-/// Settings of the comparison view.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct CompareSettings {
-    /// What B is.
-    pub source: CompareSource,
-    /// Sentence B of a sentence comparison.
-    pub text_b: String,
-    /// Model folder of a model comparison.
-    pub model_b: Option<PathBuf>,
-    /// Side by side or difference.
-    pub mode: CompareMode,
-}
-
-impl Default for CompareSettings {
-    fn default() -> Self {
-        Self {
-            source: CompareSource::Sentence,
-            text_b: "The animal didn't cross the street because it was too wide.".into(),
-            model_b: None,
-            mode: CompareMode::SideBySide,
-        }
-    }
 }
 
 /// The theme the user chose.
@@ -244,10 +182,8 @@ pub struct Settings {
     pub neuron_query: usize,
     /// Statistic colouring the statistics grid.
     pub stat: Statistic,
-    /// Rollout or flow in the rollout view.
-    pub rollout_mode: RolloutMode,
-    /// The head view shows the rollout up to the chosen layer as a pseudo-layer.
-    pub head_rollout: bool,
+    /// The rollout view's settings.
+    pub rollout: RolloutSettings,
     /// Comparison view settings.
     pub compare: CompareSettings,
     /// The target an encoder–decoder's decoder reads (its source is sentence A).
@@ -261,31 +197,15 @@ pub struct Settings {
     pub long_view: crate::analysis::long::LongView,
     /// First token of a long input's window (None: its last tokens).
     pub window_start: Option<usize>,
-    /// Probability or rank in the logit lens.
-    pub lens_mode: LensMode,
-    /// Tokens the logit lens follows across layers (" Paris", or as the vocabulary spells it, `ĠLondon`).
-    pub lens_watch: Vec<String>,
-    /// Which followed token the rank mode shows: 0 the final prediction, `i` the `i`-th watched.
-    pub lens_rank_of: usize,
-    /// The position selected in the logit lens (None: the last token).
-    pub lens_position: Option<usize>,
-    /// The position whose prediction is attributed (None: the last token).
-    pub dla_position: Option<usize>,
-    /// The token whose logit is attributed, as typed (empty: the model's top prediction).
-    pub dla_target: String,
-    /// A token subtracted from the target (empty: none): the attribution of "A − B".
-    pub dla_versus: String,
-    /// The head whose write's promoted and suppressed tokens are shown.
-    pub dla_head: Option<(usize, usize)>,
+    /// The logit lens's settings.
+    pub lens: LensSettings,
+    /// The logit attribution's settings.
+    pub attribution: AttributionSettings,
     /// A head-role score colouring the statistics grid instead of the statistic (an index into
     /// [`crate::analysis::roles::SCORE_NAMES`]).
     pub stats_role: Option<usize>,
-    /// The position whose prediction the contribution graph traces (None: the last token).
-    pub graph_position: Option<usize>,
-    /// Edges below this proportion are left out of the contribution graph.
-    pub graph_threshold: f32,
-    /// The head selected on an attention edge of the graph: layer, head, and the token it writes to.
-    pub graph_head: Option<(usize, usize, usize)>,
+    /// The contribution graph's settings.
+    pub graph: GraphSettings,
     /// The training lab's settings.
     pub train: crate::train::TrainConfig,
 }
@@ -335,26 +255,17 @@ impl Default for Settings {
             words: false,
             neuron_query: 0,
             stat: Statistic::Entropy,
-            rollout_mode: RolloutMode::Rollout,
-            head_rollout: false,
+            rollout: RolloutSettings::default(),
             compare: CompareSettings::default(),
             target: String::new(),
             stack: crate::analysis::Stack::Encoder,
             record_tokens: crate::analysis::long::RECORD_TOKENS,
             long_view: crate::analysis::long::LongView::Overview,
             window_start: None,
-            lens_mode: LensMode::Probability,
-            lens_watch: Vec::new(),
-            lens_rank_of: 0,
-            lens_position: None,
-            dla_position: None,
-            dla_target: String::new(),
-            dla_versus: String::new(),
-            dla_head: None,
+            lens: LensSettings::default(),
+            attribution: AttributionSettings::default(),
             stats_role: None,
-            graph_position: None,
-            graph_threshold: 0.04,
-            graph_head: None,
+            graph: GraphSettings::default(),
             train: crate::train::TrainConfig::default(),
         }
     }

@@ -14,6 +14,22 @@ use crate::app::state::View;
 use crate::app::worker::{Job, Worker};
 use crate::model::Interventions;
 
+use serde::{Deserialize, Serialize};
+
+/// The logit attribution view's settings.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AttributionSettings {
+    /// The position whose prediction is attributed (None: the last token).
+    pub position: Option<usize>,
+    /// The token whose logit is attributed, as typed (empty: the model's top prediction).
+    pub target: String,
+    /// A token subtracted from the target (empty: none): the attribution of "A − B".
+    pub versus: String,
+    /// The head whose write's promoted and suppressed tokens are shown.
+    pub head: Option<(usize, usize)>,
+}
+
 /// The readable label of every token id in `ids` (each once).
 pub fn token_labels(
     model: &crate::model::LoadedModel,
@@ -115,18 +131,22 @@ impl Feature {
         let Some(t) = shown.readout_input(View::Attribution, refused) else { return };
         let settings = shown.settings;
         let n = t.run.tokens.len();
-        let position = settings.dla_position.unwrap_or(n - 1).min(n - 1);
+        let position = settings.attribution.position.unwrap_or(n - 1).min(n - 1);
         let source_id = t.source_id;
         let tokens = Arc::new(t.run.tokens.clone());
         let (layers, heads) = (t.run.attention.layers(), t.run.attention.heads());
         let interventions = settings.interventions.clone();
-        let key =
-            DlaKey { source_id, position, target: settings.dla_target.clone(), versus: settings.dla_versus.clone() };
+        let key = DlaKey {
+            source_id,
+            position,
+            target: settings.attribution.target.clone(),
+            versus: settings.attribution.versus.clone(),
+        };
         if self.dla.want(&key) {
             let (tokens, interventions) = (Arc::clone(&tokens), interventions.clone());
             shown.worker.send(Job::Attribute { id: shown.worker.next_id(), key, tokens, interventions });
         }
-        let Some(head) = settings.dla_head.filter(|&(l, h)| l < layers && h < heads) else { return };
+        let Some(head) = settings.attribution.head.filter(|&(l, h)| l < layers && h < heads) else { return };
         self.request_effect(shown.worker, EffectKey { source_id, position, head }, tokens, interventions);
     }
 

@@ -33,7 +33,7 @@ impl AttributionView {
         if n == 0 {
             return;
         }
-        let position = settings.dla_position.unwrap_or(n - 1).min(n - 1);
+        let position = settings.attribution.position.unwrap_or(n - 1).min(n - 1);
         controls_ui(ui, data, tokens, position, commands);
         let dla = &data.features.attribution.dla;
         let Some((key, (result, ms))) = dla.shown() else {
@@ -125,7 +125,10 @@ impl AttributionView {
             .clicked;
         });
         if let Some((layer_idx, head_idx)) = clicked.filter(|&(r, c)| r < a.layers && c < heads) {
-            commands.push(Command::Set(Setting::DlaHead(Some((layer_idx, head_idx)))));
+            commands.push(Command::Set(Setting::Attribution(crate::app::state::AttributionSettings {
+                head: Some((layer_idx, head_idx)),
+                ..settings.attribution.clone()
+            })));
             crate::app::views::select_head(settings, (layer_idx, head_idx), commands);
         }
         ui.separator();
@@ -146,31 +149,40 @@ fn controls_ui(
         let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
         let hint = "The position whose next-token prediction is attributed (← / → step)";
         if let Some(pos) = crate::app::views::position_ui(ui, "Position", hint, &labels, position) {
-            commands.push(Command::Set(Setting::DlaPosition(Some(pos))));
+            commands.push(Command::Set(Setting::Attribution(crate::app::state::AttributionSettings {
+                position: Some(pos),
+                ..settings.attribution.clone()
+            })));
         }
         ui.separator();
-        let mut target = settings.dla_target.clone();
+        let mut target = settings.attribution.target.clone();
         let label = ui.label("Target token");
         ui.add(egui::TextEdit::singleline(&mut target).desired_width(110.0).hint_text("top prediction"))
             .labelled_by(label.id)
             .on_hover_text("The token whose logit is split (empty: the model's top prediction), e.g. \" Paris\"");
-        if target != settings.dla_target {
-            commands.push(Command::Set(Setting::DlaTarget(target)));
+        if target != settings.attribution.target {
+            commands.push(Command::Set(Setting::Attribution(crate::app::state::AttributionSettings {
+                target,
+                ..settings.attribution.clone()
+            })));
         }
-        let mut versus = settings.dla_versus.clone();
+        let mut versus = settings.attribution.versus.clone();
         let label = ui.label("− versus");
         ui.add(egui::TextEdit::singleline(&mut versus).desired_width(110.0).hint_text("none"))
             .labelled_by(label.id)
             .on_hover_text("A token subtracted: the attribution of the logit difference target − versus");
-        if versus != settings.dla_versus {
-            commands.push(Command::Set(Setting::DlaVersus(versus)));
+        if versus != settings.attribution.versus {
+            commands.push(Command::Set(Setting::Attribution(crate::app::state::AttributionSettings {
+                versus,
+                ..settings.attribution.clone()
+            })));
         }
     });
 }
 
 /// The selected head: open it in the heatmap, the tokens its write promotes and suppresses.
 fn effect_ui(ui: &mut egui::Ui, data: &ViewData<'_>, (layers, heads): (usize, usize), commands: &mut Commands) {
-    let Some((layer_idx, head_idx)) = data.settings.dla_head.filter(|&(l, h)| l < layers && h < heads) else {
+    let Some((layer_idx, head_idx)) = data.settings.attribution.head.filter(|&(l, h)| l < layers && h < heads) else {
         ui.label(RichText::new("Click a head to see the tokens its write promotes and suppresses.").weak());
         return;
     };

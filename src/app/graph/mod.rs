@@ -11,6 +11,26 @@ use crate::app::slot::Slot;
 use crate::app::state::{Source, View};
 use crate::app::worker::Job;
 
+use serde::{Deserialize, Serialize};
+
+/// The contribution graph view's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GraphSettings {
+    /// The position whose prediction the graph traces (None: the last token).
+    pub position: Option<usize>,
+    /// Edges below this proportion are left out.
+    pub threshold: f32,
+    /// The head selected on an attention edge: layer, head, and the token it writes to.
+    pub head: Option<(usize, usize, usize)>,
+}
+
+impl Default for GraphSettings {
+    fn default() -> Self {
+        Self { position: None, threshold: 0.04, head: None }
+    }
+}
+
 /// The contribution graph view's results.
 #[derive(Default)]
 pub struct Feature {
@@ -54,7 +74,7 @@ impl Feature {
         if no_head {
             return;
         }
-        let Some((layer, head, position)) = settings.graph_head.filter(|&(l, h, p)| l < layers && h < heads && p < n)
+        let Some((layer, head, position)) = settings.graph.head.filter(|&(l, h, p)| l < layers && h < heads && p < n)
         else {
             return;
         };

@@ -39,7 +39,7 @@ impl GraphView {
         if n == 0 {
             return;
         }
-        let position = settings.graph_position.unwrap_or(n - 1).min(n - 1);
+        let position = settings.graph.position.unwrap_or(n - 1).min(n - 1);
         let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
         controls_ui(ui, settings, &labels, position, commands);
         let slot = &data.features.graph.slot;
@@ -55,9 +55,9 @@ impl GraphView {
             }
         };
         let (source_id, graph, ms) = graph;
-        let key = (*source_id, position, settings.graph_threshold.to_bits());
+        let key = (*source_id, position, settings.graph.threshold.to_bits());
         if self.layout.as_ref().is_none_or(|l| l.0 != key) {
-            let (figure, heads) = graph_figure(graph, &labels, (position, settings.graph_threshold), String::new());
+            let (figure, heads) = graph_figure(graph, &labels, (position, settings.graph.threshold), String::new());
             self.layout = Some((key, Arc::new(figure), heads));
             self.layouts += 1;
         }
@@ -70,7 +70,7 @@ impl GraphView {
                  logit-lens top token. Click an attention edge's dot to open its strongest head. Computed in {ms:.0} ms.",
                 labels[position],
                 figure.edges.len(),
-                settings.graph_threshold
+                settings.graph.threshold
             ))
             .small()
             .weak(),
@@ -96,16 +96,22 @@ fn controls_ui(
         if let Some(pos) =
             crate::app::views::position_ui(ui, "Prediction at", "The output position traced (← / →)", labels, position)
         {
-            commands.push(Command::Set(Setting::GraphPosition(Some(pos))));
+            commands.push(Command::Set(Setting::Graph(crate::app::graph::GraphSettings {
+                position: Some(pos),
+                ..settings.graph.clone()
+            })));
         }
         ui.separator();
-        let mut threshold = settings.graph_threshold;
+        let mut threshold = settings.graph.threshold;
         let label = ui.label("Threshold");
         ui.add(egui::Slider::new(&mut threshold, 0.0..=0.5).step_by(0.005))
             .labelled_by(label.id)
             .on_hover_text("Edges carrying less than this share of their node's information are left out");
-        if threshold.to_bits() != settings.graph_threshold.to_bits() {
-            commands.push(Command::Set(Setting::GraphThreshold(threshold)));
+        if threshold.to_bits() != settings.graph.threshold.to_bits() {
+            commands.push(Command::Set(Setting::Graph(crate::app::graph::GraphSettings {
+                threshold,
+                ..settings.graph.clone()
+            })));
         }
     });
 }
@@ -118,7 +124,7 @@ fn graph_ui(
     heads: &[Option<EdgeHead>],
     commands: &mut Commands,
 ) {
-    let selected = settings.graph_head;
+    let selected = settings.graph.head;
     let (col_w, row_h) = GRAPH_CELL;
     let left_w = 60.0;
     let levels = 2 * figure.layers;
@@ -175,7 +181,10 @@ fn graph_ui(
             painter.circle_stroke(mid, 6.0, Stroke::new(2.0, text));
         }
         if resp.clicked() {
-            commands.push(Command::Set(Setting::GraphHead(Some(*head))));
+            commands.push(Command::Set(Setting::Graph(crate::app::graph::GraphSettings {
+                head: Some(*head),
+                ..settings.graph.clone()
+            })));
             crate::app::views::select_head(settings, (head.0, head.1), commands);
         }
         resp.on_hover_text_at_pointer(format!(
@@ -189,7 +198,7 @@ fn graph_ui(
 fn head_ui(ui: &mut egui::Ui, data: &ViewData<'_>, graph: &GraphShown, labels: &[String], commands: &mut Commands) {
     let layers = graph.run.graph.layers.len();
     let Some((layer_idx, head_idx, position)) =
-        data.settings.graph_head.filter(|&(l, _, p)| l < layers && p < labels.len())
+        data.settings.graph.head.filter(|&(l, _, p)| l < layers && p < labels.len())
     else {
         ui.label(RichText::new("Click the dot of an attention edge to select its strongest head.").weak());
         return;

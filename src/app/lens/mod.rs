@@ -13,8 +13,35 @@ use crate::app::state::{Source, View};
 use crate::app::worker::Job;
 
 use crate::analysis::lens::Lens;
-use crate::app::state::LensMode;
+
 use crate::export::GridFigure;
+
+use serde::{Deserialize, Serialize};
+
+/// What a logit-lens cell shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum LensMode {
+    /// The top token of the stream and its probability.
+    #[default]
+    Probability,
+    /// The rank of one followed token (the model's final prediction, or a watched token), as
+    /// in Ecco's rank mode.
+    Rank,
+}
+
+/// The logit lens view's settings.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LensSettings {
+    /// Probability or rank in each cell.
+    pub mode: LensMode,
+    /// Tokens followed across layers (" Paris", or as the vocabulary spells it, `ĠLondon`).
+    pub watch: Vec<String>,
+    /// Which followed token the rank mode shows: 0 the final prediction, `i` the `i`-th watched.
+    pub rank_of: usize,
+    /// The position selected (None: the last token).
+    pub position: Option<usize>,
+}
 
 /// Candidates kept per lens cell (shown on hover).
 pub const LENS_TOP_K: usize = 5;
@@ -258,7 +285,7 @@ impl Feature {
         self.refusal = Self::refusal(shown);
         let Some(t) = shown.readout_input(View::Lens, self.refusal.is_some()) else { return };
         let n = t.run.tokens.len();
-        let key = LensKey { source_id: t.source_id, watch: shown.settings.lens_watch.clone() };
+        let key = LensKey { source_id: t.source_id, watch: shown.settings.lens.watch.clone() };
         let lens = &mut self.state;
         if lens.key.as_ref() != Some(&key) {
             *lens = LensState::new(key.clone(), n);
@@ -267,7 +294,7 @@ impl Feature {
         if lens.error.is_some() {
             return;
         }
-        let selected = shown.settings.lens_position.unwrap_or(n - 1).min(n - 1);
+        let selected = shown.settings.lens.position.unwrap_or(n - 1).min(n - 1);
         let need_column = lens.find(selected).is_none();
         match &lens.in_flight {
             Some((_, column, _)) if !need_column || *column == Some(selected) => return,

@@ -41,7 +41,7 @@ impl LensView {
         let settings = data.settings;
         let lens = &data.features.lens.state;
         let n = tokens.len();
-        let selected = settings.lens_position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+        let selected = settings.lens.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
         self.controls_ui(ui, data, commands);
         if let Some(err) = &lens.error {
             ui.colored_label(ui.visuals().error_fg_color, format!("The lens failed: {err}"));
@@ -57,15 +57,21 @@ impl LensView {
             self.grid_ui(ui, data, &labels, selected, commands);
         });
         ui.separator();
-        watch_plot_ui(ui, lens, settings.lens_mode, &labels, selected);
+        watch_plot_ui(ui, lens, settings.lens.mode, &labels, selected);
         // ← / → move the selected position (when no text box has the keyboard).
         if ui.memory(|m| m.focused().is_none()) {
             let (left, right) =
                 ui.input(|i| (i.key_pressed(egui::Key::ArrowLeft), i.key_pressed(egui::Key::ArrowRight)));
             if left && selected > 0 {
-                commands.push(Command::Set(Setting::LensPosition(Some(selected - 1))));
+                commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                    position: Some(selected - 1),
+                    ..settings.lens.clone()
+                })));
             } else if right && selected + 1 < n {
-                commands.push(Command::Set(Setting::LensPosition(Some(selected + 1))));
+                commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                    position: Some(selected + 1),
+                    ..settings.lens.clone()
+                })));
             }
         }
     }
@@ -88,17 +94,23 @@ impl LensView {
                     "Each cell: the rank of the followed token in that stream (Ecco's rank mode): 1 = the top token",
                 ),
             ] {
-                if ui.selectable_label(settings.lens_mode == mode, label).on_hover_text(hint).clicked() {
-                    commands.push(Command::Set(Setting::LensMode(mode)));
+                if ui.selectable_label(settings.lens.mode == mode, label).on_hover_text(hint).clicked() {
+                    commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                        mode,
+                        ..settings.lens.clone()
+                    })));
                 }
             }
-            if settings.lens_mode == LensMode::Rank {
+            if settings.lens.mode == LensMode::Rank {
                 ui.separator();
                 ui.label("Rank of");
                 for t in 0..=lens.watched.len() {
                     let name = if t == 0 { "final prediction".to_string() } else { lens.followed_name(t) };
-                    if ui.selectable_label(settings.lens_rank_of == t, name).clicked() {
-                        commands.push(Command::Set(Setting::LensRankOf(t)));
+                    if ui.selectable_label(settings.lens.rank_of == t, name).clicked() {
+                        commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                            rank_of: t,
+                            ..settings.lens.clone()
+                        })));
                     }
                 }
             }
@@ -114,19 +126,25 @@ impl LensView {
             );
             let enter = edit.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
             if (ui.button("Add").clicked() || enter) && !self.watch_input.is_empty() {
-                let mut watch = settings.lens_watch.clone();
+                let mut watch = settings.lens.watch.clone();
                 if !watch.contains(&self.watch_input) {
                     watch.push(std::mem::take(&mut self.watch_input));
-                    commands.push(Command::Set(Setting::LensWatch(watch)));
+                    commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                        watch,
+                        ..settings.lens.clone()
+                    })));
                 }
                 self.watch_input.clear();
             }
-            for (i, w) in settings.lens_watch.iter().enumerate() {
+            for (i, w) in settings.lens.watch.iter().enumerate() {
                 if ui.button(format!("{w:?} ✕")).on_hover_text("Stop watching this token").clicked() {
-                    let mut watch = settings.lens_watch.clone();
+                    let mut watch = settings.lens.watch.clone();
                     watch.remove(i);
-                    commands.push(Command::Set(Setting::LensWatch(watch)));
-                    commands.push(Command::Set(Setting::LensRankOf(0)));
+                    commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                        watch,
+                        rank_of: 0,
+                        ..settings.lens.clone()
+                    })));
                 }
             }
         });
@@ -188,13 +206,16 @@ impl LensView {
                 painter.line_segment([head.left_bottom(), head.right_bottom()], Stroke::new(2.0, text));
             }
             if resp.clicked() {
-                commands.push(Command::Set(Setting::LensPosition(Some(c))));
+                commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                    position: Some(c),
+                    ..settings.lens.clone()
+                })));
             }
             resp.on_hover_text_at_pointer(format!("Position {c}: “{}” — click to select", labels[c]));
             for r in first_row..last_row {
                 let cell = Rect::from_min_size(pos2(x, cells.top() + r as f32 * ch), vec2(cw, ch));
                 let resp = ui.interact(cell, ui.scope_id().with(("lens-cell", r, c)), Sense::click());
-                let shown = lens.shown(settings.lens_mode, settings.lens_rank_of, r, c);
+                let shown = lens.shown(settings.lens.mode, settings.lens.rank_of, r, c);
                 let name = format!("Lens {} at position {c}", stream_name(r, rows));
                 resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &name));
                 match &shown {
@@ -213,7 +234,10 @@ impl LensView {
                     }
                 }
                 if resp.clicked() {
-                    commands.push(Command::Set(Setting::LensPosition(Some(c))));
+                    commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                        position: Some(c),
+                        ..settings.lens.clone()
+                    })));
                 }
                 if resp.hovered() {
                     hovered = Some((r, c));

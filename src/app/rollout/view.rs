@@ -49,9 +49,9 @@ fn rollout_view_ui(
         if let Some(stack) = data.stack {
             ui.label(RichText::new(format!("Of the {}:", stack.describe())).strong());
         }
-        ui.selectable_value(&mut settings.rollout_mode, RolloutMode::Rollout, RichText::new("Rollout").strong())
+        ui.selectable_value(&mut settings.rollout.mode, RolloutMode::Rollout, RichText::new("Rollout").strong())
             .on_hover_text("Products of the residual-augmented attention (A + I)/2 through the layers");
-        ui.selectable_value(&mut settings.rollout_mode, RolloutMode::Flow, RichText::new("Flow").strong())
+        ui.selectable_value(&mut settings.rollout.mode, RolloutMode::Flow, RichText::new("Flow").strong())
             .on_hover_text("Maximum flow through the layers, with the augmented attention as capacities");
         ui.separator();
         ui.label(RichText::new(format!("layers 0–{layer_idx} · {} heads averaged per layer", heads.len())).strong());
@@ -87,7 +87,7 @@ fn rollout_view_ui(
             .on_hover_text("Draw the rollout up to this layer as a pseudo-layer in the head view")
             .clicked()
         {
-            settings.head_rollout = true;
+            settings.rollout.in_head_view = true;
             settings.view = View::Head;
         }
     });
@@ -105,7 +105,7 @@ fn rollout_view_ui(
         return;
     }
     let n = a.seq_len();
-    let values: Vec<f32> = match settings.rollout_mode {
+    let values: Vec<f32> = match settings.rollout.mode {
         RolloutMode::Rollout => {
             let key = DeriveKey::Rollout { view_id: data.view_id, heads: heads.clone() };
             let layers =
@@ -147,11 +147,11 @@ fn rollout_view_ui(
     };
     let labels: Vec<String> = (0..n).map(|i| run.label(i)).collect();
     let range = (0.0, data_range(&values).1.max(1e-6));
-    let what = if settings.rollout_mode == RolloutMode::Flow { "flow" } else { "rollout" };
+    let what = if settings.rollout.mode == RolloutMode::Flow { "flow" } else { "rollout" };
     let hover = |r: usize, c: usize, v: f32| {
         format!("“{}” (#{r}) after layer {layer_idx}\nfrom input “{}” (#{c})\n{what} {v:.6}", labels[r], labels[c])
     };
-    let key = crate::app::views::matrix::key_of(&(data.view_id, &heads, layer_idx, settings.rollout_mode));
+    let key = crate::app::views::matrix::key_of(&(data.view_id, &heads, layer_idx, settings.rollout.mode));
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
         matrix_ui(
             ui,

@@ -149,13 +149,13 @@ impl HeadView {
             return;
         }
         // The rollout pseudo-layer is one "head" drawn in one colour.
-        let rollout = (settings.head_rollout && run.attention.is_square()).then(|| selected.clone());
+        let rollout = (settings.rollout.in_head_view && run.attention.is_square()).then(|| selected.clone());
         let (heads, n_heads) = if rollout.is_some() { (vec![0], 1) } else { (selected, run.attention.heads()) };
         let matrices_key =
             DeriveKey::HeadMatrices { view_id: data.view_id, layer_idx, hide_special: settings.hide_special, rollout };
         let Some(m) = super::derived_or_ask(data, commands, &matrices_key, |d| d.head_matrices(&matrices_key).cloned())
         else {
-            super::computing_ui(ui, if settings.head_rollout { "the rollout" } else { "the layer's lines" });
+            super::computing_ui(ui, if settings.rollout.in_head_view { "the rollout" } else { "the layer's lines" });
             return;
         };
         self.lines_ui(ui, data, settings, commands, &m, &matrices_key, &heads, n_heads);
@@ -556,14 +556,14 @@ fn toolbar_ui(
     commands: &mut Commands,
 ) {
     ui.horizontal_wrapped(|ui| {
-        let title = if settings.head_rollout && run.key_tokens.is_none() {
+        let title = if settings.rollout.in_head_view && run.key_tokens.is_none() {
             format!("Rollout through layers 0–{} (pseudo-layer)", settings.layer_idx)
         } else {
             format!("Layer {}", settings.layer_idx)
         };
         ui.label(RichText::new(title).strong());
         if run.key_tokens.is_none() {
-            ui.checkbox(&mut settings.head_rollout, "Rollout pseudo-layer").on_hover_text(
+            ui.checkbox(&mut settings.rollout.in_head_view, "Rollout pseudo-layer").on_hover_text(
                 "Show attention rollout up to this layer (selected heads averaged, residual added) as one pseudo-layer",
             );
         } else {
@@ -606,7 +606,7 @@ fn toolbar_ui(
     }
     // BertViz's habit: one head at a time; a dozen heads' lines blend into one colour.
     let selected: Vec<usize> = settings.heads.iter().enumerate().filter(|(_, on)| **on).map(|(h, _)| h).collect();
-    if selected.len() >= MANY_HEADS && !settings.head_rollout {
+    if selected.len() >= MANY_HEADS && !settings.rollout.in_head_view {
         ui.horizontal_wrapped(|ui| {
             ui.label(
                 RichText::new(format!(

@@ -283,11 +283,7 @@ impl AttnvizApp {
         s.model = Some(info);
         s.load_error = None;
         if !same {
-            s.pinned = None;
-            s.token_run = None;
-            s.asked.shown_input = None;
-            s.asked.in_flight.clear();
-            s.asked.run_id = s.asked.requested_run_id;
+            s.forget_run();
         }
         s.asked.requested_input = None;
         self.features.compare.forget_request();
@@ -340,12 +336,8 @@ impl AttnvizApp {
         s.load_error = None;
         s.sources.parked = None;
         if !file_shown {
-            s.pinned = None;
             // The old run belongs to the old model (its heads and layers differ).
-            s.token_run = None;
-            s.asked.shown_input = None;
-            s.asked.in_flight.clear();
-            s.asked.run_id = s.asked.requested_run_id;
+            s.forget_run();
             s.asked.requested_input = None;
         }
     }

@@ -201,6 +201,16 @@ impl Session {
         (settings.text.clone(), settings.pair().map(str::to_string), self.run_target(settings), spec)
     }
 
+    /// Drops the shown run and every run in flight (they belong to another model): the next
+    /// frame asks for the run of the new one.
+    pub(crate) fn forget_run(&mut self) {
+        self.pinned = None;
+        self.token_run = None;
+        self.asked.shown_input = None;
+        self.asked.in_flight.clear();
+        self.asked.run_id = self.asked.requested_run_id;
+    }
+
     /// Whether a generation is writing.
     pub fn writing(&self) -> bool {
         self.generation.as_ref().is_some_and(|g| g.finished.is_none())

@@ -21,19 +21,14 @@ pub struct AttributionView {
 impl AttributionView {
     /// Draws the view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
-        if let Some(why) = data.features.lens.refusal.as_deref() {
-            let what = "Direct logit attribution reads each part's write through the model's final norm and its \
-                        language-model head: a decoder with its head.";
-            crate::app::views::refusal_ui(ui, why, what);
+        let what = "Direct logit attribution reads each part's write through the model's final norm and its \
+                    language-model head: a decoder with its head.";
+        let refusal = data.features.lens.refusal.as_deref();
+        let position = data.settings.attribution.position;
+        let Some((tokens, position)) = crate::app::views::readout_input(ui, data, (refusal, what), position) else {
             return;
-        }
-        let Some(tokens) = data.lens_tokens else { return };
-        let settings = data.settings;
-        let n = tokens.len();
-        if n == 0 {
-            return;
-        }
-        let position = settings.attribution.position.unwrap_or(n - 1).min(n - 1);
+        };
+        let (settings, n) = (data.settings, tokens.len());
         controls_ui(ui, data, tokens, position, commands);
         let dla = &data.features.attribution.dla;
         let Some((key, (result, ms))) = dla.shown() else {

@@ -28,18 +28,13 @@ pub struct GraphView {
 impl GraphView {
     /// Draws the view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
-        if let Some(why) = data.features.graph.refusal.as_deref() {
-            let what = "The graph splits each block's write into its parts: a decoder whose blocks add to the stream.";
-            crate::app::views::refusal_ui(ui, why, what);
+        let what = "The graph splits each block's write into its parts: a decoder whose blocks add to the stream.";
+        let refusal = data.features.graph.refusal.as_deref();
+        let (settings, position) = (data.settings, data.settings.graph.position);
+        let Some((tokens, position)) = crate::app::views::readout_input(ui, data, (refusal, what), position) else {
             return;
-        }
-        let Some(tokens) = data.lens_tokens else { return };
-        let settings = data.settings;
+        };
         let n = tokens.len();
-        if n == 0 {
-            return;
-        }
-        let position = settings.graph.position.unwrap_or(n - 1).min(n - 1);
         let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
         controls_ui(ui, settings, &labels, position, commands);
         let slot = &data.features.graph.slot;

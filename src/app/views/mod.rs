@@ -273,6 +273,24 @@ pub fn head_effect_ui(
     }
 }
 
+/// The token-level input a readout view reads and its selected position (`position`; None: the
+/// last token), or None when there are no tokens or the view does not apply (then it says why:
+/// `refusal`, and what it needs).
+pub fn readout_input<'a>(
+    ui: &mut egui::Ui,
+    data: &ViewData<'a>,
+    (refusal, what): (Option<&str>, &str),
+    position: Option<usize>,
+) -> Option<(&'a crate::analysis::tokens::Tokens, usize)> {
+    if let Some(why) = refusal {
+        refusal_ui(ui, why, what);
+        return None;
+    }
+    let tokens = data.lens_tokens.filter(|t| !t.is_empty())?;
+    let n = tokens.len();
+    Some((tokens, position.unwrap_or(n - 1).min(n - 1)))
+}
+
 /// Makes head `head_idx` of layer `layer_idx` the one the attention views show (the others
 /// deselected), without leaving the current view.
 pub fn select_head(

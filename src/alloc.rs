@@ -4,10 +4,12 @@
 //! A forward pass at 512 tokens records 75 MB of probabilities. Fresh memory that large comes
 //! from the OS one page at a time as it is first written (18 000 page faults, a tenth of the
 //! pass). The app and `attnviz bench` run the model again and again on inputs of similar length,
-//! so the buffers of dropped [`Attention`](crate::analysis::Attention) data are kept (a few, bounded in
-//! size) and handed to the next pass instead.
+//! so the buffers of dropped attention data are kept (a few, bounded in size) and handed to the
+//! next pass instead.
 //!
-//! And the process's [`Allocator`]: blocks of 2 MB or more in 2 MB pages.
+//! And the process's [`Allocator`]: blocks of 2 MB or more in 2 MB pages; and the memory the
+//! process may use ([`memory_budget`]), which bounds the pool here and the models loaded. The
+//! ground floor: imports nothing of the crate.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
@@ -23,8 +25,20 @@ const FLOOR_BYTES: usize = 256 << 20;
 /// takes them again instead of faulting and zeroing 2 GB of fresh pages. Reads `/proc/meminfo`:
 /// asked only past the floor (dropping a long run gives back a few hundred blocks).
 fn max_bytes() -> usize {
-    let available = crate::model::files::memory_budget().map_or(0, |(bytes, _)| bytes / 8);
+    let available = memory_budget().map_or(0, |(bytes, _)| bytes / 8);
     usize::try_from(available).unwrap_or(usize::MAX).max(FLOOR_BYTES)
+}
+
+/// The memory a load may use: `ATTNVIZ_MAX_MEMORY_GB` when set (`true`), else what the system
+/// says can be allocated without swapping (`MemAvailable` of `/proc/meminfo`), else no limit.
+pub fn memory_budget() -> Option<(u64, bool)> {
+    let set = std::env::var("ATTNVIZ_MAX_MEMORY_GB").ok().and_then(|v| v.trim().parse::<f64>().ok());
+    if let Some(gb) = set.filter(|gb| gb.is_finite() && *gb >= 0.0) {
+        return Some(((gb * f64::from(1u32 << 30)) as u64, true));
+    }
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().strip_suffix("kB")?.trim();
+    Some((kb.parse::<u64>().ok()?.saturating_mul(1024), false))
 }
 
 static SPARE: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());

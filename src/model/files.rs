@@ -110,18 +110,6 @@ pub(crate) fn checked_safetensors_header(path: &Path) -> Result<u64, ModelError>
     Ok(len)
 }
 
-/// The memory a load may use: `ATTNVIZ_MAX_MEMORY_GB` when set (`true`), else what the system
-/// says can be allocated without swapping (`MemAvailable` of `/proc/meminfo`), else no limit.
-pub(crate) fn memory_budget() -> Option<(u64, bool)> {
-    let set = std::env::var("ATTNVIZ_MAX_MEMORY_GB").ok().and_then(|v| v.trim().parse::<f64>().ok());
-    if let Some(gb) = set.filter(|gb| gb.is_finite() && *gb >= 0.0) {
-        return Some(((gb * f64::from(1u32 << 30)) as u64, true));
-    }
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().strip_suffix("kB")?.trim();
-    Some((kb.parse::<u64>().ok()?.saturating_mul(1024), false))
-}
-
 /// Refuses, before anything is read, a model whose weights as f32 (how the engine holds them, GGUF
 /// dequantised) plus the weight files read alongside would not fit in the memory available.
 /// Refused rather than warned about: past `MemAvailable` the load is either killed by the kernel
@@ -138,7 +126,7 @@ pub fn check_memory_of(
     (weight_bytes, held): (u64, &'static str),
     file_bytes: u64,
 ) -> Result<(), ModelError> {
-    let Some((available_bytes, from_env)) = memory_budget() else { return Ok(()) };
+    let Some((available_bytes, from_env)) = crate::alloc::memory_budget() else { return Ok(()) };
     let needed_bytes = weight_bytes.saturating_add(file_bytes);
     if needed_bytes <= available_bytes {
         return Ok(());

@@ -53,7 +53,7 @@ impl LoadedModel {
     pub fn records(&self, n: usize, record_tokens: usize) -> bool {
         self.decoder.is_some()
             || (n <= record_tokens
-                && self.token_limit(super::files::memory_budget().map(|(b, _)| b)).is_none_or(|(limit, _)| n <= limit))
+                && self.token_limit(crate::alloc::memory_budget().map(|(b, _)| b)).is_none_or(|(limit, _)| n <= limit))
     }
 
     /// Runs a long input recording no head at token level: every head's probabilities, as the

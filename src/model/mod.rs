@@ -1,12 +1,15 @@
-//! The transformer, on Candle: a network described as data ([`describe`]), one mapping per family
-//! ([`families`]), one engine that runs them all and records every head's attention ([`engine`]),
-//! loading a model folder, tokenizing. No egui here; no tensors leave this folder.
+//! The transformer: a network described as data ([`describe`]), one mapping per family
+//! ([`families`]), one engine that runs them all on plain `f32` slices and lets listeners read and
+//! write the named points of its pass ([`engine`]), the kernels it calls ([`kernels`]: products,
+//! softmax, norms, GGUF blocks, in a fixed order), loading a model folder ([`loader`], [`gguf`]),
+//! tokenizing, generating. Candle computes no step of the forward pass: it reads the weight files
+//! (safetensors, GGUF) into tensors the engine copies out, lends the engine its thread pool, and
+//! runs the training lab's autograd ([`crate::train`]). No egui here; no tensors leave this folder.
 
 pub mod describe;
 pub mod engine;
 pub mod families;
 pub mod files;
-mod gemm;
 pub mod generate;
 pub mod gguf;
 pub mod hub;

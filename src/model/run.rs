@@ -4,11 +4,11 @@
 
 use super::ModelError;
 use super::engine::{Capture, EachLayer, EngineError, Input, LayerVisitor};
-use super::files::memory_budget;
 use super::intervene::Interventions;
 use super::loader::{LoadedModel, Seq2SeqDecoder};
 use super::tokenize::Encoded;
 use super::typing::{PrefixRun, Reused};
+use crate::alloc::memory_budget;
 use crate::analysis::{Attention, DecoderRun, HeadVectors, Run, Tokens};
 
 impl LoadedModel {

@@ -273,6 +273,13 @@ fn floor_i64(v: f32) -> i64 {
     if (t as f32) > v { t.saturating_sub(1) } else { t }
 }
 
+/// An image as PNG bytes (the PNG backend; SVG embeds dense cell grids this way too).
+pub fn png_bytes(image: &RgbaImage) -> Result<Vec<u8>, image::ImageError> {
+    let mut bytes = Vec::new();
+    image.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png)?;
+    Ok(bytes)
+}
+
 /// Colour of text written on a cell of colour `rgb`: near-black on light cells, near-white on dark
 /// ones, by WCAG relative luminance. The one rule for cell text on screen and in exported PNGs.
 pub fn cell_text_rgb(rgb: [u8; 3]) -> [u8; 3] {

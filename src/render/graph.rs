@@ -6,9 +6,9 @@ use image::RgbaImage;
 
 use super::canvas::Stroke;
 use super::draw::{Anchor, Drawing, Item};
+use super::figure::{EdgeKind, GraphFigure};
 use super::text::{fit_text, line_height};
 use super::{LABEL_PX, MAX_SIDE, NOTE_PX, TITLE_PX, Theme};
-use crate::export::{EdgeKind, GraphFigure};
 
 /// Colour of an edge of `kind`.
 pub fn edge_rgb(kind: EdgeKind) -> [u8; 3] {
@@ -89,7 +89,7 @@ pub fn graph_drawing(figure: &GraphFigure, theme: Theme, scale: f32) -> Drawing 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::{GraphEdge, GraphNode};
+    use crate::render::{GraphEdge, GraphNode};
 
     #[test]
     fn a_graph_draws_its_edges_in_their_colours() {

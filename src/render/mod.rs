@@ -1,12 +1,14 @@
-//! Figures as data: each figure (heatmap, head view, model grid, text grid, graph) is laid out once
-//! into a [`Drawing`] — a display list of rectangles, lines, text runs and cell grids — which the
-//! backends draw: RGBA pixels (PNG), SVG and PDF here, egui shapes in the app. No window, no GPU.
+//! Figures as data: the one list of figures ([`Figure`]: heatmap, head view, model grid, text
+//! grid, graph…), each laid out once into a [`Drawing`] — a display list of rectangles, lines,
+//! text runs and cell grids — which the backends draw: RGBA pixels (PNG), SVG and PDF here, egui
+//! shapes in the app. No window, no GPU. Imports nothing of the crate but `analysis`.
 //! Every size is multiplied by a `scale` (clamped to 1..=4) and no image side exceeds [`MAX_SIDE`].
 
 mod canvas;
 mod colorbar;
 mod colormap;
 mod draw;
+mod figure;
 mod graph;
 mod head_view;
 mod heatmap;
@@ -16,10 +18,13 @@ mod pe;
 mod svg;
 pub mod text;
 
-pub use canvas::{MAX_SIDE, Segment, Stroke, cell_text_rgb};
+pub use canvas::{MAX_SIDE, Segment, Stroke, cell_text_rgb, png_bytes};
 pub use colorbar::{colorbar_drawing, format_cell_value};
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use draw::{Anchor, Cells, Drawing, Item, TextRun};
+pub use figure::{
+    EdgeKind, Figure, FigureError, GraphEdge, GraphFigure, GraphNode, GridFigure, SharedRun, Style, Table, heatmap_axes,
+};
 pub use graph::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width, graph, graph_drawing};
 pub use head_view::{
     BodyLabels, HeadLines, HeadViewLayout, HeadViewSpec, LINE_BUDGET, Side, draw_lines, head_view, head_view_drawing,

@@ -226,7 +226,7 @@ fn write_cells(out: &mut String, cells: &Cells, as_image: bool) {
     let (w, h) = (cells.cols as f32 * cells.cell_w, cells.rows as f32 * cells.cell_h);
     if as_image {
         let img = image::RgbaImage::from_raw(cells.cols as u32, cells.rows as u32, cells.rgba.clone());
-        let png = img.and_then(|img| crate::export::png_bytes(&img).ok());
+        let png = img.and_then(|img| super::png_bytes(&img).ok());
         if let Some(png) = png {
             let _ = writeln!(
                 out,
@@ -481,7 +481,7 @@ mod tests {
 
     #[test]
     fn the_lens_grid_and_the_graph_are_vectors_too() {
-        use crate::export::{EdgeKind, GraphEdge, GraphFigure, GraphNode};
+        use crate::render::{EdgeKind, GraphEdge, GraphFigure, GraphNode};
         let rows = vec!["embeddings".to_string(), "block 1".to_string()];
         let cols = vec!["The".to_string(), "capital".to_string()];
         let cells: Vec<String> = ["the", "city", " Paris", "of"].map(String::from).to_vec();

@@ -14,7 +14,7 @@ use super::linear::Linear;
 use super::positions::{self, HeadRows, PositionWeights, RelativeProjections};
 use super::weights::Weights;
 use crate::model::describe::{Activation, Description, FeedForward, NormKind, NormPlacement};
-use crate::model::gemm::{MatMut, MatRef, matmul};
+use crate::model::kernels::{MatMut, MatRef, matmul};
 
 thread_local! {
     /// A head's keys transposed, per thread (see [`Network::head_probs`]).

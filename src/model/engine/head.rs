@@ -7,8 +7,7 @@ use rayon::prelude::*;
 use super::Network;
 use super::weights::Values;
 use crate::model::describe::NormKind;
-use crate::model::gemm::{self, MatMut, MatRef, matmul};
-use crate::model::kernels;
+use crate::model::kernels::{self, MatMut, MatRef, matmul};
 
 /// Vocabulary rows per task of a batched unembedding.
 const VOCAB_BLOCK: usize = 512;
@@ -71,7 +70,7 @@ impl Network {
             } else if let Values::Quant(q) = table
                 && h > 0
                 && let Some((kind, blocks)) = q.part_rows(start / h..end / h)
-                && gemm::block_dots(kind, hidden_row, blocks, out)
+                && kernels::block_dots(kind, hidden_row, blocks, out)
             {
                 // Blocks (SmolLM2's tied `Q8_0` embeddings) multiplied in registers, the same sums.
             } else {

@@ -4,8 +4,7 @@ use rayon::prelude::*;
 
 use super::error::Result;
 use super::weights::{PANEL, Values, Weights};
-use crate::model::gemm::{self, MatMut, MatRef, matmul};
-use crate::model::kernels;
+use crate::model::kernels::{self, MatMut, MatRef, matmul};
 
 /// `nn.Linear`: `x · Wᵀ + b`. `W` (`out × in`) is held row-major, in the precision it is kept in;
 /// the product runs over panels of [`PANEL`] output features in parallel, each panel's rows
@@ -13,7 +12,7 @@ use crate::model::kernels;
 /// layout whatever the storage, so the products are bit for bit those of f32 weights — and
 /// multiplied through a transposed view (`x · panelᵀ`: dot products that read each weight row in
 /// order, the same for one row of `x` or many). For a few rows of `x`, GGUF blocks are widened in
-/// registers as they are multiplied instead ([`gemm::block_product`], the same sums).
+/// registers as they are multiplied instead ([`kernels::block_product`], the same sums).
 #[derive(Debug, Clone)]
 pub(super) struct Linear {
     /// The weight, row-major `out × in`: f32, 16-bit, or a GGUF matrix's blocks.
@@ -125,10 +124,10 @@ impl Linear {
         if let Values::F32(w) = &self.weight {
             product(&w[first * in_dim..(first + width) * in_dim], dst);
         } else if let Values::Quant(q) = &self.weight
-            && rows <= gemm::BLOCK_ROWS
+            && rows <= kernels::BLOCK_ROWS
             && part == in_dim
             && let Some((kind, blocks)) = q.part_rows(first..first + width)
-            && gemm::block_product(
+            && kernels::block_product(
                 kind,
                 MatMut::rows(dst, rows, width, width),
                 MatRef::rows(x, rows, in_dim, in_dim),

@@ -41,12 +41,13 @@ mod positions;
 mod quant;
 mod weights;
 
+pub use crate::model::kernels::BlockKind;
 pub use error::EngineError;
 pub use head::LogitBasis;
 pub use lazy::{HeadDetail, KeepStreams, LayerAttention, Streams};
 pub use listeners::{Capture, EachHead, EachLayer, ForwardOutput, LayerDone, LayerVisitor, Record};
 pub use pass::{Context, EncoderStates, HeadVisitor, Input, KvCache, LayerSlots, Listener, PassShape, Point, Wants};
-pub use quant::{BlockKind, FilledRegion, Quantized, Region};
+pub use quant::{FilledRegion, Quantized, Region};
 pub use weights::{Expected, WeightStorage, Weights};
 
 use self::block::Layer;

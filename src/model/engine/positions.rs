@@ -11,7 +11,7 @@ use super::error::Result;
 use super::linear::Linear;
 use super::weights::Weights;
 use crate::model::describe::{Description, Disentangled, PositionBias};
-use crate::model::gemm::{MatMut, MatRef, matmul};
+use crate::model::kernels::{MatMut, MatRef, matmul};
 use crate::model::relpos;
 
 /// The weights of a network's relative positions that all layers share.

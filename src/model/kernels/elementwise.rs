@@ -377,7 +377,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The end of [`dot`]: its sixteen lanes added in order, then the sum of the values past the last
-/// whole sixteen (what [`crate::model::gemm::block_dots`] ends with too).
+/// whole sixteen (what [`block_dots`](super::block_dots) ends with too).
 pub fn dot_finish(lanes: &[f32; LANES], tail: f32) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }

@@ -12,6 +12,8 @@
 use candle_core::quantized::GgmlDType;
 use half::bf16;
 
+use super::simd::{Simd, Vectorised};
+
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
     __m512, __m512i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps,
@@ -185,10 +187,10 @@ pub fn widen<'a>(
     out: &mut [f32],
     row: impl Fn(usize) -> (BlockKind, &'a [u8]),
 ) {
-    pulp::Arch::new().dispatch(Widen { cols, range, out, row });
+    Simd::detect().vectorised(Widen { cols, range, out, row });
 }
 
-/// [`widen`] as a pulp operation.
+/// [`widen`] as a vectorised loop.
 struct Widen<'o, F> {
     cols: usize,
     range: std::ops::Range<usize>,
@@ -196,11 +198,11 @@ struct Widen<'o, F> {
     row: F,
 }
 
-impl<'a, F: Fn(usize) -> (BlockKind, &'a [u8])> pulp::WithSimd for Widen<'_, F> {
+impl<'a, F: Fn(usize) -> (BlockKind, &'a [u8])> Vectorised for Widen<'_, F> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+    fn run(self) {
         let Self { cols, range, out, row } = self;
         let cols = cols.max(1);
         let mut scratch = Vec::new();

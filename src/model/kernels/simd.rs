@@ -1,8 +1,11 @@
-//! The one SIMD dispatch of the kernels: the instruction set of the running CPU, found once
-//! ([`Simd::detect`]: AVX-512, AVX2 with FMA, or none), and sixteen f32 lanes ([`Lanes`]) as one
-//! AVX-512 register, two AVX2 registers or an array — so a kernel written once over `Lanes` sums in
-//! the same order, to the same bits, on every x86 machine. The tiles of the matrix products
-//! ([`dot_tile_in`], [`axpy_in`]) are written here over the lanes.
+//! The one SIMD mechanism of the kernels, on `std::arch`: the instruction set of the running CPU
+//! ([`Simd::detect`]: x86-64-v4 with AVX-512, v3 with AVX2 and FMA, or neither) and, for each,
+//! functions compiled for it (`#[target_feature]`) that the kernels are inlined into. Two kinds of
+//! kernel run through it. The tiles of the matrix products ([`dot_tile_in`], [`axpy_in`]) are written once
+//! over sixteen f32 lanes ([`Lanes`]: one AVX-512 register, two AVX2 registers or an array), so
+//! they sum in the same order, to the same bits, on every x86 machine. The element-wise kernels
+//! and the widening of blocks are plain loops the compiler vectorises ([`Vectorised`]), whose
+//! fixed lanes give the same bits whatever the registers' width.
 
 #![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (alloc.rs has the other use: madvise)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
@@ -21,7 +24,18 @@ impl Rows<'_> {
     }
 }
 
-/// The instructions this machine has, found once.
+/// A loop written as plain code for the compiler to vectorise (the element-wise kernels, the
+/// widening of blocks), run by [`Simd::vectorised`] compiled for the running CPU.
+pub(super) trait Vectorised {
+    /// What the loop returns.
+    type Output;
+    /// The loop. `#[inline(always)]` in every implementation: only code inlined into the dispatched
+    /// function is compiled for its instructions (a closure was not, and ran as SSE code).
+    fn run(self) -> Self::Output;
+}
+
+/// The instructions this machine has: x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) or neither;
+/// found on each call from the standard library's cached detection.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Simd {
     #[cfg(target_arch = "x86_64")]
@@ -34,15 +48,24 @@ pub(super) enum Simd {
 impl Simd {
     pub(super) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
-                return Self::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                return Self::Avx2;
-            }
+        if x86::has_v3() {
+            return if x86::has_v4() { Self::Avx512 } else { Self::Avx2 };
         }
         Self::Scalar
+    }
+
+    /// Runs `op` compiled for this machine's instructions (x86-64-v4 or v3: AVX-512 or AVX2 with
+    /// FMA), else as plain code.
+    #[inline(always)]
+    pub(super) fn vectorised<Op: Vectorised>(self, op: Op) -> Op::Output {
+        match self {
+            // SAFETY: the level's features were detected on this machine (`has_v3`, `has_v4`).
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => unsafe { x86::vectorised_v4(op) },
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => unsafe { x86::vectorised_v3(op) },
+            Self::Scalar => op.run(),
+        }
     }
 
     pub(super) fn dot_tile<const R: usize, const C: usize>(self, a: [&[f32]; R], b: [&[f32]; C]) -> [[f32; C]; R] {
@@ -283,7 +306,47 @@ pub(super) mod x86 {
         _mm512_storeu_ps,
     };
 
-    use super::{Lanes, Rows, axpy_in, dot_tile_in};
+    use super::{Lanes, Rows, Vectorised, axpy_in, dot_tile_in};
+
+    /// Whether this machine has x86-64-v3 (AVX2, FMA, BMI1/2, LZCNT, POPCNT and the SSE levels
+    /// below): [`super::Simd::Avx2`], and with [`has_v4`] [`super::Simd::Avx512`].
+    pub(super) fn has_v3() -> bool {
+        use std::arch::is_x86_feature_detected as has;
+        has!("sse3")
+            && has!("ssse3")
+            && has!("sse4.1")
+            && has!("sse4.2")
+            && has!("popcnt")
+            && has!("fxsr")
+            && has!("avx")
+            && has!("avx2")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("fma")
+            && has!("lzcnt")
+    }
+
+    /// Whether this machine has x86-64-v4 beyond v3: AVX-512 F, BW, CD, DQ and VL.
+    pub(super) fn has_v4() -> bool {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f") && has!("avx512bw") && has!("avx512cd") && has!("avx512dq") && has!("avx512vl")
+    }
+
+    /// `op` compiled for x86-64-v3.
+    #[target_feature(enable = "sse3,ssse3,sse4.1,sse4.2,popcnt,fxsr,avx,avx2,bmi1,bmi2,fma,lzcnt")]
+    #[inline]
+    pub(super) fn vectorised_v3<Op: Vectorised>(op: Op) -> Op::Output {
+        op.run()
+    }
+
+    /// `op` compiled for x86-64-v4.
+    #[target_feature(
+        enable = "sse3,ssse3,sse4.1,sse4.2,popcnt,fxsr,avx,avx2,bmi1,bmi2,fma,lzcnt,avx512f,avx512bw,avx512cd,avx512dq,avx512vl"
+    )]
+    #[inline]
+    pub(super) fn vectorised_v4<Op: Vectorised>(op: Op) -> Op::Output {
+        op.run()
+    }
 
     /// `(lo + hi)` of eight lanes, then 4 + 4, 2 + 2, 1 + 1.
     #[inline(always)]

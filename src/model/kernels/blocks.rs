@@ -9,7 +9,6 @@
 #![allow(unsafe_code)] // the register decoders' intrinsics, see the SAFETY comment of `two_f16`
 #![allow(clippy::inline_always)] // the decoders are vectorised only when inlined into the dispatched functions
 
-use candle_core::quantized::GgmlDType;
 use half::bf16;
 
 use super::simd::{Simd, Vectorised};
@@ -50,24 +49,6 @@ pub enum BlockKind {
 }
 
 impl BlockKind {
-    /// The kind of a GGUF tensor type, None for the types kept dequantised (`Q2_K`, `Q3_K`, `Q8_1`, `Q8_K`).
-    pub fn of(dtype: GgmlDType) -> Option<Self> {
-        Some(match dtype {
-            GgmlDType::F32 => Self::F32,
-            GgmlDType::F16 => Self::F16,
-            GgmlDType::BF16 => Self::Bf16,
-            GgmlDType::Q4_0 => Self::Q4_0,
-            GgmlDType::Q4_1 => Self::Q4_1,
-            GgmlDType::Q5_0 => Self::Q5_0,
-            GgmlDType::Q5_1 => Self::Q5_1,
-            GgmlDType::Q8_0 => Self::Q8_0,
-            GgmlDType::Q4K => Self::Q4K,
-            GgmlDType::Q5K => Self::Q5K,
-            GgmlDType::Q6K => Self::Q6K,
-            _ => return None,
-        })
-    }
-
     /// `(values, bytes)` per block.
     pub fn block(self) -> (usize, usize) {
         match self {

@@ -6,7 +6,7 @@
 //! the products of a few rows by a matrix kept in GGUF blocks, each block widened in registers
 //! ([`block_product`], [`block_dots`]).
 
-#![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (alloc.rs has the other use: madvise)
+#![allow(unsafe_code)] // the AVX-512 block products, see the SAFETY comments (unsafe: this room and alloc.rs)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
 
 use super::blocks::{BlockKind, by_block_kind};

@@ -7,7 +7,7 @@
 //! and the widening of blocks are plain loops the compiler vectorises ([`Vectorised`]), whose
 //! fixed lanes give the same bits whatever the registers' width.
 
-#![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (alloc.rs has the other use: madvise)
+#![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (unsafe: this room and alloc.rs)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
 
 /// Rows of a matrix, `stride` apart.

@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::Path;
 
+use candle_core::quantized::GgmlDType;
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::{Device, Tensor};
 use serde_json::{Map, json};
@@ -398,6 +399,28 @@ fn unpermuted_rows(rows: usize, heads: usize) -> Vec<usize> {
         }
     }
     from
+}
+
+/// The block kinds as GGUF files name them (here, beside the reader: the kernel room knows no file
+/// format).
+impl BlockKind {
+    /// The kind of a GGUF tensor type, None for the types kept dequantised (`Q2_K`, `Q3_K`, `Q8_1`, `Q8_K`).
+    pub fn of(dtype: GgmlDType) -> Option<Self> {
+        Some(match dtype {
+            GgmlDType::F32 => Self::F32,
+            GgmlDType::F16 => Self::F16,
+            GgmlDType::BF16 => Self::Bf16,
+            GgmlDType::Q4_0 => Self::Q4_0,
+            GgmlDType::Q4_1 => Self::Q4_1,
+            GgmlDType::Q5_0 => Self::Q5_0,
+            GgmlDType::Q5_1 => Self::Q5_1,
+            GgmlDType::Q8_0 => Self::Q8_0,
+            GgmlDType::Q4K => Self::Q4K,
+            GgmlDType::Q5K => Self::Q5K,
+            GgmlDType::Q6K => Self::Q6K,
+            _ => return None,
+        })
+    }
 }
 
 /// The kind a tensor is kept in with [`WeightStorage::Stored`]: a matrix of a type widened by the

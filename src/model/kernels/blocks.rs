@@ -9,8 +9,9 @@
 #![allow(unsafe_code)] // the register decoders' intrinsics, see the SAFETY comment of `two_f16`
 #![allow(clippy::inline_always)] // the decoders are vectorised only when inlined into the dispatched functions
 
-use candle_core::quantized::GgmlDType;
 use half::bf16;
+
+use super::simd::{Simd, Vectorised};
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
@@ -48,24 +49,6 @@ pub enum BlockKind {
 }
 
 impl BlockKind {
-    /// The kind of a GGUF tensor type, None for the types kept dequantised (`Q2_K`, `Q3_K`, `Q8_1`, `Q8_K`).
-    pub fn of(dtype: GgmlDType) -> Option<Self> {
-        Some(match dtype {
-            GgmlDType::F32 => Self::F32,
-            GgmlDType::F16 => Self::F16,
-            GgmlDType::BF16 => Self::Bf16,
-            GgmlDType::Q4_0 => Self::Q4_0,
-            GgmlDType::Q4_1 => Self::Q4_1,
-            GgmlDType::Q5_0 => Self::Q5_0,
-            GgmlDType::Q5_1 => Self::Q5_1,
-            GgmlDType::Q8_0 => Self::Q8_0,
-            GgmlDType::Q4K => Self::Q4K,
-            GgmlDType::Q5K => Self::Q5K,
-            GgmlDType::Q6K => Self::Q6K,
-            _ => return None,
-        })
-    }
-
     /// `(values, bytes)` per block.
     pub fn block(self) -> (usize, usize) {
         match self {
@@ -185,10 +168,10 @@ pub fn widen<'a>(
     out: &mut [f32],
     row: impl Fn(usize) -> (BlockKind, &'a [u8]),
 ) {
-    pulp::Arch::new().dispatch(Widen { cols, range, out, row });
+    Simd::detect().vectorised(Widen { cols, range, out, row });
 }
 
-/// [`widen`] as a pulp operation.
+/// [`widen`] as a vectorised loop.
 struct Widen<'o, F> {
     cols: usize,
     range: std::ops::Range<usize>,
@@ -196,11 +179,11 @@ struct Widen<'o, F> {
     row: F,
 }
 
-impl<'a, F: Fn(usize) -> (BlockKind, &'a [u8])> pulp::WithSimd for Widen<'_, F> {
+impl<'a, F: Fn(usize) -> (BlockKind, &'a [u8])> Vectorised for Widen<'_, F> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+    fn run(self) {
         let Self { cols, range, out, row } = self;
         let cols = cols.max(1);
         let mut scratch = Vec::new();

@@ -1,14 +1,15 @@
 //! The element-wise kernels of the encoder: softmax of a head's scores in place (recording them on
 //! the way), `LayerNorm`, the activations, and bias + residual rows for a product to add to. Plain
-//! loops written so the compiler vectorises them, compiled for
-//! the best instruction set of the running CPU (AVX2, AVX-512) through `pulp`'s runtime dispatch,
-//! and split over threads with rayon. Accuracy is within a few ulp of libm, far inside the 1e-5
-//! parity budget.
+//! loops written so the compiler vectorises them, compiled for the running CPU (AVX-512, AVX2)
+//! through the room's one dispatch (`Simd::vectorised`), and split over threads with rayon.
+//! Accuracy is within a few ulp of libm, far inside the 1e-5 parity budget.
 
-#![allow(clippy::inline_always)] // pulp's dispatch vectorises only code inlined into it
+#![allow(clippy::inline_always)] // the dispatch vectorises only code inlined into it
 #![allow(clippy::many_single_char_names)] // the textbook names of these formulas
 
 use rayon::prelude::*;
+
+use super::simd::{Simd, Vectorised};
 
 /// Lanes of the partial reductions (independent accumulators the compiler can keep in a register).
 pub const LANES: usize = 16;
@@ -17,7 +18,7 @@ pub const LANES: usize = 16;
 const MIN_CHUNK: usize = 4096;
 
 /// `exp(x)` for `f32`, Cephes-style: `x = n·ln2 + r`, a degree-6 polynomial for `exp(r)`, then a
-/// `2^n` scale built from bits. Fused multiply-adds: inlined into pulp's AVX2 / AVX-512 dispatch
+/// `2^n` scale built from bits. Fused multiply-adds: inlined into the AVX2 / AVX-512 dispatch
 /// each is one instruction (a third fewer than multiply then add); only the scalar fallback (a CPU
 /// without FMA) calls libm's slower software `fmaf`. Branch-free so loops over it vectorise. Exactly 0 below -87.3
 /// (so masked scores of -inf give exactly zero weight); saturates above 88.7.
@@ -99,17 +100,17 @@ fn map_in_place(values: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
         values: &'a mut [f32],
         f: &'a F,
     }
-    impl<F: Fn(f32) -> f32> pulp::WithSimd for Map<'_, F> {
+    impl<F: Fn(f32) -> f32> Vectorised for Map<'_, F> {
         type Output = ();
         #[inline(always)]
-        fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        fn run(self) {
             for v in self.values.iter_mut() {
                 *v = (self.f)(*v);
             }
         }
     }
-    let arch = pulp::Arch::new();
-    values.par_chunks_mut(MIN_CHUNK).for_each(|values| arch.dispatch(Map { values, f: &f }));
+    let simd = Simd::detect();
+    values.par_chunks_mut(MIN_CHUNK).for_each(|values| simd.vectorised(Map { values, f: &f }));
 }
 
 /// Assembles a linear layer's output: `panels` holds the product as consecutive blocks of
@@ -171,12 +172,12 @@ pub fn layer_norm_rows(x: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
     if width == 0 {
         return;
     }
-    let arch = pulp::Arch::new();
+    let simd = Simd::detect();
     let rows_per_task = (MIN_CHUNK / width).max(1) * width;
-    x.par_chunks_mut(rows_per_task).for_each(|rows| arch.dispatch(LayerNormRows { rows, weight, bias, eps }));
+    x.par_chunks_mut(rows_per_task).for_each(|rows| simd.vectorised(LayerNormRows { rows, weight, bias, eps }));
 }
 
-/// Rows of [`layer_norm_rows`] for one task, as a `pulp` operation.
+/// Rows of [`layer_norm_rows`] for one task, as a vectorised loop.
 struct LayerNormRows<'a> {
     rows: &'a mut [f32],
     weight: &'a [f32],
@@ -184,11 +185,11 @@ struct LayerNormRows<'a> {
     eps: f32,
 }
 
-impl pulp::WithSimd for LayerNormRows<'_> {
+impl Vectorised for LayerNormRows<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+    fn run(self) {
         let Self { rows, weight, bias, eps } = self;
         let width = weight.len();
         for row in rows.chunks_mut(width) {
@@ -292,12 +293,11 @@ pub fn softmax_rows(probs: &mut [f32], keys: usize, mask: Mask, scores: Option<&
         return;
     }
     assert_eq!(probs.len() % keys, 0);
-    pulp::Arch::new().dispatch(SoftmaxRows { probs, scores, keys, mask });
+    Simd::detect().vectorised(SoftmaxRows { probs, scores, keys, mask });
 }
 
-/// The rows of [`softmax_rows`], as a `pulp` operation: `with_simd` is compiled for the
-/// instruction set pulp picks at run time (a closure passed to `dispatch` was not inlined into it
-/// and ran as SSE code).
+/// The rows of [`softmax_rows`], as a vectorised loop: `run` is compiled for the instruction set
+/// found at run time (a closure passed to the dispatch was not inlined into it and ran as SSE code).
 struct SoftmaxRows<'a> {
     probs: &'a mut [f32],
     scores: Option<&'a mut [f32]>,
@@ -305,11 +305,11 @@ struct SoftmaxRows<'a> {
     mask: Mask,
 }
 
-impl pulp::WithSimd for SoftmaxRows<'_> {
+impl Vectorised for SoftmaxRows<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+    fn run(self) {
         let Self { probs, mut scores, keys, mask } = self;
         for (query, p) in probs.chunks_mut(keys).enumerate() {
             let seen = mask.visible(query, keys);
@@ -331,12 +331,12 @@ pub fn rms_norm_rows(x: &mut [f32], weight: &[f32], eps: f32, plus_one: bool) {
     if width == 0 {
         return;
     }
-    let arch = pulp::Arch::new();
+    let simd = Simd::detect();
     let rows_per_task = (MIN_CHUNK / width).max(1) * width;
-    x.par_chunks_mut(rows_per_task).for_each(|rows| arch.dispatch(RmsNormRows { rows, weight, eps, plus_one }));
+    x.par_chunks_mut(rows_per_task).for_each(|rows| simd.vectorised(RmsNormRows { rows, weight, eps, plus_one }));
 }
 
-/// Rows of [`rms_norm_rows`] for one task, as a `pulp` operation.
+/// Rows of [`rms_norm_rows`] for one task, as a vectorised loop.
 struct RmsNormRows<'a> {
     rows: &'a mut [f32],
     weight: &'a [f32],
@@ -344,11 +344,11 @@ struct RmsNormRows<'a> {
     plus_one: bool,
 }
 
-impl pulp::WithSimd for RmsNormRows<'_> {
+impl Vectorised for RmsNormRows<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+    fn run(self) {
         let Self { rows, weight, eps, plus_one } = self;
         let width = weight.len();
         for row in rows.chunks_mut(width) {
@@ -382,7 +382,7 @@ pub fn dot_finish(lanes: &[f32; LANES], tail: f32) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// `SiLU` in place: `x / (1 + e^(−x))`, as `PyTorch`'s CPU kernel computes it. Through pulp's
+/// `SiLU` in place: `x / (1 + e^(−x))`, as `PyTorch`'s CPU kernel computes it. Through the room's
 /// dispatch like the other activations: outside it `exp_f32`'s fused multiply-adds were calls to
 /// libm's software `fmaf` (13 % of a SmolLM2 pass at 512 tokens; the same values, as FMA rounds once
 /// either way).

@@ -6,7 +6,6 @@
 //! the products of a few rows by a matrix kept in GGUF blocks, each block widened in registers
 //! ([`block_product`], [`block_dots`]).
 
-#![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (alloc.rs has the other use: madvise)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
 
 use super::blocks::{BlockKind, by_block_kind};
@@ -163,24 +162,17 @@ pub fn block_product(kind: BlockKind, dst: MatMut<'_>, x: MatRef<'_>, blocks: &[
         && x.col_stride == 1
         && k.is_multiple_of(values)
         && blocks.len() == n * k / values * bytes;
-    #[cfg(target_arch = "x86_64")]
-    if usable && Simd::detect() == Simd::Avx512 && std::arch::is_x86_feature_detected!("f16c") {
+    if usable && let Some(regs) = Simd::detect().in_registers() {
         let row_bytes = k / values * bytes;
         let w = |j: usize| &blocks[j * row_bytes..(j + 1) * row_bytes];
         let dots = |a: &[f32], j: usize, out: &mut [f32]| {
-            // SAFETY: AVX-512 and F16C were detected; row lengths are checked inside.
-            macro_rules! tile {
-                ($c:expr, $d:ty) => {
-                    unsafe { x86::block_dot_avx512::<$d, $c>(a, std::array::from_fn(|c| w(j + c))) }
-                };
-            }
             macro_rules! each {
                 ($d:ty) => {
                     if out.len() == TILE {
-                        out.copy_from_slice(&tile!(TILE, $d));
+                        out.copy_from_slice(&regs.dots::<$d, TILE>(a, std::array::from_fn(|c| w(j + c))));
                     } else {
                         for (c, o) in out.iter_mut().enumerate() {
-                            *o = unsafe { x86::block_dot_avx512::<$d, 1>(a, [w(j + c)]) }[0];
+                            *o = regs.dots::<$d, 1>(a, [w(j + c)])[0];
                         }
                     }
                 };
@@ -198,7 +190,6 @@ pub fn block_product(kind: BlockKind, dst: MatMut<'_>, x: MatRef<'_>, blocks: &[
         }
         return true;
     }
-    let _ = (dst, row_stride, usable, blocks);
     false
 }
 
@@ -211,8 +202,7 @@ pub fn block_dots(kind: BlockKind, h: &[f32], blocks: &[u8], out: &mut [f32]) ->
     const _: () = assert!(LANES == 16, "block_dots fills sixteen lanes");
     let (k, (values, bytes)) = (h.len(), kind.block());
     let usable = !kind.is_float() && k.is_multiple_of(values) && blocks.len() == out.len() * k / values * bytes;
-    #[cfg(target_arch = "x86_64")]
-    if usable && Simd::detect() == Simd::Avx512 && std::arch::is_x86_feature_detected!("f16c") {
+    if usable && let Some(regs) = Simd::detect().in_registers() {
         let row_bytes = k / values * bytes;
         let w = |j: usize| &blocks[j * row_bytes..(j + 1) * row_bytes];
         // Past the blocks there is nothing left: the empty tail's sum, as `dot` forms it.
@@ -222,15 +212,13 @@ pub fn block_dots(kind: BlockKind, h: &[f32], blocks: &[u8], out: &mut [f32]) ->
             ($d:ty) => {{
                 let whole = out.len() / TILE * TILE;
                 for (t, o) in out[..whole].chunks_exact_mut(TILE).enumerate() {
-                    // SAFETY: AVX-512 and F16C were detected; row lengths are checked inside.
-                    let lanes =
-                        unsafe { x86::block_lanes_avx512::<$d, TILE>(h, std::array::from_fn(|c| w(t * TILE + c))) };
+                    let lanes = regs.lanes::<$d, TILE>(h, std::array::from_fn(|c| w(t * TILE + c)));
                     for (o, l) in o.iter_mut().zip(&lanes) {
                         *o = finish(l);
                     }
                 }
                 for (j, o) in out.iter_mut().enumerate().skip(whole) {
-                    let [lanes] = unsafe { x86::block_lanes_avx512::<$d, 1>(h, [w(j)]) };
+                    let [lanes] = regs.lanes::<$d, 1>(h, [w(j)]);
                     *o = finish(&lanes);
                 }
             }};
@@ -238,7 +226,6 @@ pub fn block_dots(kind: BlockKind, h: &[f32], blocks: &[u8], out: &mut [f32]) ->
         by_block_kind!(kind, rows, {});
         return true;
     }
-    let _ = (usable, h, blocks, out);
     false
 }
 
@@ -322,68 +309,6 @@ fn axpy(mut out: Out<'_>, a: Rows<'_>, b: Rows<'_>, m: usize, n: usize, k: usize
             }
         }
         i += rows;
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::{
-        _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_setzero_ps, _mm512_storeu_ps,
-    };
-
-    use super::super::blocks::Block;
-    use super::super::simd::{Lanes, x86::Avx512};
-
-    // SAFETY (for the unsafe blocks of this module): the intrinsics run only inside functions
-    // compiled for, and dispatched after detecting, AVX-512 and F16C; the loads read within `a` /
-    // `h` and within each row of blocks, whose lengths are asserted first.
-
-    /// Sums of `a` times `C` rows of `D` blocks, each block widened in registers: lanes and order
-    /// as the tiles of [`matmul`](super::matmul) over the widened rows (sixteen lanes, chunk by chunk, then pairwise).
-    #[target_feature(enable = "avx512f,avx512dq,f16c")]
-    pub(super) fn block_dot_avx512<D: Block, const C: usize>(a: &[f32], w: [&[u8]; C]) -> [f32; C] {
-        let blocks = a.len() / D::VALUES;
-        assert!(a.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
-        unsafe {
-            let mut acc = [_mm512_setzero_ps(); C];
-            let mut wide = [_mm512_setzero_ps(); 16];
-            for b in 0..blocks {
-                let x = a.as_ptr().add(D::VALUES * b);
-                for c in 0..C {
-                    D::to_registers(w[c].as_ptr().add(D::BYTES * b), &mut wide);
-                    for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
-                        acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x.add(16 * i)), *w, acc[c]);
-                    }
-                }
-            }
-            std::array::from_fn(|c| Avx512(acc[c]).sum())
-        }
-    }
-
-    /// The sixteen lanes of [`dot`](super::super::dot)`(w_c, h)` for `C` rows of `D` blocks: each widened value
-    /// multiplied by `h` and added to its lane, chunk by chunk, as `dot`'s loop does.
-    #[target_feature(enable = "avx512f,avx512dq,f16c")]
-    pub(super) fn block_lanes_avx512<D: Block, const C: usize>(h: &[f32], w: [&[u8]; C]) -> [[f32; 16]; C] {
-        let blocks = h.len() / D::VALUES;
-        assert!(h.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
-        unsafe {
-            let mut acc = [_mm512_setzero_ps(); C];
-            let mut wide = [_mm512_setzero_ps(); 16];
-            for b in 0..blocks {
-                let x = h.as_ptr().add(D::VALUES * b);
-                for c in 0..C {
-                    D::to_registers(w[c].as_ptr().add(D::BYTES * b), &mut wide);
-                    for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
-                        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(*w, _mm512_loadu_ps(x.add(16 * i))));
-                    }
-                }
-            }
-            std::array::from_fn(|c| {
-                let mut lanes = [0.0f32; 16];
-                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[c]);
-                lanes
-            })
-        }
     }
 }
 

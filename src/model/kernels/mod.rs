@@ -1,5 +1,5 @@
 //! The kernels, in one room: the matrix products in one fixed order (`gemm`), the element-wise
-//! operations (softmax, norms, activations: [`elementwise`]), llama.cpp's GGUF block kinds with one
+//! operations (softmax, norms, activations: `elementwise`), llama.cpp's GGUF block kinds with one
 //! decoder each (`blocks`), and the one dispatch on the running CPU's instructions (`simd`).
 //! Plain slices in, plain slices out: the engine calls the room, the room imports nothing of the
 //! engine (nor of anything above it). The crate's SIMD `unsafe` lives here.

@@ -1,11 +1,17 @@
-//! The one SIMD dispatch of the kernels: the instruction set of the running CPU, found once
-//! ([`Simd::detect`]: AVX-512, AVX2 with FMA, or none), and sixteen f32 lanes ([`Lanes`]) as one
-//! AVX-512 register, two AVX2 registers or an array — so a kernel written once over `Lanes` sums in
-//! the same order, to the same bits, on every x86 machine. The tiles of the matrix products
-//! ([`dot_tile_in`], [`axpy_in`]) are written here over the lanes.
+//! The one SIMD mechanism of the kernels, on `std::arch`: the instruction set of the running CPU
+//! ([`Simd::detect`]: x86-64-v4 with AVX-512, v3 with AVX2 and FMA, or neither) and, for each,
+//! functions compiled for it (`#[target_feature]`) that the kernels are inlined into. Two kinds of
+//! kernel run through it. The tiles of the matrix products ([`dot_tile_in`], [`axpy_in`]) are written once
+//! over sixteen f32 lanes ([`Lanes`]: one AVX-512 register, two AVX2 registers or an array), so
+//! they sum in the same order, to the same bits, on every x86 machine. The element-wise kernels
+//! and the widening of blocks are plain loops the compiler vectorises ([`Vectorised`]), whose
+//! fixed lanes give the same bits whatever the registers' width. And the products of a few rows by
+//! GGUF blocks, each block widened in registers by its kind's decoder ([`InRegisters`]).
 
-#![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (alloc.rs has the other use: madvise)
+#![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (unsafe: this room and alloc.rs)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
+
+use super::blocks::Block;
 
 /// Rows of a matrix, `stride` apart.
 #[derive(Clone, Copy)]
@@ -21,7 +27,18 @@ impl Rows<'_> {
     }
 }
 
-/// The instructions this machine has, found once.
+/// A loop written as plain code for the compiler to vectorise (the element-wise kernels, the
+/// widening of blocks), run by [`Simd::vectorised`] compiled for the running CPU.
+pub(super) trait Vectorised {
+    /// What the loop returns.
+    type Output;
+    /// The loop. `#[inline(always)]` in every implementation: only code inlined into the dispatched
+    /// function is compiled for its instructions (a closure was not, and ran as SSE code).
+    fn run(self) -> Self::Output;
+}
+
+/// The instructions this machine has: x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) or neither;
+/// found on each call from the standard library's cached detection.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Simd {
     #[cfg(target_arch = "x86_64")]
@@ -34,15 +51,24 @@ pub(super) enum Simd {
 impl Simd {
     pub(super) fn detect() -> Self {
         #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
-                return Self::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                return Self::Avx2;
-            }
+        if x86::has_v3() {
+            return if x86::has_v4() { Self::Avx512 } else { Self::Avx2 };
         }
         Self::Scalar
+    }
+
+    /// Runs `op` compiled for this machine's instructions (x86-64-v4 or v3: AVX-512 or AVX2 with
+    /// FMA), else as plain code.
+    #[inline(always)]
+    pub(super) fn vectorised<Op: Vectorised>(self, op: Op) -> Op::Output {
+        match self {
+            // SAFETY: the level's features were detected on this machine (`has_v3`, `has_v4`).
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx512 => unsafe { x86::vectorised_v4(op) },
+            #[cfg(target_arch = "x86_64")]
+            Self::Avx2 => unsafe { x86::vectorised_v3(op) },
+            Self::Scalar => op.run(),
+        }
     }
 
     pub(super) fn dot_tile<const R: usize, const C: usize>(self, a: [&[f32]; R], b: [&[f32]; C]) -> [[f32; C]; R] {
@@ -65,6 +91,51 @@ impl Simd {
             Self::Avx2 => unsafe { x86::axpy_avx2(a, b, k, n, out) },
             Self::Scalar => axpy_in::<Scalar, R>(a, b, k, n, out),
         }
+    }
+}
+
+/// Proof that this machine can multiply GGUF blocks in registers (AVX-512 and F16C were detected:
+/// [`Simd::in_registers`] alone makes one): the products of a few rows by blocks run through it,
+/// each block widened by its kind's [`Block::to_registers`].
+#[derive(Clone, Copy, Debug)]
+pub(super) struct InRegisters(());
+
+impl Simd {
+    /// [`InRegisters`] when this machine has AVX-512 and F16C.
+    pub(super) fn in_registers(self) -> Option<InRegisters> {
+        #[cfg(target_arch = "x86_64")]
+        if self == Self::Avx512 && std::arch::is_x86_feature_detected!("f16c") {
+            return Some(InRegisters(()));
+        }
+        None
+    }
+}
+
+impl InRegisters {
+    /// Sums of `a` times `C` rows of `D` blocks (`w`), each block widened in registers: lanes and
+    /// order as [`dot_tile_in`] over the widened rows.
+    #[inline]
+    pub(super) fn dots<D: Block, const C: usize>(self, a: &[f32], w: [&[u8]; C]) -> [f32; C] {
+        let Self(()) = self;
+        // SAFETY: AVX-512 and F16C were detected (`Simd::in_registers`); lengths are checked inside.
+        #[cfg(target_arch = "x86_64")]
+        let sums = unsafe { x86::block_dot_avx512::<D, C>(a, w) };
+        #[cfg(not(target_arch = "x86_64"))]
+        let sums = unreachable!("no proof without AVX-512: {self:?} {a:?} {w:?}");
+        sums
+    }
+
+    /// The sixteen lanes of `kernels::dot(w_c, h)` for `C` rows of `D` blocks (`w`), each block
+    /// widened in registers.
+    #[inline]
+    pub(super) fn lanes<D: Block, const C: usize>(self, h: &[f32], w: [&[u8]; C]) -> [[f32; 16]; C] {
+        let Self(()) = self;
+        // SAFETY: as in `dots`.
+        #[cfg(target_arch = "x86_64")]
+        let lanes = unsafe { x86::block_lanes_avx512::<D, C>(h, w) };
+        #[cfg(not(target_arch = "x86_64"))]
+        let lanes = unreachable!("no proof without AVX-512: {self:?} {h:?} {w:?}");
+        lanes
     }
 }
 
@@ -279,11 +350,52 @@ pub(super) mod x86 {
         __m256, __m512, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps,
         _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps,
         _mm256_setzero_ps, _mm256_storeu_ps, _mm512_add_ps, _mm512_castps512_ps256, _mm512_extractf32x8_ps,
-        _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_permute_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4,
-        _mm512_storeu_ps,
+        _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_permute_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_shuffle_f32x4, _mm512_storeu_ps,
     };
 
-    use super::{Lanes, Rows, axpy_in, dot_tile_in};
+    use super::super::blocks::Block;
+    use super::{Lanes, Rows, Vectorised, axpy_in, dot_tile_in};
+
+    /// Whether this machine has x86-64-v3 (AVX2, FMA, BMI1/2, LZCNT, POPCNT and the SSE levels
+    /// below): [`super::Simd::Avx2`], and with [`has_v4`] [`super::Simd::Avx512`].
+    pub(super) fn has_v3() -> bool {
+        use std::arch::is_x86_feature_detected as has;
+        has!("sse3")
+            && has!("ssse3")
+            && has!("sse4.1")
+            && has!("sse4.2")
+            && has!("popcnt")
+            && has!("fxsr")
+            && has!("avx")
+            && has!("avx2")
+            && has!("bmi1")
+            && has!("bmi2")
+            && has!("fma")
+            && has!("lzcnt")
+    }
+
+    /// Whether this machine has x86-64-v4 beyond v3: AVX-512 F, BW, CD, DQ and VL.
+    pub(super) fn has_v4() -> bool {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f") && has!("avx512bw") && has!("avx512cd") && has!("avx512dq") && has!("avx512vl")
+    }
+
+    /// `op` compiled for x86-64-v3.
+    #[target_feature(enable = "sse3,ssse3,sse4.1,sse4.2,popcnt,fxsr,avx,avx2,bmi1,bmi2,fma,lzcnt")]
+    #[inline]
+    pub(super) fn vectorised_v3<Op: Vectorised>(op: Op) -> Op::Output {
+        op.run()
+    }
+
+    /// `op` compiled for x86-64-v4.
+    #[target_feature(
+        enable = "sse3,ssse3,sse4.1,sse4.2,popcnt,fxsr,avx,avx2,bmi1,bmi2,fma,lzcnt,avx512f,avx512bw,avx512cd,avx512dq,avx512vl"
+    )]
+    #[inline]
+    pub(super) fn vectorised_v4<Op: Vectorised>(op: Op) -> Op::Output {
+        op.run()
+    }
 
     /// `(lo + hi)` of eight lanes, then 4 + 4, 2 + 2, 1 + 1.
     #[inline(always)]
@@ -410,5 +522,53 @@ pub(super) mod x86 {
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn axpy_avx2<const R: usize>(a: [&[f32]; R], b: Rows<'_>, k: usize, n: usize, out: &mut [f32]) {
         axpy_in::<Avx2, R>(a, b, k, n, out);
+    }
+
+    /// Sums of `a` times `C` rows of `D` blocks, each block widened in registers: lanes and order
+    /// as [`dot_tile_in`](super::dot_tile_in) over the widened rows (sixteen lanes, chunk by chunk, then pairwise).
+    #[target_feature(enable = "avx512f,avx512dq,f16c")]
+    pub(super) fn block_dot_avx512<D: Block, const C: usize>(a: &[f32], w: [&[u8]; C]) -> [f32; C] {
+        let blocks = a.len() / D::VALUES;
+        assert!(a.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut wide = [_mm512_setzero_ps(); 16];
+            for b in 0..blocks {
+                let x = a.as_ptr().add(D::VALUES * b);
+                for c in 0..C {
+                    D::to_registers(w[c].as_ptr().add(D::BYTES * b), &mut wide);
+                    for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
+                        acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x.add(16 * i)), *w, acc[c]);
+                    }
+                }
+            }
+            std::array::from_fn(|c| Avx512(acc[c]).sum())
+        }
+    }
+
+    /// The sixteen lanes of `kernels::dot(w_c, h)` for `C` rows of `D` blocks: each widened value
+    /// multiplied by `h` and added to its lane, chunk by chunk, as `dot`'s loop does.
+    #[target_feature(enable = "avx512f,avx512dq,f16c")]
+    pub(super) fn block_lanes_avx512<D: Block, const C: usize>(h: &[f32], w: [&[u8]; C]) -> [[f32; 16]; C] {
+        let blocks = h.len() / D::VALUES;
+        assert!(h.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
+        unsafe {
+            let mut acc = [_mm512_setzero_ps(); C];
+            let mut wide = [_mm512_setzero_ps(); 16];
+            for b in 0..blocks {
+                let x = h.as_ptr().add(D::VALUES * b);
+                for c in 0..C {
+                    D::to_registers(w[c].as_ptr().add(D::BYTES * b), &mut wide);
+                    for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
+                        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(*w, _mm512_loadu_ps(x.add(16 * i))));
+                    }
+                }
+            }
+            std::array::from_fn(|c| {
+                let mut lanes = [0.0f32; 16];
+                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[c]);
+                lanes
+            })
+        }
     }
 }

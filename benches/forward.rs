@@ -1,7 +1,7 @@
 //! Forward pass with attention capture on the embedded model at 8 / 32 / 128 / 512 tokens, and on
 //! any other model folder named by `ATTNVIZ_BENCH_MODEL` (e.g. a DeBERTa-v3 or RoBERTa folder: the
 //! same sizes, up to the model's longest input).
-//! Compare with the `PyTorch` peer: `../shared/peer/torch_forward.py` (see README, "Speed").
+//! Compare with the `PyTorch` peer: `../shared/peer/torch_forward.py` (commands and current figures in docs/performance.md).
 
 use std::path::PathBuf;
 

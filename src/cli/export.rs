@@ -36,8 +36,8 @@ pub enum ViewArg {
     /// The logit lens: streams × positions, each cell its top token (or --rank: the rank of the
     /// final prediction); --query frames a position. Needs a model with a language-model head.
     Lens,
-    /// Direct logit attribution of the prediction at --query (default the last token; --target,
-    /// --versus as in `attnviz dla`): layers × heads, attention biases, MLPs, embeddings.
+    /// Direct logit attribution of the prediction at --query (default the last token; the token
+    /// --target-token, less --versus): layers × heads, attention biases, MLPs, embeddings.
     Dla,
     /// The contribution graph: the routes to the prediction at --query (default the last token)
     /// above --threshold (default 0.04 for this view).

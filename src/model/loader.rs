@@ -55,8 +55,8 @@ pub struct LoadedModel {
     pub tokenizer: TextTokenizer,
     /// Whether this is the playground encoder (random weights), not a pretrained model.
     pub playground: bool,
-    /// For weights read from a GGUF file: what they were, e.g. "GGUF `Q4_1` (210), `F32` (61),
-    /// dequantised to f32". Attention is faithful to that file, not to the original model.
+    /// For weights read from a GGUF file: what they were, e.g. "GGUF `Q4_1` (210), `F32` (61), kept
+    /// in their blocks". Attention is faithful to that file, not to the original model.
     pub quantization: Option<String>,
     /// For an encoder–decoder: the decoder (`net` is the encoder).
     pub decoder: Option<Seq2SeqDecoder>,

@@ -96,7 +96,7 @@ pub struct ModelInfo {
     pub seq2seq: bool,
     /// Whether it can translate (an encoder–decoder with its language-model head).
     pub can_translate: bool,
-    /// For GGUF weights: what they were ("GGUF `Q4_1` (210), …, dequantised to f32").
+    /// For GGUF weights: what they were ("GGUF `Q4_1` (210), …, kept in their blocks").
     pub quantization: Option<String>,
     /// Why the logit lens and attribution do not apply (None: they do).
     pub readout_refusal: Option<String>,

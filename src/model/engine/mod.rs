@@ -3,8 +3,9 @@
 //!
 //! The blocks mirror Hugging Face transformers' eager code (`modeling_bert.py` is the template; the
 //! family files in [`super::families`] name where each family departs from it). The heavy steps
-//! run on plain `f32` buffers: weights stored as panels (each panel's product streams its weights
-//! in order), each head's scores written straight into the listener's slot and normalised there,
+//! run on plain `f32` buffers through the kernel room ([`crate::model::kernels`]): weights held
+//! row-major in their stored precision (f16, bf16, GGUF blocks or f32) and widened as they are
+//! multiplied, each head's scores written straight into the listener's slot and normalised there,
 //! heads in parallel, working buffers allocated once per pass and reused by every layer.
 //!
 //! # The pass and its listeners
@@ -14,7 +15,7 @@
 //! | [`Record`] | every layer's probabilities (with [`Capture::Full`] the scores, their terms, q and k) as a [`ForwardOutput`] | a run, a generation step ([`Network::forward`] wraps it) |
 //! | [`EachLayer`] | one layer's probabilities at a time, overwritten by the next | `dump` and `bench --mode layers` (bounded memory) |
 //! | [`EachHead`] | each head's probabilities from the pool's threads, a call after each layer (which may stop the pass) | long inputs pooled as they run, `bench --mode heads` |
-//! | [`KeepStreams`] | the residual stream entering each layer → [`Streams`], from which [`Network::layer_attention`] computes any head again | the lazy views |
+//! | [`KeepStreams`] | the residual stream entering each layer → [`Streams`], from which [`Network::layer_attention`] computes any head again | `bench --mode lazy` |
 //! | your own | any [`Point`]: `ResidPre`, `HeadWrite`, `AttnOut`, `ResidMid`, `CrossOut`, `MlpOut`, `ResidPost`, `FinalNorm` (writes only with [`Wants::writes`]) | logit lens, attribution |
 //!
 //! The [`Input`] says where the tokens sit ([`Context`]): a fresh sequence, after a [`KvCache`]

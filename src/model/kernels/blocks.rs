@@ -11,7 +11,7 @@
 
 use half::bf16;
 
-use super::simd::{Simd, Vectorised};
+use super::simd::{Block, Simd, Vectorised};
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
@@ -75,25 +75,6 @@ impl BlockKind {
         let (values, bytes) = self.block();
         cols.is_multiple_of(values).then(|| cols / values * bytes)
     }
-}
-
-/// One block kind of llama.cpp: its size and its decoder.
-pub(super) trait Block {
-    /// Values per block.
-    const VALUES: usize;
-    /// Bytes per block.
-    const BYTES: usize;
-
-    /// Block `b`'s values into `y` (`VALUES` of them), as Candle's `GgmlType::to_float` computes them.
-    fn to_float(b: &[u8], y: &mut [f32]);
-
-    /// Block `p`'s values into `out[..VALUES / 16]`: the operations of [`Block::to_float`] in the
-    /// same order, sixteen values a register.
-    ///
-    /// # Safety
-    /// `p` points at `BYTES` readable bytes; called only where AVX-512 and F16C are enabled.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]);
 }
 
 /// `$m!(Kind)` for the type of `$kind`'s blocks (`$floats` for rows of floats): the one dispatch over

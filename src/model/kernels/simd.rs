@@ -11,7 +11,25 @@
 #![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (unsafe: this room and alloc.rs)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
 
-use super::blocks::Block;
+/// One block kind of llama.cpp: its size and its decoder (the kinds are in `blocks`; the products
+/// here take any of them).
+pub(super) trait Block {
+    /// Values per block.
+    const VALUES: usize;
+    /// Bytes per block.
+    const BYTES: usize;
+
+    /// Block `b`'s values into `y` (`VALUES` of them), as Candle's `GgmlType::to_float` computes them.
+    fn to_float(b: &[u8], y: &mut [f32]);
+
+    /// Block `p`'s values into `out[..VALUES / 16]`: the operations of [`Block::to_float`] in the
+    /// same order, sixteen values a register.
+    ///
+    /// # Safety
+    /// `p` points at `BYTES` readable bytes; called only where AVX-512 and F16C are enabled.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn to_registers(p: *const u8, out: &mut [std::arch::x86_64::__m512; 16]);
+}
 
 /// Rows of a matrix, `stride` apart.
 #[derive(Clone, Copy)]
@@ -354,7 +372,7 @@ pub(super) mod x86 {
         _mm512_shuffle_f32x4, _mm512_storeu_ps,
     };
 
-    use super::super::blocks::Block;
+    use super::Block;
     use super::{Lanes, Rows, Vectorised, axpy_in, dot_tile_in};
 
     /// Whether this machine has x86-64-v3 (AVX2, FMA, BMI1/2, LZCNT, POPCNT and the SSE levels

@@ -10,12 +10,12 @@ use crate::analysis::Stack;
 use crate::model::default_model_dir;
 
 use super::command::{Command, Commands};
-use super::data::{Status, ViewData};
+use super::data::ViewData;
 use super::derive::{Derived, Deriver};
 use super::features::Features;
-use super::handle::{Background, Tasks};
 use super::session::{Asked, KeyClock, NO_TARGET_NOTE, Playground, Session, Sources};
 use super::state::{RolloutMode, Settings, Source, ThemeChoice, View};
+use super::tasks::{Background, Tasks};
 use super::views::Views;
 use super::worker::Worker;
 
@@ -249,13 +249,8 @@ impl AttnvizApp {
         view_data(&self.settings, &self.session, &self.features, self.shell.frame_ms)
     }
 
-    /// Which model the next run uses.
-    pub(crate) fn run_spec(&self) -> super::worker::RunSpec {
-        super::session::run_spec(&self.settings, &self.session.playground.active)
-    }
-
     pub(crate) fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
-        self.session.status = Some(Status { text: text.into(), is_error });
+        self.session.set_status(text, is_error);
     }
 
     /// Writes the settings to `storage` once they have not changed for [`SAVE_AFTER`] (`now`),
@@ -287,7 +282,7 @@ impl AttnvizApp {
     /// Asks every feature for what the settings need: the shown run, run B, the readouts.
     fn request_what_is_needed(&mut self) {
         self.request_run_if_changed();
-        self.request_compare_if_changed();
+        self.features.compare.request(&self.settings, &self.session);
         self.features.request(&self.session.shown(&self.settings));
     }
 
@@ -344,13 +339,6 @@ pub fn panel_colour(visuals: &egui::Visuals) -> egui::Color32 {
     if visuals.dark_mode { egui::Visuals::dark().panel_fill } else { egui::Visuals::light().panel_fill }
 }
 
-/// Runs `f` on a named thread; a failure to spawn is reported on stderr.
-pub(crate) fn spawn_named(name: &str, f: impl FnOnce() + Send + 'static) {
-    if let Err(e) = std::thread::Builder::new().name(name.into()).spawn(f) {
-        eprintln!("error: cannot start thread {name}: {e}");
-    }
-}
-
 impl eframe::App for AttnvizApp {
     fn logic(&mut self, ctx: &egui::Context, _frame: &mut eframe::Frame) {
         self.poll_worker();
@@ -360,7 +348,7 @@ impl eframe::App for AttnvizApp {
             ctx.copy_image(image);
         }
         self.sync_view_runs();
-        self.pin_newest_written();
+        self.session.pin_newest_written();
         self.request_what_is_needed();
         // Drag & drop of a model folder.
         let dropped: Vec<PathBuf> = ctx.input(|i| {
@@ -435,7 +423,8 @@ impl eframe::App for AttnvizApp {
         }
         let s = &mut self.shell;
         s.frame_ms = if s.frame_ms == 0.0 { ms } else { 0.9 * s.frame_ms + 0.1 * ms };
-        self.time_generation();
+        let busy = self.is_busy();
+        self.session.time_generation(busy);
         self.time_typing();
     }
 

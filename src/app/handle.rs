@@ -1,79 +1,17 @@
-//! Commands raised by the views, handled in one place per frame, and the short tasks they start
-//! on threads of their own (native dialogs, exports, the clipboard, reading an attention file),
-//! whose answers come back over one channel.
+//! Commands raised by the views, handled in one place per frame, and the answers of the short
+//! tasks they start on threads of their own (`app::tasks`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc::{Receiver, Sender, channel};
 
-use super::app::{AttnvizApp, spawn_named};
+use super::app::AttnvizApp;
 use super::command::{Command, Commands, Setting};
 use super::derive::DeriveKey;
 use super::session::TokenRun;
 use super::state::{Source, View};
+use super::tasks::{Background, spawn_named};
 use crate::analysis::Run;
 use crate::export::export_file;
-use crate::model::hub::CachedModel;
-
-/// Answers of tasks run on threads of their own.
-pub enum Background {
-    /// An export finished.
-    Exported(PathBuf, Result<(u32, u32), String>),
-    /// The current figure drawn for the clipboard, or why it could not be.
-    Copied(Result<egui::ColorImage, String>),
-    /// A native folder dialog returned (None: cancelled or unavailable).
-    PickedModel(Option<PathBuf>),
-    /// A native save dialog returned.
-    PickedExport(Option<PathBuf>),
-    /// A native file dialog for an attention file returned.
-    PickedAttention(Option<PathBuf>),
-    /// An attention file was read (or why not).
-    OpenedAttention(PathBuf, Result<Arc<Run>, String>),
-    /// The scan of the local Hugging Face cache finished.
-    CachedModels(Vec<CachedModel>),
-    /// A native folder dialog for saving a trained model returned.
-    PickedSave(Option<PathBuf>),
-}
-
-/// Tasks on threads of their own: the channel they answer on, and what is under way.
-pub struct Tasks {
-    tx: Sender<Background>,
-    rx: Receiver<Background>,
-    /// An export being written.
-    pub exporting: Option<PathBuf>,
-    /// An attention file being read.
-    pub opening: Option<PathBuf>,
-    /// An attention file picked in a dialog, opened at the next frame.
-    pub(crate) pending_open: Option<PathBuf>,
-}
-
-impl Default for Tasks {
-    fn default() -> Self {
-        let (tx, rx) = channel();
-        Self { tx, rx, exporting: None, opening: None, pending_open: None }
-    }
-}
-
-impl Tasks {
-    /// Where a task sends its answer.
-    pub fn sender(&self) -> Sender<Background> {
-        self.tx.clone()
-    }
-
-    /// Runs `dialog` on a thread of its own; its answer comes back as `answer(picked)`.
-    fn dialog<T: Send + 'static>(
-        &self,
-        ctx: &egui::Context,
-        dialog: impl FnOnce() -> T + Send + 'static,
-        answer: fn(T) -> Background,
-    ) {
-        let (tx, ctx) = (self.sender(), ctx.clone());
-        spawn_named("attnviz-dialog", move || {
-            let _ = tx.send(answer(dialog()));
-            ctx.request_repaint();
-        });
-    }
-}
 
 impl AttnvizApp {
     /// Handles one command raised by a view: the one place where widgets change the app.
@@ -141,7 +79,7 @@ impl AttnvizApp {
                 Background::PickedExport,
             ),
             Command::Export(path) => self.export(ctx, path),
-            Command::Train(c) => self.train_command(ctx, c),
+            Command::Train(c) => self.features.lab.command(ctx, c, &mut self.settings, &mut self.session),
             Command::CopyImage => self.copy_image(ctx),
             Command::OpenExport => self.views.export.open = true,
             Command::CloseExport => self.views.export.open = false,
@@ -153,8 +91,8 @@ impl AttnvizApp {
                 self.settings.view = View::Heatmap;
             }
             Command::Pin(selection) => self.session.pinned = selection,
-            Command::Continue(max_new) => self.start_generation(max_new),
-            Command::StopGeneration => self.stop_generation(false),
+            Command::Continue(max_new) => self.session.start_generation(&self.settings, max_new),
+            Command::StopGeneration => self.session.stop_generation(false),
             Command::Probe => self.start_probe(),
             Command::Playground(checked) => self.set_playground(checked),
             Command::Derive(key) => self.derive(&key),
@@ -212,7 +150,7 @@ impl AttnvizApp {
         self.settings.source = Source::File;
         self.settings.attention_file = Some(path.to_path_buf());
         self.settings.fit_model(run.attention.layers(), run.attention.heads());
-        self.stop_generation(true);
+        self.session.stop_generation(true);
         let id = self.session.worker.next_id();
         let input = self.session.run_input(&self.settings);
         let s = &mut self.session;
@@ -304,7 +242,7 @@ impl AttnvizApp {
                 }
                 Background::PickedExport(Some(path)) => self.views.export.path_input = path.display().to_string(),
                 Background::CachedModels(models) => self.session.cached_models = Some(models),
-                Background::PickedSave(Some(dir)) => self.save_lab_in(dir),
+                Background::PickedSave(Some(dir)) => self.features.lab.save_in(dir),
                 Background::PickedSave(None) => {
                     self.set_status("Nothing chosen: type the folder in the lab's Save box", false);
                 }

@@ -20,6 +20,7 @@ pub mod runs;
 pub mod session;
 pub mod slot;
 pub mod state;
+pub mod tasks;
 pub mod views;
 pub mod worker;
 

@@ -19,9 +19,7 @@ use crate::model::{PlaygroundConfig, default_model_dir};
 impl AttnvizApp {
     /// Starts loading a model folder in the background.
     pub fn load_model(&mut self, dir: PathBuf) {
-        let id = self.session.worker.next_id();
-        self.session.loading = Some(dir.clone());
-        self.session.worker.send(Job::Load { id, dir });
+        self.session.load_model(dir);
     }
 
     /// Makes a checked set of playground hyperparameters the one that runs, or shows what is wrong.
@@ -79,7 +77,7 @@ impl AttnvizApp {
         if parked.input != wanted {
             return;
         }
-        self.stop_generation(true);
+        self.session.stop_generation(true);
         let id = self.session.worker.next_id();
         let s = &mut self.session;
         // Whatever is in flight (the playground's run) is older than this.
@@ -107,7 +105,7 @@ impl AttnvizApp {
             return;
         }
         let id = self.session.worker.next_id();
-        self.stop_generation(true);
+        self.session.stop_generation(true);
         // An edit of the shown text, nothing else changed and nothing else in flight: the worker
         // runs what changed (a decoder's prefix is reused), often quicker than a frame is drawn.
         let s = &mut self.session;
@@ -163,24 +161,13 @@ impl AttnvizApp {
             return;
         }
         let half = PROBE_HALF.min(model.max_positions.saturating_sub(1) / 2).max(1);
-        self.stop_generation(true);
+        self.session.stop_generation(true);
         let s = &mut self.session;
         let id = s.worker.next_id();
         s.asked.probe_id = id;
         s.asked.requested_run_id = id;
         let interventions = self.settings.interventions.clone();
         s.worker.send(Job::Probe { id, half, seed: 0, interventions });
-    }
-
-    /// Puts what a translation wrote in the Target box without running the model again: the shown
-    /// run (the translation's) is already the run of that target.
-    pub(crate) fn adopt_target(&mut self, target: String) {
-        self.settings.target = target;
-        let wanted = self.session.run_target(&self.settings);
-        let asked = &mut self.session.asked;
-        for input in [&mut asked.requested_input, &mut asked.shown_input].into_iter().flatten() {
-            input.2.clone_from(&wanted);
-        }
     }
 
     /// Keeps the shown runs in step with the model's runs, the word toggle and the stack. Word
@@ -249,14 +236,14 @@ impl AttnvizApp {
     /// Applies the worker's answers: the shown run's and the model's here, the features' in
     /// their folders.
     pub(crate) fn poll_worker(&mut self) {
-        self.poll_lab();
+        self.features.lab.poll(&self.session);
         while let Some(done) = self.session.worker.try_recv() {
             let Some(done) = self.features.take(done) else { continue };
             match done {
                 Done::Installed { info, .. } => self.on_installed(info),
                 Done::Loaded { dir, result, .. } => self.on_loaded(&dir, result),
                 Done::Ran { id, result, window, elapsed_ms } => self.on_ran(id, result, window, elapsed_ms),
-                Done::Generated { id, answer } => self.on_generated(id, answer),
+                Done::Generated { id, answer } => self.session.on_generated(&mut self.settings, id, answer),
                 _ => {}
             }
         }

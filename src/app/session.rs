@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use super::data::Status;
 use super::derive::{Derived, Deriver};
-use super::handle::Tasks;
 use super::state::{Settings, Source, TokenSelection, View};
+use super::tasks::Tasks;
 use super::worker::{LongRequest, ModelInfo, RunSpec, Worker};
 use crate::analysis::Run;
 use crate::analysis::Stack;
@@ -209,6 +209,28 @@ impl Session {
         self.asked.shown_input = None;
         self.asked.in_flight.clear();
         self.asked.run_id = self.asked.requested_run_id;
+    }
+
+    /// Starts loading a model folder in the background.
+    pub fn load_model(&mut self, dir: PathBuf) {
+        let id = self.worker.next_id();
+        self.loading = Some(dir.clone());
+        self.worker.send(super::worker::Job::Load { id, dir });
+    }
+
+    /// Shows `text` in the status bar.
+    pub fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
+        self.status = Some(Status { text: text.into(), is_error });
+    }
+
+    /// Puts what a translation wrote in the Target box without running the model again: the shown
+    /// run (the translation's) is already the run of that target.
+    pub(crate) fn adopt_target(&mut self, settings: &mut Settings, target: String) {
+        settings.target = target;
+        let wanted = self.run_target(settings);
+        for input in [&mut self.asked.requested_input, &mut self.asked.shown_input].into_iter().flatten() {
+            input.2.clone_from(&wanted);
+        }
     }
 
     /// Whether a generation is writing.

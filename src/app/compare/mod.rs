@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::analysis::Run;
-use crate::app::app::AttnvizApp;
-use crate::app::session::{RunInput, TokenRun, ViewedFrom};
-use crate::app::state::{Source, View};
+use crate::app::session::{RunInput, Session, TokenRun, ViewedFrom, run_spec};
+use crate::app::state::{Settings, Source, View};
 use crate::app::worker::{Job, RunSpec};
 
 use serde::{Deserialize, Serialize};
@@ -109,13 +108,12 @@ impl Feature {
     }
 }
 
-impl AttnvizApp {
+impl Feature {
     /// What run B of the comparison is (None: nothing to compare, with the reason).
-    fn compare_input(&self) -> Result<RunInput, String> {
-        let settings = &self.settings;
+    fn input(settings: &Settings, session: &Session) -> Result<RunInput, String> {
         let pair = settings.pair().map(str::to_string);
         // B is read with the same target: its decoder and cross-attention compare too.
-        let target = self.session.run_target(settings);
+        let target = session.run_target(settings);
         match settings.compare.source {
             CompareSource::Sentence | CompareSource::Interventions if settings.source == Source::File => Err(
                 "An attention file has no model to run another input or the faithful model: compare it with another \
@@ -126,7 +124,8 @@ impl AttnvizApp {
                 if settings.compare.text_b.trim().is_empty() {
                     return Err("Type sentence B above to compare.".into());
                 }
-                Ok((settings.compare.text_b.clone(), None, target, self.run_spec()))
+                let spec = run_spec(settings, &session.playground.active);
+                Ok((settings.compare.text_b.clone(), None, target, spec))
             }
             CompareSource::Interventions => {
                 if settings.source == Source::Playground {
@@ -148,35 +147,32 @@ impl AttnvizApp {
     }
 
     /// Asks for run B when the comparison view is open and its input changed.
-    pub(crate) fn request_compare_if_changed(&mut self) {
-        if self.settings.view != View::Compare {
+    pub fn request(&mut self, settings: &Settings, session: &Session) {
+        if settings.view != View::Compare {
             return;
         }
-        let input = self.compare_input();
-        let c = &mut self.features.compare;
-        match input {
+        match Self::input(settings, session) {
             Err(why) => {
                 // A run B still in flight is no longer wanted.
-                c.compare_id = c.requested_compare_id;
-                c.requested = None;
-                c.token_run_b = None;
-                c.run_b = None;
-                c.shown_b_from = None;
-                c.error = Some(why);
+                self.compare_id = self.requested_compare_id;
+                self.requested = None;
+                self.token_run_b = None;
+                self.run_b = None;
+                self.shown_b_from = None;
+                self.error = Some(why);
             }
             Ok(input) => {
-                if c.requested.as_ref() == Some(&input)
-                    || (self.session.model.is_none() && !matches!(input.3, RunSpec::Playground(_)))
+                if self.requested.as_ref() == Some(&input)
+                    || (session.model.is_none() && !matches!(input.3, RunSpec::Playground(_)))
                 {
                     return;
                 }
-                let worker = &self.session.worker;
-                let id = worker.next_id();
-                c.requested_compare_id = id;
-                c.error = None;
+                let id = session.worker.next_id();
+                self.requested_compare_id = id;
+                self.error = None;
                 let (text, pair, target, spec) = input.clone();
-                worker.send(Job::Compare { id, text, pair, target, spec });
-                c.requested = Some(input);
+                session.worker.send(Job::Compare { id, text, pair, target, spec });
+                self.requested = Some(input);
             }
         }
     }

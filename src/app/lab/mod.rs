@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::time::{Duration, Instant};
 
-use crate::app::app::{AttnvizApp, spawn_named};
 use crate::app::command::TrainCommand;
-use crate::app::handle::Background;
-use crate::app::state::Source;
+use crate::app::session::Session;
+use crate::app::state::{Settings, Source};
+use crate::app::tasks::Background;
+use crate::app::tasks::spawn_named;
 use crate::app::worker::Job;
 use crate::model::playground::PeKind;
 use crate::model::{LoadedModel, default_model_dir};
@@ -490,23 +491,23 @@ impl Feature {
     }
 }
 
-impl AttnvizApp {
-    /// Installs the network the lab's thread sent last, if any, in the worker.
-    pub(crate) fn poll_lab(&mut self) {
-        let installed = self.features.lab.lab.as_mut().and_then(|lab| {
+impl Feature {
+    /// Takes the training thread's events; the network it sent last, if any, is installed in the
+    /// worker (every view then shows it).
+    pub fn poll(&mut self, session: &Session) {
+        let installed = self.lab.as_mut().and_then(|lab| {
             lab.poll();
             lab.new_model.take()
         });
         if let Some(model) = installed {
-            let id = self.session.worker.next_id();
-            self.session.worker.send(Job::Install { id, model });
+            session.worker.send(Job::Install { id: session.worker.next_id(), model });
         }
     }
 
     /// Saves the trained network in `dir`, picked in a dialog: a picked folder of other files gets
     /// the model in a new folder inside it.
-    pub(crate) fn save_lab_in(&mut self, dir: PathBuf) {
-        if let Some(lab) = &mut self.features.lab.lab {
+    pub fn save_in(&mut self, dir: PathBuf) {
+        if let Some(lab) = &mut self.lab {
             let dir = if dir.is_dir() && !crate::train::replaceable(&dir) {
                 dir.join(format!("trained-{}-step-{}", lab.cfg.task.name(), lab.shown_step))
             } else {
@@ -517,49 +518,48 @@ impl AttnvizApp {
     }
 
     /// Handles the training lab's commands.
-    pub(crate) fn train_command(&mut self, ctx: &egui::Context, c: TrainCommand) {
+    pub fn command(&mut self, ctx: &egui::Context, c: TrainCommand, settings: &mut Settings, session: &mut Session) {
         use TrainCommand as T;
-        let f = &mut self.features.lab;
         match c {
-            T::Open => f.open = true,
+            T::Open => self.open = true,
             T::Close => {
-                f.open = false;
-                f.lab = None;
+                self.open = false;
+                self.lab = None;
                 // Back to the model and text the lab replaced.
-                if let Some((dir, text, pair)) = f.return_to.take() {
-                    self.settings.text = text;
-                    self.settings.pair_enabled = pair;
-                    self.load_model(dir);
+                if let Some((dir, text, pair)) = self.return_to.take() {
+                    settings.text = text;
+                    settings.pair_enabled = pair;
+                    session.load_model(dir);
                 }
             }
             T::Start { cfg, experiment } => {
                 if let Err(e) = cfg.validate() {
-                    self.set_status(e.to_string(), true);
+                    session.set_status(e.to_string(), true);
                     return;
                 }
-                if f.return_to.is_none() {
-                    let dir = self.settings.model_dir.clone().unwrap_or_else(default_model_dir);
-                    f.return_to = Some((dir, self.settings.text.clone(), self.settings.pair_enabled));
+                if self.return_to.is_none() {
+                    let dir = settings.model_dir.clone().unwrap_or_else(default_model_dir);
+                    self.return_to = Some((dir, settings.text.clone(), settings.pair_enabled));
                 }
                 // The views show the network being trained, on the task's probe.
-                f.lab = None;
-                self.settings.train = cfg.clone();
-                self.settings.source = Source::Pretrained;
-                self.settings.pair_enabled = false;
-                self.settings.text = crate::train::Task::new(&cfg).probe();
+                self.lab = None;
+                settings.train = cfg.clone();
+                settings.source = Source::Pretrained;
+                settings.pair_enabled = false;
+                settings.text = crate::train::Task::new(&cfg).probe();
                 let wake = ctx.clone();
                 let what = if experiment { "the course's three variants".to_string() } else { cfg.describe() };
                 match Lab::start(cfg, experiment, move || wake.request_repaint()) {
                     Ok(lab) => {
-                        self.set_status(format!("Training lab: training {what}"), false);
-                        self.features.lab.lab = Some(lab);
-                        self.features.lab.open = true;
+                        session.set_status(format!("Training lab: training {what}"), false);
+                        self.lab = Some(lab);
+                        self.open = true;
                     }
-                    Err(e) => self.set_status(format!("cannot start the training thread: {e}"), true),
+                    Err(e) => session.set_status(format!("cannot start the training thread: {e}"), true),
                 }
             }
             T::Pause | T::Resume | T::Stop | T::Scrub(_) | T::Live | T::Save(_) => {
-                let Some(lab) = &mut f.lab else { return };
+                let Some(lab) = &mut self.lab else { return };
                 lab.send(match c {
                     T::Pause => Control::Pause,
                     T::Resume => Control::Resume,
@@ -570,7 +570,7 @@ impl AttnvizApp {
                 });
             }
             T::BrowseSave => {
-                let tx = self.session.tasks.sender();
+                let tx = session.tasks.sender();
                 let ctx = ctx.clone();
                 spawn_named("attnviz-dialog", move || {
                     let picked = rfd::FileDialog::new().set_title("Save the trained model as a folder").pick_folder();

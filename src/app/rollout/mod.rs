@@ -80,7 +80,7 @@ impl Feature {
             return;
         }
         let (tx, run) = (self.answers.0.clone(), Arc::clone(run));
-        crate::app::app::spawn_named("attnviz-flow", move || {
+        crate::app::tasks::spawn_named("attnviz-flow", move || {
             let start = Instant::now();
             let values = crate::analysis::rollout::flow(&run.attention, &key.heads, key.layer_idx);
             let ms = start.elapsed().as_secs_f64() * 1e3;

@@ -6,21 +6,18 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::analysis::Stack;
 use crate::model::default_model_dir;
 
 use super::command::{Command, Commands};
-use super::data::ViewData;
+
+use super::core::{AttnvizApp, Shell, view_data};
 use super::derive::{Derived, Deriver};
 use super::features::Features;
-use super::session::{Asked, KeyClock, NO_TARGET_NOTE, Playground, Session, Sources};
-use super::state::{RolloutMode, Settings, Source, ThemeChoice, View};
+use super::session::{Asked, KeyClock, Playground, Session, Sources};
+use super::state::{RolloutMode, Settings, ThemeChoice, View};
 use super::tasks::{Background, Tasks};
 use super::views::Views;
 use super::worker::Worker;
-
-/// Random tokens in each half of the app's probe (as `attnviz heads`; fewer on a short model).
-pub const PROBE_HALF: usize = 24;
 
 /// Key of the settings in eframe's storage.
 const SETTINGS_KEY: &str = "attnviz-settings";
@@ -56,79 +53,6 @@ pub struct Startup {
     /// Longest a keystroke's frame waits for its run (None: [`KEY_WAIT`]; tests, on a machine
     /// busy with other tests, wait longer).
     pub key_wait: Option<std::time::Duration>,
-}
-
-/// What the shell keeps of its frames: the theme applied, the frame time, what was saved.
-#[derive(Default)]
-struct Shell {
-    /// Smoothed CPU time of a whole frame (layout, tessellation, painting), in milliseconds.
-    frame_ms: f32,
-    /// Since when background work (other than a generation writing) has been going on.
-    busy_since: Option<Instant>,
-    /// The theme last applied to the context.
-    applied_theme: Option<ThemeChoice>,
-    /// The settings last written to storage.
-    saved: Option<Settings>,
-    /// Settings changed since they were saved: as they were last seen, and since when.
-    unsaved: Option<(Settings, Instant)>,
-}
-
-/// The desktop app.
-pub struct AttnvizApp {
-    /// Persisted settings.
-    pub settings: Settings,
-    /// The model, the shown run and what is in flight.
-    pub session: Session,
-    /// Each feature's own results (lens, attribution, graph, flow, comparison, lab).
-    pub features: Features,
-    /// Each view's own state (caches, typed text).
-    pub views: Views,
-    shell: Shell,
-}
-
-/// The plain data views read this frame.
-fn view_data<'a>(settings: &'a Settings, s: &'a Session, features: &'a Features, frame_ms: f32) -> ViewData<'a> {
-    ViewData {
-        settings,
-        run: s.run.as_ref(),
-        view_id: s.view_id,
-        run_error: s.run_error.as_deref(),
-        run_pending: s.asked.requested_run_id > s.asked.run_id,
-        merging: s.run.is_none() && s.token_run.is_some(),
-        inference_ms: s.inference_ms,
-        model: s.model.as_ref(),
-        loading: s.loading.as_deref(),
-        load_error: s.load_error.as_deref(),
-        cached_models: s.cached_models.as_deref(),
-        pinned: s.pinned,
-        playground_error: s.playground.error.as_ref(),
-        exporting: s.tasks.exporting.is_some(),
-        status: s.status.as_ref(),
-        frame_ms,
-        derived: &s.derived,
-        generation: s.generation.as_ref(),
-        features,
-        lens_tokens: s.token_run.as_ref().map(|t| &t.run.tokens),
-        probe_shown: s.probe_shown,
-        stack: if settings.source == Source::File {
-            // A file with a decoder side is an encoder–decoder's attention.
-            s.token_run.as_ref().filter(|t| t.run.decoder.is_some()).map(|_| settings.stack)
-        } else {
-            s.model.as_ref().filter(|m| m.seq2seq && settings.source == Source::Pretrained).map(|_| {
-                let has_target = s.token_run.as_ref().is_some_and(|t| t.run.decoder.is_some());
-                if has_target { settings.stack } else { Stack::Encoder }
-            })
-        },
-        stack_note: s
-            .token_run
-            .as_ref()
-            .filter(|t| {
-                t.run.decoder.is_none()
-                    && settings.source == Source::Pretrained
-                    && s.model.as_ref().is_some_and(|m| m.seq2seq)
-            })
-            .map(|_| NO_TARGET_NOTE),
-    }
 }
 
 impl AttnvizApp {
@@ -244,15 +168,6 @@ impl AttnvizApp {
         app
     }
 
-    /// The plain data the views read this frame.
-    pub fn view_data(&self) -> ViewData<'_> {
-        view_data(&self.settings, &self.session, &self.features, self.shell.frame_ms)
-    }
-
-    pub(crate) fn set_status(&mut self, text: impl Into<String>, is_error: bool) {
-        self.session.set_status(text, is_error);
-    }
-
     /// Writes the settings to `storage` once they have not changed for [`SAVE_AFTER`] (`now`),
     /// and flushes it. Returns how long to wait before asking again, while changes are unsaved.
     pub fn autosave(&mut self, storage: &mut dyn eframe::Storage, now: Instant) -> Option<std::time::Duration> {
@@ -322,7 +237,7 @@ fn install_fonts(ctx: &egui::Context) {
         .map(|family| InsertFontFamily { family, priority: FontPriority::Lowest })
         .collect();
     // The figures' own family: the head view's labels in the font its layout measured.
-    families.push(InsertFontFamily { family: super::views::figure_font(), priority: FontPriority::Highest });
+    families.push(InsertFontFamily { family: super::views::figure::figure_font(), priority: FontPriority::Highest });
     ctx.add_font(FontInsert::new("DejaVuSans", egui::FontData::from_static(crate::render::text::FONT_BYTES), families));
     ctx.set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
     // Hints, captions and the candidates' labels are small text: egui's 9 points are hard to

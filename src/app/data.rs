@@ -10,14 +10,7 @@ use super::worker::ModelInfo;
 use crate::analysis::Run;
 use crate::model::hub::CachedModel;
 
-/// A message shown in the status bar.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Status {
-    /// The text.
-    pub text: String,
-    /// Whether it reports an error.
-    pub is_error: bool,
-}
+pub use super::session::Status;
 
 /// Everything a view may read in one frame.
 #[allow(clippy::struct_excessive_bools)] // independent facts of different tasks, not a state machine

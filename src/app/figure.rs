@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::app::AttnvizApp;
+use super::core::AttnvizApp;
 use super::rollout::FlowKey;
 use super::state::{CompareMode, PeFigure, RolloutMode, View};
 use super::worker::ModelInfo;

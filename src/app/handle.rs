@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::app::AttnvizApp;
 use super::command::{Command, Commands, Setting};
+use super::core::AttnvizApp;
 use super::derive::DeriveKey;
 use super::session::TokenRun;
 use super::state::{Source, View};

@@ -5,6 +5,7 @@ pub mod app;
 pub mod attribution;
 pub mod command;
 pub mod compare;
+pub mod core;
 pub mod data;
 pub mod derive;
 pub mod features;
@@ -21,13 +22,15 @@ pub mod session;
 pub mod slot;
 pub mod state;
 pub mod tasks;
+pub mod text;
 pub mod views;
 pub mod worker;
 
 use std::path::PathBuf;
 
-pub use app::{AttnvizApp, SAVE_AFTER, Startup};
+pub use app::{SAVE_AFTER, Startup};
 pub use command::{Command, Commands, Setting};
+pub use core::AttnvizApp;
 pub use data::{Status, ViewData};
 pub use rollout::{Flow, FlowKey};
 

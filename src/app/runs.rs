@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::app::{AttnvizApp, PROBE_HALF};
+use super::core::AttnvizApp;
 use super::derive::{DeriveKey, Derived, DerivedValue, Deriver};
 use super::session::{Parked, TokenRun, ViewedFrom};
 use super::state::Source;
@@ -15,6 +15,9 @@ use super::worker::{Done, Job, ModelInfo, RunSpec};
 use crate::analysis::long::LongView;
 use crate::analysis::{Run, Stack};
 use crate::model::{PlaygroundConfig, default_model_dir};
+
+/// Random tokens in each half of the app's probe (as `attnviz heads`; fewer on a short model).
+pub const PROBE_HALF: usize = 24;
 
 impl AttnvizApp {
     /// Starts loading a model folder in the background.

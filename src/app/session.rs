@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::data::Status;
 use super::derive::{Derived, Deriver};
 use super::state::{Settings, Source, TokenSelection, View};
 use super::tasks::Tasks;
@@ -22,6 +21,15 @@ pub const FILE_NEEDS_MODEL: &str = "This view needs the model: an attention file
 
 /// Said above every view when an encoder–decoder has no target yet.
 pub const NO_TARGET_NOTE: &str = "Encoder alone: this encoder–decoder has no target yet. Type a Target (or press Translate) to see the decoder's self-attention and its cross-attention to the source.";
+
+/// A message shown in the status bar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    /// The text.
+    pub text: String,
+    /// Whether it reports an error.
+    pub is_error: bool,
+}
 
 /// A model run as it came from the worker, with the id word merges are keyed on.
 #[derive(Clone)]
@@ -82,7 +90,7 @@ pub struct KeyClock {
     pub(crate) edit_run_ms: Option<f64>,
     /// The run this frame waits for before it is drawn (an edit expected to be quick).
     pub(crate) hold_for: Option<u64>,
-    /// Longest a keystroke's frame waits for its run ([`super::app::KEY_WAIT`]).
+    /// Longest a keystroke's frame waits for its run (the shell's `KEY_WAIT`).
     pub(crate) key_wait: std::time::Duration,
     /// When the frame being drawn began.
     pub(crate) frame_started: Instant,

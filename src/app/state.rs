@@ -9,11 +9,11 @@ use crate::analysis::{PeParams, Statistic};
 use crate::model::{Interventions, PlaygroundConfig};
 use crate::render::{Colormap, Side};
 
-pub use super::attribution::AttributionSettings;
-pub use super::compare::{CompareMode, CompareSettings, CompareSource};
-pub use super::graph::GraphSettings;
-pub use super::lens::{LensMode, LensSettings};
-pub use super::rollout::{RolloutMode, RolloutSettings};
+pub use super::attribution::settings::AttributionSettings;
+pub use super::compare::settings::{CompareMode, CompareSettings, CompareSource};
+pub use super::graph::settings::GraphSettings;
+pub use super::lens::settings::{LensMode, LensSettings};
+pub use super::rollout::settings::{RolloutMode, RolloutSettings};
 
 /// The main views.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -2,7 +2,12 @@
 //! held in slots keyed by what they are of (an answer for an older input is never shown), and
 //! the view.
 
+pub mod keys;
+pub mod settings;
 pub mod view;
+
+pub use keys::{DlaKey, EFFECT_K, EffectKey, EffectShown, token_labels};
+pub use settings::AttributionSettings;
 
 use std::sync::Arc;
 
@@ -13,70 +18,6 @@ use crate::app::slot::Slot;
 use crate::app::state::View;
 use crate::app::worker::{Job, Worker};
 use crate::model::Interventions;
-
-use serde::{Deserialize, Serialize};
-
-/// The logit attribution view's settings.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct AttributionSettings {
-    /// The position whose prediction is attributed (None: the last token).
-    pub position: Option<usize>,
-    /// The token whose logit is attributed, as typed (empty: the model's top prediction).
-    pub target: String,
-    /// A token subtracted from the target (empty: none): the attribution of "A − B".
-    pub versus: String,
-    /// The head whose write's promoted and suppressed tokens are shown.
-    pub head: Option<(usize, usize)>,
-}
-
-/// The readable label of every token id in `ids` (each once).
-pub fn token_labels(
-    model: &crate::model::LoadedModel,
-    ids: impl IntoIterator<Item = u32>,
-) -> std::collections::BTreeMap<u32, String> {
-    let mut labels = std::collections::BTreeMap::new();
-    for id in ids {
-        labels.entry(id).or_insert_with(|| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(id)));
-    }
-    labels
-}
-
-/// Tokens listed as a head's write promotes and suppresses.
-pub const EFFECT_K: usize = 8;
-
-/// What an attribution is of.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct DlaKey {
-    /// Id of the model's token-level run.
-    pub source_id: u64,
-    /// The position.
-    pub position: usize,
-    /// The target token as typed (empty: the top prediction).
-    pub target: String,
-    /// The token subtracted, as typed (empty: none).
-    pub versus: String,
-}
-
-/// What a head's effect is of.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct EffectKey {
-    /// Id of the model's token-level run.
-    pub source_id: u64,
-    /// The position.
-    pub position: usize,
-    /// Layer and head.
-    pub head: (usize, usize),
-}
-
-/// A head's effect with its tokens' labels.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EffectShown {
-    /// `(label, logit change)`, largest first.
-    pub promoted: Vec<(String, f32)>,
-    /// `(label, logit change)`, most negative first.
-    pub suppressed: Vec<(String, f32)>,
-}
 
 /// The attribution as a table: rows the layers then the embeddings, columns the heads then the
 /// attention bias and the MLP (cells that do not exist are NaN).

@@ -25,23 +25,24 @@ impl AttributionView {
                     language-model head: a decoder with its head.";
         let refusal = data.features.lens.refusal.as_deref();
         let position = data.settings.attribution.position;
-        let Some((tokens, position)) = crate::app::views::readout_input(ui, data, (refusal, what), position) else {
+        let Some((tokens, position)) = crate::app::views::widgets::readout_input(ui, data, (refusal, what), position)
+        else {
             return;
         };
         let (settings, n) = (data.settings, tokens.len());
         controls_ui(ui, data, tokens, position, commands);
         let dla = &data.features.attribution.dla;
         let Some((key, (result, ms))) = dla.shown() else {
-            crate::app::views::computing_ui(ui, "the attribution");
+            crate::app::views::widgets::computing_ui(ui, "the attribution");
             return;
         };
         if dla.is_pending() {
-            crate::app::views::computing_ui(ui, "the attribution");
+            crate::app::views::widgets::computing_ui(ui, "the attribution");
         }
         let a = match result {
             Ok(a) => a,
             Err(e) => {
-                ui.colored_label(ui.visuals().error_fg_color, crate::app::views::capitalised(e));
+                ui.colored_label(ui.visuals().error_fg_color, crate::app::text::capitalised(e));
                 return;
             }
         };
@@ -124,7 +125,7 @@ impl AttributionView {
                 head: Some((layer_idx, head_idx)),
                 ..settings.attribution.clone()
             })));
-            crate::app::views::select_head(settings, (layer_idx, head_idx), commands);
+            crate::app::views::widgets::select_head(settings, (layer_idx, head_idx), commands);
         }
         ui.separator();
         effect_ui(ui, data, (a.layers, heads), commands);
@@ -143,7 +144,7 @@ fn controls_ui(
     ui.horizontal_wrapped(|ui| {
         let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
         let hint = "The position whose next-token prediction is attributed (← / → step)";
-        if let Some(pos) = crate::app::views::position_ui(ui, "Position", hint, &labels, position) {
+        if let Some(pos) = crate::app::views::widgets::position_ui(ui, "Position", hint, &labels, position) {
             commands.push(Command::Set(Setting::Attribution(crate::app::state::AttributionSettings {
                 position: Some(pos),
                 ..settings.attribution.clone()
@@ -183,5 +184,5 @@ fn effect_ui(ui: &mut egui::Ui, data: &ViewData<'_>, (layers, heads): (usize, us
     };
     let position = data.features.attribution.dla.shown().map_or(0, |d| d.0.position);
     let title = format!("Layer {layer_idx} head {head_idx}");
-    crate::app::views::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+    crate::app::views::widgets::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
 }

@@ -1,7 +1,12 @@
 //! The contribution graph: the routes from a prediction back to the input tokens, computed on the
 //! worker's graph thread once per token run, held in a slot keyed by that run, and its view.
 
+pub mod settings;
+pub mod shown;
 pub mod view;
+
+pub use settings::GraphSettings;
+pub use shown::GraphShown;
 
 use std::sync::Arc;
 
@@ -10,26 +15,6 @@ use crate::app::session::{FILE_NEEDS_MODEL, Shown};
 use crate::app::slot::Slot;
 use crate::app::state::{Source, View};
 use crate::app::worker::Job;
-
-use serde::{Deserialize, Serialize};
-
-/// The contribution graph view's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct GraphSettings {
-    /// The position whose prediction the graph traces (None: the last token).
-    pub position: Option<usize>,
-    /// Edges below this proportion are left out.
-    pub threshold: f32,
-    /// The head selected on an attention edge: layer, head, and the token it writes to.
-    pub head: Option<(usize, usize, usize)>,
-}
-
-impl Default for GraphSettings {
-    fn default() -> Self {
-        Self { position: None, threshold: 0.04, head: None }
-    }
-}
 
 /// The contribution graph view's results.
 #[derive(Default)]
@@ -51,7 +36,7 @@ impl Feature {
         } else if settings.source == Source::Playground {
             Some("The playground is a random encoder: the contribution graph follows the pretrained model.".into())
         } else if let Some(why) = shown.model.and_then(|m| m.contribution_refusal.clone()) {
-            Some(crate::app::views::capitalised(&why) + ".")
+            Some(crate::app::text::capitalised(&why) + ".")
         } else if shown.token_run.is_some_and(|t| t.run.long.is_some()) {
             Some(format!(
                 "This input is longer than “Record up to” ({} tokens) and is shown pooled: the graph reads inputs \
@@ -80,33 +65,6 @@ impl Feature {
         };
         let key = EffectKey { source_id, position, head: (layer, head) };
         attribution.request_effect(shown.worker, key, tokens, interventions);
-    }
-}
-
-/// The contribution graph of one token run with the labels of every token its nodes name.
-#[derive(Debug, Clone)]
-pub struct GraphShown {
-    /// The graph with each node's logit-lens top token.
-    pub run: crate::model::readout::ContributionRun,
-    /// Labels of the tokens named (lens tops, mid-layer tops).
-    pub labels: std::collections::BTreeMap<u32, String>,
-}
-
-impl GraphShown {
-    /// The logit-lens top token of a node and its probability (None: the model has no head).
-    pub fn node_top(&self, node: crate::analysis::contrib::Node) -> Option<(u32, f32)> {
-        use crate::analysis::contrib::Node;
-        let n = self.run.graph.tokens;
-        match node {
-            Node::Embedding(t) => self.run.lens.as_ref()?.cell(0, t as usize).next(),
-            Node::Out(l, t) | Node::Mlp(l, t) => self.run.lens.as_ref()?.cell(usize::from(l) + 1, t as usize).next(),
-            Node::Attn(l, t) => self.run.mid_top.get(usize::from(l) * n + t as usize).copied(),
-        }
-    }
-
-    /// The label of token `id`.
-    pub fn label(&self, id: u32) -> String {
-        self.labels.get(&id).cloned().unwrap_or_else(|| format!("<{id}>"))
     }
 }
 

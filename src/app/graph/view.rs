@@ -31,7 +31,8 @@ impl GraphView {
         let what = "The graph splits each block's write into its parts: a decoder whose blocks add to the stream.";
         let refusal = data.features.graph.refusal.as_deref();
         let (settings, position) = (data.settings, data.settings.graph.position);
-        let Some((tokens, position)) = crate::app::views::readout_input(ui, data, (refusal, what), position) else {
+        let Some((tokens, position)) = crate::app::views::widgets::readout_input(ui, data, (refusal, what), position)
+        else {
             return;
         };
         let n = tokens.len();
@@ -41,11 +42,11 @@ impl GraphView {
         let graph = match slot.shown() {
             Some((source_id, (Ok(graph), ms))) if !slot.is_pending() => (source_id, graph, ms),
             Some((_, (Err(e), _))) if !slot.is_pending() => {
-                ui.colored_label(ui.visuals().error_fg_color, crate::app::views::capitalised(e));
+                ui.colored_label(ui.visuals().error_fg_color, crate::app::text::capitalised(e));
                 return;
             }
             _ => {
-                crate::app::views::computing_ui(ui, &format!("the contribution graph of {n} tokens"));
+                crate::app::views::widgets::computing_ui(ui, &format!("the contribution graph of {n} tokens"));
                 return;
             }
         };
@@ -88,9 +89,13 @@ fn controls_ui(
     commands: &mut Commands,
 ) {
     ui.horizontal_wrapped(|ui| {
-        if let Some(pos) =
-            crate::app::views::position_ui(ui, "Prediction at", "The output position traced (← / →)", labels, position)
-        {
+        if let Some(pos) = crate::app::views::widgets::position_ui(
+            ui,
+            "Prediction at",
+            "The output position traced (← / →)",
+            labels,
+            position,
+        ) {
             commands.push(Command::Set(Setting::Graph(crate::app::graph::GraphSettings {
                 position: Some(pos),
                 ..settings.graph.clone()
@@ -180,7 +185,7 @@ fn graph_ui(
                 head: Some(*head),
                 ..settings.graph.clone()
             })));
-            crate::app::views::select_head(settings, (head.0, head.1), commands);
+            crate::app::views::widgets::select_head(settings, (head.0, head.1), commands);
         }
         resp.on_hover_text_at_pointer(format!(
             "{}\nproportion {:.4}\nClick to select this head",
@@ -199,5 +204,5 @@ fn head_ui(ui: &mut egui::Ui, data: &ViewData<'_>, graph: &GraphShown, labels: &
         return;
     };
     let title = format!("Layer {layer_idx} head {head_idx}, writing into “{}”", labels[position]);
-    crate::app::views::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+    crate::app::views::widgets::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
 }

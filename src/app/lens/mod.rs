@@ -2,9 +2,13 @@
 //! position's column first, then the grid in chunks of positions), gathered here by what they
 //! were computed for ([`LensKey`]) so a part of an older input is never shown.
 
+pub mod part;
+pub mod settings;
 pub mod view;
 
-use std::collections::BTreeMap;
+pub use part::{LENS_CHUNK, LENS_TOP_K, LensKey, LensPart, lens_chunks};
+pub use settings::{LensMode, LensSettings};
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,66 +16,7 @@ use crate::app::session::{FILE_NEEDS_MODEL, Shown};
 use crate::app::state::{Source, View};
 use crate::app::worker::Job;
 
-use crate::analysis::lens::Lens;
-
 use crate::export::GridFigure;
-
-use serde::{Deserialize, Serialize};
-
-/// What a logit-lens cell shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub enum LensMode {
-    /// The top token of the stream and its probability.
-    #[default]
-    Probability,
-    /// The rank of one followed token (the model's final prediction, or a watched token), as
-    /// in Ecco's rank mode.
-    Rank,
-}
-
-/// The logit lens view's settings.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct LensSettings {
-    /// Probability or rank in each cell.
-    pub mode: LensMode,
-    /// Tokens followed across layers (" Paris", or as the vocabulary spells it, `ĠLondon`).
-    pub watch: Vec<String>,
-    /// Which followed token the rank mode shows: 0 the final prediction, `i` the `i`-th watched.
-    pub rank_of: usize,
-    /// The position selected (None: the last token).
-    pub position: Option<usize>,
-}
-
-/// Candidates kept per lens cell (shown on hover).
-pub const LENS_TOP_K: usize = 5;
-
-/// Positions per chunk of the grid: each chunk is one pass of the model, and a newer input stops
-/// the grid between two chunks.
-pub const LENS_CHUNK: usize = 64;
-
-/// What a lens is of: the token run (its id), the watched tokens as typed.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LensKey {
-    /// Id of the model's token-level run the lens reads.
-    pub source_id: u64,
-    /// Watched tokens as typed.
-    pub watch: Vec<String>,
-}
-
-/// One part of the lens: some positions, every stream.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LensPart {
-    /// The lens of these positions (`lens.positions`).
-    pub lens: Lens,
-    /// Token labels of every id the part names (top candidates, followed tokens).
-    pub labels: BTreeMap<u32, String>,
-}
-
-/// The chunks of `n` positions the grid is computed in.
-pub fn lens_chunks(n: usize) -> Vec<std::ops::Range<usize>> {
-    (0..n).step_by(LENS_CHUNK).map(|s| s..(s + LENS_CHUNK).min(n)).collect()
-}
 
 /// The lens of one token run as far as it is computed.
 #[derive(Debug, Clone, Default)]
@@ -267,7 +212,7 @@ impl Feature {
             );
         }
         if let Some(why) = shown.model.and_then(|m| m.readout_refusal.clone()) {
-            return Some(crate::app::views::capitalised(&why) + ".");
+            return Some(crate::app::text::capitalised(&why) + ".");
         }
         if shown.token_run.is_some_and(|t| t.run.long.is_some()) {
             return Some(format!(

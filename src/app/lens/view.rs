@@ -34,7 +34,7 @@ impl LensView {
         if let Some(why) = data.features.lens.refusal.as_deref() {
             let what = "The logit lens reads each layer's residual stream through the model's final norm and its \
                         language-model head (its unembedding): a decoder with its head.";
-            crate::app::views::refusal_ui(ui, why, what);
+            crate::app::views::widgets::refusal_ui(ui, why, what);
             return;
         }
         let Some(tokens) = data.lens_tokens else { return };
@@ -339,7 +339,7 @@ fn watch_plot_ui(ui: &mut egui::Ui, lens: &LensState, mode: LensMode, labels: &[
         .strong(),
     );
     if lens.find(selected).is_none() {
-        crate::app::views::computing_ui(ui, "the selected position");
+        crate::app::views::widgets::computing_ui(ui, "the selected position");
         return;
     }
     Plot::new("lens-watch")

@@ -2,7 +2,10 @@
 //! attention flow, which takes seconds, is computed on a thread of its own and held in a slot
 //! keyed by what it is of. The view draws either.
 
+pub mod settings;
 pub mod view;
+
+pub use settings::{RolloutMode, RolloutSettings};
 
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -10,28 +13,6 @@ use std::time::Instant;
 
 use crate::analysis::Run;
 use crate::app::slot::Slot;
-
-use serde::{Deserialize, Serialize};
-
-/// Rollout or flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub enum RolloutMode {
-    /// Attention rollout (matrix products).
-    #[default]
-    Rollout,
-    /// Attention flow (maximum flow through the layers).
-    Flow,
-}
-
-/// The rollout view's settings.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RolloutSettings {
-    /// Rollout or flow.
-    pub mode: RolloutMode,
-    /// The head view shows the rollout up to the chosen layer as a pseudo-layer.
-    pub in_head_view: bool,
-}
 
 /// What an attention-flow result was computed for.
 #[derive(Debug, Clone, PartialEq, Eq)]

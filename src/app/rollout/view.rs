@@ -40,7 +40,7 @@ fn rollout_view_ui(
         ui.label(RichText::new(format!("Rollout / flow of the {}", crate::analysis::Stack::Cross.describe())).strong());
         ui.colored_label(
             ui.visuals().warn_fg_color,
-            crate::app::views::capitalised(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL),
+            crate::app::text::capitalised(crate::analysis::stack::CROSS_ROLLOUT_REFUSAL),
         );
         return;
     }
@@ -56,7 +56,7 @@ fn rollout_view_ui(
         ui.separator();
         ui.label(RichText::new(format!("layers 0–{layer_idx} · {} heads averaged per layer", heads.len())).strong());
         if let Some(run) = data.run {
-            crate::app::views::pooled_note(
+            crate::app::views::widgets::pooled_note(
                 ui,
                 run,
                 "This is the rollout (or flow) of the pooled matrices — the product of pooled matrices is not the \
@@ -108,17 +108,18 @@ fn rollout_view_ui(
     let values: Vec<f32> = match settings.rollout.mode {
         RolloutMode::Rollout => {
             let key = DeriveKey::Rollout { view_id: data.view_id, heads: heads.clone() };
-            let layers =
-                crate::app::views::derived_or_ask(data, commands, &key, |d| d.rollout(data.view_id, &heads).cloned());
+            let layers = crate::app::views::widgets::derived_or_ask(data, commands, &key, |d| {
+                d.rollout(data.view_id, &heads).cloned()
+            });
             let Some(layers) = layers else {
-                crate::app::views::computing_ui(ui, &format!("the rollout through {} layers", a.layers()));
+                crate::app::views::widgets::computing_ui(ui, &format!("the rollout through {} layers", a.layers()));
                 return;
             };
             layers[layer_idx].clone()
         }
         RolloutMode::Flow => {
             if let Some(why) = crate::analysis::rollout::flow_refusal(n) {
-                ui.colored_label(ui.visuals().warn_fg_color, crate::app::views::capitalised(&why));
+                ui.colored_label(ui.visuals().warn_fg_color, crate::app::text::capitalised(&why));
                 return;
             }
             let wanted = FlowKey { view_id: data.view_id, heads: heads.clone(), layer_idx };

@@ -14,7 +14,7 @@ pub fn theme_of(ui: &egui::Ui) -> Theme {
 /// The egui font of figure text `px` pixels tall (ascent to descent, as `render` measures it):
 /// the figures' `DejaVu` Sans at its em size, so that it is as wide on screen as in the files.
 pub fn figure_font_id(px: f32) -> FontId {
-    FontId::new(crate::render::text::em_size(px), super::figure_font())
+    FontId::new(crate::render::text::em_size(px), figure_font())
 }
 
 fn color([r, g, b, a]: [u8; 4]) -> Color32 {
@@ -134,4 +134,13 @@ fn text_reach(run: &crate::render::TextRun, anchor: Pos2) -> Rect {
     } else {
         Rect::from_center_size(anchor, vec2(along * 2.0, across * 2.0))
     }
+}
+
+/// The name of the figures' font (the embedded `DejaVu` Sans) as an egui family.
+pub const FIGURE_FONT: &str = "figure";
+
+/// The figures' font family: labels drawn in it on screen are as wide as the exported figure's
+/// layout measured them.
+pub fn figure_font() -> egui::FontFamily {
+    egui::FontFamily::Name(FIGURE_FONT.into())
 }

@@ -4,7 +4,7 @@
 
 use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, TextureHandle, TextureOptions, pos2, vec2};
 
-use super::head_color;
+use super::widgets::head_color;
 use crate::analysis::Run;
 use crate::analysis::select::PairFilter;
 use crate::app::command::{Command, Commands, Setting};
@@ -153,9 +153,13 @@ impl HeadView {
         let (heads, n_heads) = if rollout.is_some() { (vec![0], 1) } else { (selected, run.attention.heads()) };
         let matrices_key =
             DeriveKey::HeadMatrices { view_id: data.view_id, layer_idx, hide_special: settings.hide_special, rollout };
-        let Some(m) = super::derived_or_ask(data, commands, &matrices_key, |d| d.head_matrices(&matrices_key).cloned())
+        let Some(m) =
+            super::widgets::derived_or_ask(data, commands, &matrices_key, |d| d.head_matrices(&matrices_key).cloned())
         else {
-            super::computing_ui(ui, if settings.rollout.in_head_view { "the rollout" } else { "the layer's lines" });
+            super::widgets::computing_ui(
+                ui,
+                if settings.rollout.in_head_view { "the rollout" } else { "the layer's lines" },
+            );
             return;
         };
         self.lines_ui(ui, data, settings, commands, &m, &matrices_key, &heads, n_heads);
@@ -348,7 +352,8 @@ impl HeadView {
                 cache.lines_pending = cache.lines_key.as_ref() != Some(&key);
                 if cache.lines_pending {
                     // Rasterized off the UI thread; the texture is uploaded once when it arrives.
-                    if let Some(picture) = super::derived_or_ask(data, commands, &key, |d| d.head_lines(&key).cloned())
+                    if let Some(picture) =
+                        super::widgets::derived_or_ask(data, commands, &key, |d| d.head_lines(&key).cloned())
                     {
                         let image = egui::ColorImage::from_rgba_premultiplied(picture.size, &picture.rgba);
                         match &mut cache.lines {

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use egui::{Color32, RichText, Sense, Stroke, TextEdit};
 
-use super::head_color;
+use super::widgets::head_color;
 use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::state::{Settings, Source, ThemeChoice};

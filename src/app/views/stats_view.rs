@@ -61,8 +61,9 @@ impl StatsView {
             );
         }
         let key = DeriveKey::Stats { view_id: data.view_id };
-        let Some(stats) = super::derived_or_ask(data, commands, &key, |d| d.stats(data.view_id).cloned()) else {
-            super::computing_ui(ui, "the head statistics");
+        let Some(stats) = super::widgets::derived_or_ask(data, commands, &key, |d| d.stats(data.view_id).cloned())
+        else {
+            super::widgets::computing_ui(ui, "the head statistics");
             return;
         };
         let roles = match settings.stats_role {
@@ -72,9 +73,10 @@ impl StatsView {
             }
             Some(role) => {
                 let key = DeriveKey::Roles { view_id: data.view_id };
-                let Some(scores) = super::derived_or_ask(data, commands, &key, |d| d.roles(data.view_id).cloned())
+                let Some(scores) =
+                    super::widgets::derived_or_ask(data, commands, &key, |d| d.roles(data.view_id).cloned())
                 else {
-                    super::computing_ui(ui, "the head-role scores");
+                    super::widgets::computing_ui(ui, "the head-role scores");
                     return;
                 };
                 match scores {
@@ -114,7 +116,7 @@ impl StatsView {
             }
         }
         if let Some(run) = data.run {
-            super::pooled_note(
+            super::widgets::pooled_note(
                 ui,
                 run,
                 "The statistics are of these pooled rows: entropy over spans, “itself” is the row's own span, \
@@ -128,7 +130,7 @@ impl StatsView {
                 RichText::new(format!(
                     "{}, averaged over the {} query tokens. After Clark et al. 2019, “What does BERT look at?”. \
                  Click a cell to open that head; export writes PNG, or all statistics as CSV / JSON.",
-                    super::capitalised(settings.stat.description()),
+                    crate::app::text::capitalised(settings.stat.description()),
                     stats.tokens
                 ))
                 .small()

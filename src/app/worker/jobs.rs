@@ -307,7 +307,7 @@ pub(super) fn readout_job(model: &LoadedModel, job: Job) -> Done {
     };
     match job {
         Job::HeadEffect { key, tokens, interventions, .. } => {
-            let k = crate::app::attribution::EFFECT_K;
+            let k = crate::app::attribution::keys::EFFECT_K;
             let result = model
                 .head_effect(&tokens, key.position, key.head, k, &interventions)
                 .map(|e| {
@@ -316,7 +316,7 @@ pub(super) fn readout_job(model: &LoadedModel, job: Job) -> Done {
                             .map(|(t, v)| (crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)), v))
                             .collect()
                     };
-                    Arc::new(crate::app::attribution::EffectShown {
+                    Arc::new(crate::app::attribution::keys::EffectShown {
                         promoted: label(e.promoted),
                         suppressed: label(e.suppressed),
                     })
@@ -340,8 +340,8 @@ pub(super) fn readout_job(model: &LoadedModel, job: Job) -> Done {
                 .map(|run| {
                     let named =
                         run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
-                    let labels = crate::app::attribution::token_labels(model, named.collect::<Vec<_>>());
-                    Arc::new(crate::app::graph::GraphShown { run, labels })
+                    let labels = crate::app::attribution::keys::token_labels(model, named.collect::<Vec<_>>());
+                    Arc::new(crate::app::graph::shown::GraphShown { run, labels })
                 })
                 .map_err(|e| e.to_string());
             Done::Graph { source_id, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
@@ -358,7 +358,7 @@ pub(super) fn lens_parts(
     stale: &dyn Fn() -> bool,
     send: &dyn Fn(Done) -> bool,
 ) -> Result<Option<Job>, ()> {
-    use crate::app::lens::{LENS_CHUNK, LENS_TOP_K, LensPart};
+    use crate::app::lens::part::{LENS_CHUNK, LENS_TOP_K, LensPart};
     let Job::Lens { id, key, tokens, column, chunks, interventions } = job else { return Ok(None) };
     let start = Instant::now();
     let (mut watched, mut notes) = (Vec::new(), Vec::new());
@@ -392,7 +392,7 @@ pub(super) fn lens_parts(
                 .lens_from(rows, positions, LENS_TOP_K, &ids)
                 .map(|lens| {
                     let named = lens.top_ids.iter().chain(lens.tracked.iter().flat_map(|t| t.ids.iter())).copied();
-                    let labels = crate::app::attribution::token_labels(model, named);
+                    let labels = crate::app::attribution::keys::token_labels(model, named);
                     Arc::new(LensPart { lens, labels })
                 })
                 .map_err(|e| e.to_string()),

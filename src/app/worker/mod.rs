@@ -184,14 +184,14 @@ pub enum Job {
         interventions: Interventions,
     },
     /// The logit lens of `tokens`: first the column of `column` (if any), then the grid chunks
-    /// starting at `chunks` ([`crate::app::lens::lens_chunks`]), each sent as [`Done::Lens`]. A
+    /// starting at `chunks` ([`crate::app::lens::part::lens_chunks`]), each sent as [`Done::Lens`]. A
     /// newer job stops it between two parts; it goes on after that job unless a newer lens
     /// replaces it.
     Lens {
         /// Request id.
         id: u64,
         /// What the lens is of.
-        key: crate::app::lens::LensKey,
+        key: crate::app::lens::part::LensKey,
         /// The token-level input.
         tokens: Arc<crate::analysis::tokens::Tokens>,
         /// A position computed first, alone.
@@ -206,7 +206,7 @@ pub enum Job {
         /// Request id.
         id: u64,
         /// What it is of (target and versus as typed).
-        key: crate::app::attribution::DlaKey,
+        key: crate::app::attribution::keys::DlaKey,
         /// The token-level input.
         tokens: Arc<crate::analysis::tokens::Tokens>,
         /// The interventions the run was made with.
@@ -217,7 +217,7 @@ pub enum Job {
         /// Request id.
         id: u64,
         /// What it is of.
-        key: crate::app::attribution::EffectKey,
+        key: crate::app::attribution::keys::EffectKey,
         /// The token-level input.
         tokens: Arc<crate::analysis::tokens::Tokens>,
         /// The interventions the run was made with.
@@ -328,14 +328,14 @@ pub enum Done {
         /// Request id.
         id: u64,
         /// What it is of.
-        key: crate::app::lens::LensKey,
+        key: crate::app::lens::part::LensKey,
         /// The part.
         answer: LensAnswer,
     },
     /// An attribution finished.
     Attributed {
         /// What it is of.
-        key: crate::app::attribution::DlaKey,
+        key: crate::app::attribution::keys::DlaKey,
         /// The attribution, or why there is none.
         result: Result<Arc<crate::analysis::attribution::Attribution>, String>,
         /// Milliseconds it took.
@@ -346,16 +346,16 @@ pub enum Done {
         /// Id of the token run it is of.
         source_id: u64,
         /// The graph, or why there is none.
-        result: Result<Arc<crate::app::graph::GraphShown>, String>,
+        result: Result<Arc<crate::app::graph::shown::GraphShown>, String>,
         /// Milliseconds it took.
         elapsed_ms: f64,
     },
     /// A head's effect finished.
     Effect {
         /// What it is of.
-        key: crate::app::attribution::EffectKey,
+        key: crate::app::attribution::keys::EffectKey,
         /// The effect, or why there is none.
-        result: Result<Arc<crate::app::attribution::EffectShown>, String>,
+        result: Result<Arc<crate::app::attribution::keys::EffectShown>, String>,
     },
     /// A comparison run finished.
     Compared {
@@ -387,7 +387,7 @@ pub struct GeneratedAnswer {
 #[derive(Debug)]
 pub struct LensAnswer {
     /// The part, or why the lens failed.
-    pub result: Result<Arc<crate::app::lens::LensPart>, String>,
+    pub result: Result<Arc<crate::app::lens::part::LensPart>, String>,
     /// The watched tokens found, with their ids.
     pub watched: Vec<(String, u32)>,
     /// Why some watched tokens were left out.

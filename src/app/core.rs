@@ -37,6 +37,7 @@ pub struct AttnvizApp {
     pub features: Features,
     /// Each view's own state (caches, typed text).
     pub views: Views,
+    /// What only the shell keeps (frame time, theme, the settings last saved).
     pub(crate) shell: Shell,
 }
 

@@ -154,11 +154,7 @@ impl AttnvizApp {
         let id = self.session.worker.next_id();
         let input = self.session.run_input(&self.settings);
         let s = &mut self.session;
-        s.asked.requested_run_id = id;
-        s.asked.run_id = id;
-        s.asked.in_flight.clear();
-        s.asked.requested_input = Some(input.clone());
-        s.asked.shown_input = Some(input);
+        s.asked.show_now(id, input);
         s.load_error = None;
         s.run_error = None;
         s.pinned = None;

@@ -84,11 +84,7 @@ impl AttnvizApp {
         let id = self.session.worker.next_id();
         let s = &mut self.session;
         // Whatever is in flight (the playground's run) is older than this.
-        s.asked.requested_run_id = id;
-        s.asked.run_id = id;
-        s.asked.in_flight.clear();
-        s.asked.requested_input = Some(wanted.clone());
-        s.asked.shown_input = Some(wanted);
+        s.asked.show_now(id, wanted);
         s.token_run = Some(parked.token_run);
         s.generation = parked.generation;
         s.inference_ms = parked.inference_ms;

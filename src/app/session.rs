@@ -77,6 +77,18 @@ pub struct Asked {
     pub(crate) probe_id: u64,
 }
 
+impl Asked {
+    /// Makes run `id` of `input` the one shown without asking the worker (a parked run given back,
+    /// an attention file read): whatever is in flight is older than it.
+    pub(crate) fn show_now(&mut self, id: u64, input: RunInput) {
+        self.requested_run_id = id;
+        self.run_id = id;
+        self.in_flight.clear();
+        self.requested_input = Some(input.clone());
+        self.shown_input = Some(input);
+    }
+}
+
 /// How quickly a keystroke's run comes back: whether the next key's frame waits for its run, and
 /// the timing logged for `scripts/bench-typing.sh`.
 pub struct KeyClock {

@@ -58,20 +58,9 @@ impl<K: PartialEq + Clone, V> Slot<K, V> {
         self.shown.as_ref().filter(|(k, _)| k == key).map(|(_, v)| v)
     }
 
-    /// The key in flight, if any.
-    pub fn in_flight(&self) -> Option<&K> {
-        self.in_flight.as_ref()
-    }
-
     /// Whether an answer is awaited.
     pub fn is_pending(&self) -> bool {
         self.in_flight.is_some()
-    }
-
-    /// Forgets what is shown and in flight (an answer still on its way is then dropped).
-    pub fn clear(&mut self) {
-        self.shown = None;
-        self.in_flight = None;
     }
 }
 
@@ -94,7 +83,5 @@ mod tests {
         assert_eq!(slot.shown_for(&2), Some(&"new"));
         assert_eq!(slot.shown_for(&1), None);
         assert!(!slot.want(&2), "shown already");
-        slot.clear();
-        assert!(slot.want(&2));
     }
 }

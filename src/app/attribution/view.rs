@@ -25,7 +25,7 @@ impl AttributionView {
                     language-model head: a decoder with its head.";
         let refusal = data.features.lens.refusal.as_deref();
         let position = data.settings.attribution.position;
-        let Some((tokens, position)) = crate::app::views::widgets::readout_input(ui, data, (refusal, what), position)
+        let Some((tokens, position)) = crate::app::views::widgets::readout_tokens(ui, data, (refusal, what), position)
         else {
             return;
         };

@@ -31,7 +31,7 @@ impl GraphView {
         let what = "The graph splits each block's write into its parts: a decoder whose blocks add to the stream.";
         let refusal = data.features.graph.refusal.as_deref();
         let (settings, position) = (data.settings, data.settings.graph.position);
-        let Some((tokens, position)) = crate::app::views::widgets::readout_input(ui, data, (refusal, what), position)
+        let Some((tokens, position)) = crate::app::views::widgets::readout_tokens(ui, data, (refusal, what), position)
         else {
             return;
         };

@@ -71,7 +71,7 @@ pub fn head_effect_ui(
 /// The token-level input a readout view reads and its selected position (`position`; None: the
 /// last token), or None when there are no tokens or the view does not apply (then it says why:
 /// `refusal`, and what it needs).
-pub fn readout_input<'a>(
+pub fn readout_tokens<'a>(
     ui: &mut egui::Ui,
     data: &ViewData<'a>,
     (refusal, what): (Option<&str>, &str),

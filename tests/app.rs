@@ -2407,7 +2407,7 @@ fn logit_lens_shows_the_library_lens_selects_positions_and_follows_watched_token
     // Hover a cell: the view knows which; a click on it selects its position.
     h.get_by_label("Lens block 1 at position 2").hover();
     h.run_steps(2);
-    assert_eq!(h.state().views.lens.hovered, Some((1, 2)));
+    assert_eq!(h.state().views.features.lens.hovered, Some((1, 2)));
     h.get_by_label("Lens block 1 at position 2").click();
     h.run_steps(2);
     assert_eq!(h.state().settings.lens.position, Some(2));

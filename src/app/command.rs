@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+pub use super::state::Setting;
 use super::state::{Settings, TokenSelection};
 
 /// Something a widget asks for; handled once per frame by the app.
@@ -113,7 +114,8 @@ impl Commands {
     }
 }
 
-/// Declares [`Setting`] with one variant per field of [`Settings`], and its `apply` and `changes`.
+/// Declares [`Setting`] with one variant per field of [`Settings`], and its `apply` and `changes`
+/// (listed beside `Settings` in `state.rs`).
 macro_rules! settings_fields {
     ($($field:ident => $variant:ident: $ty:ty),* $(,)?) => {
         /// A new value for one field of [`Settings`].
@@ -146,49 +148,8 @@ macro_rules! settings_fields {
         }
     };
 }
+pub(crate) use settings_fields;
 
-settings_fields! {
-    text => Text: String,
-    text_pair => TextPair: String,
-    pair_enabled => PairEnabled: bool,
-    model_dir => ModelDir: Option<PathBuf>,
-    recent_models => RecentModels: Vec<PathBuf>,
-    view => View: super::state::View,
-    layer_idx => Layer: usize,
-    heads => Heads: Vec<bool>,
-    threshold => Threshold: f32,
-    hide_special => HideSpecial: bool,
-    pair_filter => PairFilter: crate::analysis::select::PairFilter,
-    colormap => Colormap: crate::render::Colormap,
-    theme => Theme: super::state::ThemeChoice,
-    export_scale => ExportScale: u8,
-    export_dir => ExportDir: Option<PathBuf>,
-    cell_size => CellSize: f32,
-    source => Source: super::state::Source,
-    playground => Playground: crate::model::PlaygroundConfig,
-    attention_file => AttentionFile: Option<PathBuf>,
-    interventions => Interventions: crate::model::Interventions,
-    interventions_model => InterventionsModel: Option<PathBuf>,
-    pe => Pe: crate::analysis::PeParams,
-    pe_plot_dims => PePlotDims: Vec<usize>,
-    pe_plot_row => PePlotRow: usize,
-    pe_figure => PeFigure: super::state::PeFigure,
-    words => Words: bool,
-    neuron_query => NeuronQuery: usize,
-    stat => Stat: crate::analysis::Statistic,
-    rollout => Rollout: super::state::RolloutSettings,
-    compare => Compare: super::state::CompareSettings,
-    target => Target: String,
-    stack => Stack: crate::analysis::Stack,
-    record_tokens => RecordTokens: usize,
-    long_view => LongView: crate::analysis::long::LongView,
-    window_start => WindowStart: Option<usize>,
-    lens => Lens: super::state::LensSettings,
-    attribution => Attribution: super::state::AttributionSettings,
-    stats_role => StatsRole: Option<usize>,
-    graph => Graph: super::state::GraphSettings,
-    train => Train: crate::train::TrainConfig,
-}
 
 #[cfg(test)]
 mod tests {

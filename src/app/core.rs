@@ -68,7 +68,7 @@ pub(crate) fn view_data<'a>(
         derived: &s.derived,
         generation: s.generation.as_ref(),
         features,
-        lens_tokens: s.token_run.as_ref().map(|t| &t.run.tokens),
+        token_run: s.token_run.as_ref().map(|t| &*t.run),
         probe_shown: s.probe_shown,
         stack: if settings.source == Source::File {
             // A file with a decoder side is an encoder–decoder's attention.

@@ -55,8 +55,9 @@ pub struct ViewData<'a> {
     pub generation: Option<&'a crate::app::generation::Generation>,
     /// Each feature's own results (lens, attribution, graph, flow, run B, the lab).
     pub features: &'a crate::app::features::Features,
-    /// The token-level input the lens reads (the shown run may be merged into words).
-    pub lens_tokens: Option<&'a crate::analysis::tokens::Tokens>,
+    /// The run at token level that the readouts (lens, attribution, graph) read: the shown run
+    /// may be merged into words.
+    pub token_run: Option<&'a Run>,
     /// Whether the run shown is the probe of repeated random tokens (not the text).
     pub probe_shown: bool,
     /// For an encoder–decoder: the attention the views show (encoder, decoder or cross); None
@@ -67,6 +68,12 @@ pub struct ViewData<'a> {
 }
 
 impl ViewData<'_> {
+    /// What attention flow would be computed for now.
+    pub fn flow_key(&self) -> crate::app::rollout::FlowKey {
+        let (layer_idx, heads) = self.selection();
+        crate::app::rollout::FlowKey { view_id: self.view_id, heads, layer_idx }
+    }
+
     /// The layer shown and the selected heads, limited to the shown run's shape.
     pub fn selection(&self) -> (usize, Vec<usize>) {
         let (layers, heads) = self.run.map_or((1, 1), |r| (r.attention.layers(), r.attention.heads()));

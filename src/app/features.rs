@@ -1,11 +1,17 @@
 //! The features that compute results of their own off the UI thread: each is a folder of
-//! `app/` owning its settings' use, its requests, its result slots and its view. This list is
-//! the one place the app's frame asks them for what they need and hands them the worker's
-//! answers.
+//! `app/` owning its settings' use, its requests, the computation it asks the worker for
+//! ([`super::worker::Compute`]), its result slots, its view and the figure it exports. This list
+//! is the one place the app's frame asks them for what they need, hands them the worker's
+//! answers, draws their views and asks them for their figures. Adding a feature: its folder, a
+//! line in each list here, and its view and settings beside the others' in `state.rs`.
 
+use super::command::Commands;
+use super::data::ViewData;
 use super::session::Shown;
+use super::state::View;
 use super::worker::Done;
 use super::{attribution, compare, graph, lab, lens, rollout};
+use crate::export::Figure;
 
 /// Every feature's own state.
 #[derive(Default)]
@@ -38,14 +44,11 @@ impl Features {
     pub fn take(&mut self, done: Done) -> Option<Done> {
         match done {
             Done::Lens { id, key, answer } => self.lens.on_part((id, key), answer),
-            Done::Attributed { key, result, elapsed_ms } => {
-                self.attribution.dla.finish(key, (result, elapsed_ms));
-            }
-            Done::Effect { key, result } => {
-                self.attribution.effect.finish(key, result);
-            }
-            Done::Graph { source_id, result, elapsed_ms } => {
-                self.graph.slot.finish(source_id, (result, elapsed_ms));
+            // Each feature takes the answers of its own type and gives the others back.
+            Done::Computed(answer) => {
+                let answer = self.attribution.take(answer)?;
+                let answer = self.graph.take(answer)?;
+                return Some(Done::Computed(answer));
             }
             Done::Compared { id, result } => self.compare.on_compared(id, result),
             other => return Some(other),
@@ -61,4 +64,49 @@ impl Features {
             || self.flow.slot.is_pending()
             || self.compare.is_pending()
     }
+}
+
+/// The features' views: what each draws is its feature's results (read through [`ViewData`]).
+#[derive(Default)]
+pub struct FeatureViews {
+    /// Rollout and attention flow.
+    pub rollout: rollout::view::RolloutView,
+    /// The comparison: textures and the typed model folder.
+    pub compare: compare::view::CompareView,
+    /// The logit lens: the watch box.
+    pub lens: lens::view::LensView,
+    /// Logit attribution: the grid's texture.
+    pub attribution: attribution::view::AttributionView,
+    /// The contribution graph: the laid-out routes.
+    pub graph: graph::view::GraphView,
+}
+
+impl FeatureViews {
+    /// Draws `view` when it is a feature's; whether it is.
+    pub fn ui(&mut self, view: View, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) -> bool {
+        match view {
+            View::Rollout => self.rollout.ui(ui, data, commands),
+            View::Compare => self.compare.ui(ui, data, commands),
+            View::Lens => self.lens.ui(ui, data, commands),
+            View::Attribution => self.attribution.ui(ui, data, commands),
+            View::Graph => self.graph.ui(ui, data, commands),
+            _ => return false,
+        }
+        true
+    }
+}
+
+/// The figure a feature's view exports, made of what it shows (None: `view` is not a feature's
+/// own figure).
+/// `selection`: the layer and heads shown.
+pub fn figure(view: View, data: &ViewData<'_>, selection: (usize, &[usize])) -> Option<Figure> {
+    let features = data.features;
+    Some(match view {
+        View::Rollout => features.flow.figure(data, selection),
+        View::Compare => features.compare.figure(data, selection),
+        View::Lens => features.lens.figure(data),
+        View::Attribution => features.attribution.figure(data),
+        View::Graph => features.graph.figure(data),
+        _ => return None,
+    })
 }

@@ -76,6 +76,51 @@ impl View {
         }
     }
 
+    /// The file name an export of the view gets by default.
+    pub fn export_name(self, settings: &Settings) -> String {
+        match self {
+            Self::Head => format!("attnviz-head-view-layer{}.png", settings.layer_idx),
+            Self::Model => "attnviz-model-view.png".to_string(),
+            Self::Heatmap => format!("attnviz-heatmap-layer{}.png", settings.layer_idx),
+            Self::Neuron => format!("attnviz-neuron-layer{}-query{}.png", settings.layer_idx, settings.neuron_query),
+            Self::Stats => format!("attnviz-head-stats-{}.png", settings.stat.key()),
+            Self::Rollout => format!("attnviz-rollout-layer{}.png", settings.layer_idx),
+            Self::Compare => format!("attnviz-compare-layer{}.png", settings.layer_idx),
+            Self::Lens => "attnviz-logit-lens.png".to_string(),
+            Self::Attribution => "attnviz-logit-attribution.png".to_string(),
+            Self::Graph => "attnviz-contribution-graph.png".to_string(),
+            Self::Positions => match settings.pe_figure {
+                PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
+                PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
+                PeFigure::LearnedDot => "attnviz-learned-positions-dot.png".to_string(),
+                PeFigure::LearnedCosine => "attnviz-learned-positions-cosine.png".to_string(),
+            },
+        }
+    }
+
+    /// What an export of the view holds, in words (`pinned`: a token is pinned in the head view).
+    pub fn export_what(self, settings: &Settings, pinned: bool) -> &'static str {
+        match self {
+            Self::Head if pinned => "the head view (with the pinned token)",
+            Self::Head => "the head view",
+            Self::Model => "the model view (all layers × heads)",
+            Self::Heatmap => "the heatmap",
+            Self::Neuron => "the neuron view",
+            Self::Stats => "the head statistics grid",
+            Self::Rollout => "the rollout heatmap",
+            Self::Compare => "the comparison",
+            Self::Lens => "the logit lens grid (the cells computed so far)",
+            Self::Attribution => "the attribution grid (layers × heads, MLPs, embeddings)",
+            Self::Graph => "the contribution graph (its edges' proportions as numbers)",
+            Self::Positions => match settings.pe_figure {
+                PeFigure::Encoding => "the positional encoding",
+                PeFigure::Dot => "the dot products PE·PE",
+                PeFigure::LearnedDot => "the learned position embeddings' dot products",
+                PeFigure::LearnedCosine => "the learned position embeddings' cosine similarities",
+            },
+        }
+    }
+
     /// Whether the view draws a model run (the positional-encoding panel does not need one).
     pub fn needs_run(self) -> bool {
         self != Self::Positions
@@ -208,6 +253,50 @@ pub struct Settings {
     pub graph: GraphSettings,
     /// The training lab's settings.
     pub train: crate::train::TrainConfig,
+}
+
+// One `Setting` per field: a field added to `Settings` and not here does not compile.
+super::command::settings_fields! {
+    text => Text: String,
+    text_pair => TextPair: String,
+    pair_enabled => PairEnabled: bool,
+    model_dir => ModelDir: Option<PathBuf>,
+    recent_models => RecentModels: Vec<PathBuf>,
+    view => View: View,
+    layer_idx => Layer: usize,
+    heads => Heads: Vec<bool>,
+    threshold => Threshold: f32,
+    hide_special => HideSpecial: bool,
+    pair_filter => PairFilter: crate::analysis::select::PairFilter,
+    colormap => Colormap: crate::render::Colormap,
+    theme => Theme: ThemeChoice,
+    export_scale => ExportScale: u8,
+    export_dir => ExportDir: Option<PathBuf>,
+    cell_size => CellSize: f32,
+    source => Source: Source,
+    playground => Playground: crate::model::PlaygroundConfig,
+    attention_file => AttentionFile: Option<PathBuf>,
+    interventions => Interventions: crate::model::Interventions,
+    interventions_model => InterventionsModel: Option<PathBuf>,
+    pe => Pe: crate::analysis::PeParams,
+    pe_plot_dims => PePlotDims: Vec<usize>,
+    pe_plot_row => PePlotRow: usize,
+    pe_figure => PeFigure: PeFigure,
+    words => Words: bool,
+    neuron_query => NeuronQuery: usize,
+    stat => Stat: crate::analysis::Statistic,
+    rollout => Rollout: RolloutSettings,
+    compare => Compare: CompareSettings,
+    target => Target: String,
+    stack => Stack: crate::analysis::Stack,
+    record_tokens => RecordTokens: usize,
+    long_view => LongView: crate::analysis::long::LongView,
+    window_start => WindowStart: Option<usize>,
+    lens => Lens: LensSettings,
+    attribution => Attribution: AttributionSettings,
+    stats_role => StatsRole: Option<usize>,
+    graph => Graph: GraphSettings,
+    train => Train: crate::train::TrainConfig,
 }
 
 /// Most tokens the record-at-token-level setting accepts.

@@ -16,8 +16,52 @@ use crate::analysis::tokens::Tokens;
 use crate::app::session::Shown;
 use crate::app::slot::Slot;
 use crate::app::state::View;
-use crate::app::worker::{Job, Worker};
-use crate::model::Interventions;
+use crate::app::worker::{Answer, Compute, Job, Worker};
+use crate::model::{Interventions, LoadedModel};
+
+/// An attribution as the worker hands it back.
+struct Attributed {
+    key: DlaKey,
+    result: Result<Arc<Attribution>, String>,
+    elapsed_ms: f64,
+}
+
+/// A head's effect as the worker hands it back.
+struct Effect {
+    key: EffectKey,
+    result: Result<Arc<EffectShown>, String>,
+}
+
+/// The direct logit attribution `key` names (its target and versus as typed).
+fn attribute(model: &LoadedModel, key: DlaKey, tokens: &Tokens, iv: &Interventions) -> Attributed {
+    let start = std::time::Instant::now();
+    let id_of = |text: &str| -> Result<Option<u32>, String> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        model.tokenizer.single_id(text).map(Some).map_err(|e| format!("“{text}”: {e}"))
+    };
+    let result = id_of(&key.target).and_then(|target| {
+        let versus = id_of(&key.versus)?;
+        model.attribute(tokens, key.position, target, versus, iv).map(Arc::new).map_err(|e| e.to_string())
+    });
+    Attributed { key, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
+}
+
+/// The tokens the head `key` names promotes and suppresses, labelled.
+fn effect(model: &LoadedModel, key: EffectKey, tokens: &Tokens, iv: &Interventions) -> Effect {
+    let result = model
+        .head_effect(tokens, key.position, key.head, EFFECT_K, iv)
+        .map(|e| {
+            let label = |list: Vec<(u32, f32)>| {
+                let pretty = |t| crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t));
+                list.into_iter().map(|(t, v)| (pretty(t), v)).collect()
+            };
+            Arc::new(EffectShown { promoted: label(e.promoted), suppressed: label(e.suppressed) })
+        })
+        .map_err(|e| e.to_string());
+    Effect { key, result }
+}
 
 /// The attribution as a table: rows the layers then the embeddings, columns the heads then the
 /// attention bias and the MLP (cells that do not exist are NaN).
@@ -37,6 +81,7 @@ pub fn attribution_table(a: &Attribution, title: String) -> crate::export::Table
     row_labels.push("embeddings".to_string());
     crate::export::Table { title, row_labels, col_labels, values }
 }
+
 
 /// What the attribution's target is, in words: "“ Paris”" or "“ Paris” − “ London”".
 pub fn target_text(a: &Attribution) -> String {
@@ -59,10 +104,35 @@ pub struct Feature {
 }
 
 impl Feature {
+    /// The figure the attribution view exports: the grid of terms with what it is of.
+    pub fn figure(&self, data: &crate::app::data::ViewData<'_>) -> crate::export::Figure {
+        let table = match self.dla.shown() {
+            Some((_, (Ok(a), _))) => {
+                let name = data.model.map_or("model", |m| m.name.as_str());
+                let label = data.token_run.map(|r| r.label(a.position)).unwrap_or_default();
+                let title = format!(
+                    "{name} · direct logit attribution of {} at position {} “{label}” · Σ terms = {:.3}, logit {:.3}",
+                    target_text(a),
+                    a.position,
+                    a.total(),
+                    a.logit
+                );
+                attribution_table(a, title)
+            }
+            _ => crate::export::Table {
+                title: String::new(),
+                row_labels: Vec::new(),
+                col_labels: Vec::new(),
+                values: Vec::new(),
+            },
+        };
+        crate::export::Figure::Attribution(Arc::new(table))
+    }
     /// Asks the worker for a head's effect unless it is shown or asked for already.
     pub fn request_effect(&mut self, worker: &Worker, key: EffectKey, tokens: Arc<Tokens>, iv: Interventions) {
         if self.effect.want(&key) {
-            worker.send(Job::HeadEffect { id: worker.next_id(), key, tokens, interventions: iv });
+            let work = move |model: &LoadedModel| effect(model, key, &tokens, &iv);
+            worker.send(Job::Compute(Compute::new("head effect", false, work)));
         }
     }
 
@@ -85,7 +155,8 @@ impl Feature {
         };
         if self.dla.want(&key) {
             let (tokens, interventions) = (Arc::clone(&tokens), interventions.clone());
-            shown.worker.send(Job::Attribute { id: shown.worker.next_id(), key, tokens, interventions });
+            let work = move |model: &LoadedModel| attribute(model, key, &tokens, &interventions);
+            shown.worker.send(Job::Compute(Compute::new("attribution", false, work)));
         }
         let Some(head) = settings.attribution.head.filter(|&(l, h)| l < layers && h < heads) else { return };
         self.request_effect(shown.worker, EffectKey { source_id, position, head }, tokens, interventions);
@@ -94,5 +165,24 @@ impl Feature {
     /// Whether an answer is awaited.
     pub fn is_pending(&self) -> bool {
         self.dla.is_pending() || self.effect.is_pending()
+    }
+
+    /// Takes an attribution or an effect the worker computed (another feature's answer is given
+    /// back).
+    pub fn take(&mut self, answer: Answer) -> Option<Answer> {
+        let answer = match answer.take::<Attributed>() {
+            Ok(a) => {
+                self.dla.finish(a.key, (a.result, a.elapsed_ms));
+                return None;
+            }
+            Err(other) => other,
+        };
+        match answer.take::<Effect>() {
+            Ok(e) => {
+                self.effect.finish(e.key, e.result);
+                None
+            }
+            Err(other) => Some(other),
+        }
     }
 }

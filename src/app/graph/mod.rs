@@ -14,7 +14,29 @@ use crate::app::attribution::EffectKey;
 use crate::app::session::{FILE_NEEDS_MODEL, Shown};
 use crate::app::slot::Slot;
 use crate::app::state::{Source, View};
-use crate::app::worker::Job;
+use crate::app::worker::{Answer, Compute, Job};
+use crate::model::{Interventions, LoadedModel};
+
+/// The graph of a token run as the worker hands it back.
+struct Computed {
+    source_id: u64,
+    result: Result<Arc<GraphShown>, String>,
+    elapsed_ms: f64,
+}
+
+/// Computes the contribution graph of `tokens`, with the labels of the tokens its nodes name.
+fn compute(model: &LoadedModel, source_id: u64, tokens: &crate::analysis::tokens::Tokens, iv: &Interventions) -> Computed {
+    let start = std::time::Instant::now();
+    let result = model
+        .contributions(tokens, iv)
+        .map(|run| {
+            let named = run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
+            let labels = crate::app::attribution::keys::token_labels(model, named.collect::<Vec<_>>());
+            Arc::new(GraphShown { run, labels })
+        })
+        .map_err(|e| e.to_string());
+    Computed { source_id, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
+}
 
 /// The contribution graph view's results.
 #[derive(Default)]
@@ -26,6 +48,46 @@ pub struct Feature {
 }
 
 impl Feature {
+    /// The figure the graph view exports: the routes to the traced prediction.
+    pub fn figure(&self, data: &crate::app::data::ViewData<'_>) -> crate::export::Figure {
+        let settings = &data.settings.graph;
+        let labels: Vec<String> = data
+            .token_run
+            .map(|r| r.tokens.tokens.iter().map(|x| crate::analysis::tokens::pretty_label(x)).collect())
+            .unwrap_or_default();
+        let n = labels.len();
+        let position = settings.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+        let name = data.model.map_or("model", |m| m.name.as_str());
+        let figure = match self.slot.shown() {
+            Some((_, (Ok(graph), _))) => {
+                let title = format!(
+                    "{name} · contribution graph to the prediction at position {position} “{}” · threshold {:.2}",
+                    labels.get(position).map_or("", String::as_str),
+                    settings.threshold
+                );
+                graph_figure(graph, &labels, (position, settings.threshold), title).0
+            }
+            _ => crate::export::GraphFigure {
+                title: format!("{name} · contribution graph (not computed)"),
+                tokens: labels,
+                layers: 0,
+                nodes: Vec::new(),
+                edges: Vec::new(),
+            },
+        };
+        crate::export::Figure::Graph(Arc::new(figure))
+    }
+    /// Takes the graph the worker computed (another feature's answer is given back).
+    pub fn take(&mut self, answer: Answer) -> Option<Answer> {
+        match answer.take::<Computed>() {
+            Ok(c) => {
+                self.slot.finish(c.source_id, (c.result, c.elapsed_ms));
+                None
+            }
+            Err(other) => Some(other),
+        }
+    }
+
     /// Asks the worker for the contribution graph of the token run (once per run) and, through
     /// `attribution`, for the effect of the head selected on one of its edges, when the graph
     /// view is open. `no_head`: the model has no language-model head (no effect to show).
@@ -53,7 +115,9 @@ impl Feature {
         let interventions = settings.interventions.clone();
         if self.slot.want(&source_id) {
             let (tokens, interventions) = (Arc::clone(&tokens), interventions.clone());
-            shown.worker.send(Job::Contributions { id: shown.worker.next_id(), source_id, tokens, interventions });
+            // As long as several passes and it cannot stop half-way: on the side thread.
+            let work = move |model: &LoadedModel| compute(model, source_id, &tokens, &interventions);
+            shown.worker.send(Job::Compute(Compute::new("contribution graph", true, work)));
         }
         // The head effect needs a head: a model without one has none to show.
         if no_head {
@@ -67,6 +131,7 @@ impl Feature {
         attribution.request_effect(shown.worker, key, tokens, interventions);
     }
 }
+
 
 /// A graph node's height in the figure: the embeddings at 0, then per layer its attention (odd),
 /// its MLP (between) and its output (even).

@@ -37,7 +37,7 @@ impl LensView {
             crate::app::views::widgets::refusal_ui(ui, why, what);
             return;
         }
-        let Some(tokens) = data.lens_tokens else { return };
+        let Some(tokens) = data.token_run.map(|r| &r.tokens) else { return };
         let settings = data.settings;
         let lens = &data.features.lens.state;
         let n = tokens.len();

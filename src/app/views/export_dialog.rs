@@ -8,7 +8,7 @@ use egui::RichText;
 
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
-use crate::app::state::{PeFigure, Settings, View};
+use crate::app::state::{Settings, View};
 use crate::export::ImageFormat;
 
 /// `path` with its extension replaced by the format's (a path with none gets one).
@@ -24,24 +24,7 @@ pub fn with_extension(path: &str, format: ImageFormat) -> String {
 
 /// A default file name for the current view, in the folder of the last export, else in `home`.
 pub fn default_export_path(settings: &Settings, home: Option<&Path>) -> PathBuf {
-    let name = match settings.view {
-        View::Head => format!("attnviz-head-view-layer{}.png", settings.layer_idx),
-        View::Model => "attnviz-model-view.png".to_string(),
-        View::Heatmap => format!("attnviz-heatmap-layer{}.png", settings.layer_idx),
-        View::Neuron => format!("attnviz-neuron-layer{}-query{}.png", settings.layer_idx, settings.neuron_query),
-        View::Stats => format!("attnviz-head-stats-{}.png", settings.stat.key()),
-        View::Rollout => format!("attnviz-rollout-layer{}.png", settings.layer_idx),
-        View::Compare => format!("attnviz-compare-layer{}.png", settings.layer_idx),
-        View::Lens => "attnviz-logit-lens.png".to_string(),
-        View::Attribution => "attnviz-logit-attribution.png".to_string(),
-        View::Graph => "attnviz-contribution-graph.png".to_string(),
-        View::Positions => match settings.pe_figure {
-            PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
-            PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
-            PeFigure::LearnedDot => "attnviz-learned-positions-dot.png".to_string(),
-            PeFigure::LearnedCosine => "attnviz-learned-positions-cosine.png".to_string(),
-        },
-    };
+    let name = settings.view.export_name(settings);
     let dir = settings.export_dir.clone().or_else(|| home.map(Path::to_path_buf)).unwrap_or_else(|| PathBuf::from("."));
     dir.join(name)
 }
@@ -84,25 +67,7 @@ fn export_dialog_ui(
     let mut open = true;
     let window = egui::Window::new("Export").open(&mut open).collapsible(false).resizable(false);
     window.anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(ctx, |ui| {
-        let what = match settings.view {
-            View::Head if data.pinned.is_some() => "the head view (with the pinned token)",
-            View::Head => "the head view",
-            View::Model => "the model view (all layers × heads)",
-            View::Heatmap => "the heatmap",
-            View::Neuron => "the neuron view",
-            View::Stats => "the head statistics grid",
-            View::Rollout => "the rollout heatmap",
-            View::Compare => "the comparison",
-            View::Lens => "the logit lens grid (the cells computed so far)",
-            View::Attribution => "the attribution grid (layers × heads, MLPs, embeddings)",
-            View::Graph => "the contribution graph (its edges' proportions as numbers)",
-            View::Positions => match settings.pe_figure {
-                PeFigure::Encoding => "the positional encoding",
-                PeFigure::Dot => "the dot products PE·PE",
-                PeFigure::LearnedDot => "the learned position embeddings' dot products",
-                PeFigure::LearnedCosine => "the learned position embeddings' cosine similarities",
-            },
-        };
+        let what = settings.view.export_what(settings, data.pinned.is_some());
         ui.label(format!(
             "Saves {what} as a PNG image, or as an SVG or PDF vector figure (text stays text), laid out the same \
              way as `attnviz export`."

@@ -42,18 +42,10 @@ pub struct Views {
     pub pe: pe_view::PeView,
     /// Statistics view: the grid texture.
     pub stats: stats_view::StatsView,
-    /// Rollout view: the texture.
-    pub rollout: crate::app::rollout::view::RolloutView,
-    /// Comparison view: textures and the typed model folder.
-    pub compare: crate::app::compare::view::CompareView,
     /// Continue the text and step through what the model wrote.
     pub generation: crate::app::generation::panel::GenerationPanel,
-    /// Logit lens: the watch box.
-    pub lens: crate::app::lens::view::LensView,
-    /// Logit attribution: the grid's texture.
-    pub attribution: crate::app::attribution::view::AttributionView,
-    /// Contribution graph: the laid-out routes.
-    pub graph: crate::app::graph::view::GraphView,
+    /// The features' views (rollout, compare, lens, attribution, graph).
+    pub features: crate::app::features::FeatureViews,
     /// The training lab's panel: the typed save folder.
     pub train: crate::app::lab::panel::TrainPanel,
 }
@@ -70,12 +62,8 @@ impl Views {
             heatmap: heatmap_view::HeatmapView::default(),
             pe: pe_view::PeView::default(),
             stats: stats_view::StatsView::default(),
-            rollout: crate::app::rollout::view::RolloutView::default(),
-            compare: crate::app::compare::view::CompareView::default(),
             generation: crate::app::generation::panel::GenerationPanel::default(),
-            lens: crate::app::lens::view::LensView::default(),
-            attribution: crate::app::attribution::view::AttributionView::default(),
-            graph: crate::app::graph::view::GraphView::default(),
+            features: crate::app::features::FeatureViews::default(),
             train: crate::app::lab::panel::TrainPanel::default(),
         }
     }
@@ -180,12 +168,9 @@ impl Views {
             View::Heatmap => self.heatmap.ui(ui, data, commands),
             View::Neuron => neuron_view::neuron_view_ui(ui, data, commands),
             View::Stats => self.stats.ui(ui, data, commands),
-            View::Rollout => self.rollout.ui(ui, data, commands),
-            View::Compare => self.compare.ui(ui, data, commands),
-            View::Lens => self.lens.ui(ui, data, commands),
-            View::Attribution => self.attribution.ui(ui, data, commands),
-            View::Graph => self.graph.ui(ui, data, commands),
-            View::Positions => {}
+            view => {
+                self.features.ui(view, ui, data, commands);
+            }
         }
     }
 }

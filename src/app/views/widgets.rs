@@ -81,7 +81,7 @@ pub fn readout_tokens<'a>(
         refusal_ui(ui, why, what);
         return None;
     }
-    let tokens = data.lens_tokens.filter(|t| !t.is_empty())?;
+    let tokens = data.token_run.map(|r| &r.tokens).filter(|t| !t.is_empty())?;
     let n = tokens.len();
     Some((tokens, position.unwrap_or(n - 1).min(n - 1)))
 }

@@ -296,60 +296,6 @@ pub(super) fn generate_streaming(
     if send(done) { Ok(carried) } else { Err(()) }
 }
 
-/// Runs an attribution or head-effect job.
-pub(super) fn readout_job(model: &LoadedModel, job: Job) -> Done {
-    let start = Instant::now();
-    let id_of = |text: &str| -> Result<Option<u32>, String> {
-        if text.is_empty() {
-            return Ok(None);
-        }
-        model.tokenizer.single_id(text).map(Some).map_err(|e| format!("“{text}”: {e}"))
-    };
-    match job {
-        Job::HeadEffect { key, tokens, interventions, .. } => {
-            let k = crate::app::attribution::keys::EFFECT_K;
-            let result = model
-                .head_effect(&tokens, key.position, key.head, k, &interventions)
-                .map(|e| {
-                    let label = |list: Vec<(u32, f32)>| {
-                        list.into_iter()
-                            .map(|(t, v)| (crate::analysis::tokens::pretty_label(&model.tokenizer.token_of(t)), v))
-                            .collect()
-                    };
-                    Arc::new(crate::app::attribution::keys::EffectShown {
-                        promoted: label(e.promoted),
-                        suppressed: label(e.suppressed),
-                    })
-                })
-                .map_err(|e| e.to_string());
-            Done::Effect { key, result }
-        }
-        Job::Attribute { key, tokens, interventions, .. } => {
-            let result = id_of(&key.target).and_then(|target| {
-                let versus = id_of(&key.versus)?;
-                model
-                    .attribute(&tokens, key.position, target, versus, &interventions)
-                    .map(Arc::new)
-                    .map_err(|e| e.to_string())
-            });
-            Done::Attributed { key, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
-        }
-        Job::Contributions { source_id, tokens, interventions, .. } => {
-            let result = model
-                .contributions(&tokens, &interventions)
-                .map(|run| {
-                    let named =
-                        run.lens.iter().flat_map(|l| l.top_ids.iter().copied()).chain(run.mid_top.iter().map(|t| t.0));
-                    let labels = crate::app::attribution::keys::token_labels(model, named.collect::<Vec<_>>());
-                    Arc::new(crate::app::graph::shown::GraphShown { run, labels })
-                })
-                .map_err(|e| e.to_string());
-            Done::Graph { source_id, result, elapsed_ms: start.elapsed().as_secs_f64() * 1e3 }
-        }
-        _ => unreachable!("only readout jobs"),
-    }
-}
-
 /// Computes a lens job's parts, sending each; a newer job (`stale`) stops it between parts and
 /// the rest is returned (to go on later). `Err` when the UI is gone.
 pub(super) fn lens_parts(

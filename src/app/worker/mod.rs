@@ -137,7 +137,7 @@ impl ModelInfo {
 }
 
 /// A request to the worker.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Job {
     /// Load a model folder; on failure the current model stays.
     Load {
@@ -201,39 +201,8 @@ pub enum Job {
         /// The interventions the run was made with.
         interventions: Interventions,
     },
-    /// Direct logit attribution at one position ([`Done::Attributed`]).
-    Attribute {
-        /// Request id.
-        id: u64,
-        /// What it is of (target and versus as typed).
-        key: crate::app::attribution::keys::DlaKey,
-        /// The token-level input.
-        tokens: Arc<crate::analysis::tokens::Tokens>,
-        /// The interventions the run was made with.
-        interventions: Interventions,
-    },
-    /// The tokens one head's write promotes and suppresses ([`Done::Effect`]).
-    HeadEffect {
-        /// Request id.
-        id: u64,
-        /// What it is of.
-        key: crate::app::attribution::keys::EffectKey,
-        /// The token-level input.
-        tokens: Arc<crate::analysis::tokens::Tokens>,
-        /// The interventions the run was made with.
-        interventions: Interventions,
-    },
-    /// The contribution graph of a token run ([`Done::Graph`]).
-    Contributions {
-        /// Request id.
-        id: u64,
-        /// Id of the token run.
-        source_id: u64,
-        /// The token-level input.
-        tokens: Arc<crate::analysis::tokens::Tokens>,
-        /// The interventions the run was made with.
-        interventions: Interventions,
-    },
+    /// A feature's computation on the loaded model ([`Done::Computed`]).
+    Compute(Compute),
     /// Run the loaded model on its seeded probe of repeated random tokens
     /// ([`LoadedModel::probe_tokens`]); the result comes back as [`Done::Ran`].
     Probe {
@@ -285,6 +254,51 @@ pub enum RunSpec {
     File(PathBuf),
 }
 
+/// A feature's computation on the loaded model: the feature folder says what it computes and
+/// takes its [`Answer`] back (`Features::take`); the worker only coalesces and runs it.
+pub struct Compute {
+    /// What kind of computation it is: of everything queued, the newest of each kind runs.
+    pub kind: &'static str,
+    /// Whether it runs on a thread of its own (it takes as long as several passes and cannot
+    /// stop half-way: newer runs do not wait for it) rather than between runs.
+    pub side: bool,
+    /// The work.
+    work: Box<dyn FnOnce(&LoadedModel) -> Answer + Send>,
+}
+
+impl Compute {
+    /// A computation of `kind` whose answer is `work`'s value.
+    pub fn new<A: Send + 'static>(
+        kind: &'static str,
+        side: bool,
+        work: impl FnOnce(&LoadedModel) -> A + Send + 'static,
+    ) -> Self {
+        Self { kind, side, work: Box::new(move |model| Answer(Box::new(work(model)))) }
+    }
+}
+
+impl std::fmt::Debug for Compute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compute").field("kind", &self.kind).field("side", &self.side).finish_non_exhaustive()
+    }
+}
+
+/// What a [`Compute`] gave back, taken by the feature whose type it is.
+pub struct Answer(Box<dyn std::any::Any + Send>);
+
+impl Answer {
+    /// The answer as an `A`, or itself when it is another feature's.
+    pub fn take<A: 'static>(self) -> Result<A, Self> {
+        self.0.downcast::<A>().map(|a| *a).map_err(Self)
+    }
+}
+
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Answer")
+    }
+}
+
 /// A finished job.
 #[derive(Debug)]
 pub enum Done {
@@ -332,31 +346,8 @@ pub enum Done {
         /// The part.
         answer: LensAnswer,
     },
-    /// An attribution finished.
-    Attributed {
-        /// What it is of.
-        key: crate::app::attribution::keys::DlaKey,
-        /// The attribution, or why there is none.
-        result: Result<Arc<crate::analysis::attribution::Attribution>, String>,
-        /// Milliseconds it took.
-        elapsed_ms: f64,
-    },
-    /// A contribution graph finished.
-    Graph {
-        /// Id of the token run it is of.
-        source_id: u64,
-        /// The graph, or why there is none.
-        result: Result<Arc<crate::app::graph::shown::GraphShown>, String>,
-        /// Milliseconds it took.
-        elapsed_ms: f64,
-    },
-    /// A head's effect finished.
-    Effect {
-        /// What it is of.
-        key: crate::app::attribution::keys::EffectKey,
-        /// The effect, or why there is none.
-        result: Result<Arc<crate::app::attribution::keys::EffectShown>, String>,
-    },
+    /// A feature's computation finished: the feature takes its answer back.
+    Computed(Answer),
     /// A comparison run finished.
     Compared {
         /// Request id.
@@ -406,27 +397,32 @@ struct Batch {
     compare: Option<Job>,
     generate: Option<Job>,
     lens: Option<Job>,
-    attribute: Option<Job>,
-    effect: Option<Job>,
     probe: Option<Job>,
-    graph: Option<Job>,
+    /// The newest computation of each kind, in the order their kinds first came.
+    computes: Vec<Compute>,
 }
 
 impl Batch {
     /// Keeps `job` as the newest of its kind.
     fn add(&mut self, job: Job) {
-        let place = match &job {
+        let place = match job {
+            Job::Compute(compute) => return newest_of_kind(&mut self.computes, compute),
             Job::Load { .. } | Job::Install { .. } => &mut self.load,
             Job::Run { .. } => &mut self.run,
             Job::Compare { .. } => &mut self.compare,
             Job::Generate { .. } => &mut self.generate,
             Job::Lens { .. } => &mut self.lens,
-            Job::Attribute { .. } => &mut self.attribute,
-            Job::HeadEffect { .. } => &mut self.effect,
             Job::Probe { .. } => &mut self.probe,
-            Job::Contributions { .. } => &mut self.graph,
         };
         *place = Some(job);
+    }
+}
+
+/// Keeps `compute` in `computes` as the newest of its kind.
+fn newest_of_kind(computes: &mut Vec<Compute>, compute: Compute) {
+    match computes.iter_mut().find(|c| c.kind == compute.kind) {
+        Some(older) => *older = compute,
+        None => computes.push(compute),
     }
 }
 
@@ -447,8 +443,8 @@ struct Inference {
     jobs: Receiver<Job>,
     done: Sender<Done>,
     wake: Arc<dyn Fn(bool) + Send + Sync>,
-    /// The graph thread's queue.
-    graphs: Sender<(Arc<LoadedModel>, Job)>,
+    /// The side thread's queue ([`Compute::side`]).
+    side: Sender<(Arc<LoadedModel>, Compute)>,
     /// Jobs sent so far (counted by [`Worker::send`]) and taken off the queue: a long pass or a
     /// lens stops when the worker has not taken them all.
     sent: Arc<AtomicU64>,
@@ -524,7 +520,7 @@ impl Inference {
 
     /// Handles one batch, in the order the UI wants its answers.
     fn handle(&mut self, batch: Batch) -> Result<(), Gone> {
-        let Batch { load, run, compare, generate, lens, attribute, effect, probe, graph } = batch;
+        let Batch { load, run, compare, generate, lens, probe, computes } = batch;
         if let Some(job) = load {
             self.load(job)?;
         }
@@ -537,11 +533,8 @@ impl Inference {
         if let Some(job) = compare {
             self.compare(job)?;
         }
-        if let Some(job) = graph {
-            self.graph(job)?;
-        }
-        for job in [attribute, effect].into_iter().flatten() {
-            self.readout(job)?;
+        for compute in computes {
+            self.compute(compute)?;
         }
         if let Some(job) = lens {
             self.lens(job)?;
@@ -634,18 +627,16 @@ impl Inference {
         self.answer(Done::Compared { id, result })
     }
 
-    /// The graph takes as long as several passes and cannot stop half-way: it runs on a thread of
-    /// its own (one graph at a time, the newest asked for next), so newer runs do not wait for
-    /// it; a stale result is dropped by the UI.
-    fn graph(&mut self, job: Job) -> Result<(), Gone> {
+    /// A feature's computation: here, between runs, or on the side thread (one at a time, the
+    /// newest of each kind next) when it takes as long as several passes and cannot stop
+    /// half-way, so that newer runs do not wait for it; a stale answer is dropped by the feature.
+    fn compute(&mut self, compute: Compute) -> Result<(), Gone> {
         let Some(m) = &self.model else { return Ok(()) };
-        self.graphs.send((Arc::clone(m), job)).map_err(|_| Gone)
-    }
-
-    /// An attribution or a head's effect.
-    fn readout(&mut self, job: Job) -> Result<(), Gone> {
-        let Some(m) = self.model.as_deref() else { return Ok(()) };
-        self.answer(jobs::readout_job(m, job))
+        if compute.side {
+            return self.side.send((Arc::clone(m), compute)).map_err(|_| Gone);
+        }
+        let answer = (compute.work)(m);
+        self.answer(Done::Computed(answer))
     }
 
     /// The logit lens, part by part; what a newer job interrupts is owed.
@@ -703,19 +694,22 @@ impl Worker {
         let wake: Arc<dyn Fn(bool) + Send + Sync> = Arc::new(wake);
         let (jobs, job_rx) = channel::<Job>();
         let (done_tx, done) = channel::<Done>();
-        let (graph_tx, graph_rx) = channel::<(Arc<LoadedModel>, Job)>();
-        let (graph_done, graph_wake) = (done_tx.clone(), Arc::clone(&wake));
-        std::thread::Builder::new().name("attnviz-graph".into()).spawn(move || {
-            while let Ok(mut next) = graph_rx.recv() {
-                // Only the newest graph asked for is computed.
-                while let Ok(newer) = graph_rx.try_recv() {
-                    next = newer;
+        let (side_tx, side_rx) = channel::<(Arc<LoadedModel>, Compute)>();
+        let (side_done, side_wake) = (done_tx.clone(), Arc::clone(&wake));
+        std::thread::Builder::new().name("attnviz-side".into()).spawn(move || {
+            while let Ok(first) = side_rx.recv() {
+                // Only the newest computation of each kind asked for is computed.
+                let mut queue: Vec<(Arc<LoadedModel>, Compute)> = Vec::new();
+                for (model, compute) in std::iter::once(first).chain(side_rx.try_iter()) {
+                    queue.retain(|(_, c)| c.kind != compute.kind);
+                    queue.push((model, compute));
                 }
-                let (model, job) = next;
-                if graph_done.send(jobs::readout_job(&model, job)).is_err() {
-                    return;
+                for (model, compute) in queue {
+                    if side_done.send(Done::Computed((compute.work)(&model))).is_err() {
+                        return;
+                    }
+                    side_wake(false);
                 }
-                graph_wake(false);
             }
         })?;
         let sent = Arc::new(AtomicU64::new(0));
@@ -723,7 +717,7 @@ impl Worker {
             jobs: job_rx,
             done: done_tx,
             wake,
-            graphs: graph_tx,
+            side: side_tx,
             sent: Arc::clone(&sent),
             taken: 0,
             model: None,

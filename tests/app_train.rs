@@ -146,16 +146,37 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     wait_until(&mut h, "the stopped network", |a| {
         a.session.model.as_ref().is_some_and(|m| m.name.ends_with(&format!("step {stopped_at}")))
     });
+    let clock = h.state().features.lab.lab.as_ref().unwrap().elapsed();
     std::thread::sleep(Duration::from_millis(200));
     h.run_steps(3);
     assert_eq!(lab_step(h.state()), stopped_at);
+    assert_eq!(h.state().features.lab.lab.as_ref().unwrap().elapsed(), clock, "the clock stopped with the run");
 
-    // Close: back to the model and the text the lab replaced.
+    // Close: back to the model and the text the lab replaced; the run is kept.
     h.get_by_label("Close").click();
-    wait_until(&mut h, "the previous model", |a| {
+    let back = |a: &attnviz::app::AttnvizApp| {
         a.session.model.as_ref().is_some_and(|m| m.name == "tiny-bert") && a.session.run.is_some() && !a.is_busy()
-    });
+    };
+    wait_until(&mut h, "the previous model", back);
     assert_eq!(h.state().settings.text, "the cat sat");
+    assert!(h.state().features.lab.lab.is_some() && !h.state().features.lab.open, "the run is kept to reopen");
+
+    // Reopened: the kept network and its probe are shown again, and it can still be saved.
+    h.get_by_label("Playground").click();
+    h.run_steps(2);
+    h.get_by_label("Train a transformer…").click();
+    wait_until(&mut h, "the kept network", |a| {
+        a.session.model.as_ref().is_some_and(|m| m.name.ends_with(&format!("step {stopped_at}")))
+            && a.session.run.is_some()
+            && !a.is_busy()
+    });
+    assert_eq!(h.state().settings.text, probe);
+    assert!(h.state().features.lab.open);
+    assert!(h.query_by(|n| n.label().as_deref() == Some("Save") && !n.is_disabled()).is_some(), "Save is offered for the kept run");
+
+    // Discard: the run is gone, back to the model the lab replaced.
+    h.get_by_label("Discard").click();
+    wait_until(&mut h, "the previous model", back);
     assert!(h.state().features.lab.lab.is_none() && !h.state().features.lab.open);
 }
 

@@ -61,8 +61,10 @@ pub enum Command {
 pub enum TrainCommand {
     /// Open the lab's panel.
     Open,
-    /// Close it: the run ends, the model and text it replaced come back.
+    /// Close it: the run is kept (paused) to reopen; the model and text it replaced come back.
     Close,
+    /// Drop the run (its network is gone unless saved).
+    Discard,
     /// Train these settings from step 0 (the course's three variants when `experiment`); the
     /// views show the network being trained on the task's probe.
     Start {

@@ -145,7 +145,10 @@ pub struct Lab {
     pub variant: usize,
     /// The model the thread sent last, not yet installed.
     pub new_model: Option<Arc<LoadedModel>>,
-    started: Instant,
+    /// The network shown last (installed again when the closed lab is reopened).
+    pub shown_model: Option<Arc<LoadedModel>>,
+    /// Time spent training: what the finished stretches took, and since when it is training now.
+    clock: (Duration, Option<Instant>),
 }
 
 impl Lab {
@@ -186,15 +189,22 @@ impl Lab {
             saved: None,
             variant: 0,
             new_model: None,
-            started: Instant::now(),
+            shown_model: None,
+            clock: (Duration::ZERO, Some(Instant::now())),
         })
     }
 
     /// Sends `c` to the thread (and notes pause / resume at once).
     pub fn send(&mut self, c: Control) {
         match &c {
-            Control::Pause if self.state == LabState::Running => self.state = LabState::Paused,
-            Control::Resume if self.state == LabState::Paused => self.state = LabState::Running,
+            Control::Pause if self.state == LabState::Running => {
+                self.state = LabState::Paused;
+                self.stop_clock();
+            }
+            Control::Resume if self.state == LabState::Paused => {
+                self.state = LabState::Running;
+                self.clock.1 = Some(Instant::now());
+            }
             Control::Scrub(i) => self.scrubbed = Some(*i),
             Control::Live => self.scrubbed = None,
             _ => {}
@@ -236,9 +246,9 @@ impl Lab {
                     self.checkpoint_every = every;
                     self.checkpoint_limit = limit;
                 }
-                Event::Finished => self.state = LabState::Finished,
-                Event::Stopped => self.state = LabState::Stopped,
-                Event::Failed(message) => self.state = LabState::Failed(message),
+                Event::Finished => self.end(LabState::Finished),
+                Event::Stopped => self.end(LabState::Stopped),
+                Event::Failed(message) => self.end(LabState::Failed(message)),
                 Event::Saved(result) => self.saved = Some(result),
                 Event::Variant { row, evaluation } => {
                     if let Some(slot) = self.variants.get_mut(row) {
@@ -262,9 +272,22 @@ impl Lab {
         (self.steps_per_s > 0.0).then(|| total.saturating_sub(done) as f64 / self.steps_per_s)
     }
 
-    /// Seconds since the run started.
+    /// Time spent training: the clock stops while paused and once training ends.
     pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+        self.clock.0 + self.clock.1.map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// Stops the clock (paused, or training ended).
+    fn stop_clock(&mut self) {
+        if let Some(since) = self.clock.1.take() {
+            self.clock.0 += since.elapsed();
+        }
+    }
+
+    /// Training ended (finished, stopped or failed): the clock stops.
+    fn end(&mut self, state: LabState) {
+        self.state = state;
+        self.stop_clock();
     }
 }
 
@@ -483,6 +506,14 @@ pub struct Feature {
 }
 
 impl Feature {
+    /// Remembers the model and text the lab replaces (unless it replaces them already).
+    fn remember_return(&mut self, settings: &Settings) {
+        if self.return_to.is_none() {
+            let dir = settings.model_dir.clone().unwrap_or_else(default_model_dir);
+            self.return_to = Some((dir, settings.text.clone(), settings.pair_enabled));
+        }
+    }
+
     /// Ends the run because another model was opened (its network would replace that model at its
     /// next evaluation); whether there was one.
     pub fn end_for_another_model(&mut self) -> bool {
@@ -500,6 +531,9 @@ impl Feature {
             lab.new_model.take()
         });
         if let Some(model) = installed {
+            if let Some(lab) = &mut self.lab {
+                lab.shown_model = Some(Arc::clone(&model));
+            }
             session.worker.send(Job::Install { id: session.worker.next_id(), model });
         }
     }
@@ -521,10 +555,30 @@ impl Feature {
     pub fn command(&mut self, ctx: &egui::Context, c: TrainCommand, settings: &mut Settings, session: &mut Session) {
         use TrainCommand as T;
         match c {
-            T::Open => self.open = true,
-            T::Close => {
+            T::Open => {
+                self.open = true;
+                // A run kept when the lab closed: its network and probe are shown again.
+                let Some((model, cfg)) = self.lab.as_ref().and_then(|l| Some((l.shown_model.clone()?, l.cfg.clone())))
+                else {
+                    return;
+                };
+                self.remember_return(settings);
+                settings.source = Source::Pretrained;
+                settings.pair_enabled = false;
+                settings.text = crate::train::Task::new(&cfg).probe();
+                session.worker.send(Job::Install { id: session.worker.next_id(), model });
+            }
+            T::Close | T::Discard => {
                 self.open = false;
-                self.lab = None;
+                match &mut self.lab {
+                    Some(lab) if c == T::Close => {
+                        // Kept to reopen; it does not train while nobody sees it.
+                        if lab.running() {
+                            lab.send(Control::Pause);
+                        }
+                    }
+                    _ => self.lab = None,
+                }
                 // Back to the model and text the lab replaced.
                 if let Some((dir, text, pair)) = self.return_to.take() {
                     settings.text = text;
@@ -537,10 +591,7 @@ impl Feature {
                     session.set_status(e.to_string(), true);
                     return;
                 }
-                if self.return_to.is_none() {
-                    let dir = settings.model_dir.clone().unwrap_or_else(default_model_dir);
-                    self.return_to = Some((dir, settings.text.clone(), settings.pair_enabled));
-                }
+                self.remember_return(settings);
                 // The views show the network being trained, on the task's probe.
                 self.lab = None;
                 settings.train = cfg.clone();

@@ -44,8 +44,14 @@ fn panel_ui(ui: &mut Ui, data: &ViewData<'_>, save_path: &mut String, commands: 
     ui.horizontal(|ui| {
         ui.heading("Training lab");
         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-            if ui.button("Close").on_hover_text("End the run and go back to the model and text it replaced").clicked() {
+            let hint = "Go back to the model and text the lab replaced; the run is kept (paused) until you reopen the lab";
+            if ui.button("Close").on_hover_text(hint).clicked() {
                 commands.push(Command::Train(TrainCommand::Close));
+            }
+            if data.features.lab.lab.is_some()
+                && ui.button("Discard").on_hover_text("Drop the run: its network is gone unless you saved it").clicked()
+            {
+                commands.push(Command::Train(TrainCommand::Discard));
             }
         });
     });

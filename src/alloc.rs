@@ -1,17 +1,31 @@
-//! A small global pool of large `f32` buffers (an allocator concern, not analysis): the values of
-//! dropped attention data, kept for the next forward pass.
+//! The process's memory: its allocator, a small pool of large `f32` buffers, and the memory the
+//! process may use. The ground floor: imports nothing of the crate.
 //!
-//! A forward pass at 512 tokens records 75 MB of probabilities. Fresh memory that large comes
-//! from the OS one page at a time as it is first written (18 000 page faults, a tenth of the
-//! pass). The app and `attnviz bench` run the model again and again on inputs of similar length,
-//! so the buffers of dropped attention data are kept (a few, bounded in size) and handed to the
-//! next pass instead.
+//! **The allocator** ([`Allocator`]) is mimalloc for every block under 2 MB, and for blocks of
+//! 2 MB or more a mapping of its own in 2 MB pages, freed blocks kept for the next ones. Why not
+//! mimalloc (or the system's) alone: measured with release builds alternated on SmolLM2
+//! (`docs/performance.md`, "The allocator"), mimalloc alone loads and writes faster than glibc
+//! (many small blocks) but holds 20–30 MB more and is slower on the first keystroke after a whole
+//! pass (its large blocks are returned and faulted in again); our large-block mapping alone keeps
+//! glibc's slower small blocks. Both together measured as fast as the faster of the two on a
+//! 512-token pass and a key at the end of 925 tokens, and faster than either at writing, for
+//! 20 MB more peak RSS than ours alone on a `dump` (mimalloc's arenas). The large-block part is what an ordinary Linux box gains too: a model's large buffers (a
+//! long run's attention, the recorded rows a keystroke copies, key/value caches) in huge pages from
+//! their first byte — one page-table entry per 2 MB instead of 512 — under the usual
+//! `transparent_hugepage=madvise` setting, which mimalloc does not ask for by default.
 //!
-//! And the process's [`Allocator`]: blocks of 2 MB or more in 2 MB pages; and the memory the
-//! process may use ([`memory_budget`]), which bounds the pool here and the models loaded. The
-//! ground floor: imports nothing of the crate.
+//! **The pool** ([`take`], [`give`], [`reserve`]): the values of dropped attention data, kept for
+//! the next forward pass. A forward pass at 512 tokens records 75 MB of probabilities; fresh memory
+//! that large comes from the OS one page at a time as it is first written, and a kept block from
+//! the allocator is zeroed first. The app and `attnviz bench` run the model again and again on
+//! inputs of similar length, so the buffers of dropped attention data are kept (a few, bounded in
+//! size) and handed to the next pass as they are (every value is written again).
+//!
+//! **The budget** ([`memory_budget`]) bounds the pool here and the models loaded.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use mimalloc::MiMalloc as Small;
 use std::sync::Mutex;
 
 /// Smaller buffers are left to the allocator.
@@ -155,14 +169,15 @@ pub fn give(buffer: Vec<f32>) {
     drop(evicted); // freed outside the lock
 }
 
-/// The process's allocator: the system's, except that blocks of [`HUGE`] bytes or more (aligned
+/// The process's allocator: mimalloc's, except that blocks of [`HUGE`] bytes or more (aligned
 /// to at most a page) are mapped on their own, a fresh one starting on a 2 MB boundary, and asked
 /// for in 2 MB pages (`MADV_HUGEPAGE`), so that a large buffer is huge pages from its first byte —
 /// not only the 2 MB-aligned middle that advice on a `malloc`ed block can cover. A model's large buffers are read again and again (the
 /// blocks of recorded rows a keystroke copies, a long run's attention, key/value caches): one
 /// page-table entry per 2 MB instead of 512, and on a virtual machine whose host takes back an
 /// idle guest's pages, one refault per 2 MB. Freed blocks are kept for the next ones (up to 1 GB),
-/// as `malloc` keeps freed memory. Smaller blocks are the system allocator's.
+/// as `malloc` keeps freed memory. Smaller blocks are mimalloc's (see the module's comment for why
+/// both).
 pub struct Allocator;
 
 /// Whether a block of `layout` is mapped by [`Allocator`] itself (decided the same way when it is
@@ -346,20 +361,20 @@ mod map {
 }
 
 #[allow(unsafe_code)]
-// SAFETY: blocks are either the system allocator's (passed back to it with their layout) or
+// SAFETY: blocks are either mimalloc's (passed back to it with their layout) or
 // mappings of this one's (`mapped` decides which from the layout, the same at every call);
 // mappings start on a page (the most alignment `mapped` accepts), are at least the layout's size,
 // and are zeroed when fresh (a kept block asked for as zeros is zeroed here).
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's layout, passed on.
-        if mapped(layout) { map::block(layout.size()).0 } else { unsafe { System.alloc(layout) } }
+        if mapped(layout) { map::block(layout.size()).0 } else { unsafe { Small.alloc(layout) } }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if !mapped(layout) {
             // SAFETY: the caller's layout, passed on.
-            return unsafe { System.alloc_zeroed(layout) };
+            return unsafe { Small.alloc_zeroed(layout) };
         }
         let (block, fresh) = map::block(layout.size());
         if !fresh && !block.is_null() {
@@ -376,7 +391,7 @@ unsafe impl GlobalAlloc for Allocator {
             if mapped(layout) {
                 map::free(ptr, layout.size());
             } else {
-                System.dealloc(ptr, layout);
+                Small.dealloc(ptr, layout);
             }
         }
     }
@@ -387,7 +402,7 @@ unsafe impl GlobalAlloc for Allocator {
             let new = Layout::from_size_align_unchecked(new_size, layout.align());
             match (mapped(layout), mapped(new)) {
                 (true, true) => map::resized(ptr, layout.size(), new_size),
-                (false, false) => System.realloc(ptr, layout, new_size),
+                (false, false) => Small.realloc(ptr, layout, new_size),
                 _ => {
                     let moved = self.alloc(new);
                     if !moved.is_null() {
@@ -420,7 +435,7 @@ mod tests {
         v.extend(0..10);
         assert!(v[..n].iter().enumerate().all(|(i, &x)| x == i as u32) && v[n..] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
         v.truncate(100);
-        v.shrink_to_fit(); // back to the system allocator
+        v.shrink_to_fit(); // back to mimalloc
         assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
         let zeros = vec![0u8; 3 * HUGE + 1];
         assert!(zeros.iter().all(|&b| b == 0));
@@ -432,7 +447,7 @@ mod tests {
             assert!(clean.iter().all(|&b| b == 0), "round {round}");
         }
         let mut small = vec![1u8; 100];
-        small.resize(HUGE, 2); // from the system allocator to a mapping
+        small.resize(HUGE, 2); // from mimalloc to a mapping
         assert!(small[..100].iter().all(|&b| b == 1) && small[100..].iter().all(|&b| b == 2));
     }
 

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// Blocks of 2 MB or more in 2 MB pages ([`attnviz::alloc::Allocator`]).
+/// mimalloc, and blocks of 2 MB or more in 2 MB pages ([`attnviz::alloc::Allocator`]).
 #[global_allocator]
 static ALLOCATOR: attnviz::alloc::Allocator = attnviz::alloc::Allocator;
 

@@ -1,5 +1,5 @@
 //! The contribution graph: the routes from a prediction back to the input tokens, computed on the
-//! worker's graph thread once per token run, held in a slot keyed by that run, and its view.
+//! worker's side thread once per token run, held in a slot keyed by that run, its view and figure.
 
 pub mod settings;
 pub mod shown;

@@ -271,7 +271,7 @@ fn a_saved_folder_loads_back_as_the_same_model() {
 }
 
 /// The default induction run (the `PyTorch` peer's settings) forms an induction head: the best
-/// head's score on held-out repeated sequences passes 0.5 (it starts near 1/64).
+/// head's score on the probe of repeated random tokens passes 0.5 (it starts near 1/64).
 #[test]
 fn the_default_induction_run_forms_an_induction_head() {
     let cfg = TrainConfig::default();
@@ -293,6 +293,22 @@ fn the_default_induction_run_forms_an_induction_head() {
     let e = formed.expect("no induction head within the default 1,500 steps");
     eprintln!("induction head formed by step {} (score {:.3})", e.step, e.metric);
     assert!(e.held_out_loss < start.held_out_loss - 1.0, "the repeated half became predictable");
+
+    // One induction score: the curve's value of every head is the head-roles view's (and `attnviz
+    // heads`') score of that head on the probe the views show.
+    let probe = attnviz::train::Task::new(&cfg).probe();
+    let run = t.model().unwrap().run(&probe, None).unwrap();
+    let ids: Vec<u32> = run.tokens.ids.clone();
+    assert_eq!(ids.len(), cfg.context, "the probe is one sequence of the context's length");
+    let half = cfg.context / 2;
+    assert_eq!(ids[..half], ids[half..], "random tokens repeated once");
+    let first: std::collections::BTreeSet<u32> = ids[..half].iter().copied().collect();
+    assert_eq!(first.len(), half, "no token repeats inside the first half");
+    let roles = attnviz::analysis::roles::HeadScores::compute(&run.attention, &ids);
+    assert_eq!(e.head_scores.len(), roles.induction.len());
+    for (i, (curve, view)) in e.head_scores.iter().zip(&roles.induction).enumerate() {
+        assert!((curve - view).abs() < 1e-5, "head {i}: the curve says {curve}, the head-roles view {view}");
+    }
 }
 
 /// `attnviz train`: a line per evaluation (step, loss, the task's metric), the folder saved and

@@ -42,6 +42,19 @@ pub fn earlier_occurrences(ids: &[u32]) -> Vec<Option<usize>> {
     ids.iter().enumerate().map(|(i, id)| last.insert(*id, i)).collect()
 }
 
+/// A head's induction score, the one `attnviz heads`, the head-roles view and the training lab's
+/// curve share: over the tokens whose token occurred before, the mean attention to the token just
+/// after its most recent earlier occurrence (`earlier`: [`earlier_occurrences`]; `a(q, k)`: the
+/// head's attention). NaN when no token occurred before.
+pub fn induction_score(earlier: &[Option<usize>], a: impl Fn(usize, usize) -> f64) -> f32 {
+    let (mut sum, mut count) = (0.0, 0usize);
+    for (i, j) in earlier.iter().enumerate().filter_map(|(i, j)| j.map(|j| (i, j))) {
+        sum += a(i, j + 1); // j < i, so j + 1 ≤ i: always a key the query sees
+        count += 1;
+    }
+    if count == 0 { f32::NAN } else { (sum / count as f64) as f32 }
+}
+
 impl HeadScores {
     /// The scores of every head of `attention` (square: queries and keys are the tokens `ids`).
     ///
@@ -66,16 +79,15 @@ impl HeadScores {
                 let a = |q: usize, k: usize| f64::from(attention.get(l, h, q, k));
                 let previous: f64 = (1..n).map(|i| a(i, i - 1)).sum();
                 let first: f64 = (0..n).map(|i| a(i, 0)).sum();
-                let (mut dup, mut ind, mut count) = (0.0, 0.0, 0);
+                let (mut dup, mut count) = (0.0, 0);
                 for (i, j) in earlier.iter().enumerate().filter_map(|(i, j)| j.map(|j| (i, j))) {
                     dup += a(i, j);
-                    ind += a(i, j + 1); // j < i, so j + 1 ≤ i: always a key the query sees
                     count += 1;
                 }
                 out.previous_token.push(mean(previous, n.saturating_sub(1)));
                 out.first_token.push(mean(first, n));
                 out.duplicate_token.push(mean(dup, count));
-                out.induction.push(mean(ind, count));
+                out.induction.push(induction_score(&earlier, a));
             }
         }
         out

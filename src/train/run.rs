@@ -247,14 +247,22 @@ impl Trainer {
         let since = self.evaluations.last().map_or(0, |e| e.step);
         let recent = &self.losses[since.min(self.losses.len())..];
         let train_loss = if recent.is_empty() { f32::NAN } else { recent.iter().sum::<f32>() / recent.len() as f32 };
-        let e = evaluate(&self.net, &self.eval_set, self.step, train_loss)?;
+        let e = evaluate(&self.net, &self.eval_set, self.task.probe_batch().as_ref(), self.step, train_loss)?;
         self.evaluations.push(e.clone());
         Ok(e)
     }
 }
 
 /// [`Trainer::evaluate`] on a network and a held-out batch.
-pub fn evaluate(net: &Net, b: &Batch, step: usize, train_loss: f32) -> Result<Evaluation, TrainError> {
+/// `probe`: the task's probe as a batch of one ([`crate::train::Task::probe_batch`]), what the
+/// induction scores are measured on.
+pub fn evaluate(
+    net: &Net,
+    b: &Batch,
+    probe: Option<&Batch>,
+    step: usize,
+    train_loss: f32,
+) -> Result<Evaluation, TrainError> {
     let task = net.cfg.task;
     let lengths = match &b.targets {
         Targets::Labels { lengths, .. } => Some(lengths.as_slice()),
@@ -269,7 +277,9 @@ pub fn evaluate(net: &Net, b: &Batch, step: usize, train_loss: f32) -> Result<Ev
             let targets = Targets::Next { from };
             e.held_out_loss = net.loss(&out, &b.ids, b.rows, b.len, &targets)?.to_scalar::<f32>()?;
             if task == TaskKind::Induction {
-                e.head_scores = induction_scores(&out, b)?;
+                if let Some(probe) = probe {
+                    e.head_scores = induction_scores(net, probe)?;
+                }
                 e.metric = e.head_scores.iter().copied().fold(0.0, f32::max);
             } else {
                 e.metric = exact_match(&out, b, from)?;
@@ -292,23 +302,22 @@ pub fn evaluate(net: &Net, b: &Batch, step: usize, train_loss: f32) -> Result<Ev
     Ok(e)
 }
 
-/// Per head: the mean attention a token of the repeated half pays to the token just after its
-/// earlier occurrence (query `i`, key `i − half + 1`), as the `PyTorch` peer and Olsson et al.
-fn induction_scores(out: &Outputs, b: &Batch) -> Result<Vec<f32>, TrainError> {
-    let (n, half) = (b.len, b.len / 2);
+/// Per head (layer-major), its induction score on the one sequence of `probe`, as `attnviz heads`
+/// and the head-roles view compute it ([`crate::analysis::roles::induction_score`]): the lab's
+/// probe is what the views show, so the curve's last value is the score they show. Its first half
+/// repeats no token, so "the most recent earlier occurrence" is the one in the first half, as in
+/// Olsson et al. and the `PyTorch` peer.
+fn induction_scores(net: &Net, probe: &Batch) -> Result<Vec<f32>, TrainError> {
+    let out = net.forward(&probe.ids, 1, probe.len, None, true)?;
+    let n = probe.len;
+    let earlier = crate::analysis::roles::earlier_occurrences(&probe.ids[..n]);
     let mut scores = Vec::new();
     for att in &out.attention {
         let heads = att.dim(1)?;
         let v: Vec<f32> = att.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
         for h in 0..heads {
-            let mut sum = 0.0f64;
-            for r in 0..b.rows {
-                let base = (r * heads + h) * n * n;
-                for q in half..n {
-                    sum += f64::from(v[base + q * n + q - half + 1]);
-                }
-            }
-            scores.push((sum / (b.rows * (n - half)) as f64) as f32);
+            let a = |q: usize, k: usize| f64::from(v[(h * n + q) * n + k]);
+            scores.push(crate::analysis::roles::induction_score(&earlier, a));
         }
     }
     Ok(scores)

@@ -294,14 +294,43 @@ impl Task {
         self.held_out_batch(&mut Rng::new(seed, 0xE7A1), rows)
     }
 
+    /// The induction probe's tokens: random tokens repeated once, the first half repeating none
+    /// (when the vocabulary has that many), so that every token of the second half has one earlier
+    /// occurrence — the first and the most recent occurrence are the same token. None for the
+    /// other tasks.
+    pub fn probe_ids(&self) -> Option<Vec<u32>> {
+        if self.kind != TaskKind::Induction {
+            return None;
+        }
+        let half = self.context / 2;
+        let mut rng = Rng::new(7, 0x9803);
+        let first: Vec<u32> = if self.n >= half {
+            // A partial Fisher–Yates shuffle: `half` distinct tokens.
+            let mut pool: Vec<u32> = (0..self.n as u32).collect();
+            for i in 0..half {
+                let j = i + rng.below(self.n - i);
+                pool.swap(i, j);
+            }
+            pool.truncate(half);
+            pool
+        } else {
+            (0..half).map(|_| rng.below(self.n) as u32).collect()
+        };
+        Some([first.as_slice(), first.as_slice()].concat())
+    }
+
+    /// The probe as a batch of one sequence (None for tasks without [`Self::probe_ids`]).
+    pub fn probe_batch(&self) -> Option<Batch> {
+        let ids = self.probe_ids()?;
+        Some(Batch { rows: 1, len: ids.len(), ids, targets: Targets::Next { from: 0 } })
+    }
+
     /// A probe input for the views: text that tokenizes back to a typical held-out example.
     pub fn probe(&self) -> String {
         match self.kind {
             TaskKind::Induction => {
-                let half = self.context / 2;
-                let mut rng = Rng::new(7, 0x9803);
-                let first: Vec<&str> = (0..half).map(|_| self.vocab[rng.below(self.n)].as_str()).collect();
-                format!("{0} {0}", first.join(" "))
+                let ids = self.probe_ids().unwrap_or_default();
+                ids.iter().map(|&i| self.vocab[i as usize].as_str()).collect::<Vec<_>>().join(" ")
             }
             TaskKind::Sort | TaskKind::Reverse => {
                 let m = self.list_len();

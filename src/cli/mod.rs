@@ -154,6 +154,7 @@ impl ModelOptions {
             zero_positions: self.zero_positions,
             causal: self.causal,
             first_layers: self.first_layers,
+            ..Interventions::default()
         })
     }
 

@@ -1134,3 +1134,55 @@ fn open_refuses_a_bad_file_with_one_line_before_any_window() {
     assert_error(&attnviz(&["open", bad.to_str().unwrap()]), "bad.json: `attentions`[0][0][0] sums to 1.8, not 1");
     assert_error(&attnviz(&["open", "--check", "/no/such/file.npz"]), "/no/such/file.npz");
 }
+
+#[test]
+fn knockout_is_an_intervention_of_dump_lens_dla_and_generate() {
+    let dir = tmp();
+    let llama = fixture("tiny-llama");
+    let model = llama.to_str().unwrap();
+    let text = "The cat sat on the mat.";
+    // Query 3 may not attend to key 1 at layer 0; a key after its query changes nothing, and is said.
+    let path = dir.path().join("k.json");
+    let out =
+        attnviz(&["dump", "--model", model, "--text", text, "--knockout", "0:3:1,0:1:3", "-o", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("note: knockout 0:1:3 changes nothing: a key after its query"), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(v["intervention"], "knocked out 0:1:3,0:3:1");
+    for head in v["attentions"][0].as_array().unwrap() {
+        let row: Vec<f64> = head[3].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(row[1], 0.0, "knocked out");
+        assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-5, "the row renormalises");
+    }
+    for command in ["lens", "dla", "generate"] {
+        let path = dir.path().join(format!("{command}.json"));
+        let out =
+            attnviz(&[command, "--model", model, "--text", text, "--knockout", "*:3:1", "-o", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{command}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(v["intervention"], "knocked out *:3:1", "{command}");
+    }
+}
+
+#[test]
+fn bad_knockouts_are_one_line_errors_and_write_nothing() {
+    let dir = tmp();
+    let llama = fixture("tiny-llama");
+    let model = llama.to_str().unwrap();
+    let path = dir.path().join("k.json");
+    let cases = [
+        ("9:3:1", "cannot knock out 9:3:1: the model runs layers 0 to 1"),
+        ("0:30:1", "cannot knock out 0:30:1: the input has positions 0 to 7"),
+        ("*:1:0,*:1:1", "leaves query 1 of layer 0 no key to attend to (it sees keys 0 to 1)"),
+        ("0:0:0", "leaves query 0 of layer 0 no key"),
+        ("3-1", "--knockout: \"3-1\" is not LAYER:QUERY:KEY"),
+    ];
+    for command in ["dump", "lens", "dla", "generate"] {
+        for (knockout, needle) in cases {
+            let args = [command, "--model", model, "--text", "The cat sat on the mat.", "--knockout", knockout];
+            let out = attnviz(&[&args[..], &["-o", path.to_str().unwrap()]].concat());
+            assert_error(&out, needle);
+            assert!(!path.exists(), "{command} {knockout}: nothing written");
+        }
+    }
+}

@@ -22,7 +22,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::Run;
-use crate::model::intervene::parse_ablate;
+use crate::model::intervene::{parse_ablate, parse_knockout};
 use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
 
 /// See what every attention head of a transformer looks at.
@@ -139,6 +139,11 @@ pub struct ModelOptions {
     /// Run only the first K layers.
     #[arg(long, value_name = "K")]
     pub first_layers: Option<usize>,
+    /// Knock out attention entries: at layer L (or * for every layer) query position Q may not
+    /// attend to key position K, in any head (its score is -inf before the softmax), e.g.
+    /// 5:13:2,*:13:0. Positions count the model's tokens from 0.
+    #[arg(long, value_name = "L:Q:K,...")]
+    pub knockout: Option<String>,
 }
 
 impl ModelOptions {
@@ -148,13 +153,18 @@ impl ModelOptions {
             Some(s) => parse_ablate(s).map_err(|e| anyhow::anyhow!("--ablate: {e}"))?,
             None => std::collections::BTreeSet::new(),
         };
+        let knockout = match &self.knockout {
+            Some(s) => parse_knockout(s).map_err(|e| anyhow::anyhow!("--knockout: {e}"))?,
+            None => std::collections::BTreeSet::new(),
+        };
         Ok(Interventions {
             ablated,
             temperature: self.temperature,
             zero_positions: self.zero_positions,
             causal: self.causal,
             first_layers: self.first_layers,
-            ..Interventions::default()
+            knockout,
+            steer: None,
         })
     }
 
@@ -175,6 +185,7 @@ impl ModelOptions {
         let model = self.load(model_dir)?;
         let mut run = model.run_with(text, pair, &interventions).context("running the model")?;
         warn_truncation(run.truncation.as_ref());
+        note_knockouts(&model, &interventions, run.tokens.len());
         match (target, &model.decoder) {
             (Some(target), Some(_)) => {
                 let (tokens, truncation) = model.decoder_input(target)?;
@@ -221,6 +232,14 @@ pub fn note_run(model: &LoadedModel, intervention: Option<&str>) {
     }
     if let Some(q) = &model.quantization {
         eprintln!("note: weights are {q}: the attention is that file's, not the unquantised model's");
+    }
+}
+
+/// Says on stderr which knockouts change nothing: a key the mask already hides from its query
+/// (after it in a causal model, outside a window), in an input of `tokens` positions.
+pub fn note_knockouts(model: &LoadedModel, interventions: &Interventions, tokens: usize) {
+    for notice in interventions.knockout_notices(|q| model.net.visible_keys(interventions, q, tokens)) {
+        eprintln!("note: {notice}");
     }
 }
 

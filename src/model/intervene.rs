@@ -166,8 +166,8 @@ impl Interventions {
                 };
                 if visible(query).all(blocked) {
                     return Err(format!(
-                        "the knockout leaves query {query} of layer {l} no key to attend to (it sees keys {:?}); keep at least one",
-                        visible(query)
+                        "the knockout leaves query {query} of layer {l} no key to attend to (it sees keys {}); keep at least one",
+                        key_span(&visible(query))
                     ));
                 }
             }
@@ -260,6 +260,15 @@ pub fn parse_ablate(s: &str) -> Result<BTreeSet<(usize, usize)>, String> {
         .collect()
 }
 
+/// Keys `keys` in words: "0 to 4", "3", or "none".
+pub fn key_span(keys: &std::ops::Range<usize>) -> String {
+    match keys.len() {
+        0 => "none".into(),
+        1 => keys.start.to_string(),
+        _ => format!("{} to {}", keys.start, keys.end - 1),
+    }
+}
+
 /// Parses `--knockout 2:5:3,*:4:0` (layer:query:key triples; `*` for every layer).
 pub fn parse_knockout(s: &str) -> Result<BTreeSet<Knockout>, String> {
     s.split(',')
@@ -301,6 +310,34 @@ mod tests {
     }
 
     #[test]
+    fn knockout_lists_parse_and_are_checked_and_described() {
+        let set = parse_knockout("2:5:3, *:4:0").unwrap();
+        let list: Vec<String> = set.iter().map(ToString::to_string).collect();
+        assert_eq!(list, ["*:4:0", "2:5:3"], "every-layer entries first");
+        assert!(parse_knockout("2:5").unwrap_err().contains("LAYER:QUERY:KEY"));
+        assert!(parse_knockout("a:1:2").unwrap_err().contains("LAYER:QUERY:KEY"));
+        let iv = Interventions { knockout: set, ..Interventions::default() };
+        assert_eq!(iv.describe().as_deref(), Some("knocked out *:4:0,2:5:3"));
+        assert!(iv.validate(3, 4).is_ok());
+        assert!(iv.validate(2, 4).unwrap_err().contains("2:5:3"), "layer 2 of a 2-layer model");
+        let causal = |q: usize| 0..q + 1;
+        assert!(iv.check_knockout(6, 3, causal).is_ok());
+        assert!(iv.check_knockout(5, 3, causal).unwrap_err().contains("positions 0 to 4"));
+        // Query 0 of a causal model sees only itself: knocking that out leaves it nothing.
+        let lone = Interventions { knockout: parse_knockout("*:0:0").unwrap(), ..Interventions::default() };
+        assert!(lone.check_knockout(3, 2, causal).unwrap_err().contains("query 0 of layer 0 no key"));
+        // Every key of a row, in two entries of one layer and of all layers.
+        let row = Interventions { knockout: parse_knockout("1:1:0,*:1:1").unwrap(), ..Interventions::default() };
+        assert!(row.check_knockout(3, 2, causal).unwrap_err().contains("query 1 of layer 1"));
+        assert!(row.check_knockout(3, 2, |_| 0..3).is_ok(), "an encoder's row keeps key 2");
+        // A key after its query in a causal model changes nothing, and says so.
+        let after = Interventions { knockout: parse_knockout("0:1:3,0:3:1").unwrap(), ..Interventions::default() };
+        let notices = after.knockout_notices(causal);
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert!(notices[0].contains("0:1:3") && notices[0].contains("after its query"), "{notices:?}");
+    }
+
+    #[test]
     fn fitting_to_a_smaller_model_keeps_what_still_applies() {
         let mut iv = Interventions {
             ablated: parse_ablate("0:1,5:0,1:11").unwrap(),
@@ -309,9 +346,11 @@ mod tests {
             causal: true,
             ..Interventions::default()
         };
+        iv.knockout = parse_knockout("1:2:0,4:2:0,*:1:1").unwrap();
         iv.fit_to(2, 4);
         assert!(iv.validate(2, 4).is_ok());
-        assert_eq!(iv.ablated.into_iter().collect::<Vec<_>>(), vec![(0, 1)]);
+        assert_eq!(iv.ablated.iter().copied().collect::<Vec<_>>(), vec![(0, 1)]);
+        assert_eq!(iv.knockout, parse_knockout("1:2:0,*:1:1").unwrap());
         assert_eq!((iv.temperature, iv.first_layers, iv.causal), (1.0, None, true));
     }
 }

@@ -338,7 +338,8 @@ fn blocked_entries(
         let seen = ctx.mask.visible(q - first, total);
         if seen.clone().all(|k| row.binary_search(&(q, k)).is_ok()) {
             return Err(EngineError::Intervention(format!(
-                "the knockout leaves query {q} of layer {layer} no key to attend to (it sees keys {seen:?}); keep at least one"
+                "the knockout leaves query {q} of layer {layer} no key to attend to (it sees keys {}); keep at least one",
+                crate::model::intervene::key_span(&seen)
             )));
         }
     }

@@ -358,10 +358,13 @@ impl Network {
         }
     }
 
-    /// Checks the interventions that depend on the input against `total` positions: knocked-out
-    /// entries (in the input, no query left without a key) and the steering vector's width.
-    fn check_edits(&self, iv: &Interventions, total: usize, layers: usize) -> Result<()> {
+    /// Checks the interventions against this network and an input of `total` positions (the pass
+    /// runs this check): what [`Interventions::validate`] checks, knocked-out entries (in the
+    /// input, no query left without a key) and the steering vector's width.
+    pub fn check_interventions(&self, iv: &Interventions, total: usize) -> Result<()> {
         let d = &self.desc;
+        iv.validate(d.layers, d.heads).map_err(EngineError::Intervention)?;
+        let layers = iv.first_layers.unwrap_or(d.layers);
         if !iv.knockout.is_empty() {
             let mask = kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: 0 };
             iv.check_knockout(total, layers, |q| mask.visible(q, total)).map_err(EngineError::Intervention)?;
@@ -411,10 +414,9 @@ impl Network {
         }
         let past = cache.as_ref().map_or(0, |c| c.len);
         let type_ids = self.check_input(ids, type_ids, past)?;
-        iv.validate(d.layers, d.heads).map_err(EngineError::Intervention)?;
         let n = ids.len();
+        self.check_interventions(iv, past + n)?;
         let layers = iv.first_layers.unwrap_or(d.layers); // validated above
-        self.check_edits(iv, past + n, layers)?;
         let start = resume.map_or(0, |(layer, _)| layer);
         if let Some((layer, stream)) = resume
             && (layer >= layers || stream.len() != n * d.hidden)

@@ -11,6 +11,7 @@ pub mod generate;
 pub mod heads;
 pub mod lens;
 pub mod open;
+pub mod patch;
 pub mod pe;
 pub mod readout;
 pub mod stats;
@@ -78,6 +79,10 @@ pub enum Command {
     /// Direct logit attribution: each head's, MLP's and the embeddings' share of one token's
     /// logit at one position (they sum to the logit).
     Dla(dla::DlaArgs),
+    /// Activation patching: run the corrupted input with one activation of the clean run put in,
+    /// for every layer × position (or layer × head), and write the logit difference answer − wrong
+    /// at the last position (and its share of the way from corrupted to clean) as JSON or NPZ.
+    Patch(patch::PatchArgs),
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a
     /// text or on a probe of repeated random tokens.
     Heads(heads::HeadsArgs),
@@ -103,6 +108,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Generate(args)) => generate::run(model.as_deref(), &args),
         Some(Command::Lens(args)) => lens::run(model.as_deref(), &args),
         Some(Command::Dla(args)) => dla::run(model.as_deref(), &args),
+        Some(Command::Patch(args)) => patch::run(model.as_deref(), &args),
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Open(args)) => open::run(model, &args),

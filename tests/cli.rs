@@ -1134,3 +1134,149 @@ fn open_refuses_a_bad_file_with_one_line_before_any_window() {
     assert_error(&attnviz(&["open", bad.to_str().unwrap()]), "bad.json: `attentions`[0][0][0] sums to 1.8, not 1");
     assert_error(&attnviz(&["open", "--check", "/no/such/file.npz"]), "/no/such/file.npz");
 }
+
+#[test]
+fn knockout_is_an_intervention_of_dump_lens_dla_and_generate() {
+    let dir = tmp();
+    let llama = fixture("tiny-llama");
+    let model = llama.to_str().unwrap();
+    let text = "The cat sat on the mat.";
+    // Query 3 may not attend to key 1 at layer 0; a key after its query changes nothing, and is said.
+    let path = dir.path().join("k.json");
+    let out =
+        attnviz(&["dump", "--model", model, "--text", text, "--knockout", "0:3:1,0:1:3", "-o", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("note: knockout 0:1:3 changes nothing: a key after its query"), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(v["intervention"], "knocked out 0:1:3,0:3:1");
+    for head in v["attentions"][0].as_array().unwrap() {
+        let row: Vec<f64> = head[3].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(row[1], 0.0, "knocked out");
+        assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-5, "the row renormalises");
+    }
+    for command in ["lens", "dla", "generate"] {
+        let path = dir.path().join(format!("{command}.json"));
+        let out =
+            attnviz(&[command, "--model", model, "--text", text, "--knockout", "*:3:1", "-o", path.to_str().unwrap()]);
+        assert!(out.status.success(), "{command}: {}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(v["intervention"], "knocked out *:3:1", "{command}");
+    }
+}
+
+#[test]
+fn bad_knockouts_are_one_line_errors_and_write_nothing() {
+    let dir = tmp();
+    let llama = fixture("tiny-llama");
+    let model = llama.to_str().unwrap();
+    let path = dir.path().join("k.json");
+    let cases = [
+        ("9:3:1", "cannot knock out 9:3:1: the model runs layers 0 to 1"),
+        ("0:30:1", "cannot knock out 0:30:1: the input has positions 0 to 7"),
+        ("*:1:0,*:1:1", "leaves query 1 of layer 0 no key to attend to (it sees keys 0 to 1)"),
+        ("0:0:0", "leaves query 0 of layer 0 no key"),
+        ("3-1", "--knockout: \"3-1\" is not LAYER:QUERY:KEY"),
+    ];
+    for command in ["dump", "lens", "dla", "generate"] {
+        for (knockout, needle) in cases {
+            let args = [command, "--model", model, "--text", "The cat sat on the mat.", "--knockout", knockout];
+            let out = attnviz(&[&args[..], &["-o", path.to_str().unwrap()]].concat());
+            assert_error(&out, needle);
+            assert!(!path.exists(), "{command} {knockout}: nothing written");
+        }
+    }
+}
+
+#[test]
+fn patch_writes_the_grid_as_json_and_npz() {
+    let dir = tmp();
+    let json = dir.path().join("p.json");
+    let llama = fixture("tiny-llama");
+    let (clean, corrupted) = ("The cat sat on the mat.", "The cat sat on the cat.");
+    let base = ["--model", llama.to_str().unwrap(), "patch", "--clean", clean, "--corrupted", corrupted];
+    let out = attnviz(
+        &[&base[..], &["--answer", " mat", "--wrong", "Ġcat", "--at", "mlp-out", "-o", json.to_str().unwrap()]]
+            .concat(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for key in
+        ["clean_tokens", "corrupted_tokens", "clean_logit_diff", "corrupted_logit_diff", "logit_diff", "normalized"]
+    {
+        assert!(v.get(key).is_some(), "{key}");
+    }
+    assert_eq!(v["clean_tokens"].as_array().unwrap().len(), 8);
+    assert_eq!(
+        (v["answer"].as_str(), v["wrong"].as_str(), v["at"].as_str()),
+        (Some("Ġmat"), Some("Ġcat"), Some("mlp-out"))
+    );
+    let grid = v["logit_diff"].as_array().unwrap();
+    assert_eq!((grid.len(), grid[0].as_array().unwrap().len()), (2, 8), "layers × positions");
+    // Before the first changed token nothing changes: the corrupted difference, normalised 0.
+    assert_eq!(grid[1][3].as_f64().unwrap(), v["corrupted_logit_diff"].as_f64().unwrap());
+    assert_eq!(v["normalized"][1][3].as_f64().unwrap(), 0.0);
+
+    // The same sweep as NPZ, with the same names; clean into clean has no span to normalise.
+    let npz = dir.path().join("p.npz");
+    let same = ["--corrupted", clean, "--answer", " mat", "--wrong", " cat", "--at", "head", "--format", "npz"];
+    let args = ["--model", llama.to_str().unwrap(), "patch", "--clean", clean];
+    let out = attnviz(&[&args[..], &same[..], &["-o", npz.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    for name in
+        ["clean_tokens", "corrupted_tokens", "clean_logit_diff", "corrupted_logit_diff", "logit_diff", "normalized"]
+    {
+        let (header, data) = npy_member(&npz, &format!("{name}.npy"));
+        if name == "logit_diff" || name == "normalized" {
+            assert!(header.contains("'<f4'") && header.contains("(2, 4)"), "{name}: {header}");
+        }
+        if name == "normalized" {
+            assert!(data.chunks(4).all(|b| f32::from_le_bytes(b.try_into().unwrap()).is_nan()), "null as NaN");
+        }
+    }
+}
+
+#[test]
+fn bad_patches_are_one_line_errors_and_write_nothing() {
+    let dir = tmp();
+    let path = dir.path().join("p.json");
+    let o = path.to_str().unwrap();
+    let llama = fixture("tiny-llama");
+    let m = llama.to_str().unwrap();
+    let patch = |clean: &str, corrupted: &str, answer: &str, more: &[&str]| {
+        let args = ["--model", m, "patch", "--clean", clean, "--corrupted", corrupted, "--answer", answer];
+        attnviz(&[&args[..], &["--wrong", " mat", "--at", "resid-pre", "-o", o], more].concat())
+    };
+    let cases = [
+        (
+            patch("The cat sat.", "The cat sat on.", " cat", &[]),
+            "clean has 5 (<|begin_of_text|> The Ġcat Ġsat .), corrupted 6",
+        ),
+        (patch("The cat sat.", "The mat sat.", " catapult", &[]), "--answer: \" catapult\" is"),
+        (patch("The cat sat.", "The mat sat.", " cat", &["--knockout", "0:9:0"]), "cannot knock out 0:9:0"),
+        (patch("The cat sat.", "The mat sat.", " cat", &["--knockout", "7:1:0"]), "the model runs layers 0 to 1"),
+        (patch("The cat sat.", "The mat sat.", " cat", &["--ablate", "0:99"]), "cannot ablate head 0:99"),
+    ];
+    for (out, needle) in cases {
+        assert_error(&out, needle);
+        assert!(!path.exists(), "{needle}: nothing written");
+    }
+    let out = attnviz(&[
+        "--model",
+        tiny().to_str().unwrap(),
+        "patch",
+        "--clean",
+        "a",
+        "--corrupted",
+        "b",
+        "--answer",
+        "a",
+        "--wrong",
+        "b",
+        "--at",
+        "head",
+        "-o",
+        o,
+    ]);
+    assert_error(&out, "no language-model head");
+    assert!(!path.exists());
+}

@@ -8,9 +8,12 @@
 mod common;
 
 use attnviz::model::describe::{NormKind, NormPlacement};
-use attnviz::model::engine::{Context, EngineError, Input, LayerSlots, Listener, PassShape, Point, Record, Wants};
+use attnviz::model::engine::{
+    Context, Edit, EngineError, Input, LayerSlots, Listener, PassShape, Point, Record, Wants, Writable,
+};
+use attnviz::model::intervene::Knockout;
 use attnviz::model::{Capture, Interventions, LoadedModel, Network};
-use common::{Rng, bits, fixture_models as fixtures, root};
+use common::{Rng, bits, fixture_models as fixtures, loaded_fixtures, root};
 
 /// `a + b` element by element.
 fn add(a: &[f32], b: &[f32]) -> Vec<f32> {
@@ -41,6 +44,20 @@ struct Everything {
     final_norm: Option<(Vec<f32>, Vec<f32>)>,
     /// Stop after this many layers.
     stop_after: Option<usize>,
+    /// What changes the pass (nothing when None).
+    edit: Option<EditFn>,
+}
+
+/// What an [`EditFn`] calls.
+type EditClosure = dyn FnMut(Writable<'_>) -> Result<(), EngineError> + Send;
+
+/// An [`Edit`] made of a closure.
+struct EditFn(Box<EditClosure>);
+
+impl Edit for EditFn {
+    fn edit(&mut self, point: Writable<'_>) -> Result<(), EngineError> {
+        (self.0)(point)
+    }
 }
 
 impl Everything {
@@ -58,7 +75,13 @@ impl Everything {
             mlp_out: Vec::new(),
             final_norm: None,
             stop_after: None,
+            edit: None,
         }
+    }
+
+    /// Records the attention and the read points, and changes the pass with `edit`.
+    fn editing(edit: impl FnMut(Writable<'_>) -> Result<(), EngineError> + Send + 'static) -> Self {
+        Self { edit: Some(EditFn(Box::new(edit))), ..Self::new(false) }
     }
 }
 
@@ -72,7 +95,7 @@ impl Listener for Everything {
     }
 
     fn layer_slots(&mut self, layer: usize) -> LayerSlots<'_> {
-        self.record.layer_slots(layer)
+        LayerSlots { edit: self.edit.as_mut().map(|e| e as &mut dyn Edit), ..self.record.layer_slots(layer) }
     }
 
     fn point(&mut self, point: Point<'_>) -> Result<(), EngineError> {
@@ -335,5 +358,126 @@ fn the_expected_tensors_are_what_the_network_loads() {
         assert_eq!(names.len(), expected.len(), "{name}: each tensor once");
         let f32_bytes: u64 = attnviz::model::engine::weight_bytes(model.net.description());
         assert!(f32_bytes as usize >= model.net.large_weight_bytes(), "{name}");
+    }
+}
+
+/// Runs `ids` with `listener` (fresh, faithful) and returns its attention and last hidden state.
+fn run_with(net: &Network, ids: &[u32], mut listener: Everything) -> (Everything, Vec<f32>, Vec<f32>) {
+    let faithful = Interventions::default();
+    let last = net.run(Input::new(ids, &vec![0; ids.len()], &faithful), &mut listener).unwrap();
+    let record = std::mem::replace(&mut listener.record, Record::new(Capture::Attention));
+    let probs = record.into_output(Vec::new()).probs;
+    (listener, probs, last)
+}
+
+#[test]
+fn every_writable_point_changes_what_it_must_in_every_family() {
+    let mut rng = Rng(0x38_2026_0001);
+    for (name, model) in loaded_fixtures() {
+        let net = &model.net;
+        let d = net.description().clone();
+        let n = 2 + rng.below(d.max_len.min(12) - 1);
+        let ids: Vec<u32> = (0..n).map(|_| rng.below(d.vocab_size) as u32).collect();
+        let other: Vec<u32> = (0..n).map(|_| rng.below(d.vocab_size) as u32).collect();
+        let (l, h) = (rng.below(d.layers), rng.below(d.heads));
+        let (plain, probs, last) = run_with(net, &ids, Everything::new(false));
+
+        // Reading every writable point (and writing back what is there) changes no bit.
+        let (_, p, x) = run_with(net, &ids, Everything::editing(|_| Ok(())));
+        assert_eq!((bits(&p), bits(&x)), (bits(&probs), bits(&last)), "{name}: an edit that reads");
+
+        // Zeroing a head's output is ablating it.
+        let hd = d.head_dim;
+        let zero_head = move |w: Writable<'_>| {
+            if let Writable::HeadOut { layer, context, .. } = w
+                && layer == l
+            {
+                for row in context.chunks_mut(hd * d.heads) {
+                    row[h * hd..(h + 1) * hd].fill(0.0);
+                }
+            }
+            Ok(())
+        };
+        let (_, p, x) = run_with(net, &ids, Everything::editing(zero_head));
+        let ablated = Interventions { ablated: [(l, h)].into(), ..Interventions::default() };
+        let want = net.forward(&ids, &vec![0; n], Capture::Attention, &ablated).unwrap();
+        assert_eq!((bits(&p), bits(&x)), (bits(&want.probs), bits(&want.last_hidden)), "{name}: head {l}:{h}");
+
+        // The attention block's and the MLP's writes, zeroed, leave the stream as it was.
+        if d.norm == NormPlacement::Pre && !d.parallel_residual {
+            let zero = move |w: Writable<'_>| {
+                match w {
+                    Writable::AttnOut { layer, out, .. } | Writable::MlpOut { layer, out, .. } if layer == l => {
+                        out.fill(0.0);
+                    }
+                    _ => {}
+                }
+                Ok(())
+            };
+            let (e, _, _) = run_with(net, &ids, Everything::editing(zero));
+            assert_eq!(e.resid_mid[l], e.resid_pre[l], "{name}: no attention write at {l}");
+            assert_eq!(e.resid_post[l], e.resid_mid[l], "{name}: no MLP write at {l}");
+        }
+
+        // A masked entry is a knockout: zero weight, the row renormalised over the keys left.
+        let q = n - 1;
+        let k = rng.below(n - 1);
+        let mask = move |w: Writable<'_>| {
+            if let Writable::Mask { layer, blocked, .. } = w
+                && layer == l
+            {
+                blocked.push((q, k));
+            }
+            Ok(())
+        };
+        let (_, p, x) = run_with(net, &ids, Everything::editing(mask));
+        let knocked = Interventions {
+            knockout: [Knockout { layer: Some(l), query: q, key: k }].into(),
+            ..Interventions::default()
+        };
+        let want = net.forward(&ids, &vec![0; n], Capture::Attention, &knocked).unwrap();
+        assert_eq!((bits(&p), bits(&x)), (bits(&want.probs), bits(&want.last_hidden)), "{name}: mask {l}:{q}:{k}");
+        for head in 0..d.heads {
+            let row = &p[((l * d.heads + head) * n + q) * n..][..n];
+            assert_eq!(row[k].to_bits(), 0, "{name}: knocked out");
+            assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-5, "{name}: the row renormalises");
+        }
+
+        // The stream entering layer 0 replaced by another input's is that input's run.
+        let (o, _, other_last) = run_with(net, &other, Everything::new(false));
+        let embeddings = o.resid_pre[0].clone();
+        let replace = move |w: Writable<'_>| {
+            if let Writable::ResidPre { layer: 0, stream, .. } = w {
+                stream.copy_from_slice(&embeddings);
+            }
+            Ok(())
+        };
+        let (_, _, x) = run_with(net, &ids, Everything::editing(replace));
+        assert_eq!(bits(&x), bits(&other_last), "{name}: another input's embeddings");
+
+        // A pass resumed at layer l from the stream entering it is the whole pass, bit for bit; for a
+        // decoder also after a cache of the first tokens' keys and values from layer l on.
+        let faithful = Interventions::default();
+        let types = vec![0; n];
+        let stream = &plain.resid_pre[l];
+        let mut record = Record::new(Capture::Attention);
+        let resumed = net.run(Input::new(&ids, &types, &faithful).resumed(l, stream), &mut record).unwrap();
+        assert_eq!(bits(&resumed), bits(&last), "{name}: resumed at {l}");
+        if let Ok(mut cache) = net.new_cache() {
+            net.step(&ids, &mut cache, &faithful).unwrap();
+            let p = 1 + rng.below(n - 1);
+            let mut prefix = cache.prefix(p, l);
+            let rows = &stream[p * d.hidden..];
+            let input = Input::new(&ids[p..], &types[p..], &faithful).within(Context::Cached(&mut prefix));
+            let after = net.run(input.resumed(l, rows), &mut Record::new(Capture::Attention)).unwrap();
+            assert_eq!(bits(&after), bits(&last[p * d.hidden..]), "{name}: resumed at {l} after {p} cached tokens");
+            // That cache lacks the layers below l: a pass from layer 0 cannot continue it.
+            if l > 0 {
+                let err = net.step(&ids[..1], &mut prefix, &faithful).unwrap_err();
+                assert!(matches!(err, EngineError::PartialCache { .. }), "{name}: {err}");
+            }
+        }
+        let err = net.run(Input::new(&ids, &types, &faithful).resumed(d.layers, stream), &mut record).unwrap_err();
+        assert!(matches!(err, EngineError::Resume { .. }), "{name}: {err}");
     }
 }

@@ -8,6 +8,7 @@ pub mod import;
 pub mod lens;
 pub mod long;
 pub mod npz;
+pub mod patching;
 pub mod pe;
 pub mod roles;
 pub mod rollout;

@@ -40,6 +40,12 @@ pub enum BenchMode {
     /// A training step of the lab's default induction model (the `PyTorch` peer's,
     /// `shared/peer/torch_train.py`): batch, forward, backward, `AdamW`. No model is loaded.
     Train,
+    /// Activation patching: the `resid-pre` and `head` sweeps of an IOI prompt pair
+    /// ([`PATCH_CLEAN`], [`PATCH_CORRUPTED`], " Mary" vs " John"), running only what each patch
+    /// changes, as `shared/peer/torch_patch.py` times them (`--tokens` is not read).
+    Patch,
+    /// The same sweeps with one full pass per cell (the peer's way).
+    PatchFull,
     /// A keystroke at the end: one token appended to the N-token input, run after the input's
     /// key/value cache with its attention rows reused (a decoder), checked bit for bit against a
     /// fresh pass of the N + 1 tokens (whose time is printed as `fresh_ms=`).
@@ -48,6 +54,52 @@ pub enum BenchMode {
 
 /// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
 pub const BENCH_TEXT: &str = "The animal didn't cross the street because it was too tired. ";
+
+/// The clean prompt of `--mode patch` (14 tokens on SmolLM2).
+pub const PATCH_CLEAN: &str = "When Mary and John went to the store, John gave a drink to";
+
+/// The corrupted prompt of `--mode patch`: the second name swapped.
+pub const PATCH_CORRUPTED: &str = "When Mary and John went to the store, Mary gave a drink to";
+
+/// `--mode patch` / `patch-full`: each sweep's median seconds over `runs`, printed as the peer
+/// prints them, with the grid's sum as a checksum.
+fn patching(model: &LoadedModel, runs: usize, reuse: crate::model::patch::Reuse) -> anyhow::Result<()> {
+    use crate::analysis::patching::PatchSite;
+    use crate::model::patch::SweepControl;
+    let faithful = Interventions::default();
+    for site in [PatchSite::ResidPre, PatchSite::Head] {
+        let request = model.patch_request((PATCH_CLEAN, PATCH_CORRUPTED), (" Mary", " John"), site, &faithful)?;
+        let mut seconds = Vec::with_capacity(runs);
+        let mut last = None;
+        for _ in 0..runs {
+            let start = Instant::now();
+            let p = model.patch(&request, reuse, &mut SweepControl { progress: &mut |_| {}, cancel: None })?;
+            seconds.push(start.elapsed().as_secs_f64());
+            last = Some(p);
+        }
+        let p = last.ok_or_else(|| anyhow::anyhow!("no run"))?;
+        let sum: f64 = p.grid.logit_diff.iter().map(|&v| f64::from(v)).sum();
+        println!(
+            "sweep={} cells={} passes={} tokens={} median_seconds={:.3} min_seconds={:.3} sum={sum:.6} clean_logit_diff={:.6} corrupted_logit_diff={:.6}",
+            site.name(),
+            p.grid.logit_diff.len(),
+            p.grid.passes,
+            p.inputs.clean_tokens.len(),
+            median(&mut seconds),
+            seconds[0],
+            p.clean_logit_diff,
+            p.corrupted_logit_diff
+        );
+    }
+    Ok(())
+}
+
+/// The median of `times` (sorted in place).
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    let mid = times.len() / 2;
+    if times.len() % 2 == 1 { times[mid] } else { f64::midpoint(times[mid - 1], times[mid]) }
+}
 
 /// `attnviz bench` arguments.
 #[derive(Debug, Args)]
@@ -152,11 +204,6 @@ fn typing(model: &LoadedModel, tokens: &crate::analysis::Tokens, runs: usize) ->
         same(shown.attention.as_slice(), whole.attention.as_slice()) && same(&scores(&shown), &scores(&whole)),
         "the app's reused run differs from a fresh one"
     );
-    let median = |times: &mut Vec<f64>| {
-        times.sort_by(f64::total_cmp);
-        let mid = times.len() / 2;
-        if times.len() % 2 == 1 { times[mid] } else { f64::midpoint(times[mid - 1], times[mid]) }
-    };
     let median_ms = median(&mut times_ms);
     let run_median_ms = median(&mut run_ms);
     let paused_run_median_ms = median(&mut paused_ms);
@@ -266,7 +313,9 @@ fn produce(
             }
             cells
         }
-        BenchMode::Typing => anyhow::bail!("the typing mode is timed on its own"),
+        BenchMode::Typing | BenchMode::Patch | BenchMode::PatchFull => {
+            anyhow::bail!("the typing and patching modes are timed on their own")
+        }
         BenchMode::Contributions => {
             let run = model.contributions(tokens, &faithful)?;
             run.graph.layers.iter().map(|l| l.mlp.len()).sum()
@@ -303,6 +352,14 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
         anyhow::bail!("--runs must be at least 1");
     }
     let model = super::load_model(model_dir)?;
+    if let BenchMode::Patch | BenchMode::PatchFull = args.mode {
+        let reuse = if args.mode == BenchMode::Patch {
+            crate::model::patch::Reuse::Changed
+        } else {
+            crate::model::patch::Reuse::FullPasses
+        };
+        return patching(&model, args.runs, reuse);
+    }
     let max = model.tokenizer.max_len();
     if args.tokens < 2 || args.tokens > max {
         anyhow::bail!("--tokens must be between 2 and {max} (the model's longest input), got {}", args.tokens);
@@ -334,10 +391,7 @@ pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
         rows == expected,
         "checked {rows} rows, not {expected} (every layer × head × query, or every cell)"
     );
-    times_ms.sort_by(f64::total_cmp);
-    let mid = times_ms.len() / 2;
-    let median_ms =
-        if times_ms.len() % 2 == 1 { times_ms[mid] } else { f64::midpoint(times_ms[mid - 1], times_ms[mid]) };
+    let median_ms = median(&mut times_ms);
     let mode = args.mode.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default();
     println!(
         "tokens={} runs={} median_ms={median_ms:.3} min_ms={:.3} mode={mode} rows_checked={rows}",

@@ -39,6 +39,8 @@ pub fn run(model_dir: Option<&Path>, args: &DlaArgs) -> anyhow::Result<()> {
     let model = args.model.load(model_dir)?;
     let interventions = args.model.interventions()?;
     let tokens = input_tokens(&model, &args.text)?;
+    model.check_tokens(&tokens, &interventions)?;
+    super::note_knockouts(&model, &interventions, tokens.len());
     let position = args.position.unwrap_or(tokens.len().saturating_sub(1));
     let target = match (&args.token, args.token_id) {
         (Some(t), _) => Some(model.tokenizer.single_id(t)?),

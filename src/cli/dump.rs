@@ -161,6 +161,7 @@ pub fn run(model_dir: Option<&Path>, args: &DumpArgs) -> anyhow::Result<()> {
     let encoded = model.tokenizer.encode(&args.text, args.text_pair.as_deref().filter(|p| !p.is_empty()))?;
     super::warn_truncation(encoded.truncation.as_ref());
     model.check_tokens(&encoded.tokens, &interventions)?;
+    super::note_knockouts(&model, &interventions, encoded.tokens.len());
     if model.decoder.is_some() {
         super::note_encoder_only(&model);
     }

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::dump::{DumpFormat, DumpJson, write_json, write_run_npz};
 use crate::analysis::Run;
-use crate::model::LoadedModel;
 use crate::model::generate::{Candidate, Generator};
+use crate::model::{Interventions, LoadedModel};
 
 /// `attnviz generate` arguments.
 #[derive(Debug, Args)]
@@ -32,6 +32,9 @@ pub struct GenerateArgs {
     /// Output file (`-` writes JSON to standard output).
     #[arg(short, long, value_name = "PATH")]
     pub output: PathBuf,
+    /// Interventions, on the prompt and on every token written.
+    #[command(flatten)]
+    pub model: super::ModelOptions,
 }
 
 /// One step's candidates in the JSON.
@@ -86,11 +89,12 @@ fn write(args: &GenerateArgs, run: &Run, json: &GenerateJson<'_>) -> anyhow::Res
     }
 }
 
-/// An encoder–decoder translates (or summarises) the source.
-fn translate(model: &LoadedModel, args: &GenerateArgs) -> anyhow::Result<()> {
+/// An encoder–decoder translates (or summarises) the source, the interventions on its encoder.
+fn translate(model: &LoadedModel, args: &GenerateArgs, interventions: &Interventions) -> anyhow::Result<()> {
     let mut err = std::io::stderr().lock();
     let mut shown = String::new();
-    let t = crate::model::generate::translate(model, &args.text, args.max_new_tokens, args.top_k, |ids, _, _, _| {
+    let sizes = (args.max_new_tokens, args.top_k);
+    let t = crate::model::generate::translate_with(model, &args.text, sizes, interventions, |ids, _, _, _| {
         echo(&mut err, &mut shown, model.tokenizer.decode(ids));
         true
     })
@@ -114,11 +118,17 @@ pub fn run(model_dir: Option<&Path>, args: &GenerateArgs) -> anyhow::Result<()> 
     if args.format == DumpFormat::Npz && args.output == Path::new("-") {
         anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
     }
-    let model = super::load_model(model_dir)?;
+    let interventions = args.model.interventions()?;
+    let model = args.model.load(model_dir)?;
     if model.decoder.is_some() {
-        return translate(&model, args);
+        return translate(&model, args, &interventions);
     }
-    let mut g = Generator::start(&model, &args.text, args.top_k).context("starting the generation")?;
+    let mut g = Generator::start_modified(&model, &args.text, args.top_k, None, &interventions)
+        .context("starting the generation")?;
+    super::note_knockouts(&model, &interventions, g.prompt_len());
+    if !interventions.is_faithful() {
+        super::note_run(&model, interventions.describe().as_deref());
+    }
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "{}", args.text);
     let mut shown = String::new();

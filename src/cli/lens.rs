@@ -41,6 +41,8 @@ pub fn run(model_dir: Option<&Path>, args: &LensArgs) -> anyhow::Result<()> {
     let interventions = args.model.interventions()?;
     let tokens = input_tokens(&model, &args.text)?;
     let watch = args.watch.iter().map(|w| model.tokenizer.single_id(w)).collect::<Result<Vec<_>, _>>()?;
+    model.check_tokens(&tokens, &interventions)?;
+    super::note_knockouts(&model, &interventions, tokens.len());
     let lens = model.lens(&tokens, &[], args.top_k, &watch, &interventions)?;
     super::note_run(&model, None);
     let (streams, n, k) = (lens.streams, tokens.len(), lens.top_k);

@@ -11,6 +11,7 @@ pub mod generate;
 pub mod heads;
 pub mod lens;
 pub mod open;
+pub mod patch;
 pub mod pe;
 pub mod readout;
 pub mod stats;
@@ -22,7 +23,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::Run;
-use crate::model::intervene::parse_ablate;
+use crate::model::intervene::{parse_ablate, parse_knockout};
 use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
 
 /// See what every attention head of a transformer looks at.
@@ -78,6 +79,10 @@ pub enum Command {
     /// Direct logit attribution: each head's, MLP's and the embeddings' share of one token's
     /// logit at one position (they sum to the logit).
     Dla(dla::DlaArgs),
+    /// Activation patching: run the corrupted input with one activation of the clean run put in,
+    /// for every layer × position (or layer × head), and write the logit difference answer − wrong
+    /// at the last position (and its share of the way from corrupted to clean) as JSON or NPZ.
+    Patch(patch::PatchArgs),
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a
     /// text or on a probe of repeated random tokens.
     Heads(heads::HeadsArgs),
@@ -103,6 +108,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Generate(args)) => generate::run(model.as_deref(), &args),
         Some(Command::Lens(args)) => lens::run(model.as_deref(), &args),
         Some(Command::Dla(args)) => dla::run(model.as_deref(), &args),
+        Some(Command::Patch(args)) => patch::run(model.as_deref(), &args),
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Open(args)) => open::run(model, &args),
@@ -139,6 +145,11 @@ pub struct ModelOptions {
     /// Run only the first K layers.
     #[arg(long, value_name = "K")]
     pub first_layers: Option<usize>,
+    /// Knock out attention entries: at layer L (or * for every layer) query position Q may not
+    /// attend to key position K, in any head (its score is -inf before the softmax), e.g.
+    /// 5:13:2,*:13:0. Positions count the model's tokens from 0.
+    #[arg(long, value_name = "L:Q:K,...")]
+    pub knockout: Option<String>,
 }
 
 impl ModelOptions {
@@ -148,12 +159,18 @@ impl ModelOptions {
             Some(s) => parse_ablate(s).map_err(|e| anyhow::anyhow!("--ablate: {e}"))?,
             None => std::collections::BTreeSet::new(),
         };
+        let knockout = match &self.knockout {
+            Some(s) => parse_knockout(s).map_err(|e| anyhow::anyhow!("--knockout: {e}"))?,
+            None => std::collections::BTreeSet::new(),
+        };
         Ok(Interventions {
             ablated,
             temperature: self.temperature,
             zero_positions: self.zero_positions,
             causal: self.causal,
             first_layers: self.first_layers,
+            knockout,
+            steer: None,
         })
     }
 
@@ -174,6 +191,7 @@ impl ModelOptions {
         let model = self.load(model_dir)?;
         let mut run = model.run_with(text, pair, &interventions).context("running the model")?;
         warn_truncation(run.truncation.as_ref());
+        note_knockouts(&model, &interventions, run.tokens.len());
         match (target, &model.decoder) {
             (Some(target), Some(_)) => {
                 let (tokens, truncation) = model.decoder_input(target)?;
@@ -220,6 +238,14 @@ pub fn note_run(model: &LoadedModel, intervention: Option<&str>) {
     }
     if let Some(q) = &model.quantization {
         eprintln!("note: weights are {q}: the attention is that file's, not the unquantised model's");
+    }
+}
+
+/// Says on stderr which knockouts change nothing: a key the mask already hides from its query
+/// (after it in a causal model, outside a window), in an input of `tokens` positions.
+pub fn note_knockouts(model: &LoadedModel, interventions: &Interventions, tokens: usize) {
+    for notice in interventions.knockout_notices(|q| model.net.visible_keys(interventions, q, tokens)) {
+        eprintln!("note: {notice}");
     }
 }
 

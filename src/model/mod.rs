@@ -17,6 +17,7 @@ pub mod intervene;
 pub mod kernels;
 pub mod loader;
 pub mod long;
+pub mod patch;
 pub mod playground;
 pub mod readout;
 pub mod relpos;

@@ -167,6 +167,11 @@ impl LoadedModel {
             return Err(ModelError::Input(format!("{what}: untick Sentence B (or put both sentences in one)")));
         }
         interventions.validate(desc.layers, desc.heads).map_err(ModelError::Intervention)?;
+        match self.net.check_interventions(interventions, tokens.len()) {
+            Err(EngineError::Intervention(why)) => return Err(ModelError::Intervention(why)),
+            Err(e) => return Err(e.into()),
+            Ok(()) => {}
+        }
         // The engine's own check (the one the pass runs), said in the words of a model folder.
         match self.net.check_input(&tokens.ids, &tokens.type_ids, 0) {
             Ok(_) => Ok(()),

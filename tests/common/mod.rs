@@ -130,6 +130,15 @@ pub fn fixture_models() -> Vec<PathBuf> {
     dirs
 }
 
+/// Every fixture model, named by its folder or file and loaded, one at a time.
+pub fn loaded_fixtures() -> impl Iterator<Item = (String, attnviz::model::LoadedModel)> {
+    fixture_models().into_iter().map(|dir| {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let model = attnviz::model::LoadedModel::load(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+        (name, model)
+    })
+}
+
 /// The bits of each value (to compare bit for bit).
 pub fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()

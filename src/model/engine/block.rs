@@ -7,9 +7,9 @@
 use rayon::prelude::*;
 
 use super::Network;
-use super::context::{LayerSlots, PassContext};
+use super::context::{Edit, LayerSlots, PassContext, Writable};
 use super::embed::Norm;
-use super::error::Result;
+use super::error::{EngineError, Result};
 use super::linear::Linear;
 use super::positions::{self, HeadRows, PositionWeights, RelativeProjections};
 use super::weights::Weights;
@@ -139,6 +139,19 @@ pub(super) struct LayerJob<'a> {
     pub(super) encoder: Option<&'a [f32]>,
 }
 
+/// What a layer's attention reads and writes besides its input and the pass's context.
+struct AttentionJob<'a, 'b> {
+    layer_idx: usize,
+    /// Where its attention goes.
+    slots: LayerSlots<'a>,
+    /// This layer's cached keys and values (appended to), in a cached pass.
+    cache: CacheRows<'a>,
+    /// Entries masked before the softmax.
+    blocked: &'b [(usize, usize)],
+    /// The layer's edit, handed the heads' outputs.
+    edit: &'b mut Option<&'a mut dyn Edit>,
+}
+
 /// What one head records besides its probabilities (each when asked).
 #[derive(Default)]
 pub(super) struct HeadRecords<'a> {
@@ -167,6 +180,8 @@ pub(super) struct QkRows<'a> {
     pub(super) k_all: &'a [f32],
     pub(super) kv_stride: usize,
     pub(super) total: usize,
+    /// Entries masked before the softmax, `(query, key)` positions (knocked out).
+    pub(super) blocked: &'a [(usize, usize)],
 }
 
 /// Per-head probability buffers of a pass that records none: one per head running at a time.
@@ -283,6 +298,54 @@ fn join(stream: &mut [f32], part: &[f32]) {
     stream.iter_mut().zip(part).for_each(|(s, p)| *s += p);
 }
 
+/// Hands `point` to the layer's edit, if it has one.
+fn write(edit: &mut Option<&mut dyn Edit>, point: Writable<'_>) -> Result<()> {
+    match edit {
+        Some(e) => e.edit(point),
+        None => Ok(()),
+    }
+}
+
+/// The entries of layer `layer` masked before the softmax: the interventions' knockouts and what
+/// the layer's edit adds, checked against this pass's `n` rows and `total` keys. Empty (no
+/// allocation) when there are none.
+fn blocked_entries(
+    ctx: &PassContext,
+    layer: usize,
+    edit: &mut Option<&mut dyn Edit>,
+    (n, total): (usize, usize),
+) -> Result<Vec<(usize, usize)>> {
+    let mut blocked = if ctx.knockout.is_empty() { Vec::new() } else { ctx.blocked(layer) };
+    let first = ctx.mask.first;
+    write(edit, Writable::Mask { layer, first, blocked: &mut blocked })?;
+    if blocked.is_empty() {
+        return Ok(blocked);
+    }
+    blocked.sort_unstable();
+    blocked.dedup();
+    if let Some(&(q, k)) = blocked.iter().find(|&&(q, k)| q >= total || k >= total) {
+        return Err(EngineError::Intervention(format!(
+            "cannot knock out {layer}:{q}:{k}: the input has positions 0 to {}",
+            total.saturating_sub(1)
+        )));
+    }
+    // Each row of this pass keeps a key.
+    for row in blocked.chunk_by(|a, b| a.0 == b.0) {
+        let q = row[0].0;
+        if !(first..first + n).contains(&q) {
+            continue;
+        }
+        let seen = ctx.mask.visible(q - first, total);
+        if seen.clone().all(|k| row.binary_search(&(q, k)).is_ok()) {
+            return Err(EngineError::Intervention(format!(
+                "the knockout leaves query {q} of layer {layer} no key to attend to (it sees keys {}); keep at least one",
+                crate::model::intervene::key_span(&seen)
+            )));
+        }
+    }
+    Ok(blocked)
+}
+
 impl Network {
     /// One block on the residual stream `x` (`n × hidden`), in place: post-LN
     /// (`norm(x + attn(x))`, then `norm(y + ffn(y))`), pre-LN (`x + attn(norm(x))`, then
@@ -296,20 +359,33 @@ impl Network {
         ctx: &PassContext,
         job: LayerJob<'_>,
         bufs: &mut Buffers,
-    ) {
-        let LayerJob { layer_idx, slots, cache, encoder } = job;
+    ) -> Result<()> {
+        let LayerJob { layer_idx, mut slots, cache, encoder } = job;
+        let mut cross_slot = slots.cross.take();
+        let mut edit = slots.edit.take();
+        let first = ctx.mask.first;
+        let n = x.len() / self.desc.hidden.max(1);
+        write(&mut edit, Writable::ResidPre { layer: layer_idx, first, stream: x })?;
+        let total = first + n;
+        let blocked = blocked_entries(ctx, layer_idx, &mut edit, (n, total))?;
+        let attention = AttentionJob { layer_idx, slots, cache, blocked: &blocked, edit: &mut edit };
         let mut normed = std::mem::take(&mut bufs.normed);
         let mut attended = std::mem::take(&mut bufs.attended);
-        let mut cross_slot = slots.cross;
-        let slots = LayerSlots { cross: None, ..slots };
         let cross = |this: &Self, bufs: &mut Buffers, input: &[f32], slot: Option<&mut [f32]>| {
             if let (Some(c), Some(encoder)) = (&layer.cross, encoder) {
                 this.cross_attention(c, input, encoder, ctx.temperature, slot, bufs);
             }
         };
+        let attn_out = |edit: &mut Option<&mut dyn Edit>, bufs: &mut Buffers| {
+            write(edit, Writable::AttnOut { layer: layer_idx, first, out: &mut bufs.attn_out[..n * self.desc.hidden] })
+        };
+        let mlp_out = |edit: &mut Option<&mut dyn Edit>, bufs: &mut Buffers| {
+            write(edit, Writable::MlpOut { layer: layer_idx, first, out: &mut bufs.mlp_out[..n * self.desc.hidden] })
+        };
         match (self.desc.norm, self.desc.parallel_residual) {
             (NormPlacement::Post, _) => {
-                self.attention(layer, x, ctx, (layer_idx, slots, cache), bufs);
+                self.attention(layer, x, ctx, attention, bufs)?;
+                attn_out(&mut edit, bufs)?;
                 sum_into(&mut attended, &bufs.attn_out, x);
                 layer.attn_norm.forward_in_place(&mut attended);
                 if let Some(c) = &layer.cross {
@@ -319,13 +395,15 @@ impl Network {
                     c.norm.forward_in_place(&mut attended);
                 }
                 self.feed_forward(layer, &attended, bufs);
+                mlp_out(&mut edit, bufs)?;
                 sum_into(x, &bufs.mlp_out, &attended);
                 layer.ffn_norm.forward_in_place(x);
             }
             (NormPlacement::Pre, false) => {
                 normed.copy_from_slice(x);
                 layer.attn_norm.forward_in_place(&mut normed);
-                self.attention(layer, &normed, ctx, (layer_idx, slots, cache), bufs);
+                self.attention(layer, &normed, ctx, attention, bufs)?;
+                attn_out(&mut edit, bufs)?;
                 sum_into(&mut attended, &bufs.attn_out, x);
                 if let Some(c) = &layer.cross {
                     // T5LayerCrossAttention / pre-LN BART: `x + encoder_attn(norm(x))`.
@@ -337,16 +415,19 @@ impl Network {
                 normed.copy_from_slice(&attended);
                 layer.ffn_norm.forward_in_place(&mut normed);
                 self.feed_forward(layer, &normed, bufs);
+                mlp_out(&mut edit, bufs)?;
                 sum_into(x, &bufs.mlp_out, &attended);
             }
             (NormPlacement::Pre, true) => {
                 // GPTNeoXLayer: `mlp_output + attn_output + hidden_states`.
                 normed.copy_from_slice(x);
                 layer.attn_norm.forward_in_place(&mut normed);
-                self.attention(layer, &normed, ctx, (layer_idx, slots, cache), bufs);
+                self.attention(layer, &normed, ctx, attention, bufs)?;
+                attn_out(&mut edit, bufs)?;
                 normed.copy_from_slice(x);
                 layer.ffn_norm.forward_in_place(&mut normed);
                 self.feed_forward(layer, &normed, bufs);
+                mlp_out(&mut edit, bufs)?;
                 // (mlp + attn) + hidden: addition commutes exactly.
                 sum_into(&mut attended, &bufs.mlp_out, &bufs.attn_out);
                 x.iter_mut().zip(&attended).for_each(|(x, s)| *x += s);
@@ -354,6 +435,7 @@ impl Network {
         }
         bufs.normed = normed;
         bufs.attended = attended;
+        Ok(())
     }
 
     /// Attention from `x` (`n × hidden`, the decoder) to `encoder` (`source × hidden`): per head
@@ -443,9 +525,10 @@ impl Network {
         layer: &Layer,
         x: &[f32],
         ctx: &PassContext,
-        (layer_idx, slots, cache): (usize, LayerSlots<'_>, CacheRows<'_>),
+        job: AttentionJob<'_, '_>,
         bufs: &mut Buffers,
-    ) {
+    ) -> Result<()> {
+        let AttentionJob { layer_idx, slots, cache, blocked, edit } = job;
         let desc = &self.desc;
         let (d, attn, kv) = (desc.head_dim, desc.query_width(), desc.kv_width());
         let n = x.len() / desc.hidden.max(1);
@@ -464,7 +547,7 @@ impl Network {
             }
             None => (&qkv[attn..], &qkv[attn + kv..], row, n),
         };
-        let rows = QkRows { qkv, row, n, k_all, kv_stride, total };
+        let rows = QkRows { qkv, row, n, k_all, kv_stride, total, blocked };
         let LayerSlots { probs, scores, terms, queries, keys, visit_head, .. } = slots;
         let mut probs = probs.map(|p| p.chunks_mut(n * total));
         let mut scores = scores.map(|s| s.chunks_mut(n * total));
@@ -521,7 +604,10 @@ impl Network {
                 dst[h * d..(h + 1) * d].copy_from_slice(src);
             }
         }
+        let context = &mut bufs.context[..n * attn];
+        write(edit, Writable::HeadOut { layer: layer_idx, first: ctx.mask.first, context })?;
         layer.output.forward_into(&bufs.context[..n * attn], None, &mut bufs.panels, &mut bufs.attn_out);
+        Ok(())
     }
 
     /// The fused q/k/v rows of `x` (`n × (attn + 2·kv)`: every query, then every key, then every
@@ -545,7 +631,7 @@ impl Network {
         records: HeadRecords<'_>,
     ) {
         let d = self.desc.head_dim;
-        let QkRows { qkv, row, n, k_all, kv_stride, total } = *rows;
+        let QkRows { qkv, row, n, k_all, kv_stride, total, blocked } = *rows;
         let g = self.desc.kv_head_of(h);
         let q = MatRef::rows(&qkv[h * d..], n, d, row);
         let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
@@ -583,6 +669,13 @@ impl Network {
             let inv = 1.0 / ctx.temperature;
             for s in probs.iter_mut() {
                 *s *= inv;
+            }
+        }
+        // Knocked-out entries: -inf, as a mask sets them (this pass's rows only).
+        let first = ctx.mask.first;
+        for &(q, k) in blocked {
+            if (first..first + n).contains(&q) {
+                probs[(q - first) * total + k] = f32::NEG_INFINITY;
             }
         }
         kernels::softmax_rows(probs, total, ctx.mask, scores);

@@ -74,6 +74,29 @@ pub enum EngineError {
         /// The decoder's hidden size.
         hidden: usize,
     },
+    /// A key/value cache whose layers below `first_layer` are incomplete (a resumed pass made
+    /// it), given to a pass that starts below it.
+    #[error("the key/value cache holds layers from {first_layer} on; a pass starting at layer {start} cannot use it")]
+    PartialCache {
+        /// Its first complete layer.
+        first_layer: usize,
+        /// Where the pass starts.
+        start: usize,
+    },
+    /// A pass resumed at a layer it does not run, or with a stream of another size.
+    #[error(
+        "cannot resume the pass at layer {layer} with {values} values: it runs {layers} layers and the stream entering one holds {expected}"
+    )]
+    Resume {
+        /// The layer asked for.
+        layer: usize,
+        /// Layers the pass runs.
+        layers: usize,
+        /// Values given.
+        values: usize,
+        /// Values of the stream.
+        expected: usize,
+    },
     /// Interventions that do not fit the model.
     #[error("intervention: {0}")]
     Intervention(String),

@@ -42,49 +42,77 @@ impl Network {
     /// Next-token logits from one row of the final hidden state (after the final norm), or None
     /// without a language-model head: `hidden · Eᵀ` with the tied embeddings or `lm_head`.
     pub fn logits(&self, hidden_row: &[f32]) -> Option<Vec<f32>> {
-        if !self.has_lm_head() || hidden_row.len() != self.desc.hidden {
-            return None;
-        }
-        let table = self.lm_head.as_ref().unwrap_or(&self.embeddings.tokens);
-        let h = self.desc.hidden;
-        let scaled: Vec<f32>;
-        let hidden_row = if self.desc.logit_scale.to_bits() == 1.0f32.to_bits() {
-            hidden_row
-        } else {
-            scaled = hidden_row.iter().map(|v| v * self.desc.logit_scale).collect();
-            &scaled
-        };
+        let hidden_row = self.head_input(hidden_row)?;
         let mut logits = vec![0.0; self.desc.vocab_size];
-        // Held in blocks or 16 bits, LOGIT_ROWS rows are widened at a time (one dispatched call,
-        // not one per row); each logit is the same dot product either way.
         logits.par_chunks_mut(LOGIT_ROWS).enumerate().for_each(|(c, out)| {
-            let start = c * LOGIT_ROWS * h;
-            let end = start + out.len() * h;
-            let dots = |rows: &[f32], out: &mut [f32]| {
-                for (o, row) in out.iter_mut().zip(rows.chunks_exact(h.max(1))) {
-                    *o = kernels::dot(row, hidden_row);
-                }
-            };
-            if let Values::F32(t) = table {
-                dots(&t[start..end], out);
-            } else if let Values::Quant(q) = table
-                && h > 0
-                && let Some((kind, blocks)) = q.part_rows(start / h..end / h)
-                && kernels::block_dots(kind, hidden_row, blocks, out)
-            {
-                // Blocks (SmolLM2's tied `Q8_0` embeddings) multiplied in registers, the same sums.
-            } else {
-                WIDE_ROWS.with_borrow_mut(|wide| {
-                    wide.resize(end - start, 0.0);
-                    table.widen_into(start..end, wide);
-                    dots(wide, out);
-                });
-            }
+            self.logit_rows(&hidden_row, c * LOGIT_ROWS, out);
         });
         if !self.logits_bias.is_empty() {
             logits.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
         }
         Some(logits)
+    }
+
+    /// The logits of `tokens` alone from one row of the final hidden state: what [`Self::logits`]
+    /// gives for them, bit for bit, without the rest of the vocabulary. None without a head or for
+    /// a token outside the vocabulary.
+    pub fn token_logits(&self, hidden_row: &[f32], tokens: &[u32]) -> Option<Vec<f32>> {
+        if tokens.iter().any(|&t| t as usize >= self.desc.vocab_size) {
+            return None;
+        }
+        let hidden_row = self.head_input(hidden_row)?;
+        let mut out = vec![0.0; tokens.len()];
+        for (o, &t) in out.iter_mut().zip(tokens) {
+            self.logit_rows(&hidden_row, t as usize, std::slice::from_mut(o));
+            if let Some(b) = self.logits_bias.get(t as usize) {
+                *o += b;
+            }
+        }
+        Some(out)
+    }
+
+    /// The row the head multiplies (times its logit scale), or None without a head or for a row
+    /// of another width.
+    fn head_input<'a>(&self, hidden_row: &'a [f32]) -> Option<std::borrow::Cow<'a, [f32]>> {
+        if !self.has_lm_head() || hidden_row.len() != self.desc.hidden {
+            return None;
+        }
+        Some(if self.desc.logit_scale.to_bits() == 1.0f32.to_bits() {
+            std::borrow::Cow::Borrowed(hidden_row)
+        } else {
+            std::borrow::Cow::Owned(hidden_row.iter().map(|v| v * self.desc.logit_scale).collect())
+        })
+    }
+
+    /// The logits (before the head's bias) of vocabulary rows `first..first + out.len()` into
+    /// `out`: each the same dot product however many rows are asked for.
+    fn logit_rows(&self, hidden_row: &[f32], first: usize, out: &mut [f32]) {
+        let table = self.lm_head.as_ref().unwrap_or(&self.embeddings.tokens);
+        let h = self.desc.hidden;
+        let start = first * h;
+        let end = start + out.len() * h;
+        let dots = |rows: &[f32], out: &mut [f32]| {
+            for (o, row) in out.iter_mut().zip(rows.chunks_exact(h.max(1))) {
+                *o = kernels::dot(row, hidden_row);
+            }
+        };
+        // Held in blocks or 16 bits, LOGIT_ROWS rows are widened at a time (one dispatched call,
+        // not one per row); each logit is the same dot product either way.
+        if let Values::F32(t) = table {
+            dots(&t[start..end], out);
+        } else if let Values::Quant(q) = table
+            && h > 0
+            && let Some((kind, blocks)) = q.part_rows(start / h..end / h)
+            && kernels::block_dots(kind, hidden_row, blocks, out)
+        {
+            // Blocks (SmolLM2's tied `Q8_0` embeddings) multiplied in registers, the same sums.
+        } else {
+            WIDE_ROWS.with_borrow_mut(|wide| {
+                wide.resize(end - start, 0.0);
+                table.widen_into(start..end, wide);
+                dots(wide, out);
+            });
+        }
     }
 
     /// The final norm applied to rows of `x` (`m × hidden`) in place, as the pass applies it to

@@ -131,7 +131,8 @@ impl Network {
             };
             self.project_qk(layer, input, &streams.ctx, &mut panels, &mut qkv);
         });
-        Ok(LayerAttention { net: self, streams, layer_idx, qkv })
+        let blocked = streams.ctx.blocked(layer_idx);
+        Ok(LayerAttention { net: self, streams, layer_idx, qkv, blocked })
     }
 }
 
@@ -143,6 +144,8 @@ pub struct LayerAttention<'a> {
     layer_idx: usize,
     /// The layer's fused q/k/v rows, as its pass had them.
     qkv: Vec<f32>,
+    /// The entries its pass knocked out.
+    blocked: Vec<(usize, usize)>,
 }
 
 /// One head's attention and how it arose (the neuron view's data), computed again.
@@ -169,7 +172,7 @@ impl LayerAttention<'_> {
     fn rows(&self) -> QkRows<'_> {
         let d = &self.net.desc;
         let (attn, row, n) = (d.query_width(), d.query_width() + 2 * d.kv_width(), self.streams.n);
-        QkRows { qkv: &self.qkv, row, n, k_all: &self.qkv[attn..], kv_stride: row, total: n }
+        QkRows { qkv: &self.qkv, row, n, k_all: &self.qkv[attn..], kv_stride: row, total: n, blocked: &self.blocked }
     }
 
     fn compute(&self, head_idx: usize, probs: &mut [f32], records: HeadRecords<'_>) {

@@ -98,6 +98,7 @@ impl Listener for Record {
             keys: one(keys, layer, vectors * shape.seq_len),
             cross: one(cross, layer, shape.heads * shape.seq_len * shape.source_len),
             visit_head: None,
+            edit: None,
         }
     }
 }

@@ -47,7 +47,9 @@ pub use error::EngineError;
 pub use head::LogitBasis;
 pub use lazy::{HeadDetail, KeepStreams, LayerAttention, Streams};
 pub use listeners::{Capture, EachHead, EachLayer, ForwardOutput, LayerDone, LayerVisitor, Record};
-pub use pass::{Context, EncoderStates, HeadVisitor, Input, KvCache, LayerSlots, Listener, PassShape, Point, Wants};
+pub use pass::{
+    Context, Edit, EncoderStates, HeadVisitor, Input, KvCache, LayerSlots, Listener, PassShape, Point, Wants, Writable,
+};
 pub use quant::{FilledRegion, Quantized, Region};
 pub use weights::{Expected, WeightStorage, Weights};
 

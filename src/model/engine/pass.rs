@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use super::Network;
 use super::block::{Buffers, LayerJob};
 use super::context::PassContext;
-pub use super::context::{HeadVisitor, LayerSlots};
+pub use super::context::{Edit, HeadVisitor, LayerSlots, Writable};
 use super::error::{EngineError, Result};
 use super::positions::{self, Relative};
 use crate::model::intervene::Interventions;
@@ -191,6 +191,9 @@ pub struct KvCache {
     pub(super) keys: Vec<Vec<f32>>,
     pub(super) values: Vec<Vec<f32>>,
     pub(super) len: usize,
+    /// The first layer whose rows are all there: a pass resumed at a layer appends nothing to
+    /// the layers below it, so only passes resumed there or later can follow.
+    pub(super) first_layer: usize,
 }
 
 impl KvCache {
@@ -215,6 +218,24 @@ impl KvCache {
             rows.truncate(len * width);
         }
         self.len = len;
+    }
+
+    /// A copy of the first `len` tokens' keys and values of the layers from `first_layer` on
+    /// (the layers below are left empty): what a pass resumed at `first_layer` after those
+    /// tokens reads — a patched run reusing the unpatched run's prefix.
+    #[must_use]
+    pub fn prefix(&self, len: usize, first_layer: usize) -> KvCache {
+        let len = len.min(self.len);
+        let first_layer = first_layer.max(self.first_layer);
+        let part = |rows: &Vec<Vec<f32>>| -> Vec<Vec<f32>> {
+            rows.iter()
+                .enumerate()
+                .map(|(l, r)| {
+                    if l < first_layer || self.len == 0 { Vec::new() } else { r[..len * (r.len() / self.len)].to_vec() }
+                })
+                .collect()
+        };
+        KvCache { keys: part(&self.keys), values: part(&self.values), len, first_layer }
     }
 }
 
@@ -248,18 +269,30 @@ pub struct Input<'a> {
     pub interventions: &'a Interventions,
     /// Where the tokens sit.
     pub context: Context<'a>,
+    /// Where the pass starts: None at the embeddings; `(layer, stream)` at `layer`, with the
+    /// stream entering it (`seq_len × hidden`, as [`Point::ResidPre`] hands it: after the
+    /// interventions' steering), layers before it not run.
+    pub resume: Option<(usize, &'a [f32])>,
 }
 
 impl<'a> Input<'a> {
     /// A fresh sequence, faithful unless `interventions` say otherwise.
     pub fn new(ids: &'a [u32], type_ids: &'a [u32], interventions: &'a Interventions) -> Self {
-        Self { ids, type_ids, interventions, context: Context::Fresh }
+        Self { ids, type_ids, interventions, context: Context::Fresh, resume: None }
     }
 
     /// The same input in `context`.
     #[must_use]
     pub fn within(self, context: Context<'a>) -> Self {
         Self { context, ..self }
+    }
+
+    /// The same input run from layer `layer` on, entering it as `stream` (`seq_len × hidden`): the
+    /// layers before it changed nothing (a patched run's unchanged start). With a
+    /// [`Context::Cached`] the cache's layers from `layer` on are read and appended to.
+    #[must_use]
+    pub fn resumed(self, layer: usize, stream: &'a [f32]) -> Self {
+        Self { resume: Some((layer, stream)), ..self }
     }
 }
 
@@ -271,7 +304,7 @@ impl Network {
         if !d.causal || !positions::allows_cache(&d.position_bias) {
             return Err(EngineError::NotCausal { family: d.family.clone() });
         }
-        Ok(KvCache { keys: vec![Vec::new(); d.layers], values: vec![Vec::new(); d.layers], len: 0 })
+        Ok(KvCache { keys: vec![Vec::new(); d.layers], values: vec![Vec::new(); d.layers], len: 0, first_layer: 0 })
     }
 
     /// `hidden` (`source × hidden`, an encoder's output) as this decoder's cross-attention reads
@@ -321,7 +354,38 @@ impl Network {
             rope: d.rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, past, n, past + n)),
             relative: Relative::new(&d.position_bias, n),
             ablated: iv.ablated.iter().copied().collect(),
+            knockout: iv.knockout.iter().copied().collect(),
         }
+    }
+
+    /// Checks the interventions against this network and an input of `total` positions (the pass
+    /// runs this check): what [`Interventions::validate`] checks, knocked-out entries (in the
+    /// input, no query left without a key) and the steering vector's width.
+    pub fn check_interventions(&self, iv: &Interventions, total: usize) -> Result<()> {
+        let d = &self.desc;
+        iv.validate(d.layers, d.heads).map_err(EngineError::Intervention)?;
+        let layers = iv.first_layers.unwrap_or(d.layers);
+        if !iv.knockout.is_empty() {
+            let mask = kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: 0 };
+            iv.check_knockout(total, layers, |q| mask.visible(q, total)).map_err(EngineError::Intervention)?;
+        }
+        if let Some(s) = &iv.steer
+            && s.vector.len() != d.hidden
+        {
+            return Err(EngineError::Intervention(format!(
+                "the steering vector has {} values; this model's residual stream has {}",
+                s.vector.len(),
+                d.hidden
+            )));
+        }
+        Ok(())
+    }
+
+    /// The keys query position `query` sees among `total` (a causal mask, a window): what a
+    /// knockout of a key outside it changes (nothing).
+    pub fn visible_keys(&self, iv: &Interventions, query: usize, total: usize) -> std::ops::Range<usize> {
+        let d = &self.desc;
+        kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: 0 }.visible(query, total)
     }
 
     /// **The forward pass.** Runs `input` through the network, handing `listener` what it asks
@@ -334,7 +398,7 @@ impl Network {
 
     fn run_in_pool(&self, input: Input<'_>, listener: &mut dyn Listener) -> Result<Vec<f32>> {
         let d = &self.desc;
-        let Input { ids, type_ids, interventions: iv, context } = input;
+        let Input { ids, type_ids, interventions: iv, context, resume } = input;
         let (mut cache, encoder) = match context {
             Context::Fresh => (None, None),
             Context::Cached(cache) => (Some(cache), None),
@@ -350,9 +414,20 @@ impl Network {
         }
         let past = cache.as_ref().map_or(0, |c| c.len);
         let type_ids = self.check_input(ids, type_ids, past)?;
-        iv.validate(d.layers, d.heads).map_err(EngineError::Intervention)?;
         let n = ids.len();
+        self.check_interventions(iv, past + n)?;
         let layers = iv.first_layers.unwrap_or(d.layers); // validated above
+        let start = resume.map_or(0, |(layer, _)| layer);
+        if let Some((layer, stream)) = resume
+            && (layer >= layers || stream.len() != n * d.hidden)
+        {
+            return Err(EngineError::Resume { layer, layers, values: stream.len(), expected: n * d.hidden });
+        }
+        if let Some(c) = &cache
+            && c.first_layer > start
+        {
+            return Err(EngineError::PartialCache { first_layer: c.first_layer, start });
+        }
         let shape = PassShape {
             layers,
             heads: d.heads,
@@ -366,9 +441,19 @@ impl Network {
         listener.start(&shape);
         let wants = listener.wants();
         let ctx = self.pass_context(iv, past, n);
-        let mut x = self.embeddings.forward(ids, &type_ids, past, !iv.zero_positions);
+        let mut x = match resume {
+            Some((_, stream)) => stream.to_vec(),
+            None => self.embeddings.forward(ids, &type_ids, past, !iv.zero_positions),
+        };
+        // The steering vector joins the stream entering its layer (a resumed pass's stream has it).
+        let steer = iv.steer.as_ref().filter(|s| s.layer > start || resume.is_none()).map(|s| (s.layer, s.added()));
         let mut bufs = Buffers::new(n, shape.source_len, d);
-        for l in 0..layers {
+        for l in start..layers {
+            if let Some((_, added)) = steer.as_ref().filter(|(at, _)| *at == l) {
+                for row in x.chunks_mut(d.hidden) {
+                    row.iter_mut().zip(added).for_each(|(x, a)| *x += a);
+                }
+            }
             listener.point(Point::ResidPre { layer: l, stream: &x })?;
             let layer = &self.layers[d.layer_weights[l]];
             let job = LayerJob {
@@ -377,7 +462,7 @@ impl Network {
                 cache: cache.as_deref_mut().map(|c| (&mut c.keys[l], &mut c.values[l])),
                 encoder,
             };
-            self.layer_forward(layer, &mut x, &ctx, job, &mut bufs);
+            self.layer_forward(layer, &mut x, &ctx, job, &mut bufs)?;
             if wants.writes {
                 self.hand_writes(layer, l, &bufs, listener)?;
             }
@@ -392,6 +477,7 @@ impl Network {
         }
         if let Some(c) = cache {
             c.len = past + n;
+            c.first_layer = start;
         }
         if let Some(norm) = &self.final_norm {
             let scale = norm.scales(&x);

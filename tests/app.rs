@@ -3154,3 +3154,63 @@ fn a_rectangular_attention_file_draws_rows_over_other_tokens() {
     assert_eq!(text.lines().count(), 3, "{text}");
     assert!(text.lines().next().unwrap().ends_with("the,cat,sat"), "{text}");
 }
+
+#[test]
+fn patching_shows_the_library_sweeps_and_a_clicked_head_opens_in_the_attention_views() {
+    use attnviz::analysis::patching::PatchSite;
+    use attnviz::model::patch::{Reuse, SweepControl};
+    use attnviz::model::{Interventions, LoadedModel};
+    let (clean, corrupted) = ("the cat sat on the mat", "the mat sat on the cat");
+    let mut h = lens_app("tiny-llama", clean);
+    // Without sentence B the view says what it needs.
+    h.get_by_label("Patching").click();
+    settled(&mut h);
+    h.get_by_label_contains("Type the corrupted input as sentence B");
+    h.state_mut().settings.pair_enabled = true;
+    h.state_mut().settings.text_pair = corrupted.into();
+    settled(&mut h);
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    let faithful = Interventions::default();
+    // Answer and wrong default to each run's top prediction.
+    let top = |text: &str| {
+        let tokens = model.tokenizer.encode(text, None).unwrap().tokens;
+        let lens = model.lens(&tokens, &[tokens.len() - 1], 1, &[], &faithful).unwrap();
+        model.tokenizer.token_of(lens.cell(lens.streams - 1, 0).next().unwrap().0)
+    };
+    let (answer, wrong) = (top(clean), top(corrupted));
+    let library = |site: PatchSite| {
+        let request = model.patch_request((clean, corrupted), (&answer, &wrong), site, &faithful).unwrap();
+        let mut progress = |_| {};
+        let mut control = SweepControl { progress: &mut progress, cancel: None };
+        model.patch(&request, Reuse::Changed, &mut control).unwrap()
+    };
+    let shown = |h: &Harness<'static, AttnvizApp>| h.state().features.patching.slot.shown().unwrap().1.clone().unwrap();
+    for site in [PatchSite::ResidPre, PatchSite::Head] {
+        h.get_by_label(site.name()).click();
+        settled(&mut h);
+        let expected = library(site);
+        let p = shown(&h);
+        assert_eq!(p.patching, expected, "{} sweep", site.name());
+        // The numbers shown are the library's.
+        h.get_by_label_contains(&format!(
+            "clean {:.4} · corrupted {:.4}",
+            expected.clean_logit_diff, expected.corrupted_logit_diff
+        ));
+    }
+    // The head sweep: every head has a cell; a click opens it in the heatmap.
+    let expected = library(PatchSite::Head);
+    assert_eq!((expected.grid.layers, expected.grid.columns), (2, 4));
+    h.get_by_label("Patch L1 H2").click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.view, View::Heatmap);
+    assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (1, vec![2]));
+    // Back to the grid: exported as numbers, the library's.
+    h.get_by_label("Patching").click();
+    settled(&mut h);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("patching.csv");
+    export_through_dialog(&mut h, &path);
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let row: Vec<f32> = csv.lines().nth(2).unwrap().split(',').skip(1).map(|v| v.parse().unwrap()).collect();
+    assert_eq!(row, expected.grid.rows()[1], "layer 1's heads");
+}

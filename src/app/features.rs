@@ -10,7 +10,7 @@ use super::data::ViewData;
 use super::session::Shown;
 use super::state::View;
 use super::worker::Done;
-use super::{attribution, compare, graph, lab, lens, rollout};
+use super::{attribution, compare, graph, lab, lens, patching, rollout};
 use crate::export::Figure;
 
 /// Every feature's own state.
@@ -28,6 +28,8 @@ pub struct Features {
     pub compare: compare::Feature,
     /// The training lab.
     pub lab: lab::Feature,
+    /// Activation patching.
+    pub patching: patching::Feature,
 }
 
 impl Features {
@@ -37,6 +39,7 @@ impl Features {
         let no_head = self.lens.refusal.is_some();
         self.attribution.request(shown, no_head);
         self.graph.request(shown, &mut self.attribution, no_head);
+        self.patching.request(shown);
     }
 
     /// Hands a feature its answer from the worker; the answers of the shown run are the app's
@@ -48,6 +51,7 @@ impl Features {
             Done::Computed(answer) => {
                 let answer = self.attribution.take(answer)?;
                 let answer = self.graph.take(answer)?;
+                let answer = self.patching.take(answer)?;
                 return Some(Done::Computed(answer));
             }
             Done::Compared { id, result } => self.compare.on_compared(id, result),
@@ -63,6 +67,7 @@ impl Features {
             || self.graph.slot.is_pending()
             || self.flow.slot.is_pending()
             || self.compare.is_pending()
+            || self.patching.slot.is_pending()
     }
 }
 
@@ -79,6 +84,8 @@ pub struct FeatureViews {
     pub attribution: attribution::view::AttributionView,
     /// The contribution graph: the laid-out routes.
     pub graph: graph::view::GraphView,
+    /// Activation patching: the grid's texture, the token boxes.
+    pub patching: patching::view::PatchingView,
 }
 
 impl FeatureViews {
@@ -90,6 +97,7 @@ impl FeatureViews {
             View::Lens => self.lens.ui(ui, data, commands),
             View::Attribution => self.attribution.ui(ui, data, commands),
             View::Graph => self.graph.ui(ui, data, commands),
+            View::Patching => self.patching.ui(ui, data, commands),
             _ => return false,
         }
         true
@@ -107,6 +115,7 @@ pub fn figure(view: View, data: &ViewData<'_>, selection: (usize, &[usize])) -> 
         View::Lens => features.lens.figure(data),
         View::Attribution => features.attribution.figure(data),
         View::Graph => features.graph.figure(data),
+        View::Patching => features.patching.figure(data),
         _ => return None,
     })
 }

@@ -16,6 +16,7 @@ pub mod handle;
 pub mod lab;
 pub mod legacy;
 pub mod lens;
+pub mod patching;
 pub mod rollout;
 pub mod runs;
 pub mod session;

@@ -218,7 +218,11 @@ impl Session {
         if matches!(spec, RunSpec::File(_)) {
             return (String::new(), None, None, spec);
         }
-        (settings.text.clone(), settings.pair().map(str::to_string), self.run_target(settings), spec)
+        // A language model reads one text: its sentence B is the corrupted input of patching.
+        let one_text = matches!(spec, RunSpec::Pretrained(..))
+            && self.model.as_ref().is_some_and(|m| !m.reads_pairs && !m.seq2seq);
+        let pair = settings.pair().filter(|_| !one_text).map(str::to_string);
+        (settings.text.clone(), pair, self.run_target(settings), spec)
     }
 
     /// Drops the shown run and every run in flight (they belong to another model): the next

@@ -28,6 +28,13 @@ impl<K: PartialEq + Clone, V> Slot<K, V> {
         !asked
     }
 
+    /// Forgets what is shown and in flight: the next [`Self::want`] asks again (an answer still on
+    /// its way is dropped).
+    pub fn forget(&mut self) {
+        self.shown = None;
+        self.in_flight = None;
+    }
+
     /// Takes an answer: shown if it is of the key in flight (then nothing is in flight), dropped
     /// otherwise. Returns whether it was taken.
     pub fn finish(&mut self, key: K, value: V) -> bool {

@@ -41,11 +41,13 @@ pub enum View {
     Attribution,
     /// The contribution graph: the routes from a prediction back to the input tokens.
     Graph,
+    /// Activation patching: which activations carry the clean input's answer.
+    Patching,
 }
 
 impl View {
     /// Every view, in tab order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::Head,
         Self::Model,
         Self::Heatmap,
@@ -57,6 +59,7 @@ impl View {
         Self::Lens,
         Self::Attribution,
         Self::Graph,
+        Self::Patching,
     ];
 
     /// Tab label.
@@ -73,6 +76,7 @@ impl View {
             Self::Lens => "Logit lens",
             Self::Attribution => "Logit attribution",
             Self::Graph => "Contribution graph",
+            Self::Patching => "Patching",
         }
     }
 
@@ -89,6 +93,7 @@ impl View {
             Self::Lens => "attnviz-logit-lens.png".to_string(),
             Self::Attribution => "attnviz-logit-attribution.png".to_string(),
             Self::Graph => "attnviz-contribution-graph.png".to_string(),
+            Self::Patching => format!("attnviz-patching-{}.png", settings.patching.site.name()),
             Self::Positions => match settings.pe_figure {
                 PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
                 PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
@@ -112,6 +117,7 @@ impl View {
             Self::Lens => "the logit lens grid (the cells computed so far)",
             Self::Attribution => "the attribution grid (layers × heads, MLPs, embeddings)",
             Self::Graph => "the contribution graph (its edges' proportions as numbers)",
+            Self::Patching => "the patching grid (its logit differences as numbers)",
             Self::Positions => match settings.pe_figure {
                 PeFigure::Encoding => "the positional encoding",
                 PeFigure::Dot => "the dot products PE·PE",
@@ -251,6 +257,8 @@ pub struct Settings {
     pub stats_role: Option<usize>,
     /// The contribution graph's settings.
     pub graph: GraphSettings,
+    /// The patching view's settings.
+    pub patching: super::patching::PatchingSettings,
     /// The training lab's settings.
     pub train: crate::train::TrainConfig,
 }
@@ -296,6 +304,7 @@ super::command::settings_fields! {
     attribution => Attribution: AttributionSettings,
     stats_role => StatsRole: Option<usize>,
     graph => Graph: GraphSettings,
+    patching => Patching: super::patching::PatchingSettings,
     train => Train: crate::train::TrainConfig,
 }
 
@@ -355,6 +364,7 @@ impl Default for Settings {
             attribution: AttributionSettings::default(),
             stats_role: None,
             graph: GraphSettings::default(),
+            patching: super::patching::PatchingSettings::default(),
             train: crate::train::TrainConfig::default(),
         }
     }

@@ -93,6 +93,14 @@ pub enum Figure {
     Roles(usize),
     /// Direct logit attribution as computed: layers × heads (+ attention bias, MLP), embeddings.
     Attribution(std::sync::Arc<Table>),
+    /// A table of signed values as a heatmap in diverging colours centred on 0 (activation
+    /// patching's grids), with the titles of its vertical and horizontal axes.
+    Signed {
+        /// The values with their labels and title.
+        table: std::sync::Arc<Table>,
+        /// The vertical and the horizontal axis.
+        axes: (&'static str, &'static str),
+    },
 }
 
 /// A node of a drawn graph: its place (token column, level from the bottom) and its label.
@@ -184,7 +192,7 @@ impl PartialEq for SharedRun {
 }
 
 /// A figure's numbers as a labelled table, for CSV / JSON / NPZ.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Table {
     /// What the numbers are.
     pub title: String,
@@ -312,6 +320,13 @@ impl Figure {
                 }))
             }
             Figure::Graph(graph) => Ok(render::graph_drawing(graph, theme, scale)),
+            Figure::Signed { table, axes } => {
+                if table.values.is_empty() {
+                    return Err(FigureError::Unavailable("it is not computed yet".into()));
+                }
+                let range = render::symmetric_range(&table.values);
+                Ok(table_heatmap(table, &table.title, Some(range), Colormap::RdBu, theme, scale, axes.0, axes.1))
+            }
             Figure::Attribution(table) => {
                 if table.values.is_empty() {
                     return Err(FigureError::Unavailable("the attribution is not computed yet".into()));
@@ -429,6 +444,12 @@ impl Figure {
             Figure::Attribution(table) => {
                 if table.values.is_empty() {
                     return Err(FigureError::Unavailable("the attribution is not computed yet".into()));
+                }
+                Ok((**table).clone())
+            }
+            Figure::Signed { table, .. } => {
+                if table.values.is_empty() {
+                    return Err(FigureError::Unavailable("it is not computed yet".into()));
                 }
                 Ok((**table).clone())
             }

@@ -70,6 +70,7 @@ pub struct PositionSimilarity {
 }
 
 /// What the loaded model is, for the side panel.
+#[allow(clippy::struct_excessive_bools)] // independent facts about the model, not a state machine
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelInfo {
     /// Display name.
@@ -94,6 +95,9 @@ pub struct ModelInfo {
     pub can_generate: bool,
     /// Whether it is an encoder–decoder (BART, Marian, T5…): it reads a target too.
     pub seq2seq: bool,
+    /// Whether it reads sentence pairs (an encoder); a language model reads one text, and its
+    /// sentence B is the corrupted input of activation patching.
+    pub reads_pairs: bool,
     /// Whether it can translate (an encoder–decoder with its language-model head).
     pub can_translate: bool,
     /// For GGUF weights: what they were ("GGUF `Q4_1` (210), …, kept in their blocks").
@@ -128,6 +132,7 @@ impl ModelInfo {
             kv_heads: desc.kv_heads,
             can_generate: desc.causal && model.decoder.is_none() && model.net.has_lm_head(),
             seq2seq: model.decoder.is_some(),
+            reads_pairs: desc.reads_pairs,
             can_translate: model.decoder.as_ref().is_some_and(|d| d.net.has_lm_head()),
             quantization: model.quantization.clone(),
             readout_refusal: model.readout_refusal(),

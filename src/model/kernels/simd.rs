@@ -71,7 +71,7 @@ pub(super) trait Vectorised {
     fn run<L: Unpack>(self) -> Self::Output;
 }
 
-/// The instructions this machine has: x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) or neither;
+/// The instructions this machine has: x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA, F16C) or neither;
 /// found on each call from the standard library's cached detection.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Simd {
@@ -205,7 +205,8 @@ pub(super) trait Lanes: Copy {
     }
 }
 
-/// Sixteen f32 lanes as a plain array (the compiler vectorises it for the dispatched instructions).
+/// Sixteen f32 lanes as a plain array: the lanes of a machine without x86-64-v3 (the compiler
+/// vectorises what it can).
 #[derive(Clone, Copy)]
 pub(super) struct Scalar([f32; 16]);
 

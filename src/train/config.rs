@@ -216,8 +216,9 @@ impl TrainConfig {
         if self.warmup == 0 || step >= self.warmup { self.lr } else { self.lr * step as f64 / self.warmup as f64 }
     }
 
-    /// Checks the settings; the error names the one at fault.
-    pub fn validate(&self) -> Result<(), TrainError> {
+    /// Checks each setting's range; the error names the one at fault. ([`TrainConfig::validate`]
+    /// then checks the size of the network they make.)
+    pub(super) fn check_fields(&self) -> Result<(), TrainError> {
         let at_least = |field: &'static str, value: usize, min: usize| {
             if value < min { Err(bad(field, format!("must be at least {min}, got {value}"))) } else { Ok(()) }
         };
@@ -277,13 +278,6 @@ impl TrainConfig {
                     ));
                 }
             }
-        }
-        let params = super::net::parameter_count(self);
-        if params > 50_000_000 {
-            return Err(bad(
-                "size",
-                format!("{params} parameters: the lab trains small models on the CPU (at most 50 million)"),
-            ));
         }
         Ok(())
     }

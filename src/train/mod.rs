@@ -22,6 +22,22 @@ pub use run::{CHECKPOINT_BUDGET_BYTES, Checkpoint, Checkpoints, Evaluation, MAX_
 pub use save::{Exported, export, load, replaceable, tokenizer_json};
 pub use tasks::{Batch, Rng, Targets, Task};
 
+impl TrainConfig {
+    /// Checks the settings; the error names the one at fault: each setting's range, then the size
+    /// of the network they make (here, where the settings meet the network).
+    pub fn validate(&self) -> Result<(), TrainError> {
+        self.check_fields()?;
+        let params = parameter_count(self);
+        if params > 50_000_000 {
+            return Err(config::bad(
+                "size",
+                format!("{params} parameters: the lab trains small models on the CPU (at most 50 million)"),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What can go wrong training.
 #[derive(Debug, Error)]
 pub enum TrainError {

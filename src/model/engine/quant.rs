@@ -1,7 +1,7 @@
 //! GGUF weights kept in llama.cpp's blocks (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`, `Q4_K`, `Q5_K`,
 //! `Q6_K`, and F16 / BF16 / F32 rows): where the stored bytes are, widened to f32 a row at a time as
 //! a product needs them (for a product of a few rows, blocks are widened in registers instead:
-//! [`kernels::block_product`]). The decoding is the kernel room's ([`kernels::decode_row`]):
+//! [`kernels::block_product`]). The decoding is the kernel room's ([`kernels::widen`]):
 //! Candle's `k_quants` `to_float` arithmetic operation for operation (the dequantise-on-load path),
 //! so every value — and every product, attention weight and logit — is bit for bit what the network
 //! computes from the f32 weights (`tests` compare every type with Candle's `dequantize`).
@@ -193,8 +193,7 @@ impl Quantized {
     /// Row `row` as f32 into `out` (`cols` values).
     #[cfg(test)]
     fn row_into(&self, row: usize, out: &mut [f32]) {
-        let (kind, bytes) = self.stored_row(row);
-        kernels::decode_row(kind, bytes, out);
+        self.widen_into(row * self.cols..(row + 1) * self.cols, out);
     }
 
     /// Values `range` of the row-major matrix as f32 into `out` ([`kernels::widen`]: compiled for

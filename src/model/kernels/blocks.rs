@@ -1,25 +1,17 @@
-//! llama.cpp's GGUF block kinds: one type per kind ([`Q4_0`] … [`Q6K`]) with its one decoder,
-//! Candle's `k_quants` `to_float` arithmetic operation for operation, written twice over the same
-//! operations — into f32 values ([`Block::to_float`], what the widening of stored rows runs) and
-//! into AVX-512 registers ([`Block::to_registers`], what the products of a few rows run, the f32
-//! never going through memory) — so every value, and every product, attention weight and logit, is
-//! bit for bit what the network computes from the dequantised weights. One dispatch over the kinds
-//! ([`by_block_kind`]) serves the widening and the products.
+//! llama.cpp's GGUF block kinds: one type per kind ([`Q4_0`] … [`Q6K`]) with its one decoder
+//! ([`Block::decode`]), Candle's `k_quants` `to_float` arithmetic operation for operation, written
+//! once over sixteen lanes ([`Unpack`]) and run by both of its users: the widening of stored rows
+//! ([`widen`], in the running CPU's lanes: one AVX-512 register, two AVX2 registers or an array)
+//! and the products of a few rows (in AVX-512 registers, the f32 never going through memory) — so
+//! every value, and every product, attention weight and logit, is bit for bit what the network
+//! computes from the dequantised weights. One dispatch over the kinds ([`by_block_kind`]) serves the
+//! widening and the products.
 
-#![allow(unsafe_code)] // the register decoders' intrinsics, see the SAFETY comment of `two_f16`
 #![allow(clippy::inline_always)] // the decoders are vectorised only when inlined into the dispatched functions
 
 use half::bf16;
 
-use super::simd::{Block, Simd, Vectorised};
-
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::{
-    __m512, __m512i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps,
-    _mm512_add_epi32, _mm512_and_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32,
-    _mm512_fmadd_ps, _mm512_mul_ps, _mm512_or_si512, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setr_epi32,
-    _mm512_slli_epi32, _mm512_srli_epi32, _mm512_srlv_epi32, _mm512_sub_epi32, _mm512_sub_ps,
-};
+use super::simd::{Block, Ints, Put, Simd, Unpack, Vectorised, f16_to_f32};
 
 /// A block format of one stored row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +70,7 @@ impl BlockKind {
 }
 
 /// `$m!(Kind)` for the type of `$kind`'s blocks (`$floats` for rows of floats): the one dispatch over
-/// the kinds, for the widening ([`decode_row`]) and the products of blocks (`gemm`).
+/// the kinds, for the widening (`decode_row`) and the products of blocks (`gemm`).
 macro_rules! by_block_kind {
     ($kind:expr, $m:ident, $floats:expr) => {
         match $kind {
@@ -109,14 +101,15 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
-/// One row's blocks → f32, as Candle's `GgmlType::to_float` of each block type computes it.
+/// One row's blocks → f32 in lanes `L`, as Candle's `GgmlType::to_float` of each block type
+/// computes it.
 #[inline(always)]
-pub fn decode_row(kind: BlockKind, bytes: &[u8], out: &mut [f32]) {
+fn decode_row<L: Unpack>(kind: BlockKind, bytes: &[u8], out: &mut [f32]) {
     // One loop per kind (the kind is matched once per row, not once per block).
     macro_rules! blocks {
         ($block:ty) => {
             for (b, y) in bytes.chunks_exact(<$block>::BYTES).zip(out.chunks_exact_mut(<$block>::VALUES)) {
-                <$block>::to_float(b, y);
+                <$block>::decode::<L, _>(b, y);
             }
         };
     }
@@ -142,7 +135,7 @@ pub fn decode_row(kind: BlockKind, bytes: &[u8], out: &mut [f32]) {
 
 /// Values `range` of a row-major matrix of `cols` values a row, whose row `r` is stored as
 /// `row(r)` (its kind and bytes), as f32 into `out`; compiled for the best instruction set of the
-/// running CPU (the unpacking of 4-, 5- and 6-bit values vectorises).
+/// running CPU, each block decoded in its lanes.
 pub fn widen<'a>(
     cols: usize,
     range: std::ops::Range<usize>,
@@ -164,7 +157,7 @@ impl<'a, F: Fn(usize) -> (BlockKind, &'a [u8])> Vectorised for Widen<'_, F> {
     type Output = ();
 
     #[inline(always)]
-    fn run(self) {
+    fn run<L: Unpack>(self) {
         let Self { cols, range, out, row } = self;
         let cols = cols.max(1);
         let mut scratch = Vec::new();
@@ -175,10 +168,10 @@ impl<'a, F: Fn(usize) -> (BlockKind, &'a [u8])> Vectorised for Widen<'_, F> {
             let dst = &mut out[at - range.start..at - range.start + n];
             let (kind, bytes) = row(r);
             if col == 0 && n == cols {
-                decode_row(kind, bytes, dst);
+                decode_row::<L>(kind, bytes, dst);
             } else {
                 scratch.resize(cols, 0.0);
-                decode_row(kind, bytes, &mut scratch);
+                decode_row::<L>(kind, bytes, &mut scratch);
                 dst.copy_from_slice(&scratch[col..col + n]);
             }
             at += n;
@@ -186,62 +179,16 @@ impl<'a, F: Fn(usize) -> (BlockKind, &'a [u8])> Vectorised for Widen<'_, F> {
     }
 }
 
-#[inline(always)]
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([b[at], b[at + 1]]))
-}
-
-/// An f16's bits as the f32 of the same value (exact, as `half` converts; inlined into the
-/// dispatched widening, where `half`'s runtime check for F16C was a call per block scale).
-#[inline(always)]
-fn f16_to_f32(h: u16) -> f32 {
-    let sign = (u32::from(h) & 0x8000) << 16;
-    let exponent = u32::from((h >> 10) & 0x1f);
-    let mantissa = u32::from(h & 0x3ff);
-    let magnitude = match exponent {
-        // Zero and subnormals: mantissa · 2^-24 (exact: at most 10 bits).
-        0 => (mantissa as f32 * (1.0 / 16_777_216.0)).to_bits(),
-        0x1f => 0x7f80_0000 | (mantissa << 13),
-        _ => ((exponent + 112) << 23) | (mantissa << 13),
-    };
-    f32::from_bits(sign | magnitude)
-}
-
-/// Two f16 at `p` and `p + 2` as f32 (exact).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn two_f16(p: *const u8) -> (f32, f32) {
-    // SAFETY (for the unsafe blocks of this module): the intrinsics run only inside functions
-    // compiled for, and dispatched after detecting, AVX-512 and F16C; every pointer read is within
-    // the block of `BYTES` bytes the caller points at (asserted by the callers' slice lengths).
-    unsafe {
-        let v = _mm_cvtph_ps(_mm_cvtsi32_si128(p.cast::<i32>().read_unaligned()));
-        (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-    }
-}
-
-/// Sixteen bytes at `p` as sixteen i32 lanes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn bytes16(p: *const u8) -> __m512i {
-    unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p.cast())) }
-}
-
-/// The fifth bits of a `Q5_0` / `Q5_1` block (`qh`, 32 bits at `p`) as bit 4 of lanes: bits
+/// The fifth bits of a `Q5_0` / `Q5_1` block (`qh`: 32 bits, one a value) as bit 4 of lanes: bits
 /// 0–15 for the low nibbles, 16–31 for the high ones.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn fifth_bits(p: *const u8) -> [__m512i; 2] {
-    unsafe {
-        let qh = _mm512_set1_epi32(p.cast::<i32>().read_unaligned());
-        let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        let one = _mm512_set1_epi32(1);
-        let high_lanes = _mm512_add_epi32(lanes, _mm512_set1_epi32(16));
-        [
-            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srlv_epi32(qh, lanes), one)),
-            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srlv_epi32(qh, high_lanes), one)),
-        ]
-    }
+fn fifth_bits<I: Ints>(qh: &[u8]) -> [I; 2] {
+    const BIT: [u8; 32] = [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29,
+        30, 31,
+    ];
+    let (qh, one) = (I::splat(i32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]])), I::splat(1));
+    [qh.shr_by(I::bytes(&BIT)).and(one).shl::<4>(), qh.shr_by(I::bytes(&BIT[16..])).and(one).shl::<4>()]
 }
 
 /// A `Q4_K` / `Q5_K` block's 256 values from `qs` (128 bytes of nibbles) and, for `Q5_K`, the
@@ -249,36 +196,29 @@ unsafe fn fifth_bits(p: *const u8) -> [__m512i; 2] {
 /// ones). Four groups of 64: `d · sc · q − min · m` (`q` with its fifth bit: an exact integer)
 /// with the group's two 6-bit scale/minimum pairs, the 32 low nibbles of its 32 bytes, then the
 /// 32 high ones.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn k_groups(p: *const u8, qs: *const u8, qh: Option<*const u8>, out: &mut [__m512; 16]) {
-    unsafe {
-        let (d, min) = two_f16(p);
-        let scales = std::slice::from_raw_parts(p.add(4), 12);
-        let (low, one) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(1));
-        #[allow(clippy::manual_map)] // `map`'s closure would not inherit the caller's target features
-        let qh = match qh {
-            Some(h) => Some([bytes16(h), bytes16(h.add(16))]),
-            None => None,
-        };
-        for g in 0..4 {
-            let q = qs.add(32 * g);
-            let (q0, q1) = (bytes16(q), bytes16(q.add(16)));
-            let halves = [
-                [_mm512_and_si512(q0, low), _mm512_and_si512(q1, low)],
-                [_mm512_srli_epi32::<4>(q0), _mm512_srli_epi32::<4>(q1)],
-            ];
-            for (half, nibbles) in halves.into_iter().enumerate() {
-                let (sc, m) = scale_min_k4(2 * g + half, scales);
-                let (d1, m1) = (_mm512_set1_ps(d * f32::from(sc)), _mm512_set1_ps(min * f32::from(m)));
-                let shift = _mm512_set1_epi32(i32::try_from(2 * g + half).unwrap_or(0));
-                for (i, mut q) in nibbles.into_iter().enumerate() {
-                    if let Some(qh) = &qh {
-                        let bit = _mm512_and_si512(_mm512_srlv_epi32(qh[i], shift), one);
-                        q = _mm512_or_si512(q, _mm512_slli_epi32::<4>(bit));
-                    }
-                    out[4 * g + 2 * half + i] = _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1);
+fn k_groups<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], qs: &[u8], qh: Option<&[u8]>, out: &mut O) {
+    let [d, min] = L::f16_pair(b);
+    let scales = &b[4..16];
+    let (low, bit_4) = (L::Ints::splat(0x0F), L::Ints::splat(0x10));
+    #[allow(clippy::manual_map)] // `map`'s closure would not inherit the caller's target features
+    let qh = match qh {
+        Some(h) => Some([L::Ints::bytes(h).shl::<4>(), L::Ints::bytes(&h[16..]).shl::<4>()]),
+        None => None,
+    };
+    for g in 0..4 {
+        let q = &qs[32 * g..];
+        let (q0, q1) = (L::Ints::bytes(q), L::Ints::bytes(&q[16..]));
+        let halves = [[q0.and(low), q1.and(low)], [q0.shr::<4>(), q1.shr::<4>()]];
+        for (half, nibbles) in halves.into_iter().enumerate() {
+            let (sc, m) = scale_min_k4(2 * g + half, scales);
+            let (d1, m1) = (L::splat(d * f32::from(sc)), L::splat(min * f32::from(m)));
+            let shift = L::Ints::splat(i32::try_from(2 * g + half).unwrap_or(0));
+            for (i, mut q) in nibbles.into_iter().enumerate() {
+                if let Some(qh) = &qh {
+                    q = q.or(qh[i].shr_by(shift).and(bit_4));
                 }
+                out.put(4 * g + 2 * half + i, d1.mul(L::float(q)).sub(m1));
             }
         }
     }
@@ -291,31 +231,14 @@ impl Block for Q4_0 {
     const VALUES: usize = 32;
     const BYTES: usize = 18;
 
-    #[inline(always)]
-    fn to_float(b: &[u8], y: &mut [f32]) {
-        let d = f16_at(b, 0);
-        let qs = &b[2..18];
-        for j in 0..16 {
-            let x0 = i16::from(qs[j] & 0x0F) - 8;
-            let x1 = i16::from(qs[j] >> 4) - 8;
-            y[j] = f32::from(x0) * d;
-            y[j + 16] = f32::from(x1) * d;
-        }
-    }
-
     /// `(q − 8) · d`: low nibbles, then high.
-    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]) {
-        unsafe {
-            let d = _mm512_set1_ps(two_f16(p).0);
-            let q = bytes16(p.add(2));
-            let eight = _mm512_set1_epi32(8);
-            let low = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0x0F)), eight);
-            let high = _mm512_sub_epi32(_mm512_srli_epi32::<4>(q), eight);
-            out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(low), d);
-            out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(high), d);
-        }
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        let d = L::splat_f16(b);
+        let q = L::Ints::bytes(&b[2..18]);
+        let eight = L::Ints::splat(8);
+        out.put(0, L::float(q.and(L::Ints::splat(0x0F)).sub(eight)).mul(d));
+        out.put(1, L::float(q.shr::<4>().sub(eight)).mul(d));
     }
 }
 
@@ -326,28 +249,14 @@ impl Block for Q4_1 {
     const VALUES: usize = 32;
     const BYTES: usize = 20;
 
+    /// `q · d + m`: low nibbles, then high (a 4-bit integer times an f16 is exact in f32).
     #[inline(always)]
-    fn to_float(b: &[u8], y: &mut [f32]) {
-        let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-        let qs = &b[4..20];
-        for j in 0..16 {
-            y[j] = f32::from(qs[j] & 0x0F) * d + m;
-            y[j + 16] = f32::from(qs[j] >> 4) * d + m;
-        }
-    }
-
-    /// `q · d + m`: low nibbles, then high. A 4-bit integer times an f16 is exact in f32, so
-    /// the one rounding of a fused multiply–add is the one rounding of Candle's addition.
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]) {
-        unsafe {
-            let (d, m) = two_f16(p);
-            let (d, m) = (_mm512_set1_ps(d), _mm512_set1_ps(m));
-            let q = bytes16(p.add(4));
-            out[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0x0F))), d, m);
-            out[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(q)), d, m);
-        }
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        let [d, m] = L::f16_pair(b);
+        let (d, m) = (L::splat(d), L::splat(m));
+        let q = L::Ints::bytes(&b[4..20]);
+        out.put(0, L::float(q.and(L::Ints::splat(0x0F))).mul_add_exact(d, m));
+        out.put(1, L::float(q.shr::<4>()).mul_add_exact(d, m));
     }
 }
 
@@ -358,35 +267,15 @@ impl Block for Q5_0 {
     const VALUES: usize = 32;
     const BYTES: usize = 22;
 
-    #[inline(always)]
-    fn to_float(b: &[u8], y: &mut [f32]) {
-        let d = f16_at(b, 0);
-        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-        let qs = &b[6..22];
-        for j in 0..16 {
-            let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
-            let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
-            let x0 = i32::from((qs[j] & 0x0F) | xh_0) - 16;
-            let x1 = i32::from((qs[j] >> 4) | xh_1) - 16;
-            y[j] = (x0 as f32) * d;
-            y[j + 16] = (x1 as f32) * d;
-        }
-    }
-
     /// `(q − 16) · d`, `q` a nibble with its fifth bit from `qh`: low nibbles, then high.
-    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]) {
-        unsafe {
-            let d = _mm512_set1_ps(two_f16(p).0);
-            let [h0, h1] = fifth_bits(p.add(2));
-            let q = bytes16(p.add(6));
-            let sixteen = _mm512_set1_epi32(16);
-            let low = _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi32(0x0F)), h0);
-            let high = _mm512_or_si512(_mm512_srli_epi32::<4>(q), h1);
-            out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(low, sixteen)), d);
-            out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(high, sixteen)), d);
-        }
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        let d = L::splat_f16(b);
+        let [h0, h1] = fifth_bits::<L::Ints>(&b[2..6]);
+        let q = L::Ints::bytes(&b[6..22]);
+        let sixteen = L::Ints::splat(16);
+        out.put(0, L::float(q.and(L::Ints::splat(0x0F)).or(h0).sub(sixteen)).mul(d));
+        out.put(1, L::float(q.shr::<4>().or(h1).sub(sixteen)).mul(d));
     }
 }
 
@@ -397,34 +286,15 @@ impl Block for Q5_1 {
     const VALUES: usize = 32;
     const BYTES: usize = 24;
 
+    /// `q · d + m`, `q` a nibble with its fifth bit (exact times an f16): low nibbles, then high.
     #[inline(always)]
-    fn to_float(b: &[u8], y: &mut [f32]) {
-        let (d, m) = (f16_at(b, 0), f16_at(b, 2));
-        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        let qs = &b[8..24];
-        for j in 0..16 {
-            let xh_0 = (((qh >> j) << 4) & 0x10) as u8;
-            let xh_1 = ((qh >> (j + 12)) & 0x10) as u8;
-            y[j] = f32::from((qs[j] & 0x0F) | xh_0) * d + m;
-            y[j + 16] = f32::from((qs[j] >> 4) | xh_1) * d + m;
-        }
-    }
-
-    /// `q · d + m`, `q` a nibble with its fifth bit (exact times an f16, so one rounding as
-    /// Candle's addition): low nibbles, then high.
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]) {
-        unsafe {
-            let (d, m) = two_f16(p);
-            let (d, m) = (_mm512_set1_ps(d), _mm512_set1_ps(m));
-            let [h0, h1] = fifth_bits(p.add(4));
-            let q = bytes16(p.add(8));
-            let low = _mm512_or_si512(_mm512_and_si512(q, _mm512_set1_epi32(0x0F)), h0);
-            let high = _mm512_or_si512(_mm512_srli_epi32::<4>(q), h1);
-            out[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(low), d, m);
-            out[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), d, m);
-        }
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        let [d, m] = L::f16_pair(b);
+        let (d, m) = (L::splat(d), L::splat(m));
+        let [h0, h1] = fifth_bits::<L::Ints>(&b[4..8]);
+        let q = L::Ints::bytes(&b[8..24]);
+        out.put(0, L::float(q.and(L::Ints::splat(0x0F)).or(h0)).mul_add_exact(d, m));
+        out.put(1, L::float(q.shr::<4>().or(h1)).mul_add_exact(d, m));
     }
 }
 
@@ -435,27 +305,12 @@ impl Block for Q8_0 {
     const VALUES: usize = 32;
     const BYTES: usize = 34;
 
-    #[inline(always)]
-    fn to_float(b: &[u8], y: &mut [f32]) {
-        let d = f16_at(b, 0);
-        // Fixed-length views: the 32 products vectorise (a zip of the slices stayed scalar).
-        let (Ok(qs), Ok(y)) = (<&[u8; 32]>::try_from(&b[2..34]), <&mut [f32; 32]>::try_from(y)) else {
-            unreachable!("a Q8_0 block holds 32 values");
-        };
-        for j in 0..32 {
-            y[j] = f32::from(qs[j] as i8) * d;
-        }
-    }
-
     /// `q · d`, `q` a signed byte.
-    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]) {
-        unsafe {
-            let d = _mm512_set1_ps(two_f16(p).0);
-            out[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(2).cast()))), d);
-            out[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p.add(18).cast()))), d);
-        }
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        let d = L::splat_f16(b);
+        out.put(0, L::float(L::Ints::signed_bytes(&b[2..18])).mul(d));
+        out.put(1, L::float(L::Ints::signed_bytes(&b[18..34])).mul(d));
     }
 }
 
@@ -467,33 +322,8 @@ impl Block for Q4K {
     const BYTES: usize = 144;
 
     #[inline(always)]
-    fn to_float(b: &[u8], y: &mut [f32]) {
-        let (d, min) = (f16_at(b, 0), f16_at(b, 2));
-        let scales = &b[4..16];
-        let q = &b[16..144];
-        let (mut is, mut at) = (0, 0);
-        for j in (0..256).step_by(64) {
-            let q = &q[j / 2..j / 2 + 32];
-            let (sc, m) = scale_min_k4(is, scales);
-            let (d1, m1) = (d * f32::from(sc), min * f32::from(m));
-            let (sc, m) = scale_min_k4(is + 1, scales);
-            let (d2, m2) = (d * f32::from(sc), min * f32::from(m));
-            for &q in q {
-                y[at] = d1 * f32::from(q & 0xF) - m1;
-                at += 1;
-            }
-            for &q in q {
-                y[at] = d2 * f32::from(q >> 4) - m2;
-                at += 1;
-            }
-            is += 2;
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]) {
-        unsafe { k_groups(p, p.add(16), None, out) }
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        k_groups(b, &b[16..144], None, out);
     }
 }
 
@@ -505,38 +335,8 @@ impl Block for Q5K {
     const BYTES: usize = 176;
 
     #[inline(always)]
-    fn to_float(b: &[u8], y: &mut [f32]) {
-        let (d, min) = (f16_at(b, 0), f16_at(b, 2));
-        let scales = &b[4..16];
-        let qh = &b[16..48];
-        let ql = &b[48..176];
-        let (mut is, mut at, mut u1, mut u2) = (0, 0, 1u8, 2u8);
-        for j in (0..256).step_by(64) {
-            let ql = &ql[j / 2..j / 2 + 32];
-            let (sc, m) = scale_min_k4(is, scales);
-            let (d1, m1) = (d * f32::from(sc), min * f32::from(m));
-            let (sc, m) = scale_min_k4(is + 1, scales);
-            let (d2, m2) = (d * f32::from(sc), min * f32::from(m));
-            for (&l, &h) in ql.iter().zip(qh) {
-                let add = if h & u1 != 0 { 16f32 } else { 0f32 };
-                y[at] = d1 * (f32::from(l & 0xF) + add) - m1;
-                at += 1;
-            }
-            for (&l, &h) in ql.iter().zip(qh) {
-                let add = if h & u2 != 0 { 16f32 } else { 0f32 };
-                y[at] = d2 * (f32::from(l >> 4) + add) - m2;
-                at += 1;
-            }
-            is += 2;
-            u1 <<= 2;
-            u2 <<= 2;
-        }
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]) {
-        unsafe { k_groups(p, p.add(48), Some(p.add(16)), out) }
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        k_groups(b, &b[48..176], Some(&b[16..48]), out);
     }
 }
 
@@ -547,61 +347,32 @@ impl Block for Q6K {
     const VALUES: usize = 256;
     const BYTES: usize = 210;
 
-    #[inline(always)]
-    fn to_float(b: &[u8], y: &mut [f32]) {
-        let d = f16_at(b, 208);
-        for n in (0..256).step_by(128) {
-            let idx = n / 128;
-            let ys = &mut y[n..];
-            let sc = &b[192 + 8 * idx..208];
-            let ql = &b[64 * idx..128];
-            let qh = &b[128 + 32 * idx..192];
-            for l in 0..32 {
-                let is = l / 16;
-                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
-                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
-                ys[l] = d * f32::from(sc[is] as i8) * f32::from(q1);
-                ys[l + 32] = d * f32::from(sc[is + 2] as i8) * f32::from(q2);
-                ys[l + 64] = d * f32::from(sc[is + 4] as i8) * f32::from(q3);
-                ys[l + 96] = d * f32::from(sc[is + 6] as i8) * f32::from(q4);
-            }
-        }
-    }
-
     /// Two halves of 128: `d · sc · (q − 32)`, each 6-bit `q` from four bits of `ql` and two of
     /// `qh`, in llama.cpp's interleaved order.
-    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    unsafe fn to_registers(p: *const u8, out: &mut [__m512; 16]) {
-        unsafe {
-            let d = two_f16(p.add(208)).0;
-            let (low, three, thirty_two) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(3), _mm512_set1_epi32(32));
-            for idx in 0..2 {
-                let (ql, qh, sc) = (p.add(64 * idx), p.add(128 + 32 * idx), p.add(192 + 8 * idx));
-                for lc in 0..2 {
-                    let (a, b, h) = (bytes16(ql.add(16 * lc)), bytes16(ql.add(32 + 16 * lc)), bytes16(qh.add(16 * lc)));
-                    // Bits 4–5 of each value: two bits of `qh`, from bit 0, 2, 4 or 6.
-                    // (No closures: they would not inherit the caller's target features.)
-                    let hi = [
-                        _mm512_slli_epi32::<4>(_mm512_and_si512(h, three)),
-                        _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<2>(h), three)),
-                        _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<4>(h), three)),
-                        _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(h), three)),
-                    ];
-                    let q = [
-                        _mm512_or_si512(_mm512_and_si512(a, low), hi[0]),
-                        _mm512_or_si512(_mm512_and_si512(b, low), hi[1]),
-                        _mm512_or_si512(_mm512_srli_epi32::<4>(a), hi[2]),
-                        _mm512_or_si512(_mm512_srli_epi32::<4>(b), hi[3]),
-                    ];
-                    for (part, q) in q.into_iter().enumerate() {
-                        let scale = f32::from(sc.add(lc + 2 * part).read().cast_signed());
-                        let ds = _mm512_set1_ps(d * scale);
-                        let q = _mm512_cvtepi32_ps(_mm512_sub_epi32(q, thirty_two));
-                        out[8 * idx + 2 * part + lc] = _mm512_mul_ps(ds, q);
-                    }
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        let d = f16_to_f32(u16::from_le_bytes([b[208], b[209]]));
+        let (low, bits_4_5, thirty_two) = (L::Ints::splat(0x0F), L::Ints::splat(0x30), L::Ints::splat(32));
+        for idx in 0..2 {
+            let (ql, qh, sc) = (&b[64 * idx..], &b[128 + 32 * idx..], &b[192 + 8 * idx..]);
+            for lc in 0..2 {
+                let (a, b, h) = (
+                    L::Ints::bytes(&ql[16 * lc..]),
+                    L::Ints::bytes(&ql[32 + 16 * lc..]),
+                    L::Ints::bytes(&qh[16 * lc..]),
+                );
+                // Bits 4–5 of each value: two bits of `qh`, from bit 0, 2, 4 or 6.
+                // (No closures: they would not inherit the caller's target features.)
+                let hi = [
+                    h.shl::<4>().and(bits_4_5),
+                    h.shl::<2>().and(bits_4_5),
+                    h.and(bits_4_5),
+                    h.shr::<2>().and(bits_4_5),
+                ];
+                let q = [a.and(low).or(hi[0]), b.and(low).or(hi[1]), a.shr::<4>().or(hi[2]), b.shr::<4>().or(hi[3])];
+                for (part, q) in q.into_iter().enumerate() {
+                    let ds = L::splat(d * f32::from(sc[lc + 2 * part].cast_signed()));
+                    out.put(8 * idx + 2 * part + lc, ds.mul(L::float(q.sub(thirty_two))));
                 }
             }
         }
@@ -618,6 +389,64 @@ mod tests {
         for bits in 0..=u16::MAX {
             let (want, got) = (f16::from_bits(bits).to_f32(), f16_to_f32(bits));
             assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "{bits:#06x}");
+        }
+    }
+
+    /// The decoders run in every lanes this machine has (AVX-512, AVX2, an array) give the same bits
+    /// (the products' registers are checked against the widening in `engine::quant`).
+    #[test]
+    fn every_instruction_set_widens_to_the_same_bits() {
+        let levels = match Simd::detect() {
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 => vec![Simd::Avx512, Simd::Avx2, Simd::Scalar],
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => vec![Simd::Avx2, Simd::Scalar],
+            Simd::Scalar => vec![Simd::Scalar],
+        };
+        let mut s = 0x9E37_79B9_7F4A_7C15u64;
+        let kinds = [
+            BlockKind::Q4_0,
+            BlockKind::Q4_1,
+            BlockKind::Q5_0,
+            BlockKind::Q5_1,
+            BlockKind::Q8_0,
+            BlockKind::Q4K,
+            BlockKind::Q5K,
+            BlockKind::Q6K,
+        ];
+        for kind in kinds {
+            let (values, size) = kind.block();
+            let (rows, cols) = (3, 2 * values);
+            let mut bytes: Vec<u8> = (0..rows * cols / values * size)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s as u8
+                })
+                .collect();
+            // Finite scales of either sign (some random bits would be NaN, which `==` cannot compare).
+            let scales: &[usize] = match kind {
+                BlockKind::Q6K => &[208],
+                BlockKind::Q4_1 | BlockKind::Q5_1 | BlockKind::Q4K | BlockKind::Q5K => &[0, 2],
+                _ => &[0],
+            };
+            for block in bytes.chunks_exact_mut(size) {
+                for &at in scales {
+                    block[at + 1] &= 0xBB;
+                }
+            }
+            let row_bytes = cols / values * size;
+            let widened = |simd: Simd| {
+                let mut out = vec![0.0f32; rows * cols];
+                let row = |r: usize| (kind, &bytes[r * row_bytes..(r + 1) * row_bytes]);
+                simd.vectorised(Widen { cols, range: 0..rows * cols, out: &mut out, row });
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            let want = widened(Simd::Scalar);
+            for &simd in &levels {
+                assert_eq!(widened(simd), want, "{kind:?}");
+            }
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::simd::{Simd, Vectorised};
+use super::simd::{Simd, Unpack, Vectorised};
 
 /// Lanes of the partial reductions (independent accumulators the compiler can keep in a register).
 pub const LANES: usize = 16;
@@ -103,7 +103,7 @@ fn map_in_place(values: &mut [f32], f: impl Fn(f32) -> f32 + Sync) {
     impl<F: Fn(f32) -> f32> Vectorised for Map<'_, F> {
         type Output = ();
         #[inline(always)]
-        fn run(self) {
+        fn run<L: Unpack>(self) {
             for v in self.values.iter_mut() {
                 *v = (self.f)(*v);
             }
@@ -189,7 +189,7 @@ impl Vectorised for LayerNormRows<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn run(self) {
+    fn run<L: Unpack>(self) {
         let Self { rows, weight, bias, eps } = self;
         let width = weight.len();
         for row in rows.chunks_mut(width) {
@@ -309,7 +309,7 @@ impl Vectorised for SoftmaxRows<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn run(self) {
+    fn run<L: Unpack>(self) {
         let Self { probs, mut scores, keys, mask } = self;
         for (query, p) in probs.chunks_mut(keys).enumerate() {
             let seen = mask.visible(query, keys);
@@ -348,7 +348,7 @@ impl Vectorised for RmsNormRows<'_> {
     type Output = ();
 
     #[inline(always)]
-    fn run(self) {
+    fn run<L: Unpack>(self) {
         let Self { rows, weight, eps, plus_one } = self;
         let width = weight.len();
         for row in rows.chunks_mut(width) {

@@ -1,34 +1,49 @@
 //! The one SIMD mechanism of the kernels, on `std::arch`: the instruction set of the running CPU
-//! ([`Simd::detect`]: x86-64-v4 with AVX-512, v3 with AVX2 and FMA, or neither) and, for each,
-//! functions compiled for it (`#[target_feature]`) that the kernels are inlined into. Two kinds of
-//! kernel run through it. The tiles of the matrix products ([`dot_tile_in`], [`axpy_in`]) are written once
-//! over sixteen f32 lanes ([`Lanes`]: one AVX-512 register, two AVX2 registers or an array), so
-//! they sum in the same order, to the same bits, on every x86 machine. The element-wise kernels
-//! and the widening of blocks are plain loops the compiler vectorises ([`Vectorised`]), whose
-//! fixed lanes give the same bits whatever the registers' width. And the products of a few rows by
-//! GGUF blocks, each block widened in registers by its kind's decoder ([`InRegisters`]).
+//! ([`Simd::detect`]: x86-64-v4 with AVX-512, v3 with AVX2, FMA and F16C, or neither) and, for each,
+//! functions compiled for it (`#[target_feature]`) that the kernels are inlined into, with its
+//! sixteen f32 lanes ([`Lanes`]: one AVX-512 register, two AVX2 registers or an array). The tiles
+//! of the matrix products ([`dot_tile_in`], [`axpy_in`]) are written once over those lanes, so they
+//! sum in the same order, to the same bits, on every x86 machine. The element-wise kernels are plain
+//! loops the compiler vectorises ([`Vectorised`]), whose fixed lanes give the same bits whatever
+//! the registers' width. The GGUF block decoders are written once over the lanes, which also unpack
+//! bits ([`Unpack`]): the widening of stored rows runs them in the running CPU's lanes, the products
+//! of a few rows by blocks in AVX-512 registers ([`InRegisters`]).
 
 #![allow(unsafe_code)] // SIMD intrinsics, see the SAFETY comments (unsafe: this room and alloc.rs)
 #![allow(clippy::inline_always)] // the kernels are vectorised only when inlined into the dispatched functions
 
-/// One block kind of llama.cpp: its size and its decoder (the kinds are in `blocks`; the products
-/// here take any of them).
+/// One block kind of llama.cpp: its size and its one decoder (the kinds are in `blocks`; the
+/// widening and the products here take any of them).
 pub(super) trait Block {
     /// Values per block.
     const VALUES: usize;
     /// Bytes per block.
     const BYTES: usize;
 
-    /// Block `b`'s values into `y` (`VALUES` of them), as Candle's `GgmlType::to_float` computes them.
-    fn to_float(b: &[u8], y: &mut [f32]);
+    /// Block `b`'s values into `out`, sixteen at a time, as Candle's `GgmlType::to_float` computes
+    /// them, operation for operation: the widening runs it in the running CPU's lanes straight into
+    /// a row of f32, the products of [`InRegisters`] into AVX-512 registers.
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O);
+}
 
-    /// Block `p`'s values into `out[..VALUES / 16]`: the operations of [`Block::to_float`] in the
-    /// same order, sixteen values a register.
-    ///
-    /// # Safety
-    /// `p` points at `BYTES` readable bytes; called only where AVX-512 and F16C are enabled.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn to_registers(p: *const u8, out: &mut [std::arch::x86_64::__m512; 16]);
+/// Where a decoder puts its groups of sixteen values: registers (an array of lanes) or f32 values.
+pub(super) trait Put<L> {
+    /// Group `i`: values `16·i .. 16·i + 16`.
+    fn put(&mut self, i: usize, v: L);
+}
+
+impl<L> Put<L> for [L; 16] {
+    #[inline(always)]
+    fn put(&mut self, i: usize, v: L) {
+        self[i] = v;
+    }
+}
+
+impl<L: Lanes> Put<L> for [f32] {
+    #[inline(always)]
+    fn put(&mut self, i: usize, v: L) {
+        v.store(&mut self[16 * i..]);
+    }
 }
 
 /// Rows of a matrix, `stride` apart.
@@ -45,17 +60,18 @@ impl Rows<'_> {
     }
 }
 
-/// A loop written as plain code for the compiler to vectorise (the element-wise kernels, the
-/// widening of blocks), run by [`Simd::vectorised`] compiled for the running CPU.
+/// A loop run by [`Simd::vectorised`] compiled for the running CPU: plain code for the compiler to
+/// vectorise (the element-wise kernels), or written over that CPU's lanes `L` (the widening of
+/// blocks).
 pub(super) trait Vectorised {
     /// What the loop returns.
     type Output;
     /// The loop. `#[inline(always)]` in every implementation: only code inlined into the dispatched
     /// function is compiled for its instructions (a closure was not, and ran as SSE code).
-    fn run(self) -> Self::Output;
+    fn run<L: Unpack>(self) -> Self::Output;
 }
 
-/// The instructions this machine has: x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA) or neither;
+/// The instructions this machine has: x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA, F16C) or neither;
 /// found on each call from the standard library's cached detection.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Simd {
@@ -76,7 +92,7 @@ impl Simd {
     }
 
     /// Runs `op` compiled for this machine's instructions (x86-64-v4 or v3: AVX-512 or AVX2 with
-    /// FMA), else as plain code.
+    /// FMA and F16C) over its lanes, else as plain code over arrays.
     #[inline(always)]
     pub(super) fn vectorised<Op: Vectorised>(self, op: Op) -> Op::Output {
         match self {
@@ -85,7 +101,7 @@ impl Simd {
             Self::Avx512 => unsafe { x86::vectorised_v4(op) },
             #[cfg(target_arch = "x86_64")]
             Self::Avx2 => unsafe { x86::vectorised_v3(op) },
-            Self::Scalar => op.run(),
+            Self::Scalar => op.run::<Scalar>(),
         }
     }
 
@@ -114,7 +130,7 @@ impl Simd {
 
 /// Proof that this machine can multiply GGUF blocks in registers (AVX-512 and F16C were detected:
 /// [`Simd::in_registers`] alone makes one): the products of a few rows by blocks run through it,
-/// each block widened by its kind's [`Block::to_registers`].
+/// each block widened by its kind's [`Block::decode`] in AVX-512 registers.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct InRegisters(());
 
@@ -189,29 +205,38 @@ pub(super) trait Lanes: Copy {
     }
 }
 
+/// Sixteen f32 lanes as a plain array: the lanes of a machine without x86-64-v3 (the compiler
+/// vectorises what it can).
 #[derive(Clone, Copy)]
 pub(super) struct Scalar([f32; 16]);
 
 impl Lanes for Scalar {
+    #[inline(always)]
     fn zero() -> Self {
         Self([0.0; 16])
     }
+    #[inline(always)]
     fn splat(x: f32) -> Self {
         Self([x; 16])
     }
+    #[inline(always)]
     fn load(v: &[f32]) -> Self {
         Self(std::array::from_fn(|l| v[l]))
     }
+    #[inline(always)]
     unsafe fn load_ptr(p: *const f32) -> Self {
         // SAFETY: the caller's promise.
         Self::load(unsafe { std::slice::from_raw_parts(p, 16) })
     }
+    #[inline(always)]
     fn fma(self, b: Self, c: Self) -> Self {
         Self(std::array::from_fn(|l| self.0[l].mul_add(b.0[l], c.0[l])))
     }
+    #[inline(always)]
     fn store(self, v: &mut [f32]) {
         v[..16].copy_from_slice(&self.0);
     }
+    #[inline(always)]
     fn sum(self) -> f32 {
         let l = self.0;
         let l8: [f32; 8] = std::array::from_fn(|i| l[i] + l[i + 8]);
@@ -219,6 +244,139 @@ impl Lanes for Scalar {
         let l2: [f32; 2] = std::array::from_fn(|i| l4[i] + l4[i + 2]);
         l2[0] + l2[1]
     }
+}
+
+/// The sixteen lanes the GGUF block decoders compute in: i32 lanes to unpack the stored bits
+/// ([`Ints`]), f32 lanes to scale them. Each kind's [`Block::decode`] is written once over this; the
+/// operations are the same in every implementation (one AVX-512 register, two AVX2 registers, an
+/// array), so every implementation gives the same bits.
+pub(super) trait Unpack: Lanes {
+    /// Sixteen i32 lanes.
+    type Ints: Ints;
+    /// Each lane as f32 (exact: the decoders' integers have at most 8 bits).
+    fn float(i: Self::Ints) -> Self;
+    /// `self · b` per lane.
+    fn mul(self, b: Self) -> Self;
+    /// `self − b` per lane.
+    fn sub(self, b: Self) -> Self;
+    /// `self · b + c` per lane where every `self · b` is exact in f32, so the one rounding is the
+    /// addition's, fused or not: the registers fuse them; the array multiplies, then adds (Candle's
+    /// two operations, and no call to a software `fmaf` where the CPU has no FMA).
+    #[inline(always)]
+    fn mul_add_exact(self, b: Self, c: Self) -> Self {
+        self.fma(b, c)
+    }
+    /// The little-endian f16 in `b[..2]` as the f32 of the same value, in every lane.
+    fn splat_f16(b: &[u8]) -> Self;
+    /// The two little-endian f16 in `b[..4]` as the f32 of the same values.
+    fn f16_pair(b: &[u8]) -> [f32; 2];
+}
+
+/// Sixteen i32 lanes: the unpacking of a block's bits.
+pub(super) trait Ints: Copy {
+    /// `b[..16]`, each byte zero-extended.
+    fn bytes(b: &[u8]) -> Self;
+    /// `b[..16]`, each byte sign-extended.
+    fn signed_bytes(b: &[u8]) -> Self;
+    /// `x` in every lane.
+    fn splat(x: i32) -> Self;
+    /// `self & b` per lane.
+    fn and(self, b: Self) -> Self;
+    /// `self | b` per lane.
+    fn or(self, b: Self) -> Self;
+    /// `self − b` per lane.
+    fn sub(self, b: Self) -> Self;
+    /// Each lane shifted left by `N` bits.
+    fn shl<const N: u32>(self) -> Self;
+    /// Each lane shifted right by `N` bits, zeros shifted in.
+    fn shr<const N: u32>(self) -> Self;
+    /// Each lane shifted right by its lane of `by` bits, zeros shifted in (0 from 32 bits on).
+    fn shr_by(self, by: Self) -> Self;
+}
+
+impl Unpack for Scalar {
+    type Ints = [i32; 16];
+    #[inline(always)]
+    fn float(i: [i32; 16]) -> Self {
+        Self(i.map(|i| i as f32))
+    }
+    #[inline(always)]
+    fn mul(self, b: Self) -> Self {
+        Self(std::array::from_fn(|l| self.0[l] * b.0[l]))
+    }
+    #[inline(always)]
+    fn sub(self, b: Self) -> Self {
+        Self(std::array::from_fn(|l| self.0[l] - b.0[l]))
+    }
+    #[inline(always)]
+    fn mul_add_exact(self, b: Self, c: Self) -> Self {
+        Self(std::array::from_fn(|l| self.0[l] * b.0[l] + c.0[l]))
+    }
+    #[inline(always)]
+    fn splat_f16(b: &[u8]) -> Self {
+        Self::splat(f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+    }
+    #[inline(always)]
+    fn f16_pair(b: &[u8]) -> [f32; 2] {
+        [f16_to_f32(u16::from_le_bytes([b[0], b[1]])), f16_to_f32(u16::from_le_bytes([b[2], b[3]]))]
+    }
+}
+
+impl Ints for [i32; 16] {
+    #[inline(always)]
+    fn bytes(b: &[u8]) -> Self {
+        let b = &b[..16];
+        std::array::from_fn(|l| i32::from(b[l]))
+    }
+    #[inline(always)]
+    fn signed_bytes(b: &[u8]) -> Self {
+        let b = &b[..16];
+        std::array::from_fn(|l| i32::from(b[l].cast_signed()))
+    }
+    #[inline(always)]
+    fn splat(x: i32) -> Self {
+        [x; 16]
+    }
+    #[inline(always)]
+    fn and(self, b: Self) -> Self {
+        std::array::from_fn(|l| self[l] & b[l])
+    }
+    #[inline(always)]
+    fn or(self, b: Self) -> Self {
+        std::array::from_fn(|l| self[l] | b[l])
+    }
+    #[inline(always)]
+    fn sub(self, b: Self) -> Self {
+        std::array::from_fn(|l| self[l] - b[l])
+    }
+    #[inline(always)]
+    fn shl<const N: u32>(self) -> Self {
+        self.map(|x| x << N)
+    }
+    #[inline(always)]
+    fn shr<const N: u32>(self) -> Self {
+        self.map(|x| (x.cast_unsigned() >> N).cast_signed())
+    }
+    #[inline(always)]
+    fn shr_by(self, by: Self) -> Self {
+        std::array::from_fn(|l| self[l].cast_unsigned().checked_shr(by[l].cast_unsigned()).unwrap_or(0).cast_signed())
+    }
+}
+
+/// An f16's bits as the f32 of the same value (exact, as `half` converts; inlined into the
+/// dispatched widening, where `half`'s runtime check for F16C was a call per value).
+#[inline(always)]
+pub(super) fn f16_to_f32(h: u16) -> f32 {
+    let sign = (u32::from(h) & 0x8000) << 16;
+    let exponent = u32::from((h >> 10) & 0x1f);
+    let mantissa = u32::from(h & 0x3ff);
+    let magnitude = match exponent {
+        // Zero and subnormals: mantissa · 2^-24 (exact: at most 10 bits).
+        0 => (mantissa as f32 * (1.0 / 16_777_216.0)).to_bits(),
+        0x1f => 0x7f80_0000 | (mantissa << 13),
+        _ => ((exponent + 112) << 23) | (mantissa << 13),
+    };
+    f32::from_bits(sign | magnitude)
 }
 
 /// `R × C` sums of products of rows of length `k` (equal lengths).
@@ -365,18 +523,22 @@ unsafe fn axpy_chunk<L: Lanes, const R: usize, const V: usize>(
 #[cfg(target_arch = "x86_64")]
 pub(super) mod x86 {
     use std::arch::x86_64::{
-        __m256, __m512, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps, _mm256_add_ps,
-        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm512_add_ps, _mm512_castps512_ps256, _mm512_extractf32x8_ps,
-        _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_permute_ps, _mm512_set1_ps, _mm512_setzero_ps,
-        _mm512_shuffle_f32x4, _mm512_storeu_ps,
+        __m128i, __m256, __m256i, __m512, __m512i, _mm_add_ps, _mm_add_ss, _mm_cvtph_ps, _mm_cvtsi32_si128,
+        _mm_cvtss_f32, _mm_loadu_si128, _mm_movehdup_ps, _mm_movehl_ps, _mm_set1_epi16, _mm_shuffle_ps, _mm_srli_si128,
+        _mm256_add_ps, _mm256_and_si256, _mm256_castps256_ps128, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps,
+        _mm256_cvtepu8_epi32, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps,
+        _mm256_or_si256, _mm256_set1_epi16, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_sll_epi32,
+        _mm256_srl_epi32, _mm256_srlv_epi32, _mm256_storeu_ps, _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_ps,
+        _mm512_and_si512, _mm512_castps512_ps256, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32,
+        _mm512_cvtph_ps, _mm512_extractf32x8_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mul_ps, _mm512_or_si512,
+        _mm512_permute_ps, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_shuffle_f32x4,
+        _mm512_slli_epi32, _mm512_srli_epi32, _mm512_srlv_epi32, _mm512_storeu_ps, _mm512_sub_epi32, _mm512_sub_ps,
     };
 
-    use super::Block;
-    use super::{Lanes, Rows, Vectorised, axpy_in, dot_tile_in};
+    use super::{Block, Ints, Lanes, Rows, Unpack, Vectorised, axpy_in, dot_tile_in};
 
-    /// Whether this machine has x86-64-v3 (AVX2, FMA, BMI1/2, LZCNT, POPCNT and the SSE levels
-    /// below): [`super::Simd::Avx2`], and with [`has_v4`] [`super::Simd::Avx512`].
+    /// Whether this machine has x86-64-v3 (AVX2, FMA, F16C, BMI1/2, LZCNT, POPCNT and the SSE
+    /// levels below): [`super::Simd::Avx2`], and with [`has_v4`] [`super::Simd::Avx512`].
     pub(super) fn has_v3() -> bool {
         use std::arch::is_x86_feature_detected as has;
         has!("sse3")
@@ -390,6 +552,7 @@ pub(super) mod x86 {
             && has!("bmi1")
             && has!("bmi2")
             && has!("fma")
+            && has!("f16c")
             && has!("lzcnt")
     }
 
@@ -399,20 +562,20 @@ pub(super) mod x86 {
         has!("avx512f") && has!("avx512bw") && has!("avx512cd") && has!("avx512dq") && has!("avx512vl")
     }
 
-    /// `op` compiled for x86-64-v3.
-    #[target_feature(enable = "sse3,ssse3,sse4.1,sse4.2,popcnt,fxsr,avx,avx2,bmi1,bmi2,fma,lzcnt")]
+    /// `op` compiled for x86-64-v3, over two AVX2 registers.
+    #[target_feature(enable = "sse3,ssse3,sse4.1,sse4.2,popcnt,fxsr,avx,avx2,bmi1,bmi2,fma,f16c,lzcnt")]
     #[inline]
     pub(super) fn vectorised_v3<Op: Vectorised>(op: Op) -> Op::Output {
-        op.run()
+        op.run::<Avx2>()
     }
 
-    /// `op` compiled for x86-64-v4.
+    /// `op` compiled for x86-64-v4, over one AVX-512 register.
     #[target_feature(
-        enable = "sse3,ssse3,sse4.1,sse4.2,popcnt,fxsr,avx,avx2,bmi1,bmi2,fma,lzcnt,avx512f,avx512bw,avx512cd,avx512dq,avx512vl"
+        enable = "sse3,ssse3,sse4.1,sse4.2,popcnt,fxsr,avx,avx2,bmi1,bmi2,fma,f16c,lzcnt,avx512f,avx512bw,avx512cd,avx512dq,avx512vl"
     )]
     #[inline]
     pub(super) fn vectorised_v4<Op: Vectorised>(op: Op) -> Op::Output {
-        op.run()
+        op.run::<Avx512>()
     }
 
     /// `(lo + hi)` of eight lanes, then 4 + 4, 2 + 2, 1 + 1.
@@ -482,6 +645,73 @@ pub(super) mod x86 {
         }
     }
 
+    /// The block decoders in a register: called only from functions compiled for AVX-512 and F16C.
+    /// An f16 alone is converted in all sixteen lanes at once: converted in one lane, it was read
+    /// into whatever register was free, a false dependency from one block to the next.
+    impl Unpack for Avx512 {
+        type Ints = __m512i;
+        #[inline(always)]
+        fn float(i: __m512i) -> Self {
+            unsafe { Self(_mm512_cvtepi32_ps(i)) }
+        }
+        #[inline(always)]
+        fn mul(self, b: Self) -> Self {
+            unsafe { Self(_mm512_mul_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            unsafe { Self(_mm512_sub_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        fn splat_f16(b: &[u8]) -> Self {
+            let h = i16::from_le_bytes([b[0], b[1]]);
+            unsafe { Self(_mm512_cvtph_ps(_mm256_set1_epi16(h))) }
+        }
+        #[inline(always)]
+        fn f16_pair(b: &[u8]) -> [f32; 2] {
+            f16c_pair(b)
+        }
+    }
+
+    impl Ints for __m512i {
+        #[inline(always)]
+        fn bytes(b: &[u8]) -> Self {
+            unsafe { _mm512_cvtepu8_epi32(bytes16(b)) }
+        }
+        #[inline(always)]
+        fn signed_bytes(b: &[u8]) -> Self {
+            unsafe { _mm512_cvtepi8_epi32(bytes16(b)) }
+        }
+        #[inline(always)]
+        fn splat(x: i32) -> Self {
+            unsafe { _mm512_set1_epi32(x) }
+        }
+        #[inline(always)]
+        fn and(self, b: Self) -> Self {
+            unsafe { _mm512_and_si512(self, b) }
+        }
+        #[inline(always)]
+        fn or(self, b: Self) -> Self {
+            unsafe { _mm512_or_si512(self, b) }
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            unsafe { _mm512_sub_epi32(self, b) }
+        }
+        #[inline(always)]
+        fn shl<const N: u32>(self) -> Self {
+            unsafe { _mm512_slli_epi32::<N>(self) }
+        }
+        #[inline(always)]
+        fn shr<const N: u32>(self) -> Self {
+            unsafe { _mm512_srli_epi32::<N>(self) }
+        }
+        #[inline(always)]
+        fn shr_by(self, by: Self) -> Self {
+            unsafe { _mm512_srlv_epi32(self, by) }
+        }
+    }
+
     /// Lanes 0–7 and 8–15.
     #[derive(Clone, Copy)]
     pub(crate) struct Avx2(__m256, __m256);
@@ -522,6 +752,102 @@ pub(super) mod x86 {
         }
     }
 
+    /// The block decoders in two registers: called only from functions compiled for x86-64-v3 (an
+    /// f16 alone converted in all lanes, as for [`Avx512`]).
+    impl Unpack for Avx2 {
+        type Ints = [__m256i; 2];
+        #[inline(always)]
+        fn float(i: [__m256i; 2]) -> Self {
+            unsafe { Self(_mm256_cvtepi32_ps(i[0]), _mm256_cvtepi32_ps(i[1])) }
+        }
+        #[inline(always)]
+        fn mul(self, b: Self) -> Self {
+            unsafe { Self(_mm256_mul_ps(self.0, b.0), _mm256_mul_ps(self.1, b.1)) }
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            unsafe { Self(_mm256_sub_ps(self.0, b.0), _mm256_sub_ps(self.1, b.1)) }
+        }
+        #[inline(always)]
+        fn splat_f16(b: &[u8]) -> Self {
+            let h = i16::from_le_bytes([b[0], b[1]]);
+            unsafe {
+                let v = _mm256_cvtph_ps(_mm_set1_epi16(h));
+                Self(v, v)
+            }
+        }
+        #[inline(always)]
+        fn f16_pair(b: &[u8]) -> [f32; 2] {
+            f16c_pair(b)
+        }
+    }
+
+    /// `b[..16]` in a register.
+    #[inline(always)]
+    fn bytes16(b: &[u8]) -> __m128i {
+        let b = &b[..16];
+        unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
+    }
+
+    /// The two little-endian f16 in `b[..4]` by F16C (the same f32 as [`super::f16_to_f32`] for
+    /// every f16 but a signalling NaN, which no file holds and which gives a NaN either way).
+    #[inline(always)]
+    fn f16c_pair(b: &[u8]) -> [f32; 2] {
+        let pair = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        unsafe {
+            let v = _mm_cvtph_ps(_mm_cvtsi32_si128(pair));
+            [_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v))]
+        }
+    }
+
+    impl Ints for [__m256i; 2] {
+        #[inline(always)]
+        fn bytes(b: &[u8]) -> Self {
+            let v = bytes16(b);
+            unsafe { [_mm256_cvtepu8_epi32(v), _mm256_cvtepu8_epi32(_mm_srli_si128::<8>(v))] }
+        }
+        #[inline(always)]
+        fn signed_bytes(b: &[u8]) -> Self {
+            let v = bytes16(b);
+            unsafe { [_mm256_cvtepi8_epi32(v), _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(v))] }
+        }
+        #[inline(always)]
+        fn splat(x: i32) -> Self {
+            unsafe { [_mm256_set1_epi32(x); 2] }
+        }
+        #[inline(always)]
+        fn and(self, b: Self) -> Self {
+            unsafe { [_mm256_and_si256(self[0], b[0]), _mm256_and_si256(self[1], b[1])] }
+        }
+        #[inline(always)]
+        fn or(self, b: Self) -> Self {
+            unsafe { [_mm256_or_si256(self[0], b[0]), _mm256_or_si256(self[1], b[1])] }
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            unsafe { [_mm256_sub_epi32(self[0], b[0]), _mm256_sub_epi32(self[1], b[1])] }
+        }
+        /// (By a count in a register: the immediate forms take an `i32` constant.)
+        #[inline(always)]
+        fn shl<const N: u32>(self) -> Self {
+            unsafe {
+                let n = _mm_cvtsi32_si128(N.cast_signed());
+                [_mm256_sll_epi32(self[0], n), _mm256_sll_epi32(self[1], n)]
+            }
+        }
+        #[inline(always)]
+        fn shr<const N: u32>(self) -> Self {
+            unsafe {
+                let n = _mm_cvtsi32_si128(N.cast_signed());
+                [_mm256_srl_epi32(self[0], n), _mm256_srl_epi32(self[1], n)]
+            }
+        }
+        #[inline(always)]
+        fn shr_by(self, by: Self) -> Self {
+            unsafe { [_mm256_srlv_epi32(self[0], by[0]), _mm256_srlv_epi32(self[1], by[1])] }
+        }
+    }
+
     #[target_feature(enable = "avx512f,avx512dq")]
     pub(super) fn dot_avx512<const R: usize, const C: usize>(a: [&[f32]; R], b: [&[f32]; C]) -> [[f32; C]; R] {
         dot_tile_in::<Avx512, R, C>(a, b)
@@ -546,47 +872,41 @@ pub(super) mod x86 {
     /// as [`dot_tile_in`](super::dot_tile_in) over the widened rows (sixteen lanes, chunk by chunk, then pairwise).
     #[target_feature(enable = "avx512f,avx512dq,f16c")]
     pub(super) fn block_dot_avx512<D: Block, const C: usize>(a: &[f32], w: [&[u8]; C]) -> [f32; C] {
-        let blocks = a.len() / D::VALUES;
-        assert!(a.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
-        unsafe {
-            let mut acc = [_mm512_setzero_ps(); C];
-            let mut wide = [_mm512_setzero_ps(); 16];
-            for b in 0..blocks {
-                let x = a.as_ptr().add(D::VALUES * b);
-                for c in 0..C {
-                    D::to_registers(w[c].as_ptr().add(D::BYTES * b), &mut wide);
-                    for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
-                        acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x.add(16 * i)), *w, acc[c]);
-                    }
-                }
-            }
-            std::array::from_fn(|c| Avx512(acc[c]).sum())
-        }
+        let acc = block_lanes::<D, C, true>(a, w);
+        std::array::from_fn(|c| acc[c].sum())
     }
 
     /// The sixteen lanes of `kernels::dot(w_c, h)` for `C` rows of `D` blocks: each widened value
     /// multiplied by `h` and added to its lane, chunk by chunk, as `dot`'s loop does.
     #[target_feature(enable = "avx512f,avx512dq,f16c")]
     pub(super) fn block_lanes_avx512<D: Block, const C: usize>(h: &[f32], w: [&[u8]; C]) -> [[f32; 16]; C] {
-        let blocks = h.len() / D::VALUES;
-        assert!(h.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
-        unsafe {
-            let mut acc = [_mm512_setzero_ps(); C];
-            let mut wide = [_mm512_setzero_ps(); 16];
-            for b in 0..blocks {
-                let x = h.as_ptr().add(D::VALUES * b);
-                for c in 0..C {
-                    D::to_registers(w[c].as_ptr().add(D::BYTES * b), &mut wide);
-                    for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
-                        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(*w, _mm512_loadu_ps(x.add(16 * i))));
-                    }
+        let acc = block_lanes::<D, C, false>(h, w);
+        std::array::from_fn(|c| {
+            let mut lanes = [0.0f32; 16];
+            acc[c].store(&mut lanes);
+            lanes
+        })
+    }
+
+    /// `x` times each of `C` rows of `D` blocks into sixteen lanes, chunk by chunk, each block
+    /// widened in registers: with fused multiply–adds (`FUSED`), or each product added.
+    #[inline(always)]
+    fn block_lanes<D: Block, const C: usize, const FUSED: bool>(x: &[f32], w: [&[u8]; C]) -> [Avx512; C] {
+        let blocks = x.len() / D::VALUES;
+        assert!(x.len().is_multiple_of(D::VALUES) && w.iter().all(|r| r.len() == blocks * D::BYTES));
+        let mut acc = [Avx512::zero(); C];
+        let mut wide = [Avx512::zero(); 16];
+        for b in 0..blocks {
+            let x = &x[D::VALUES * b..D::VALUES * (b + 1)];
+            for c in 0..C {
+                D::decode(&w[c][D::BYTES * b..D::BYTES * (b + 1)], &mut wide);
+                for (i, w) in wide.iter().enumerate().take(D::VALUES / 16) {
+                    let x = Avx512::load(&x[16 * i..]);
+                    acc[c] =
+                        if FUSED { x.fma(*w, acc[c]) } else { Avx512(unsafe { _mm512_add_ps(acc[c].0, w.mul(x).0) }) };
                 }
             }
-            std::array::from_fn(|c| {
-                let mut lanes = [0.0f32; 16];
-                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[c]);
-                lanes
-            })
         }
+        acc
     }
 }

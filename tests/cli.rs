@@ -1280,3 +1280,49 @@ fn bad_patches_are_one_line_errors_and_write_nothing() {
     assert_error(&out, "no language-model head");
     assert!(!path.exists());
 }
+
+/// The strings of `v`, borrowed.
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn generate_steers_every_written_token_and_refuses_bad_steering() {
+    let dir = tmp();
+    let path = dir.path().join("g.json");
+    let llama = fixture("tiny-llama");
+    let m = llama.to_str().unwrap();
+    let generate = |steer: &[&str]| {
+        let args =
+            ["--model", m, "generate", "--text", "The cat", "--max-new-tokens", "4", "-o", path.to_str().unwrap()];
+        attnviz(&[&args[..], steer].concat())
+    };
+    let steer = |layer: &str, plus: &str, scale: &str| {
+        vec!["--steer-layer", layer, "--steer-plus", plus, "--steer-minus", "The dog ran.", "--steer-scale", scale]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let out = generate(&refs(&steer("1", "The cat sat on the mat.", "-3")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let how = v["intervention"].as_str().unwrap();
+    assert!(how.contains("steered at layer 1 by -3 × (“The cat sat on the mat.” − “The dog ran.”)"), "{how}");
+    std::fs::remove_file(&path).unwrap();
+    // A one-token text is said; bad steering is refused with nothing written.
+    let out = generate(&refs(&steer("0", "The", "1")));
+    assert!(stderr(&out).contains("note: the steering text \"The\" is one token"), "{}", stderr(&out));
+    std::fs::remove_file(&path).unwrap();
+    for (args, needle) in [
+        (steer("0", "The cat", "NaN"), "the steering scale must be a finite number, got NaN"),
+        (steer("2", "The cat", "1"), "cannot steer layer 2: the model has layers 0 to 1"),
+        (vec!["--steer-layer".into(), "1".into()], "go together: give all four"),
+    ] {
+        assert_error(&generate(&refs(&args)), needle);
+        assert!(!path.exists(), "{needle}: nothing written");
+    }
+    let t5 = fixture("tiny-t5");
+    let args = ["--model", t5.to_str().unwrap(), "generate", "--text", "a b", "-o", path.to_str().unwrap()];
+    assert_error(&attnviz(&[&args[..], &refs(&steer("0", "a b", "1"))].concat()), "is an encoder–decoder");
+    assert!(!path.exists());
+}

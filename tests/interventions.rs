@@ -223,3 +223,82 @@ fn a_causal_playground_still_reads_sentence_pairs() {
     let run = minilm().run_with("The cat sat.", Some("It purred."), &causal).unwrap();
     assert!(run.tokens.is_pair() && run.causal);
 }
+
+fn tiny_llama() -> LoadedModel {
+    LoadedModel::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-llama")).unwrap()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn steering_adds_its_scaled_vector_to_the_stream_entering_its_layer_at_every_position() {
+    let model = tiny_llama();
+    let net = &model.net;
+    let faithful = Interventions::default();
+    let steered = model.steering(1, ("The cat sat on the mat.", "The dog ran."), 2.5).unwrap();
+    assert!(steered.notices.is_empty());
+    // The vector: the stream entering layer 1 at the last token of each text, run alone.
+    let last_row = |text: &str| {
+        let t = model.tokenizer.encode(text, None).unwrap().tokens;
+        let streams = net.forward_streams(&t.ids, &t.type_ids, &faithful).unwrap();
+        let h = model.description().hidden;
+        streams.entering(1)[(t.len() - 1) * h..].to_vec()
+    };
+    let (plus, minus) = (last_row("The cat sat on the mat."), last_row("The dog ran."));
+    let want: Vec<f32> = plus.iter().zip(&minus).map(|(p, m)| p - m).collect();
+    assert_eq!(bits(&steered.steering.vector), bits(&want));
+
+    // The steered pass: the faithful stream entering layer 1, plus 2.5 · v in every row, run on.
+    let iv = Interventions { steer: Some(steered.steering.clone()), ..Interventions::default() };
+    let tokens = model.tokenizer.encode("A bird sang today.", None).unwrap().tokens;
+    let (ids, types) = (&tokens.ids, &tokens.type_ids);
+    let streams = net.forward_streams(ids, types, &faithful).unwrap();
+    let added = steered.steering.added();
+    let mut entering = streams.entering(1).to_vec();
+    for row in entering.chunks_mut(added.len()) {
+        row.iter_mut().zip(&added).for_each(|(x, a)| *x += a);
+    }
+    let mut record = attnviz::model::engine::Record::new(Capture::Attention);
+    let input = attnviz::model::engine::Input::new(ids, types, &iv).resumed(1, &entering);
+    let resumed = net.run(input, &mut record).unwrap();
+    let whole = net.forward(ids, types, Capture::Attention, &iv).unwrap();
+    assert_eq!(bits(&resumed), bits(&whole.last_hidden), "steered = the stream plus C·v, run on");
+    let plain = net.forward(ids, types, Capture::Attention, &faithful).unwrap();
+    assert_ne!(bits(&plain.last_hidden), bits(&whole.last_hidden), "steering changes the output");
+    let run = model.run_with("A bird sang today.", None, &iv).unwrap();
+    assert!(
+        run.intervention
+            .as_deref()
+            .unwrap()
+            .contains("steered at layer 1 by 2.5 × (“The cat sat on the mat.” − “The dog ran.”)")
+    );
+
+    // Written with the key/value cache, every step steered: the rows written are the final pass's.
+    let mut g = attnviz::model::generate::Generator::start_modified(&model, "A bird", 3, None, &iv).unwrap();
+    while g.next(6).unwrap().is_some() {}
+    let (partial, last) = (g.partial_run(), g.final_run().unwrap());
+    assert_eq!(bits(partial.attention.as_slice()), bits(last.attention.as_slice()), "cached steps = one pass");
+    assert_eq!(last.intervention, run.intervention);
+}
+
+#[test]
+fn steering_refuses_what_it_cannot_do_and_notes_a_lone_token() {
+    let model = tiny_llama();
+    let err = |layer, scale| model.steering(layer, ("cat", "dog"), scale).unwrap_err().to_string();
+    assert!(err(0, f32::NAN).contains("finite number, got NaN"));
+    assert!(err(2, 1.0).contains("cannot steer layer 2: the model has layers 0 to 1"));
+    let steered = model.steering(0, ("The", "The cat sat."), 1.0).unwrap();
+    assert_eq!(steered.notices.len(), 1, "{:?}", steered.notices);
+    assert!(steered.notices[0].contains("\"The\" is one token"));
+    let t5 =
+        LoadedModel::load(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-t5")).unwrap();
+    assert!(t5.steering(0, ("a b", "c d"), 1.0).unwrap_err().to_string().contains("encoder–decoder"));
+    // A vector of another width is refused by the pass.
+    let mut steer = steered.steering;
+    steer.vector.pop();
+    let iv = Interventions { steer: Some(steer), ..Interventions::default() };
+    let e = model.run_with("The cat", None, &iv).unwrap_err().to_string();
+    assert!(e.contains("the steering vector has"), "{e}");
+}

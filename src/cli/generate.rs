@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::dump::{DumpFormat, DumpJson, write_json, write_run_npz};
 use crate::analysis::Run;
 use crate::model::generate::{Candidate, Generator};
+use crate::model::intervene::Steering;
 use crate::model::{Interventions, LoadedModel};
 
 /// `attnviz generate` arguments.
@@ -35,6 +36,48 @@ pub struct GenerateArgs {
     /// Interventions, on the prompt and on every token written.
     #[command(flatten)]
     pub model: super::ModelOptions,
+    /// Steering by activation addition.
+    #[command(flatten)]
+    pub steer: SteerOptions,
+}
+
+/// Steering: `--steer-scale` × (the stream entering `--steer-layer` at the last token of
+/// `--steer-plus`, run alone − the same for `--steer-minus`) added to the stream entering that
+/// layer at every position, the prompt's and every written token's.
+#[derive(Debug, Args, Default)]
+pub struct SteerOptions {
+    /// The layer whose entering residual stream is steered.
+    #[arg(long = "steer-layer", value_name = "L")]
+    pub layer: Option<usize>,
+    /// The text steered toward (a few tokens, e.g. "Dogs are wonderful").
+    #[arg(long = "steer-plus", value_name = "TEXT")]
+    pub plus: Option<String>,
+    /// The text steered away from (e.g. "Dogs are terrible").
+    #[arg(long = "steer-minus", value_name = "TEXT")]
+    pub minus: Option<String>,
+    /// What the difference is multiplied by (negative steers the other way).
+    #[arg(long = "steer-scale", value_name = "C", allow_negative_numbers = true)]
+    pub scale: Option<f32>,
+}
+
+impl SteerOptions {
+    /// The steering asked for (None without the options), with its notices printed.
+    pub fn steering(&self, model: &LoadedModel) -> anyhow::Result<Option<Steering>> {
+        let Self { layer, plus, minus, scale } = self;
+        match (layer, plus, minus, scale) {
+            (None, None, None, None) => Ok(None),
+            (Some(layer), Some(plus), Some(minus), Some(scale)) => {
+                let steered = model.steering(*layer, (plus, minus), *scale)?;
+                for notice in &steered.notices {
+                    eprintln!("note: {notice}");
+                }
+                Ok(Some(steered.steering))
+            }
+            _ => {
+                anyhow::bail!("--steer-layer, --steer-plus, --steer-minus and --steer-scale go together: give all four")
+            }
+        }
+    }
 }
 
 /// One step's candidates in the JSON.
@@ -118,8 +161,9 @@ pub fn run(model_dir: Option<&Path>, args: &GenerateArgs) -> anyhow::Result<()> 
     if args.format == DumpFormat::Npz && args.output == Path::new("-") {
         anyhow::bail!("-o -: NPZ cannot be written to standard output; give a file path");
     }
-    let interventions = args.model.interventions()?;
+    let mut interventions = args.model.interventions()?;
     let model = args.model.load(model_dir)?;
+    interventions.steer = args.steer.steering(&model)?;
     if model.decoder.is_some() {
         return translate(&model, args, &interventions);
     }

@@ -23,6 +23,7 @@ pub mod readout;
 pub mod relpos;
 pub mod rope;
 mod run;
+pub mod steer;
 pub mod tokenize;
 pub mod typing;
 

@@ -84,6 +84,12 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     });
     let model = h.state().session.model.as_ref().unwrap();
     assert_eq!((model.family.as_str(), model.layers, model.heads), ("gpt2", 1, 2));
+    // The network writes: Continue is folded under the lab, and the views keep half the window.
+    h.run_steps(2);
+    h.get_by_label("Continue the text (the trained network writes)");
+    let views = h.get_by_label("Head view").rect().left() - 8.0;
+    let lab = h.get_by_label("Training lab").rect().left() - 8.0;
+    assert!(lab - views >= 1360.0 / 2.0, "the views keep half the window: {views} to {lab}");
 
     // Pause: the steps stop.
     h.get_by_label("Pause").click();
@@ -190,7 +196,10 @@ fn invalid_settings_are_explained_and_train_is_disabled() {
     h.get_by_label("Train a transformer…").click();
     h.run_steps(2);
     let message = "⚠ 64 is not divisible by 3 heads (each head gets d_model / heads dimensions)";
-    assert!(h.query_by_label(message).is_some(), "the error is shown next to d_model");
+    let shown = h.get_by_label(message).rect();
+    assert!(shown.right() <= 1360.0, "the message wraps inside the window: {shown:?}");
+    let panel_left = 1360.0 - attnviz::app::lab::panel::WIDTH - 20.0;
+    assert!(shown.left() >= panel_left, "inside the lab's panel: {shown:?}");
     h.get_by_label("▶ Train").click();
     h.run_steps(3);
     assert!(h.state().features.lab.lab.is_none(), "nothing trains with invalid settings");

@@ -17,6 +17,10 @@ use crate::train::{Pooling, TaskKind, TrainConfig, TrainError};
 
 /// Width of the panel.
 pub const WIDTH: f32 = 330.0;
+
+/// The side panel's width (its default): with it and the lab's panel, the views keep half the
+/// window.
+const SIDE_PANEL: f32 = 270.0;
 /// Most points a curve draws (longer runs are thinned).
 const MAX_POINTS: usize = 1500;
 
@@ -28,10 +32,29 @@ pub struct TrainPanel {
 }
 
 impl TrainPanel {
-    /// Draws the lab's panel (on the right).
-    pub fn ui(&mut self, ui: &mut Ui, data: &ViewData<'_>, commands: &mut Commands) {
-        egui::Panel::right("training-lab").resizable(false).exact_size(WIDTH).show(ui, |ui| {
-            egui::ScrollArea::vertical().show(ui, |ui| panel_ui(ui, data, &mut self.save_path, commands));
+    /// Draws the lab's panel (on the right), with Continue folded under it when the network
+    /// writes (`generation`). Resizable up to what leaves the views half the window.
+    pub fn ui(
+        &mut self,
+        ui: &mut Ui,
+        data: &ViewData<'_>,
+        commands: &mut Commands,
+        generation: Option<&mut crate::app::generation::panel::GenerationPanel>,
+    ) {
+        let window = ui.ctx().content_rect().width();
+        let widest = (window / 2.0 - SIDE_PANEL).max(WIDTH);
+        let panel = egui::Panel::right("training-lab").resizable(true).default_size(WIDTH);
+        panel.size_range(WIDTH.min(widest)..=widest).show(ui, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                panel_ui(ui, data, &mut self.save_path, commands);
+                if let Some(generation) = generation {
+                    ui.separator();
+                    let open = data.generation.is_some();
+                    egui::CollapsingHeader::new("Continue the text (the trained network writes)")
+                        .default_open(open)
+                        .show(ui, |ui| generation.ui(ui, data, commands));
+                }
+            });
         });
     }
 }
@@ -125,7 +148,10 @@ fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, Stri
             && *f == field
         {
             ui.label("");
-            ui.colored_label(ui.visuals().error_fg_color, RichText::new(format!("⚠ {message}")).small());
+            // Wrapped at the panel's edge: a grid cell would otherwise widen the panel past the window.
+            let width = (ui.clip_rect().right() - ui.cursor().left() - 8.0).max(80.0);
+            let text = RichText::new(format!("⚠ {message}")).small().color(ui.visuals().error_fg_color);
+            ui.add_sized([width, 0.0], egui::Label::new(text).wrap());
             ui.end_row();
         }
     };

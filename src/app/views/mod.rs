@@ -73,11 +73,15 @@ impl Views {
         self.input.ui(ui, data, commands);
         self.side.ui(ui, data, commands);
         status_bar_ui(ui, data);
+        let writes = crate::app::generation::panel::GenerationPanel::shown(data);
         if data.features.lab.open {
-            self.train.ui(ui, data, commands);
-        }
-        if crate::app::generation::panel::GenerationPanel::shown(data) {
-            egui::Panel::right("generation").resizable(false).exact_size(270.0).show(ui, |ui| {
+            // One column on the right: the lab, and Continue folded under it (the views keep half
+            // the window).
+            self.train.ui(ui, data, commands, writes.then_some(&mut self.generation));
+        } else if writes {
+            // Narrow until something is written.
+            let width = if data.generation.is_some() { 270.0 } else { 180.0 };
+            egui::Panel::right("generation").resizable(false).exact_size(width).show(ui, |ui| {
                 egui::ScrollArea::vertical().show(ui, |ui| self.generation.ui(ui, data, commands));
             });
         }

@@ -44,8 +44,12 @@ fn running_only_what_changed_is_every_full_patched_pass_bit_for_bit() {
     let mut rng = Rng(0x38_9a7c_2026);
     let ablated = Interventions { ablated: [(0, 1)].into(), temperature: 0.8, ..Interventions::default() };
     let knocked = Interventions { knockout: parse_knockout("*:6:2,1:4:0").unwrap(), ..Interventions::default() };
+    let llama = fixture("tiny-llama");
+    let steer = Some(llama.steering(1, ("The cat sat on the mat.", "A dog."), 2.0).unwrap().steering);
+    let steered = Interventions { steer, ..Interventions::default() };
     for (name, iv) in [
         ("tiny-llama", Interventions::default()),
+        ("tiny-llama", steered),
         ("tiny-gpt-neox", Interventions::default()),
         ("tiny-gpt2", ablated),
         ("tiny-gemma", Interventions::default()),

@@ -6,32 +6,13 @@
 
 mod common;
 
-use attnviz::analysis::Tokens;
 use attnviz::analysis::roles::HeadScores;
 use attnviz::model::{Capture, Interventions, LoadedModel};
-use common::root;
+use common::{floats, ids, reference_json, root, tokens_of};
 use serde_json::Value;
 
 fn reference(prefix: &str) -> Value {
-    let path = root().join(format!("tests/fixtures/reference/readout_{prefix}.json"));
-    serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    match v {
-        Value::Array(a) => a.iter().flat_map(floats).collect(),
-        Value::Number(n) => vec![n.as_f64().unwrap()],
-        Value::Null => vec![f64::NAN],
-        _ => panic!("not a number: {v}"),
-    }
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    floats(v).into_iter().map(|x| x as u32).collect()
-}
-
-fn tokens_of(model: &LoadedModel, ids: &[u32]) -> Tokens {
-    Tokens::from_ids(ids, |id| model.tokenizer.token_of(id), |id| model.tokenizer.is_special(id))
+    reference_json(&format!("readout_{prefix}.json"))
 }
 
 fn check(prefix: &str, model: &LoadedModel) {

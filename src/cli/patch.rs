@@ -76,6 +76,14 @@ pub fn run(model_dir: Option<&Path>, args: &PatchArgs) -> anyhow::Result<()> {
     let mut control = SweepControl { progress: &mut |_| {}, cancel: None };
     let p = model.patch(&request, Reuse::Changed, &mut control)?;
     super::note_run(&model, interventions.describe().as_deref());
+    eprintln!(
+        "{} sweep: clean {:.4}, corrupted {:.4}; {} of {} cells needed a pass (the others equal the corrupted run)",
+        p.site.name(),
+        p.clean_logit_diff,
+        p.corrupted_logit_diff,
+        p.grid.passes,
+        p.grid.logit_diff.len()
+    );
     let normalized = p.normalized();
     // NPZ has no null: a normalisation without a span is NaN.
     let (inputs, grid) = (&p.inputs, &p.grid);

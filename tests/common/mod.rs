@@ -139,6 +139,32 @@ pub fn loaded_fixtures() -> impl Iterator<Item = (String, attnviz::model::Loaded
     })
 }
 
+/// A reference file of `tests/fixtures/reference/`, parsed.
+pub fn reference_json(file: &str) -> serde_json::Value {
+    let path = root().join("tests/fixtures/reference").join(file);
+    serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// Every number of a JSON value, nested arrays flattened (null: NaN).
+pub fn floats(v: &serde_json::Value) -> Vec<f64> {
+    match v {
+        serde_json::Value::Array(a) => a.iter().flat_map(floats).collect(),
+        serde_json::Value::Number(n) => vec![n.as_f64().unwrap()],
+        serde_json::Value::Null => vec![f64::NAN],
+        _ => panic!("not a number: {v}"),
+    }
+}
+
+/// Every number of a JSON value as a token id.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    floats(v).into_iter().map(|x| x as u32).collect()
+}
+
+/// The model's tokens of `ids`.
+pub fn tokens_of(model: &attnviz::model::LoadedModel, ids: &[u32]) -> attnviz::analysis::Tokens {
+    attnviz::analysis::Tokens::from_ids(ids, |id| model.tokenizer.token_of(id), |id| model.tokenizer.is_special(id))
+}
+
 /// The bits of each value (to compare bit for bit).
 pub fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()

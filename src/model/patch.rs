@@ -7,7 +7,7 @@
 //! A patched run changes nothing before the patched layer, and in a causal model nothing before
 //! the first position whose value the patch changes: it resumes at that layer after a copy of the
 //! corrupted run's keys and values of the earlier positions ([`Input::resumed`],
-//! [`KvCache::prefix`]), and runs only those layers and positions — bit for bit the full patched
+//! [`KvCache::prefix`]), and runs only those layers and positions, a few at a time — bit for bit the full patched
 //! pass, which [`Reuse::FullPasses`] runs instead (as `TransformerLens` does, one pass per cell). A
 //! cell whose clean value equals the corrupted one needs no pass at all: its difference is the
 //! corrupted run's.
@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::engine::{Context, Edit, EngineError, Input, KvCache, Listener, Network, PassShape, Point, Writable};
-use super::{Interventions, LoadedModel, ModelError};
+use super::{Interventions, LoadedModel, ModelError, kernels};
 use crate::analysis::Tokens;
 use crate::analysis::patching::{PatchGrid, PatchInputs, PatchSite, Patching};
 
@@ -152,7 +152,8 @@ impl Edit for Patch<'_> {
         let w = self.width;
         match self.cells {
             Cells::Positions(positions) => {
-                for &p in positions.iter().filter(|&&p| p >= first) {
+                let here = first..first + rows.len() / w;
+                for &p in positions.iter().filter(|p| here.contains(p)) {
                     rows[(p - first) * w..(p - first + 1) * w].copy_from_slice(&self.clean[p * w..(p + 1) * w]);
                 }
             }
@@ -324,13 +325,20 @@ impl<'n> PatchRuns<'n> {
         let n = ids.len();
         let stream_len = n * d.hidden;
         let entering = &self.corrupted.entering[layer * stream_len..(layer + 1) * stream_len];
-        let mut prefix = self.cache.as_ref().map(|c| c.prefix(first, layer));
-        let input = Input::new(&ids[first..], &types[first..], iv).resumed(layer, &entering[first * d.hidden..]);
-        let input = match &mut prefix {
-            Some(cache) => input.within(Context::Cached(cache)),
-            None => input,
+        let Some(mut prefix) = self.cache.as_ref().map(|c| c.prefix(first, layer)) else {
+            let last = self.net.run(Input::new(ids, types, iv).resumed(layer, entering), &mut { patch })?;
+            return Ok((self.logit_diff(&last)?, true));
         };
-        let last = self.net.run(input, &mut { patch })?;
+        // A few rows at a time after the cache: the products of up to `BLOCK_ROWS` rows read a
+        // GGUF matrix's blocks in registers instead of widening it (the same bits either way).
+        let mut patch = patch;
+        let mut last = Vec::new();
+        for start in (first..n).step_by(kernels::BLOCK_ROWS) {
+            let end = (start + kernels::BLOCK_ROWS).min(n);
+            let rows = &entering[start * d.hidden..end * d.hidden];
+            let input = Input::new(&ids[start..end], &types[start..end], iv).resumed(layer, rows);
+            last = self.net.run(input.within(Context::Cached(&mut prefix)), &mut patch)?;
+        }
         Ok((self.logit_diff(&last)?, true))
     }
 

@@ -514,6 +514,15 @@ impl Feature {
         }
     }
 
+    /// Shows the lab's network on the probe of `cfg`'s task in every view, remembering what it
+    /// replaces.
+    fn show_network(&mut self, settings: &mut Settings, cfg: &crate::train::TrainConfig) {
+        self.remember_return(settings);
+        settings.source = Source::Pretrained;
+        settings.pair_enabled = false;
+        settings.text = crate::train::Task::new(cfg).probe();
+    }
+
     /// Ends the run because another model was opened (its network would replace that model at its
     /// next evaluation); whether there was one.
     pub fn end_for_another_model(&mut self) -> bool {
@@ -562,10 +571,7 @@ impl Feature {
                 else {
                     return;
                 };
-                self.remember_return(settings);
-                settings.source = Source::Pretrained;
-                settings.pair_enabled = false;
-                settings.text = crate::train::Task::new(&cfg).probe();
+                self.show_network(settings, &cfg);
                 session.worker.send(Job::Install { id: session.worker.next_id(), model });
             }
             T::Close | T::Discard => {
@@ -591,13 +597,10 @@ impl Feature {
                     session.set_status(e.to_string(), true);
                     return;
                 }
-                self.remember_return(settings);
                 // The views show the network being trained, on the task's probe.
+                self.show_network(settings, &cfg);
                 self.lab = None;
                 settings.train = cfg.clone();
-                settings.source = Source::Pretrained;
-                settings.pair_enabled = false;
-                settings.text = crate::train::Task::new(&cfg).probe();
                 let wake = ctx.clone();
                 let what = if experiment { "the course's three variants".to_string() } else { cfg.describe() };
                 match Lab::start(cfg, experiment, move || wake.request_repaint()) {

@@ -197,11 +197,10 @@ pub fn grid_table(p: &Patching, model: &str, normalized: bool) -> Table {
             })
             .collect()
     };
-    let values = match (normalized, p.normalized()) {
-        (true, Some(v)) => v,
-        _ => g.logit_diff.clone(),
+    let (values, what) = match p.normalized().filter(|_| normalized) {
+        Some(v) => (v, "normalised logit difference"),
+        None => (g.logit_diff.clone(), "logit difference"),
     };
-    let what = if normalized && p.normalized().is_some() { "normalised logit difference" } else { "logit difference" };
     Table {
         title: format!(
             "{model} · activation patching at {} · {what} “{}” − “{}” · clean {:.3}, corrupted {:.3}",

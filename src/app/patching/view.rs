@@ -46,7 +46,9 @@ impl PatchingView {
             let (done, total) =
                 (feature.progress.done.load(Ordering::Relaxed), feature.progress.total.load(Ordering::Relaxed));
             ui.horizontal(|ui| {
-                let text = if total == 0 { "running the clean and corrupted inputs…".to_string() } else {
+                let text = if total == 0 {
+                    "running the clean and corrupted inputs…".to_string()
+                } else {
                     format!("{done} of {total} patched runs")
                 };
                 ui.add(egui::ProgressBar::new(done as f32 / total.max(1) as f32).text(text).desired_width(260.0));
@@ -70,7 +72,9 @@ impl PatchingView {
         };
         let patching = &p.patching;
         let pretty = crate::analysis::tokens::pretty_label;
-        let normalized = settings.normalized && patching.normalized().is_some();
+        // Once per frame, not per hovered cell.
+        let shares = patching.normalized();
+        let normalized = settings.normalized && shares.is_some();
         ui.label(
             RichText::new(format!(
                 "“{}” − “{}”: clean {:.4} · corrupted {:.4} · {} cells, {} patched runs, {:.0} ms",
@@ -96,12 +100,13 @@ impl PatchingView {
                 format!("Layer {r}, position {c} (clean “{}”, corrupted “{}”)", pretty(a), pretty(b))
             };
             let raw = patching.grid.get(r, c);
-            let share = patching.normalized().map(|n| format!(" · normalised {:.4}", n[r * cols + c])).unwrap_or_default();
+            let share = shares.as_ref().map(|n| format!(" · normalised {:.4}", n[r * cols + c])).unwrap_or_default();
             let click = if per_head { "\n\nClick to open this head in the attention views" } else { "" };
             format!("{at}\nlogit difference {raw:+.6}{share}{click}")
         };
         let name = |r: usize, c: usize| format!("Patch L{r} {}", table.col_labels[c]);
-        let key = key_of(&(patching.site.name(), normalized, rows, cols, table.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>()));
+        // The sweep shown is one `Arc` until another arrives: its address keys the texture.
+        let key = key_of(&(std::sync::Arc::as_ptr(p) as usize, normalized));
         let fit_w = (ui.available_width() - 160.0) / cols.max(1) as f32;
         let fit_h = (ui.available_height() - 90.0) / rows.max(1) as f32;
         let cell = fit_w.min(fit_h).clamp(10.0, 56.0);
@@ -149,8 +154,7 @@ impl PatchingView {
                 ui.selectable_value(&mut next.site, site, site.name()).on_hover_text(hint);
             }
             ui.separator();
-            let (answer, wrong) =
-                self.typed.get_or_insert_with(|| (settings.answer.clone(), settings.wrong.clone()));
+            let (answer, wrong) = self.typed.get_or_insert_with(|| (settings.answer.clone(), settings.wrong.clone()));
             let mut commit = false;
             ui.label("Answer");
             let a = ui.add(egui::TextEdit::singleline(answer).desired_width(90.0).hint_text("clean's top"));

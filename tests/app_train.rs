@@ -178,7 +178,10 @@ fn train_pause_scrub_save_and_close_from_the_panel() {
     });
     assert_eq!(h.state().settings.text, probe);
     assert!(h.state().features.lab.open);
-    assert!(h.query_by(|n| n.label().as_deref() == Some("Save") && !n.is_disabled()).is_some(), "Save is offered for the kept run");
+    assert!(
+        h.query_by(|n| n.label().as_deref() == Some("Save") && !n.is_disabled()).is_some(),
+        "Save is offered for the kept run"
+    );
 
     // Discard: the run is gone, back to the model the lab replaced.
     h.get_by_label("Discard").click();

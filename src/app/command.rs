@@ -152,7 +152,6 @@ macro_rules! settings_fields {
 }
 pub(crate) use settings_fields;
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

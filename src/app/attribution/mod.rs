@@ -82,7 +82,6 @@ pub fn attribution_table(a: &Attribution, title: String) -> crate::export::Table
     crate::export::Table { title, row_labels, col_labels, values }
 }
 
-
 /// What the attribution's target is, in words: "“ Paris”" or "“ Paris” − “ London”".
 pub fn target_text(a: &Attribution) -> String {
     let pretty = crate::analysis::tokens::pretty_label;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use crate::analysis::Run;
 use crate::app::session::{RunInput, Session, TokenRun, ViewedFrom, run_spec};
 use crate::app::state::{Settings, Source, View};
-use crate::export::Figure;
 use crate::app::worker::{Job, RunSpec};
+use crate::export::Figure;
 
 /// Run B of the comparison: as it came, as the views show it, and what is asked for.
 #[derive(Default)]

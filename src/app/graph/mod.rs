@@ -25,7 +25,12 @@ struct Computed {
 }
 
 /// Computes the contribution graph of `tokens`, with the labels of the tokens its nodes name.
-fn compute(model: &LoadedModel, source_id: u64, tokens: &crate::analysis::tokens::Tokens, iv: &Interventions) -> Computed {
+fn compute(
+    model: &LoadedModel,
+    source_id: u64,
+    tokens: &crate::analysis::tokens::Tokens,
+    iv: &Interventions,
+) -> Computed {
     let start = std::time::Instant::now();
     let result = model
         .contributions(tokens, iv)
@@ -131,7 +136,6 @@ impl Feature {
         attribution.request_effect(shown.worker, key, tokens, interventions);
     }
 }
-
 
 /// A graph node's height in the figure: the embeddings at 0, then per layer its attention (odd),
 /// its MLP (between) and its output (even).

@@ -67,7 +67,8 @@ fn panel_ui(ui: &mut Ui, data: &ViewData<'_>, save_path: &mut String, commands: 
     ui.horizontal(|ui| {
         ui.heading("Training lab");
         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-            let hint = "Go back to the model and text the lab replaced; the run is kept (paused) until you reopen the lab";
+            let hint =
+                "Go back to the model and text the lab replaced; the run is kept (paused) until you reopen the lab";
             if ui.button("Close").on_hover_text(hint).clicked() {
                 commands.push(Command::Train(TrainCommand::Close));
             }

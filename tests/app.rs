@@ -3201,9 +3201,13 @@ fn patching_shows_the_library_sweeps_and_a_clicked_head_opens_in_the_attention_v
     let expected = library(PatchSite::Head);
     assert_eq!((expected.grid.layers, expected.grid.columns), (2, 4));
     h.get_by_label("Patch L1 H2").click();
-    h.run_steps(2);
-    assert_eq!(h.state().settings.view, View::Heatmap);
+    settled(&mut h);
+    // It opens on both inputs: the comparison of the clean and the corrupted input.
+    assert_eq!(h.state().settings.view, View::Compare);
+    assert_eq!(h.state().settings.compare.text_b, corrupted);
     assert_eq!((h.state().settings.layer_idx, h.state().settings.selected_heads()), (1, vec![2]));
+    let run_b = h.state().features.compare.run_b.clone().expect("run B, the corrupted input");
+    assert_eq!(run_b.attention.as_slice(), model.run(corrupted, None).unwrap().attention.as_slice());
     // Back to the grid: exported as numbers, the library's.
     h.get_by_label("Patching").click();
     settled(&mut h);
@@ -3213,4 +3217,177 @@ fn patching_shows_the_library_sweeps_and_a_clicked_head_opens_in_the_attention_v
     let csv = std::fs::read_to_string(&path).unwrap();
     let row: Vec<f32> = csv.lines().nth(2).unwrap().split(',').skip(1).map(|v| v.parse().unwrap()).collect();
     assert_eq!(row, expected.grid.rows()[1], "layer 1's heads");
+}
+
+/// Right-clicks at `pos` (a context menu opens there).
+fn right_click_at(h: &mut Harness<'static, AttnvizApp>, pos: egui::Pos2) {
+    h.hover_at(pos);
+    h.run_steps(1);
+    for pressed in [true, false] {
+        h.event(egui::Event::PointerButton {
+            pos,
+            button: egui::PointerButton::Secondary,
+            pressed,
+            modifiers: egui::Modifiers::NONE,
+        });
+    }
+    h.run_steps(2);
+}
+
+#[test]
+fn knockout_from_the_heatmap_and_the_head_view_is_the_librarys_with_the_prediction_before_and_after() {
+    use attnviz::model::intervene::Knockout;
+    use attnviz::model::{Interventions, LoadedModel};
+    let text = "the cat sat on the mat";
+    let mut h = lens_app("tiny-llama", text);
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    h.get_by_label("Heatmap").click();
+    h.state_mut().settings.layer_idx = 1;
+    settled(&mut h);
+    // Right-click the cell query 7 (the last) → key 1 and knock it out in layer 1 from its menu.
+    let (shown, grid) = h.state().views.heatmap.figure().map(|(d, g)| (d.clone(), g)).unwrap();
+    let origin = assert_painted(&h, &shown, "key (attended to)");
+    let (x, y) = grid.cell_center(7, 1);
+    right_click_at(&mut h, origin + egui::vec2(x, y));
+    h.get_by_label("Knock out in layer 1").click();
+    settled(&mut h);
+    let entry = Knockout { layer: Some(1), query: 7, key: 1 };
+    let iv = Interventions { knockout: [entry].into(), ..Interventions::default() };
+    assert_eq!(h.state().settings.interventions, iv);
+    // The run shown is the library's knocked-out run: the entry is zero, its row renormalised.
+    let expected = model.run_with(text, None, &iv).unwrap();
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(run.attention.as_slice(), expected.attention.as_slice());
+    for head in 0..run.attention.heads() {
+        assert_eq!(run.attention.get(1, head, 7, 1), 0.0);
+        let row: f32 = (0..=7).map(|k| run.attention.get(1, head, 7, k)).sum();
+        assert!((row - 1.0).abs() < 1e-5, "row 7 of head {head} sums to {row}");
+    }
+    // The banner names it, and the next token before and after is the library's.
+    h.get_by_label_contains("MODIFIED MODEL — knocked out 1:7:1");
+    let tokens = model.run(text, None).unwrap().tokens;
+    let top = |iv: &Interventions| -> Vec<(String, f32)> {
+        let lens = model.lens(&tokens, &[tokens.len() - 1], 5, &[], iv).unwrap();
+        lens.cell(lens.streams - 1, 0).map(|(id, p)| (model.tokenizer.token_of(id), p)).collect()
+    };
+    let (before, after) = (top(&Interventions::default()), top(&iv));
+    assert_ne!(before, after, "the last token's knockout changes its prediction");
+    let (_, shown) = h.state().features.intervene.effect.shown().unwrap();
+    let shown = shown.as_ref().unwrap();
+    assert_eq!((&shown.faithful, &shown.modified), (&before, &after));
+    let line = |c: &[(String, f32)]| {
+        let pretty = attnviz::analysis::tokens::pretty_label;
+        c.iter().map(|(t, p)| format!("“{}” {:.1} %", pretty(t), 100.0 * p)).collect::<Vec<_>>().join(" · ")
+    };
+    let painted = h.query_all_by_label(&line(&before)).count() + h.query_all_by_label(&line(&after)).count();
+    assert_eq!(painted, 2, "the faithful and the modified candidates are shown");
+    // Alt+click knocks out another cell (the banner's lines moved the heatmap down).
+    let (shown, grid) = h.state().views.heatmap.figure().map(|(d, g)| (d.clone(), g)).unwrap();
+    let origin = assert_painted(&h, &shown, "key (attended to)");
+    let (x, y) = grid.cell_center(4, 2);
+    let alt = egui::Modifiers { alt: true, ..egui::Modifiers::NONE };
+    for pressed in [true, false] {
+        let pos = origin + egui::vec2(x, y);
+        h.hover_at(pos);
+        h.event(egui::Event::PointerButton { pos, button: egui::PointerButton::Primary, pressed, modifiers: alt });
+    }
+    settled(&mut h);
+    let both: std::collections::BTreeSet<Knockout> = [entry, Knockout { layer: Some(1), query: 4, key: 2 }].into();
+    assert_eq!(h.state().settings.interventions.knockout, both);
+    // The head view: pin query 7, right-click its line to key 0, knock query 7 out from every
+    // earlier key in layers 1 on (it keeps itself).
+    h.get_by_label("Head view").click();
+    settled(&mut h);
+    let label = |p: usize| h.state().session.run.as_ref().unwrap().label(p);
+    let (last, first) = (label(7), label(0));
+    h.get_by_label(&format!("query 7: {last}")).click();
+    h.run_steps(2);
+    h.get_by_label(&format!("weights of key 0: {first}")).click_secondary();
+    h.run_steps(2);
+    h.get_by_label(&format!("Knock out “{last}” from every earlier key in layer 1")).click();
+    settled(&mut h);
+    let mut all = both.clone();
+    all.extend((0..7).map(|key| Knockout { layer: Some(1), query: 7, key }));
+    assert_eq!(all.len(), 8);
+    assert_eq!(h.state().settings.interventions.knockout, all);
+    let iv = Interventions { knockout: all, ..Interventions::default() };
+    let expected = model.run_with(text, None, &iv).unwrap();
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(run.attention.as_slice(), expected.attention.as_slice());
+    assert_eq!(run.attention.get(1, 0, 7, 7), 1.0, "query 7 attends to itself alone");
+    // Knocking every key of a row out is refused in the menu, with the reason.
+    h.get_by_label(&format!("weights of key 7: {last}")).click_secondary();
+    h.run_steps(2);
+    assert!(
+        h.query_by(|n| n.label().as_deref() == Some("Knock out in layer 1") && n.is_disabled()).is_some(),
+        "it would leave query 7 no key"
+    );
+    h.key_press(egui::Key::Escape);
+    h.run_steps(2);
+    // Restore from the side panel's list.
+    h.get_by_label_contains("Interventions").click();
+    h.run_steps(2);
+    h.get_by_label("Restore every knockout").scroll_to_me();
+    h.run_steps(30); // the scroll's animation
+    h.get_by_label("Restore every knockout").click();
+    settled(&mut h);
+    assert!(h.state().settings.interventions.is_faithful());
+    assert!(h.state().session.run.as_ref().unwrap().intervention.is_none());
+}
+
+#[test]
+fn the_steer_panel_steers_every_view_and_continue_beside_the_unsteered_text_as_the_library_does() {
+    use attnviz::model::Interventions;
+    use attnviz::model::LoadedModel;
+    use attnviz::model::generate::Generator;
+    let text = "the cat sat";
+    let mut h = lens_app("tiny-llama", text);
+    let model = LoadedModel::load(&fixture("tiny-llama")).unwrap();
+    h.get_by_label("Heatmap").click();
+    settled(&mut h);
+    h.get_by_label("Steer").click();
+    h.run_steps(2);
+    h.state_mut().settings.steer.layer = 1;
+    h.state_mut().settings.steer.scale = 4.0;
+    h.get_by_label("Steer the model").click();
+    settled(&mut h);
+    settled(&mut h); // the vector arrives, then the steered run
+    let steer = &h.state().settings.steer;
+    let made = model.steering(1, (&steer.plus, &steer.minus), 4.0).unwrap();
+    let iv = Interventions { steer: Some(made.steering.clone()), ..Interventions::default() };
+    assert_eq!(h.state().settings.interventions, iv, "the library's steering vector, scaled");
+    // Every view shows the steered model.
+    let run = h.state().session.run.clone().unwrap();
+    assert_eq!(run.attention.as_slice(), model.run_with(text, None, &iv).unwrap().attention.as_slice());
+    h.get_by_label_contains("MODIFIED MODEL — steered at layer 1 by 4");
+    h.get_by_label("Steer — ON");
+    // Continue writes steered, and the unsteered text of the same prompt comes beside it.
+    h.get_by_label("Continue ▶").click();
+    wait_until(&mut h, "the generation", |a| a.session.generation.as_ref().is_some_and(|g| g.finished.is_some()));
+    settled(&mut h);
+    let write = |iv: &Interventions| {
+        let mut g = Generator::start_modified(&model, text, 1, None, iv).unwrap();
+        while g.next(20).unwrap().is_some() {}
+        model.tokenizer.decode(&g.tokens().ids[g.prompt_len()..])
+    };
+    let (steered, unsteered) = (write(&iv), write(&Interventions::default()));
+    assert_ne!(steered, unsteered, "steering at scale 4 changes what the model writes");
+    let g = h.state().session.generation.clone().unwrap();
+    assert_eq!(g.text.as_deref(), Some(steered.as_str()));
+    let (_, shown) = h.state().features.intervene.unsteered.shown().unwrap();
+    assert_eq!(shown.as_deref().unwrap(), &unsteered);
+    for written in [&unsteered, &steered] {
+        assert!(h.query_all_by_label(&format!("{text}{written}")).count() > 0, "{written:?} is shown");
+    }
+    h.get_by_label("Unsteered and steered, side by side");
+    // A one-token text is said to be mostly massive activations.
+    h.state_mut().settings.steer.plus = " cat".into();
+    settled(&mut h);
+    let notice = model.steering(1, (" cat", &h.state().settings.steer.minus), 4.0).unwrap().notices;
+    assert_eq!(notice.len(), 1);
+    h.get_by_label(&notice[0]);
+    // Off: the faithful model again.
+    h.get_by_label("Steer the model").click();
+    settled(&mut h);
+    assert!(h.state().settings.interventions.is_faithful());
 }

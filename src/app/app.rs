@@ -14,7 +14,7 @@ use super::core::{AttnvizApp, Shell, view_data};
 use super::derive::{Derived, Deriver};
 use super::features::Features;
 use super::session::{Asked, KeyClock, Playground, Session, Sources};
-use super::state::{RolloutMode, Settings, ThemeChoice, View};
+use super::state::{RolloutMode, Settings, Source, ThemeChoice, View};
 use super::tasks::{Background, Tasks};
 use super::views::Views;
 use super::worker::Worker;
@@ -196,9 +196,23 @@ impl AttnvizApp {
 
     /// Asks every feature for what the settings need: the shown run, run B, the readouts.
     fn request_what_is_needed(&mut self) {
+        self.steer_as_asked();
         self.request_run_if_changed();
         self.features.compare.request(&self.settings, &self.session);
         self.features.request(&self.session.shown(&self.settings));
+    }
+
+    /// Puts the Steer panel's steering into the interventions once its vector is made (and takes
+    /// it out when the panel is off): the shown run and Continue use the steered model.
+    fn steer_as_asked(&mut self) {
+        let Some(model) = self.session.model.as_ref().filter(|_| self.settings.source == Source::Pretrained) else {
+            return;
+        };
+        if let Some(wanted) = self.features.intervene.wanted_steering(&self.settings, &model.dir)
+            && self.settings.interventions.steer != wanted
+        {
+            self.settings.interventions.steer = wanted;
+        }
     }
 
     /// Starts computing attention flow in the background if the rollout view wants it.

@@ -10,7 +10,7 @@ use super::data::ViewData;
 use super::session::Shown;
 use super::state::View;
 use super::worker::Done;
-use super::{attribution, compare, graph, lab, lens, patching, rollout};
+use super::{attribution, compare, graph, intervene, lab, lens, patching, rollout};
 use crate::export::Figure;
 
 /// Every feature's own state.
@@ -30,6 +30,8 @@ pub struct Features {
     pub lab: lab::Feature,
     /// Activation patching.
     pub patching: patching::Feature,
+    /// Interventions: the prediction before and after, the steering vector, the unsteered text.
+    pub intervene: intervene::Feature,
 }
 
 impl Features {
@@ -40,6 +42,7 @@ impl Features {
         self.attribution.request(shown, no_head);
         self.graph.request(shown, &mut self.attribution, no_head);
         self.patching.request(shown);
+        self.intervene.request(shown);
     }
 
     /// Hands a feature its answer from the worker; the answers of the shown run are the app's
@@ -52,6 +55,7 @@ impl Features {
                 let answer = self.attribution.take(answer)?;
                 let answer = self.graph.take(answer)?;
                 let answer = self.patching.take(answer)?;
+                let answer = self.intervene.take(answer)?;
                 return Some(Done::Computed(answer));
             }
             Done::Compared { id, result } => self.compare.on_compared(id, result),
@@ -68,6 +72,7 @@ impl Features {
             || self.flow.slot.is_pending()
             || self.compare.is_pending()
             || self.patching.slot.is_pending()
+            || self.intervene.is_pending()
     }
 }
 

@@ -13,6 +13,7 @@ pub mod figure;
 pub mod generation;
 pub mod graph;
 pub mod handle;
+pub mod intervene;
 pub mod lab;
 pub mod legacy;
 pub mod lens;

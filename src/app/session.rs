@@ -270,6 +270,7 @@ impl Session {
             token_run: self.token_run.as_ref(),
             writing: self.writing(),
             worker: &self.worker,
+            generation: self.generation.as_ref(),
         }
     }
 }
@@ -286,6 +287,8 @@ pub struct Shown<'a> {
     pub writing: bool,
     /// The inference thread.
     pub worker: &'a Worker,
+    /// The generation shown or in progress.
+    pub generation: Option<&'a crate::app::generation::Generation>,
 }
 
 impl Shown<'_> {

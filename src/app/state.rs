@@ -259,6 +259,8 @@ pub struct Settings {
     pub graph: GraphSettings,
     /// The patching view's settings.
     pub patching: super::patching::PatchingSettings,
+    /// The Steer panel's settings.
+    pub steer: super::intervene::SteerSettings,
     /// The training lab's settings.
     pub train: crate::train::TrainConfig,
 }
@@ -305,6 +307,7 @@ super::command::settings_fields! {
     stats_role => StatsRole: Option<usize>,
     graph => Graph: GraphSettings,
     patching => Patching: super::patching::PatchingSettings,
+    steer => Steer: super::intervene::SteerSettings,
     train => Train: crate::train::TrainConfig,
 }
 
@@ -365,6 +368,7 @@ impl Default for Settings {
             stats_role: None,
             graph: GraphSettings::default(),
             patching: super::patching::PatchingSettings::default(),
+            steer: super::intervene::SteerSettings::default(),
             train: crate::train::TrainConfig::default(),
         }
     }

@@ -25,6 +25,8 @@ pub struct Generation {
     pub seconds: f64,
     /// The prompt (or a translation's source) as typed.
     pub prompt: String,
+    /// The interventions it writes with (the steered model, an ablated head …).
+    pub interventions: crate::model::Interventions,
     /// What was written so far, decoded by the tokenizer (a continuation: what follows the prompt;
     /// a translation: the target).
     pub text: Option<String>,

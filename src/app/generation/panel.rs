@@ -62,6 +62,9 @@ impl GenerationPanel {
             }
             ui.add(egui::DragValue::new(&mut self.max_new).range(1..=MAX_NEW).suffix(" tokens"));
         });
+        if !translates {
+            crate::app::intervene::steer::steer_ui(ui, data, commands);
+        }
         let Some(g) = data.generation else {
             ui.label(RichText::new("Written tokens are marked ✎ in every view.").small().weak());
             return;
@@ -77,6 +80,7 @@ impl GenerationPanel {
         ui.label(RichText::new(status).small());
         if let Some(text) = g.text.as_deref().filter(|t| !t.is_empty()) {
             written_text_ui(ui, &g.prompt, text, translates);
+            crate::app::intervene::steer::unsteered_ui(ui, data, g);
         }
         let Some(run) = data.run.filter(|r| r.prompt_len.is_some()) else { return };
         let prompt = run.prompt_len.unwrap_or(0);

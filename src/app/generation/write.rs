@@ -78,6 +78,7 @@ impl Session {
             seconds: 0.0,
             stop: stop.clone(),
             prompt: settings.text.clone(),
+            interventions: settings.interventions.clone(),
             text: None,
             timing: GenerationTiming::start(),
             follow: false,

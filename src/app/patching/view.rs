@@ -101,7 +101,7 @@ impl PatchingView {
             };
             let raw = patching.grid.get(r, c);
             let share = shares.as_ref().map(|n| format!(" · normalised {:.4}", n[r * cols + c])).unwrap_or_default();
-            let click = if per_head { "\n\nClick to open this head in the attention views" } else { "" };
+            let click = if per_head { "\n\nClick to open this head on both inputs (Compare)" } else { "" };
             format!("{at}\nlogit difference {raw:+.6}{share}{click}")
         };
         let name = |r: usize, c: usize| format!("Patch L{r} {}", table.col_labels[c]);
@@ -134,8 +134,15 @@ impl PatchingView {
             .clicked;
         });
         if let Some(head) = clicked.filter(|_| per_head) {
+            // The head on both inputs: the comparison of the clean sentence A with the corrupted B.
             crate::app::views::widgets::select_head(data.settings, head, commands);
-            commands.push(Command::Set(Setting::View(crate::app::state::View::Heatmap)));
+            let compare = crate::app::compare::CompareSettings {
+                source: crate::app::compare::CompareSource::Sentence,
+                text_b: data.settings.text_pair.clone(),
+                ..data.settings.compare.clone()
+            };
+            commands.push(Command::Set(Setting::Compare(compare)));
+            commands.push(Command::Set(Setting::View(crate::app::state::View::Compare)));
         }
     }
 

@@ -10,6 +10,7 @@ use crate::analysis::select::PairFilter;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::derive::{BAND_PAD, DeriveKey, HeadLinesKey, HeadMatrices, LINE_WIDTH, head_view_room};
+use crate::app::intervene::knockout;
 use crate::app::state::{Settings, View};
 use crate::render::{
     BodyLabels, Drawing, HeadViewLayout, Side, Theme, head_view_label_box, head_view_labels, head_view_layout_fit,
@@ -162,7 +163,10 @@ impl HeadView {
             );
             return;
         };
-        self.lines_ui(ui, data, settings, commands, &m, &matrices_key, &heads, n_heads);
+        let iv = self.lines_ui(ui, data, settings, commands, &m, &matrices_key, &heads, n_heads);
+        if let Some(iv) = iv {
+            settings.interventions = iv;
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -176,9 +180,14 @@ impl HeadView {
         matrices_key: &DeriveKey,
         heads: &[usize],
         n_heads: usize,
-    ) {
-        let Some(run) = data.run else { return };
+    ) -> Option<crate::model::Interventions> {
+        let run = data.run?;
         let heads = heads.to_vec();
+        // Knockout is set on the layer's own heads (not the rollout), from the lines' context menus.
+        let rollout = settings.rollout.in_head_view && run.attention.is_square();
+        let knock = if rollout { Err("rollout") } else { knockout::knockable(data) };
+        let layer = settings.layer_idx;
+        let mut iv = settings.interventions.clone();
         let cache = self;
         // Rows are the queries (left), columns the keys (right): the same tokens, except for
         // cross-attention (target tokens left, source tokens right).
@@ -197,7 +206,7 @@ impl HeadView {
             let body = head_view_layout_fit(&labels, &key_labels, (room.0 as f32, room.1 as f32));
             cache.layout = Some((matrices_key.clone(), room, body));
         }
-        let Some((_, _, body)) = cache.layout else { return };
+        let body = cache.layout.as_ref()?.2;
         egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
             let size = vec2(BARS_WIDTH * 2.0 + body.width, body.height);
             let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
@@ -223,6 +232,11 @@ impl HeadView {
                     }
                     if response.clicked() {
                         clicked = Some((side, pos));
+                    }
+                    if let (Ok(layers), Side::Query) = (knock, side) {
+                        response.context_menu(|ui| {
+                            knockout::menu_ui(ui, &mut iv, run, (layers, layer), (pos, None), (text, ""));
+                        });
                     }
                 }
             }
@@ -319,16 +333,33 @@ impl HeadView {
                         "weights of {} {other_pos}: {other_label}",
                         if side == Side::Query { "key" } else { "query" },
                     );
-                    let response = ui.interact(hit, id, Sense::hover());
+                    let sense = if knock.is_ok() { Sense::click() } else { Sense::hover() };
+                    let response = ui.interact(hit, id, sense);
                     response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Label, true, &what));
-                    response.on_hover_ui_at_pointer(|ui| {
+                    let (qp, kp) = (m.keep[q], m.keep_keys[k]);
+                    let knocked = knockout::is_knocked_out(&iv, layer, qp, kp) && knock.is_ok();
+                    let response = response.on_hover_ui_at_pointer(|ui| {
                         ui.label(RichText::new(format!("“{}” → “{}”", labels[q], key_labels[k])).strong());
                         for &h in &heads {
                             let name =
                                 if n_heads == 1 && heads.len() == 1 { "rollout".to_string() } else { format!("H{h}") };
                             ui.label(format!("{name}: {:.4}", m.weight(h, q, k)));
                         }
+                        if knocked {
+                            ui.label(
+                                RichText::new("knocked out: zero by intervention").color(ui.visuals().error_fg_color),
+                            );
+                        }
+                        if knock.is_ok() {
+                            ui.label(RichText::new("right-click to knock out or restore").small().weak());
+                        }
                     });
+                    if let Ok(layers) = knock {
+                        response.context_menu(|ui| {
+                            let names = (labels[q].as_str(), key_labels[k].as_str());
+                            knockout::menu_ui(ui, &mut iv, run, (layers, layer), (qp, Some(kp)), names);
+                        });
+                    }
                 }
             } else {
                 // The band the lines cross, over every row (scrolling moves it, it is not redrawn).
@@ -429,12 +460,24 @@ impl HeadView {
             if let Some((_, drawing)) = &cache.labels {
                 super::figure::paint_visible(&painter, drawing, layout.origin, clip.intersect(rect), None);
             }
+            // Knocked-out entries of this layer: dashed and crossed out (zero by intervention).
+            if knock.is_ok() {
+                let color = ui.visuals().error_fg_color;
+                for e in settings.interventions.knockout.iter().filter(|e| e.at(layer)) {
+                    let (Some(q), Some(k)) = (row_of(Side::Query, e.query), row_of(Side::Key, e.key)) else { continue };
+                    if visible_rows(q) || visible_rows(k) {
+                        let from = pos2(layout.line_x0, layout.row_y(q));
+                        knockout::mark_line(&painter, from, pos2(layout.line_x1, layout.row_y(k)), color);
+                    }
+                }
+            }
             // The pinned token is outlined as well.
             if let Some((side, row)) = pinned.and_then(|(side, pos)| row_of(side, pos).map(|row| (side, row))) {
                 let stroke = Stroke::new(1.5, ui.visuals().text_color());
                 painter.rect_stroke(layout.label_box(side, row), 0.0, stroke, egui::StrokeKind::Inside);
             }
         });
+        (iv != settings.interventions).then_some(iv)
     }
 }
 

@@ -8,6 +8,7 @@ use crate::analysis::Run;
 use crate::analysis::select::{mask_hidden, submatrix_rect, visible_tokens};
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
+use crate::app::intervene::knockout;
 use crate::render::Colormap;
 
 /// What the texture depends on.
@@ -33,6 +34,10 @@ pub struct HeatmapView {
     pub keep_keys: Vec<usize>,
     /// How many times the texture was built.
     pub builds: usize,
+    /// The cell whose context menu is open (row, column of the shown matrix).
+    menu_cell: Option<(usize, usize)>,
+    /// Why the last Alt+click could not knock its cell out.
+    pub knockout_error: Option<String>,
 }
 
 impl HeatmapView {
@@ -97,6 +102,8 @@ fn heatmap_view_ui(
 ) {
     let Some(run) = data.run else { return };
     let heads = settings.selected_heads();
+    let knockable = knockout::knockable(data);
+    let layer = settings.layer_idx;
     ui.horizontal_wrapped(|ui| {
         ui.label(RichText::new(format!("Layer {} · {}", settings.layer_idx, heads_title(&heads))).strong());
         ui.separator();
@@ -108,7 +115,13 @@ fn heatmap_view_ui(
             "rows attend to columns"
         };
         ui.label(RichText::new(format!("{axes} · Ctrl+scroll zooms · drag pans")).small().weak());
+        if knockable.is_ok() {
+            ui.label(RichText::new("· right-click or Alt+click a cell to knock it out").small().weak());
+        }
     });
+    if let Some(e) = &cache.knockout_error {
+        ui.label(RichText::new(e).small().color(ui.visuals().error_fg_color));
+    }
     if heads.is_empty() {
         ui.label("No head selected: pick heads in the side panel.");
         return;
@@ -130,9 +143,12 @@ fn heatmap_view_ui(
     let key_labels: Vec<String> = cache.keep_keys.iter().map(|&p| run.key_label(p)).collect();
     let (keep, keep_keys) = (&cache.keep, &cache.keep_keys);
     let (row_name, col_name) = if run.key_tokens.is_some() { ("target", "source") } else { ("query", "key") };
+    let iv = settings.interventions.clone();
     let hover = |q: usize, k: usize, v: f32| {
         let weight = if v.is_nan() {
             "masked: the causal mask hides keys after the query".to_string()
+        } else if knockout::is_knocked_out(&iv, layer, keep[q], keep_keys[k]) {
+            format!("knocked out: weight {v:.6} by intervention (right-click to restore)")
         } else {
             format!("weight {v:.6}")
         };
@@ -158,11 +174,57 @@ fn heatmap_view_ui(
     let texture_key =
         super::matrix::key_of(&cache.key.as_ref().map(|k| (k.run_id, k.layer_idx, &k.heads, k.hide_special)));
     let mut zoom = 1.0;
+    let (keep, keep_keys) = (keep.clone(), keep_keys.clone());
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
         let shown = matrix_ui(ui, &mut cache.texture, texture_key, &spec);
         if shown.response.hovered() {
             zoom = ui.input(egui::InputState::zoom_delta);
         }
+        let Ok(layers) = knockable else { return };
+        // Knocked-out entries are crossed out: zero by intervention, not by what the model computed.
+        if let Some(cells) = shown.cells {
+            let painter = ui.painter_at(shown.response.rect);
+            let color = ui.visuals().error_fg_color;
+            for e in settings.interventions.knockout.iter().filter(|e| e.at(layer)) {
+                let (Some(r), Some(c)) =
+                    (keep.iter().position(|&p| p == e.query), keep_keys.iter().position(|&p| p == e.key))
+                else {
+                    continue;
+                };
+                let (x, y) = cells.cell_min(r, c);
+                let rect = egui::Rect::from_min_size(egui::pos2(x, y), egui::vec2(cells.cell_w, cells.cell_h));
+                knockout::mark_cell(&painter, rect, color);
+            }
+        }
+        // Alt held (or carried by the click itself: a press and release within one frame).
+        let alt = ui.input(|i| {
+            i.modifiers.alt
+                || i.events.iter().any(|e| matches!(e, egui::Event::PointerButton { modifiers, .. } if modifiers.alt))
+        });
+        if shown.response.clicked()
+            && alt
+            && let Some((r, c)) = shown.hovered
+        {
+            cache.knockout_error = knockout::toggle(settings, run, layers, layer, (keep[r], keep_keys[c])).err();
+        }
+        if shown.response.secondary_clicked() {
+            cache.menu_cell = shown.hovered;
+        }
+        shown.response.context_menu(|ui| {
+            let Some((r, c)) = cache.menu_cell else {
+                ui.close();
+                return;
+            };
+            let (q, k) = (keep[r], keep_keys[c]);
+            knockout::menu_ui(
+                ui,
+                &mut settings.interventions,
+                run,
+                (layers, layer),
+                (q, Some(k)),
+                (&run.label(q), &run.key_label(k)),
+            );
+        });
     });
     if (zoom - 1.0).abs() > 1e-3 {
         settings.cell_size = (settings.cell_size * zoom).clamp(2.0, 80.0);

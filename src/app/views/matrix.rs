@@ -171,6 +171,10 @@ pub fn fitted_label(
 pub struct MatrixResponse {
     /// The cell clicked (clickable matrices only).
     pub clicked: Option<(usize, usize)>,
+    /// The cell under the pointer.
+    pub hovered: Option<(usize, usize)>,
+    /// Where the cells are on screen (None: nothing drawn).
+    pub cells: Option<CellGrid>,
     /// The whole widget's response (hover, drag).
     pub response: egui::Response,
 }
@@ -220,11 +224,13 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
     let (rows, cols) = (spec.rows, spec.cols);
     if rows == 0 || cols == 0 {
         let response = ui.label("Nothing to show.");
-        return MatrixResponse { clicked: None, response };
+        return MatrixResponse { clicked: None, hovered: None, cells: None, response };
     }
     let size = prepare_matrix(ui, tex, key, spec);
     let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
-    let Some(figure) = &tex.figure else { return MatrixResponse { clicked: None, response } };
+    let Some(figure) = &tex.figure else {
+        return MatrixResponse { clicked: None, hovered: None, cells: None, response };
+    };
     let grid = &figure.grid;
     let painter = ui.painter_at(rect);
     let visible = ui.clip_rect().intersect(rect);
@@ -239,6 +245,7 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
         Rect::from_min_size(pos2(x, y), vec2(cells.cell_w, cells.cell_h))
     };
     let mut clicked = None;
+    let hovered = response.hover_pos().and_then(|p| cells.cell_at(p.x, p.y));
     let outline = Stroke::new(2.0, ui.visuals().strong_text_color());
     if let Some(name) = spec.clickable {
         // Each cell is a widget of its own, so it can be found and clicked by name.
@@ -258,11 +265,11 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
                 }
             }
         }
-    } else if let Some((r, c)) = response.hover_pos().and_then(|p| cells.cell_at(p.x, p.y)) {
+    } else if let Some((r, c)) = hovered {
         painter.rect_stroke(cell_rect(r, c), 0.0, outline, egui::StrokeKind::Outside);
         response.clone().on_hover_text_at_pointer((spec.hover)(r, c, spec.values[r * cols + c]));
     }
-    MatrixResponse { clicked, response }
+    MatrixResponse { clicked, hovered, cells: Some(cells), response }
 }
 
 #[cfg(test)]

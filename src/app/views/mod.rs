@@ -8,7 +8,6 @@ pub mod figure;
 pub mod head_view;
 pub mod heatmap_view;
 pub mod input_bar;
-pub mod interventions_panel;
 pub mod matrix;
 pub mod model_view;
 pub mod neuron_view;
@@ -235,6 +234,9 @@ fn shown_model_banner(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
             ui.spinner();
         }
     });
+    if run.intervention.is_some() && data.settings.source == Source::Pretrained {
+        crate::app::intervene::panel::before_after_ui(ui, data);
+    }
 }
 
 /// The bottom line: last message, timings.

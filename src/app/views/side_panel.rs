@@ -40,7 +40,7 @@ impl SidePanel {
                         self.model_ui(ui, &settings.recent_models, data, commands);
                         record_tokens_ui(ui, &mut settings);
                         ui.add_space(4.0);
-                        super::interventions_panel::interventions_panel_ui(ui, &mut settings, data);
+                        crate::app::intervene::panel::interventions_panel_ui(ui, &mut settings, data);
                     }
                     Source::Playground => self.playground.ui(ui, &mut settings, data, commands),
                     Source::File => attention_file_ui(ui, data, commands),

@@ -541,7 +541,7 @@ fn a_long_input_is_pooled_with_a_notice_and_its_window_moves() {
     );
 
     // Move it to token 100: a new pass, then spans before and after it.
-    retype(&mut h, "Window from token", "100");
+    retype_number(&mut h, "Window from token", "100");
     h.key_press(Key::Enter);
     h.run_steps(2);
     h.get_by_label("Show").click();
@@ -646,7 +646,7 @@ fn settings_saved_before_the_features_kept_their_own_still_load() {
     s.theme = ThemeChoice::Dark;
     s.export_scale = 3;
     s.export_dir = Some(PathBuf::from("/exports"));
-    s.cell_size = 20.0;
+    s.zoom.heatmap = Some(20.0);
     s.source = Source::Playground;
     s.playground.layers = 3;
     s.attention_file = Some(PathBuf::from("/att/bert.npz"));
@@ -926,7 +926,7 @@ fn the_heatmap_on_screen_is_the_exported_figure() {
     h.get_by_label("H1").click();
     h.get_by_label("Heatmap").click();
     // Cells as large as the exported figure's at scale 1 (22 pixels, with the values printed).
-    h.state_mut().settings.cell_size = 22.0;
+    h.state_mut().settings.zoom.heatmap = Some(22.0);
     h.run_steps(3);
     let app = h.state();
     let run = app.session.run.clone().unwrap();
@@ -1061,6 +1061,14 @@ fn retype(h: &mut Harness<'static, AttnvizApp>, label: &str, text: &str) {
     h.run_steps(2);
 }
 
+/// Types a number into the field labelled `label` and commits it with Enter (numbers apply when
+/// committed, not at every keystroke).
+fn retype_number(h: &mut Harness<'static, AttnvizApp>, label: &str, text: &str) {
+    retype(h, label, text);
+    h.key_press(Key::Enter);
+    h.run_steps(2);
+}
+
 #[test]
 fn positional_encoding_panel_follows_the_formulas_and_exports() {
     use attnviz::analysis::PeLayout;
@@ -1068,9 +1076,9 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
     let mut h = app("positions");
     h.get_by_label("Positional encoding").click();
     h.run_steps(2);
-    retype(&mut h, "d_model", "16");
-    retype(&mut h, "positions", "10");
-    retype(&mut h, "base", "1000");
+    retype_number(&mut h, "d_model", "16");
+    retype_number(&mut h, "positions", "10");
+    retype_number(&mut h, "base", "1000");
     h.get_by_label("concatenated").click();
     h.run_steps(2);
     let pe = h.state().views.pe.encoding.clone().expect("an encoding is shown");
@@ -1095,13 +1103,13 @@ fn positional_encoding_panel_follows_the_formulas_and_exports() {
     assert!((f64::from(pe.encoding[3 * 16 + 4]) - angle.sin()).abs() < 1e-6);
     assert!((f64::from(pe.encoding[3 * 16 + 5]) - angle.cos()).abs() < 1e-6);
     // An odd width is explained and the last valid encoding stays.
-    retype(&mut h, "d_model", "15");
+    retype_number(&mut h, "d_model", "15");
     assert!(h.state().views.pe.error.as_deref().unwrap().contains("even"));
     assert!(h.query_by_label_contains("d_model must be a positive even number").is_some());
     assert_eq!(h.state().views.pe.encoding.as_ref().unwrap().params.d_model, 16);
-    retype(&mut h, "d_model", "12.5");
+    retype_number(&mut h, "d_model", "12.5");
     assert!(h.query_by_label_contains("d_model: \"12.5\" is not a whole number").is_some());
-    retype(&mut h, "d_model", "16");
+    retype_number(&mut h, "d_model", "16");
     // The tiny model's learned table (24 positions) is shown next to the fixed one.
     assert!(h.query_by_label_contains("Learned position embeddings of tiny-bert").is_some());
     // Export the dot products through that heatmap's own button.
@@ -1149,8 +1157,8 @@ fn playground_hyperparameters_rerun_every_view_and_invalid_ones_are_explained() 
     h.get_by_label("Model view").click();
     settled(&mut h);
     assert!(h.query_by_label("Layer 1 head 3").is_some());
-    retype(&mut h, "heads", "2");
-    retype(&mut h, "layers", "3");
+    retype_number(&mut h, "heads", "2");
+    retype_number(&mut h, "layers", "3");
     wait_until(&mut h, "the 3 × 2 playground", |a| {
         a.session.run.as_ref().is_some_and(|r| (r.attention.layers(), r.attention.heads()) == (3, 2))
     });
@@ -1159,15 +1167,15 @@ fn playground_hyperparameters_rerun_every_view_and_invalid_ones_are_explained() 
     assert!(h.query_by_label("Layer 1 head 3").is_none(), "the grid has 2 columns now");
     assert_eq!(h.state().settings.heads, [true, true]);
     // d_model 30 with 4 heads: explained next to d_model; the 3 × 2 model stays on screen.
-    retype(&mut h, "heads", "4");
-    retype(&mut h, "d_model", "30");
+    retype_number(&mut h, "heads", "4");
+    retype_number(&mut h, "d_model", "30");
     let (field, message) = h.state().session.playground.error.clone().expect("an error is shown");
     assert_eq!(field, "d_model");
     assert!(message.contains("not divisible by 4 heads"), "{message}");
     assert!(h.query_by_label_contains("not divisible by 4 heads").is_some());
     h.run_steps(5);
     assert_eq!(playground_run(&h), Some((3, 2)));
-    retype(&mut h, "d_model", "32");
+    retype_number(&mut h, "d_model", "32");
     wait_until(&mut h, "the valid model", |a| a.session.run.as_ref().is_some_and(|r| r.attention.heads() == 4));
     assert!(h.state().session.playground.error.is_none());
     // Causal mask on: the upper triangle is exactly zero in every head.
@@ -1225,11 +1233,11 @@ fn playground_interventions_and_pe_settings_persist_across_launches() {
     h.run_steps(2);
     h.get_by_label("Playground").click();
     h.run_steps(2);
-    retype(&mut h, "seed", "42");
+    retype_number(&mut h, "seed", "42");
     h.get_by_label("pre-LN").click();
     h.get_by_label("Positional encoding").click();
     h.run_steps(2);
-    retype(&mut h, "positions", "33");
+    retype_number(&mut h, "positions", "33");
     wait_until(&mut h, "the playground run", |a| {
         a.session.run.as_ref().is_some_and(|r| r.model_name.contains("seed 42"))
     });
@@ -1707,8 +1715,10 @@ fn compare_titles(h: &Harness<'static, AttnvizApp>) -> (egui::Rect, egui::Rect) 
 }
 
 #[test]
-fn side_by_side_comparison_stacks_in_a_narrow_window_and_sits_side_by_side_in_a_wide_one() {
-    for (width, stacked) in [(900.0, true), (2400.0, false)] {
+fn side_by_side_comparison_fits_side_by_side_and_stacks_when_zoomed_past_the_width() {
+    // Fit (the default) puts A and B side by side in any width; zoomed in (36-point cells) they
+    // stack in a narrow window and stay side by side in a wide one.
+    for (width, zoom, stacked) in [(900.0, None, false), (900.0, Some(36.0), true), (2400.0, Some(36.0), false)] {
         let mut h =
             Harness::builder().with_size(egui::vec2(width, 600.0)).with_step_dt(1.0 / 60.0).build_eframe(|cc| {
                 let startup = Startup {
@@ -1721,6 +1731,7 @@ fn side_by_side_comparison_stacks_in_a_narrow_window_and_sits_side_by_side_in_a_
         wait_until(&mut h, "the first run", |a| a.session.run.is_some());
         h.get_by_label("Compare").click();
         wait_until(&mut h, "run B", |a| a.features.compare.run_b.is_some());
+        h.state_mut().settings.zoom.compare = zoom;
         h.run_steps(3);
         let (a, b) = compare_titles(&h);
         let line = h.get_by_label("Compare").rect().height() + 8.0;
@@ -2847,8 +2858,8 @@ fn visiting_the_playground_keeps_the_written_text_and_the_selection() {
     // The playground with one layer of two heads.
     h.get_by_label("Playground").click();
     h.run_steps(2);
-    retype(&mut h, "layers", "1");
-    retype(&mut h, "heads", "2");
+    retype_number(&mut h, "layers", "1");
+    retype_number(&mut h, "heads", "2");
     wait_until(&mut h, "the playground run", |a| {
         a.session.run.as_ref().is_some_and(|r| r.playground && r.attention.layers() == 1 && r.attention.heads() == 2)
     });
@@ -3390,4 +3401,64 @@ fn the_steer_panel_steers_every_view_and_continue_beside_the_unsteered_text_as_t
     h.get_by_label("Steer the model").click();
     settled(&mut h);
     assert!(h.state().settings.interventions.is_faithful());
+}
+
+#[test]
+fn each_matrix_view_fits_its_room_zooms_in_ten_percent_steps_and_keeps_its_own_zoom() {
+    let text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
+    let mut h = app(text);
+    h.get_by_label("Heatmap").click();
+    settled(&mut h);
+    h.run_steps(2);
+    // Fit: the whole figure in the room, at the largest cell that fits.
+    assert_eq!(h.state().settings.zoom.heatmap, None);
+    let fitted = h.state().views.heatmap.fitted_cell();
+    let (drawing, grid) = h.state().views.heatmap.figure().map(|(d, g)| (d.clone(), g)).unwrap();
+    assert_eq!(grid.cell_w, fitted.floor());
+    assert!((10.0..80.0).contains(&fitted), "{fitted}");
+    let origin = assert_painted(&h, &drawing, "key (attended to)");
+    let screen = h.ctx.content_rect();
+    assert!(origin.x + drawing.width <= screen.right() && origin.y + drawing.height <= screen.bottom() - 20.0);
+    // Ctrl+scroll over it: one step of 10 %, whatever the wheel's amount.
+    let (x, y) = grid.cell_center(2, 2);
+    h.hover_at(origin + egui::vec2(x, y));
+    h.run_steps(1);
+    h.event(egui::Event::Zoom(1.5));
+    h.run_steps(2);
+    let zoomed = h.state().settings.zoom.heatmap.expect("zoomed");
+    assert!((zoomed / fitted - 1.1).abs() < 1e-4, "{zoomed} after {fitted}");
+    h.event(egui::Event::Zoom(0.5));
+    h.run_steps(2);
+    let back = h.state().settings.zoom.heatmap.unwrap();
+    assert!((back - fitted).abs() < 1e-3, "{back}");
+    // Another view keeps its own zoom: Compare still fits.
+    h.state_mut().settings.compare.text_b = "one two three".into();
+    h.get_by_label("Compare").click();
+    settled(&mut h);
+    assert_eq!(h.state().settings.zoom.compare, None);
+    assert_eq!(h.state().settings.zoom.heatmap, Some(back));
+    // A new text: every view fits again.
+    retype(&mut h, "Sentence A", "a new text");
+    settled(&mut h);
+    assert_eq!(h.state().settings.zoom, attnviz::app::state::ViewZoom::default());
+}
+
+#[test]
+fn numbers_apply_when_committed_not_at_every_keystroke() {
+    let mut h = app("the cat");
+    h.get_by_label("Positional encoding").click();
+    settled(&mut h);
+    let before = h.state().settings.pe.d_model;
+    let field = h.get_by_label("d_model");
+    field.focus();
+    h.run_steps(1);
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::A);
+    h.get_by_label("d_model").type_text("12");
+    h.run_steps(2);
+    assert_eq!(h.state().settings.pe.d_model, before, "12 is not applied while 127 is typed");
+    h.get_by_label("d_model").type_text("8");
+    h.run_steps(1);
+    h.key_press(egui::Key::Enter);
+    settled(&mut h);
+    assert_eq!(h.state().settings.pe.d_model, 128);
 }

@@ -42,6 +42,9 @@ pub struct FlatSettings {
     graph_head: Option<(usize, usize, usize)>,
     rollout_mode: RolloutMode,
     head_rollout: bool,
+    zoom: Present,
+    /// The one zoom every matrix view shared, now the heatmap's own (0: not in the file).
+    cell_size: f32,
 }
 
 impl Default for FlatSettings {
@@ -66,6 +69,8 @@ impl Default for FlatSettings {
             graph_head: graph.head,
             rollout_mode: rollout.mode,
             head_rollout: rollout.in_head_view,
+            zoom: Present(false),
+            cell_size: 0.0,
         }
     }
 }
@@ -95,6 +100,10 @@ impl FlatSettings {
         }
         if !self.rollout.0 {
             settings.rollout = RolloutSettings { mode: self.rollout_mode, in_head_view: self.head_rollout };
+        }
+        if !self.zoom.0 {
+            settings.zoom.heatmap = (self.cell_size > 0.0).then_some(self.cell_size);
+            settings.zoom.clamp();
         }
     }
 }

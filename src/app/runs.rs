@@ -352,6 +352,15 @@ impl AttnvizApp {
                 // holds the model's layers once done).
                 let layers = run.long.as_ref().map_or(run.attention.layers(), |l| l.layers_total);
                 self.settings.fit_model(layers, run.attention.heads());
+                // A new model or text: every matrix view fits its figure in the room again.
+                let renewed = self
+                    .session
+                    .token_run
+                    .as_ref()
+                    .is_none_or(|t| t.run.tokens.ids != run.tokens.ids || t.run.shown_name() != run.shown_name());
+                if renewed && !progress {
+                    self.settings.zoom = crate::app::state::ViewZoom::default();
+                }
                 let s = &mut self.session;
                 let source_id = if progress { s.worker.next_id() } else { id };
                 s.asked.run_id = id;

@@ -171,6 +171,29 @@ pub enum ThemeChoice {
     Light,
 }
 
+/// Each matrix view's cell side in points, or None to fit the whole figure in the room: the
+/// default, and again whenever a new model or text arrives. Zooming one view leaves the others.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ViewZoom {
+    /// The heatmap.
+    pub heatmap: Option<f32>,
+    /// The comparison (both matrices).
+    pub compare: Option<f32>,
+    /// Rollout and flow.
+    pub rollout: Option<f32>,
+}
+
+impl ViewZoom {
+    /// Keeps each cell side in the matrix views' range.
+    pub fn clamp(&mut self) {
+        let (lo, hi) = crate::app::views::matrix::CELL_RANGE;
+        for z in [&mut self.heatmap, &mut self.compare, &mut self.rollout].into_iter().flatten() {
+            *z = if z.is_finite() { z.clamp(lo, hi) } else { hi };
+        }
+    }
+}
+
 /// Persisted settings: the last input, model, view and selections.
 #[allow(clippy::struct_excessive_bools)] // independent toggles of different panels, not a state machine
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -206,8 +229,8 @@ pub struct Settings {
     pub export_scale: u8,
     /// Folder of the last export.
     pub export_dir: Option<PathBuf>,
-    /// Heatmap cell size in points (zoom).
-    pub cell_size: f32,
+    /// Each matrix view's zoom (None: fit the whole figure in the room).
+    pub zoom: ViewZoom,
     /// Pretrained model or playground.
     pub source: Source,
     /// The playground's hyperparameters as last edited (may be invalid; the last valid one runs).
@@ -282,7 +305,7 @@ super::command::settings_fields! {
     theme => Theme: ThemeChoice,
     export_scale => ExportScale: u8,
     export_dir => ExportDir: Option<PathBuf>,
-    cell_size => CellSize: f32,
+    zoom => Zoom: ViewZoom,
     source => Source: Source,
     playground => Playground: crate::model::PlaygroundConfig,
     attention_file => AttentionFile: Option<PathBuf>,
@@ -338,7 +361,7 @@ impl Default for Settings {
             theme: ThemeChoice::System,
             export_scale: 2,
             export_dir: None,
-            cell_size: 36.0,
+            zoom: ViewZoom::default(),
             source: Source::Pretrained,
             playground: PlaygroundConfig::default(),
             attention_file: None,
@@ -426,7 +449,7 @@ impl Settings {
         }
         self.layer_idx = self.layer_idx.min(layers.saturating_sub(1));
         self.export_scale = self.export_scale.clamp(1, 4);
-        self.cell_size = self.cell_size.clamp(2.0, 80.0);
+        self.zoom.clamp();
         self.threshold = self.threshold.clamp(0.0, 1.0);
         self.record_tokens = self.record_tokens.clamp(1, MAX_RECORD_TOKENS);
     }

@@ -391,6 +391,33 @@ pub fn heatmap_drawing(spec: &HeatmapSpec) -> Drawing {
     figure_of(spec, &heatmap_layout(spec))
 }
 
+/// The largest whole cell size (in `min..=max`) at which the figure fits `room` (width, height):
+/// labels, titles and colour bar take what they take, the cells share the rest.
+pub fn heatmap_fit_cell(spec: &HeatmapSpec, room: (f32, f32), (min, max): (f32, f32)) -> f32 {
+    let size = |cell: f32| {
+        let lay = heatmap_layout_with(spec, Some(cell));
+        (lay.width, lay.height)
+    };
+    let fits = |cell: f32| {
+        let (w, h) = size(cell);
+        w <= room.0 && h <= room.1
+    };
+    // The figure grows with the cells (labels thin out as they shrink): the largest that fits,
+    // by bisection over whole cell sizes.
+    let (mut lo, mut hi) = (min.floor().max(1.0), max.floor().max(1.0));
+    if fits(hi) {
+        return hi;
+    }
+    if !fits(lo) {
+        return lo;
+    }
+    while hi - lo > 1.0 {
+        let mid = f32::midpoint(lo, hi).floor();
+        if fits(mid) { lo = mid } else { hi = mid }
+    }
+    lo
+}
+
 /// The heatmap figure with cells `cell_px` pixels wide (the app's zoom: the exported figure's
 /// layout, labels, frame, cell values and colour bar around cells of the size on screen), and
 /// where its cells are. The matrix is the drawing's first [`Item::Cells`].

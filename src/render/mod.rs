@@ -31,7 +31,9 @@ pub use head_view::{
     head_view_label_box, head_view_labels, head_view_layout, head_view_layout_fit, head_view_layout_sides,
     keep_strongest, line_budget_notice, transparent_image,
 };
-pub use heatmap::{CellGrid, HeatmapSpec, heatmap, heatmap_drawing, heatmap_drawing_with_cells, symmetric_range};
+pub use heatmap::{
+    CellGrid, HeatmapSpec, heatmap, heatmap_drawing, heatmap_drawing_with_cells, heatmap_fit_cell, symmetric_range,
+};
 pub use lens::{TextGridSpec, text_grid, text_grid_drawing};
 pub use model_grid::{ModelGridSpec, model_grid, model_grid_drawing};
 pub use pe::{pe_dot, pe_encoding};

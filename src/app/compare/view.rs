@@ -6,7 +6,9 @@ use egui::RichText;
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
 use crate::app::state::{CompareMode, CompareSource, Settings};
-use crate::app::views::matrix::{MatrixSpec, MatrixTexture, matrix_ui, prepare_matrix, symmetric_range};
+use crate::app::views::matrix::{
+    FitCache, MatrixSpec, MatrixTexture, fit_cell, matrix_ui, prepare_matrix, symmetric_range, zoom_step, zoom_ui,
+};
 use crate::render::Colormap;
 
 /// The comparison view's state: textures and the typed model folder.
@@ -15,6 +17,8 @@ pub struct CompareView {
     a: MatrixTexture,
     b: MatrixTexture,
     diff: MatrixTexture,
+    /// The cell side that fits the room.
+    fit: FitCache,
     /// The comparison's model-folder box as typed.
     pub model_input: String,
 }
@@ -106,7 +110,11 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
         Err("the difference of cross-attention is not offered".to_string())
     };
     let heads_text = heads.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
-    ui.label(RichText::new(format!("Layer {layer_idx} · heads {heads_text} (synced for A and B)")).strong());
+    ui.horizontal_wrapped(|ui| {
+        ui.label(RichText::new(format!("Layer {layer_idx} · heads {heads_text} (synced for A and B)")).strong());
+        ui.separator();
+        zoom_ui(ui, &mut settings.zoom.compare, cache.fit.cell);
+    });
     let mode = if let (CompareMode::Difference, Err(why)) = (settings.compare.mode, &difference) {
         ui.colored_label(
             ui.visuals().warn_fg_color,
@@ -117,8 +125,10 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
         settings.compare.mode
     };
     let base_key = (data.view_id, data.features.compare.compare_id, layer_idx, heads.clone());
-    let cell = settings.cell_size.min(36.0);
+    let zoom = settings.zoom.compare;
+    let room = ui.available_size() - egui::vec2(2.0, 2.0);
     let differ = difference.unwrap_or_default();
+    let mut zoomed = None;
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| match mode {
         CompareMode::Difference => {
             let (am, bm) = (run.shown_mean(layer_idx, &heads), b.shown_mean(layer_idx, &heads));
@@ -143,55 +153,64 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
                 let (av, bv) = (am[i], bm[i]);
                 format!("query “{}” → key “{}”\nA {av:.6}\nB {bv:.6}\nB − A {v:+.6}", labels[r], labels[c])
             };
-            matrix_ui(
+            let key = crate::app::views::matrix::key_of(&("diff", &base_key));
+            let spec = MatrixSpec {
+                id: "compare-diff",
+                values: &diff,
+                rows: labels.len(),
+                cols: labels.len(),
+                row_labels: &labels,
+                col_labels: &labels,
+                axes: ("query", "key"),
+                range: symmetric_range(&diff),
+                colormap: Colormap::RdBu,
+                cell: 0.0,
+                hover: &hover,
+                clickable: None,
+            };
+            let room = room - egui::vec2(0.0, 40.0); // the lines above the matrix
+            let fitted = cache.fit.get(key, room, || fit_cell(ui, &spec, room));
+            let spec = MatrixSpec { cell: zoom.unwrap_or(fitted), ..spec };
+            let shown = matrix_ui(ui, &mut cache.diff, key, &spec);
+            if shown.response.hovered() {
+                zoomed = zoom_step(ui, spec.cell);
+            }
+        }
+        CompareMode::SideBySide => {
+            zoomed = side_by_side_ui(
                 ui,
-                &mut cache.diff,
-                crate::app::views::matrix::key_of(&("diff", &base_key)),
-                &MatrixSpec {
-                    id: "compare-diff",
-                    values: &diff,
-                    rows: labels.len(),
-                    cols: labels.len(),
-                    row_labels: &labels,
-                    col_labels: &labels,
-                    axes: ("query", "key"),
-                    range: symmetric_range(&diff),
-                    colormap: Colormap::RdBu,
-                    cell,
-                    hover: &hover,
-                    clickable: None,
-                },
+                [("A", run), ("B", b)],
+                ([&mut cache.a, &mut cache.b], &mut cache.fit),
+                &heads,
+                layer_idx,
+                settings.colormap,
+                (zoom, room),
+                &base_key,
             );
         }
-        CompareMode::SideBySide => side_by_side_ui(
-            ui,
-            [("A", run), ("B", b)],
-            [&mut cache.a, &mut cache.b],
-            &heads,
-            layer_idx,
-            settings.colormap,
-            cell,
-            &base_key,
-        ),
     });
+    if zoomed.is_some() {
+        settings.zoom.compare = zoomed;
+    }
 }
 
 /// The hover text of a cell (row, column, value).
 type HoverText<'a> = Box<dyn Fn(usize, usize, f32) -> String + 'a>;
 
 /// A and B next to each other when both fit the width, else one above the other (the view
-/// scrolls); each title stays on one line.
+/// scrolls); each title stays on one line. `zoom`: the cell side, None to fit both side by side
+/// in `room`. Returns the cell side a Ctrl+scroll over either asked for.
 #[allow(clippy::too_many_arguments)]
 fn side_by_side_ui(
     ui: &mut egui::Ui,
     runs: [(&str, &std::sync::Arc<crate::analysis::Run>); 2],
-    textures: [&mut MatrixTexture; 2],
+    (textures, fit): ([&mut MatrixTexture; 2], &mut FitCache),
     heads: &[usize],
     layer_idx: usize,
     colormap: Colormap,
-    cell: f32,
+    (zoom, room): (Option<f32>, egui::Vec2),
     base_key: &impl std::hash::Hash,
-) {
+) -> Option<f32> {
     // Rows are the queries, columns the keys (the source tokens of cross-attention).
     let prepared: Vec<(String, [Vec<String>; 2], Vec<f32>)> = runs
         .iter()
@@ -225,11 +244,18 @@ fn side_by_side_ui(
             axes: ("query", "key"),
             range: (0.0, 1.0),
             colormap,
-            cell,
+            cell: 0.0,
             hover: hover.as_ref(),
             clickable: None,
         })
         .collect();
+    // Fit: both matrices next to each other, each under its title line.
+    let spacing = ui.spacing().item_spacing.x;
+    let half = egui::vec2((room.x - spacing) / 2.0, room.y - 24.0);
+    let key = crate::app::views::matrix::key_of(&("side by side", base_key));
+    let fitted = fit.get(key, room, || specs.iter().map(|s| fit_cell(ui, s, half)).fold(f32::INFINITY, f32::min));
+    let cell = zoom.unwrap_or(fitted);
+    let specs: Vec<MatrixSpec<'_>> = specs.into_iter().map(|s| MatrixSpec { cell, ..s }).collect();
     let mut textures = textures;
     let widths: Vec<f32> = specs
         .iter()
@@ -239,13 +265,16 @@ fn side_by_side_ui(
             prepare_matrix(ui, tex, crate::app::views::matrix::key_of(&(runs[i].0, base_key)), spec).x
         })
         .collect();
-    let spacing = ui.spacing().item_spacing.x;
     let fits = widths.iter().sum::<f32>() + spacing <= ui.available_width();
+    let mut zoomed = None;
     let draw = |ui: &mut egui::Ui| {
         for (i, (spec, tex)) in specs.iter().zip(textures).enumerate() {
             ui.vertical(|ui| {
                 ui.add(egui::Label::new(RichText::new(&prepared[i].0).strong()).extend());
-                matrix_ui(ui, tex, crate::app::views::matrix::key_of(&(runs[i].0, base_key)), spec);
+                let shown = matrix_ui(ui, tex, crate::app::views::matrix::key_of(&(runs[i].0, base_key)), spec);
+                if shown.response.hovered() {
+                    zoomed = zoom_step(ui, cell);
+                }
             });
         }
     };
@@ -254,4 +283,5 @@ fn side_by_side_ui(
     } else {
         ui.vertical(draw);
     }
+    zoomed
 }

@@ -60,7 +60,12 @@ impl GenerationPanel {
             {
                 commands.push(Command::Continue(self.max_new));
             }
-            ui.add(egui::DragValue::new(&mut self.max_new).range(1..=MAX_NEW).suffix(" tokens"));
+            ui.add(
+                egui::DragValue::new(&mut self.max_new)
+                    .update_while_editing(false)
+                    .range(1..=MAX_NEW)
+                    .suffix(" tokens"),
+            );
         });
         if !translates {
             crate::app::intervene::steer::steer_ui(ui, data, commands);

@@ -34,7 +34,7 @@ pub fn interventions_panel_ui(ui: &mut egui::Ui, settings: &mut Settings, data: 
                     iv.first_layers = limit.then_some(layers.saturating_sub(1).max(1));
                 }
                 if let Some(k) = &mut iv.first_layers {
-                    ui.add(egui::DragValue::new(k).range(1..=layers));
+                    ui.add(egui::DragValue::new(k).update_while_editing(false).range(1..=layers));
                     ui.label("layers");
                 }
             });

@@ -38,10 +38,13 @@ pub fn steer_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands)
                 ui.end_row();
                 let label = ui.label("Layer");
                 steer.layer = steer.layer.min(layers - 1);
-                ui.add(egui::DragValue::new(&mut steer.layer).range(0..=layers - 1)).labelled_by(label.id);
+                ui.add(egui::DragValue::new(&mut steer.layer).update_while_editing(false).range(0..=layers - 1))
+                    .labelled_by(label.id);
                 ui.end_row();
                 let label = ui.label("Scale");
                 ui.horizontal(|ui| {
+                    // The slider and its number fit the panel.
+                    ui.spacing_mut().slider_width = (ui.available_width() - 60.0).max(40.0);
                     ui.add(
                         egui::Slider::new(&mut steer.scale, -SCALE_SPAN..=SCALE_SPAN)
                             .clamping(egui::SliderClamping::Never),

@@ -164,7 +164,7 @@ fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, Stri
                      value: &mut usize,
                      range: std::ops::RangeInclusive<usize>| {
             ui.label(label).on_hover_text(hint);
-            ui.add(egui::DragValue::new(value).range(range).speed(0.2));
+            ui.add(egui::DragValue::new(value).update_while_editing(false).range(range).speed(0.2));
             ui.end_row();
             show_error(ui, field);
         };
@@ -211,7 +211,7 @@ fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, Stri
         ui.end_row();
         if matches!(cfg.pe, PeKind::Interleaved | PeKind::Concatenated) {
             ui.label("PE base").on_hover_text("Wavelength base: 10000 in the paper");
-            ui.add(egui::DragValue::new(&mut cfg.pe_base).range(2.0..=1e6).speed(10.0));
+            ui.add(egui::DragValue::new(&mut cfg.pe_base).update_while_editing(false).range(2.0..=1e6).speed(10.0));
             ui.end_row();
             show_error(ui, "base");
         }
@@ -230,18 +230,30 @@ fn settings_ui(ui: &mut Ui, cfg: &mut TrainConfig) -> Option<(&'static str, Stri
             ui.end_row();
         }
         ui.label("learning rate").on_hover_text("AdamW's learning rate");
-        ui.add(egui::DragValue::new(&mut cfg.lr).range(1e-6..=10.0).speed(1e-4).max_decimals(6));
+        ui.add(
+            egui::DragValue::new(&mut cfg.lr)
+                .update_while_editing(false)
+                .range(1e-6..=10.0)
+                .speed(1e-4)
+                .max_decimals(6),
+        );
         ui.end_row();
         show_error(ui, "lr");
         whole(ui, "warm-up", "warmup", "Steps of linear learning-rate warm-up", &mut cfg.warmup, 0..=100_000);
         ui.label("weight decay").on_hover_text("AdamW's decoupled weight decay");
-        ui.add(egui::DragValue::new(&mut cfg.weight_decay).range(0.0..=10.0).speed(0.01).max_decimals(4));
+        ui.add(
+            egui::DragValue::new(&mut cfg.weight_decay)
+                .update_while_editing(false)
+                .range(0.0..=10.0)
+                .speed(0.01)
+                .max_decimals(4),
+        );
         ui.end_row();
         show_error(ui, "weight_decay");
         whole(ui, "batch", "batch", "Sequences per step", &mut cfg.batch, 1..=4096);
         whole(ui, "steps", "steps", "Steps to train", &mut cfg.steps, 1..=1_000_000);
         ui.label("seed").on_hover_text("Seed of the weights and of every batch");
-        ui.add(egui::DragValue::new(&mut cfg.seed).speed(0.2));
+        ui.add(egui::DragValue::new(&mut cfg.seed).update_while_editing(false).speed(0.2));
         ui.end_row();
         whole(
             ui,

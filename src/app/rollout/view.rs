@@ -8,20 +8,22 @@ use crate::app::data::ViewData;
 use crate::app::derive::DeriveKey;
 use crate::app::rollout::FlowKey;
 use crate::app::state::{RolloutMode, Settings, View};
-use crate::app::views::matrix::{MatrixSpec, MatrixTexture, data_range, matrix_ui};
+use crate::app::views::matrix::{FitCache, MatrixSpec, MatrixTexture, data_range, fit_cell, matrix_ui, zoom_step};
 
 /// The rollout view's state: the texture (rollout is derived off the UI thread, flow on a thread
 /// of its own).
 #[derive(Default)]
 pub struct RolloutView {
     texture: MatrixTexture,
+    /// The cell side that fits the room.
+    fit: FitCache,
 }
 
 impl RolloutView {
     /// Draws the rollout view.
     pub fn ui(&mut self, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) {
         let mut settings = data.settings.clone();
-        rollout_view_ui(ui, &mut settings, data, &mut self.texture, commands);
+        rollout_view_ui(ui, &mut settings, data, (&mut self.texture, &mut self.fit), commands);
         commands.set_changed(data.settings, &settings);
     }
 }
@@ -31,7 +33,7 @@ fn rollout_view_ui(
     ui: &mut egui::Ui,
     settings: &mut Settings,
     data: &ViewData<'_>,
-    texture: &mut MatrixTexture,
+    (texture, fit): (&mut MatrixTexture, &mut FitCache),
     commands: &mut Commands,
 ) {
     let Some(run) = data.run else { return };
@@ -153,25 +155,30 @@ fn rollout_view_ui(
         format!("“{}” (#{r}) after layer {layer_idx}\nfrom input “{}” (#{c})\n{what} {v:.6}", labels[r], labels[c])
     };
     let key = crate::app::views::matrix::key_of(&(data.view_id, &heads, layer_idx, settings.rollout.mode));
+    let spec = MatrixSpec {
+        id: "rollout",
+        values: &values,
+        rows: n,
+        cols: n,
+        row_labels: &labels,
+        col_labels: &labels,
+        axes: ("token at that layer", "input token"),
+        range,
+        colormap: settings.colormap,
+        cell: 0.0,
+        hover: &hover,
+        clickable: None,
+    };
+    // Fit: the whole figure in the room (the default, until zoomed with Ctrl+scroll).
+    let room = ui.available_size() - egui::vec2(2.0, 2.0);
+    let fitted = fit.get(key, room, || fit_cell(ui, &spec, room));
+    let spec = MatrixSpec { cell: settings.zoom.rollout.unwrap_or(fitted), ..spec };
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
-        matrix_ui(
-            ui,
-            texture,
-            key,
-            &MatrixSpec {
-                id: "rollout",
-                values: &values,
-                rows: n,
-                cols: n,
-                row_labels: &labels,
-                col_labels: &labels,
-                axes: ("token at that layer", "input token"),
-                range,
-                colormap: settings.colormap,
-                cell: settings.cell_size,
-                hover: &hover,
-                clickable: None,
-            },
-        );
+        let shown = matrix_ui(ui, texture, key, &spec);
+        if shown.response.hovered()
+            && let Some(cell) = zoom_step(ui, spec.cell)
+        {
+            settings.zoom.rollout = Some(cell);
+        }
     });
 }

@@ -3,7 +3,7 @@
 
 use egui::RichText;
 
-use super::matrix::{MatrixSpec, MatrixTexture, matrix_ui};
+use super::matrix::{FitCache, MatrixSpec, MatrixTexture, fit_cell, matrix_ui, zoom_step, zoom_ui};
 use crate::analysis::Run;
 use crate::analysis::select::{mask_hidden, submatrix_rect, visible_tokens};
 use crate::app::command::Commands;
@@ -38,6 +38,15 @@ pub struct HeatmapView {
     menu_cell: Option<(usize, usize)>,
     /// Why the last Alt+click could not knock its cell out.
     pub knockout_error: Option<String>,
+    /// The cell side that fits the room.
+    fit: FitCache,
+}
+
+impl HeatmapView {
+    /// The cell side the heatmap was last fitted at (its *Fit* zoom).
+    pub fn fitted_cell(&self) -> f32 {
+        self.fit.cell
+    }
 }
 
 impl HeatmapView {
@@ -107,7 +116,7 @@ fn heatmap_view_ui(
     ui.horizontal_wrapped(|ui| {
         ui.label(RichText::new(format!("Layer {} · {}", settings.layer_idx, heads_title(&heads))).strong());
         ui.separator();
-        ui.add(egui::Slider::new(&mut settings.cell_size, 2.0..=80.0).text("cell size").logarithmic(true));
+        zoom_ui(ui, &mut settings.zoom.heatmap, cache.fit.cell);
         ui.checkbox(&mut settings.hide_special, "Hide special tokens");
         let axes = if run.key_tokens.is_some() {
             "rows: target tokens · columns: source tokens"
@@ -167,18 +176,23 @@ fn heatmap_view_ui(
         axes: crate::export::heatmap_axes(run),
         range: (0.0, 1.0),
         colormap: settings.colormap,
-        cell: settings.cell_size,
+        cell: 0.0,
         hover: &hover,
         clickable: None,
     };
     let texture_key =
         super::matrix::key_of(&cache.key.as_ref().map(|k| (k.run_id, k.layer_idx, &k.heads, k.hide_special)));
-    let mut zoom = 1.0;
+    // Fit: the whole figure in the room (the default, until zoomed).
+    let room = ui.available_size() - egui::vec2(2.0, 2.0);
+    let fitted =
+        cache.fit.get(texture_key ^ super::matrix::key_of(&settings.colormap), room, || fit_cell(ui, &spec, room));
+    let spec = MatrixSpec { cell: settings.zoom.heatmap.unwrap_or(fitted), ..spec };
+    let mut zoomed = None;
     let (keep, keep_keys) = (keep.clone(), keep_keys.clone());
     egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
         let shown = matrix_ui(ui, &mut cache.texture, texture_key, &spec);
         if shown.response.hovered() {
-            zoom = ui.input(egui::InputState::zoom_delta);
+            zoomed = zoom_step(ui, spec.cell);
         }
         let Ok(layers) = knockable else { return };
         // Knocked-out entries are crossed out: zero by intervention, not by what the model computed.
@@ -226,7 +240,7 @@ fn heatmap_view_ui(
             );
         });
     });
-    if (zoom - 1.0).abs() > 1e-3 {
-        settings.cell_size = (settings.cell_size * zoom).clamp(2.0, 80.0);
+    if zoomed.is_some() {
+        settings.zoom.heatmap = zoomed;
     }
 }

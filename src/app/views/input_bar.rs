@@ -180,7 +180,7 @@ fn long_input_ui(
         let last = long.total.saturating_sub(WINDOW_TOKENS);
         let mut start = window_edit.unwrap_or(long.window.start).min(last);
         let label = ui.label("Window from token");
-        if ui.add(egui::DragValue::new(&mut start).range(0..=last)).labelled_by(label.id).changed() {
+        if ui.add(egui::DragValue::new(&mut start).update_while_editing(false).range(0..=last)).labelled_by(label.id).changed() {
             *window_edit = Some(start);
         }
         let end = (start + WINDOW_TOKENS).min(long.total) - 1;

@@ -137,6 +137,74 @@ pub fn key_of(value: &impl Hash) -> u64 {
     h.finish()
 }
 
+/// Smallest and largest cell side in points a matrix view zooms to.
+pub const CELL_RANGE: (f32, f32) = (2.0, 80.0);
+
+/// The cell side at which `spec`'s figure (its `cell` ignored) fits `room` whole, in
+/// [`CELL_RANGE`] (a view's *Fit*).
+pub fn fit_cell(ui: &egui::Ui, spec: &MatrixSpec<'_>, room: Vec2) -> f32 {
+    let figure = HeatmapSpec {
+        values: spec.values,
+        rows: spec.rows,
+        cols: spec.cols,
+        row_labels: spec.row_labels,
+        col_labels: spec.col_labels,
+        row_axis: spec.axes.0,
+        col_axis: spec.axes.1,
+        title: "",
+        range: Some(spec.range),
+        colormap: spec.colormap,
+        theme: super::figure::theme_of(ui),
+        scale: 1.0,
+        show_values: true,
+    };
+    crate::render::heatmap_fit_cell(&figure, (room.x, room.y), CELL_RANGE)
+}
+
+/// A view's fitted cell side, laid out again only when what it fits or the room changes.
+#[derive(Default)]
+pub struct FitCache {
+    key: Option<(u64, [u32; 2])>,
+    /// The cell side last fitted.
+    pub cell: f32,
+}
+
+impl FitCache {
+    /// The cell side that fits `room` for the figure `key` names (`fit` computes it).
+    pub fn get(&mut self, key: u64, room: Vec2, fit: impl FnOnce() -> f32) -> f32 {
+        let k = (key, [room.x.to_bits(), room.y.to_bits()]);
+        if self.key != Some(k) {
+            self.cell = fit();
+            self.key = Some(k);
+        }
+        self.cell
+    }
+}
+
+/// The cell side after this frame's Ctrl+scroll (or pinch) over the view: one step of 10 % in or
+/// out of `cell`; None when there was none.
+pub fn zoom_step(ui: &egui::Ui, cell: f32) -> Option<f32> {
+    let delta = ui.input(egui::InputState::zoom_delta);
+    if (delta - 1.0).abs() < 1e-3 {
+        return None;
+    }
+    let step = if delta > 1.0 { 1.1 } else { 1.0 / 1.1 };
+    Some((cell * step).clamp(CELL_RANGE.0, CELL_RANGE.1))
+}
+
+/// The zoom control of a matrix view: *Fit* (the whole figure in the room) or a cell size.
+/// `zoom`: None fits; `fitted`: the cell size that fits.
+pub fn zoom_ui(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32) {
+    if ui.selectable_label(zoom.is_none(), "Fit").on_hover_text("The whole figure in the room").clicked() {
+        *zoom = None;
+    }
+    let mut cell = zoom.unwrap_or(fitted);
+    let slider = egui::Slider::new(&mut cell, CELL_RANGE.0..=CELL_RANGE.1).text("cell size").logarithmic(true);
+    if ui.add(slider).changed() {
+        *zoom = Some(cell);
+    }
+}
+
 /// The range of the finite values (0..1 when there are none).
 pub fn data_range(values: &[f32]) -> (f32, f32) {
     let (lo, hi) = values

@@ -78,8 +78,16 @@ impl Views {
             // the window).
             self.train.ui(ui, data, commands, writes.then_some(&mut self.generation));
         } else if writes {
-            // Narrow until something is written.
-            let width = if data.generation.is_some() { 270.0 } else { 180.0 };
+            // Narrow until something is written or steered; wider for the unsteered and the steered
+            // text side by side.
+            let steered = data.generation.is_some_and(|g| g.interventions.steer.is_some());
+            let width = if steered {
+                380.0
+            } else if data.generation.is_some() || data.settings.steer.on {
+                270.0
+            } else {
+                180.0
+            };
             egui::Panel::right("generation").resizable(false).exact_size(width).show(ui, |ui| {
                 egui::ScrollArea::vertical().show(ui, |ui| self.generation.ui(ui, data, commands));
             });

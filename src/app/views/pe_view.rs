@@ -116,11 +116,12 @@ impl PeView {
     }
 }
 
-/// A small numeric text box; returns the parsed value when it changed and parses.
+/// A small numeric text box; returns the parsed value when it is committed (Enter or focus lost,
+/// not every keystroke: typing 127 never draws 12) and parses.
 fn number_box<T: std::str::FromStr>(ui: &mut egui::Ui, label: &str, text: &mut String, hint: &str) -> Option<T> {
     let label = ui.label(label).on_hover_text(hint);
     let response = ui.add(TextEdit::singleline(text).desired_width(64.0)).labelled_by(label.id);
-    if response.changed() { text.trim().parse().ok() } else { None }
+    if response.lost_focus() { text.trim().parse().ok() } else { None }
 }
 
 impl PeView {

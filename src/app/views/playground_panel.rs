@@ -77,10 +77,11 @@ struct Rows<'a> {
 }
 
 impl Rows<'_> {
-    /// A labelled text box for the number `field`; returns whether it changed.
+    /// A labelled text box for the number `field`; returns whether it was committed (Enter or
+    /// focus lost, not every keystroke).
     fn number(&mut self, ui: &mut egui::Ui, label: &str, field: &str, hint: &str, text: &mut String) -> bool {
         let label = ui.label(label).on_hover_text(hint);
-        let changed = ui.add(TextEdit::singleline(text).desired_width(70.0)).labelled_by(label.id).changed();
+        let changed = ui.add(TextEdit::singleline(text).desired_width(70.0)).labelled_by(label.id).lost_focus();
         ui.end_row();
         self.error_under(ui, field);
         changed
@@ -194,7 +195,7 @@ fn playground_panel_ui(
         let label = ui.label("seed");
         ui.horizontal(|ui| {
             changed |=
-                ui.add(TextEdit::singleline(&mut inputs.seed).desired_width(70.0)).labelled_by(label.id).changed();
+                ui.add(TextEdit::singleline(&mut inputs.seed).desired_width(70.0)).labelled_by(label.id).lost_focus();
             if ui.small_button("New seed").on_hover_text("Draw new random weights").clicked() {
                 let seed: u64 = inputs.seed.trim().parse().unwrap_or(0);
                 inputs.seed = seed.wrapping_add(1).to_string();

@@ -75,7 +75,7 @@ fn record_tokens_ui(ui: &mut egui::Ui, settings: &mut Settings) {
     ui.horizontal(|ui| {
         let label = ui.label("Record up to");
         ui.add(
-            egui::DragValue::new(&mut settings.record_tokens)
+            egui::DragValue::new(&mut settings.record_tokens).update_while_editing(false)
                 .range(1..=crate::app::state::MAX_RECORD_TOKENS)
                 .speed(8.0),
         )

@@ -21,7 +21,8 @@ pub fn position_ui(ui: &mut egui::Ui, title: &str, hint: &str, labels: &[String]
     let n = labels.len();
     ui.label(RichText::new(title).strong());
     let mut pos = position;
-    ui.add(egui::DragValue::new(&mut pos).range(0..=n.saturating_sub(1))).on_hover_text(hint);
+    ui.add(egui::DragValue::new(&mut pos).update_while_editing(false).range(0..=n.saturating_sub(1)))
+        .on_hover_text(hint);
     ui.label(format!("“{}”", labels.get(position).map_or("", String::as_str)));
     if ui.memory(|m| m.focused().is_none()) {
         let (left, right) = ui.input(|i| (i.key_pressed(egui::Key::ArrowLeft), i.key_pressed(egui::Key::ArrowRight)));

@@ -3462,3 +3462,24 @@ fn numbers_apply_when_committed_not_at_every_keystroke() {
     settled(&mut h);
     assert_eq!(h.state().settings.pe.d_model, 128);
 }
+
+#[test]
+fn a_newly_pinned_query_scrolls_into_view() {
+    use attnviz::render::Side;
+    let text = (0..80).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+    let mut h = Harness::builder().with_size(egui::vec2(960.0, 640.0)).with_step_dt(1.0 / 60.0).build_eframe(|cc| {
+        let startup = Startup { model_dir: Some(fixture("tiny-llama")), text: Some(text), ..Startup::default() };
+        new_app(&cc.egui_ctx, None, startup)
+    });
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    settled(&mut h);
+    let run = h.state().session.run.clone().unwrap();
+    let last = run.tokens.len() - 1;
+    let name = format!("query {last}: {}", run.label(last));
+    assert!(h.query_by_label(&name).is_none(), "the last query is below the fold");
+    // Pinned (as Continue pins the newest written token): it comes into view.
+    h.state_mut().session.pinned = Some((Side::Query, last));
+    h.run_steps(10);
+    let shown = h.get_by_label(&name).rect();
+    assert!(h.ctx.content_rect().contains_rect(shown), "{shown:?} in view");
+}

@@ -66,6 +66,8 @@ pub struct HeadView {
     /// The token labels as the exported figure lays them out (a display list, body coordinates),
     /// and what they were laid out for: the tokens, the room, the selected row, the theme.
     labels: Option<(LabelsKey, Drawing)>,
+    /// The pinned token last scrolled into view (a newly pinned one is scrolled to once).
+    scrolled_to: Option<(Side, usize)>,
 }
 
 /// What the labels' display list depends on.
@@ -471,10 +473,18 @@ impl HeadView {
                     }
                 }
             }
-            // The pinned token is outlined as well.
+            // The pinned token is outlined as well, and scrolled into view when newly pinned (a
+            // written token followed, a step chosen) and not already in view.
             if let Some((side, row)) = pinned.and_then(|(side, pos)| row_of(side, pos).map(|row| (side, row))) {
                 let stroke = Stroke::new(1.5, ui.visuals().text_color());
-                painter.rect_stroke(layout.label_box(side, row), 0.0, stroke, egui::StrokeKind::Inside);
+                let label = layout.label_box(side, row);
+                painter.rect_stroke(label, 0.0, stroke, egui::StrokeKind::Inside);
+                if cache.scrolled_to != pinned {
+                    if !clip.contains_rect(label) {
+                        ui.scroll_to_rect(label, Some(egui::Align::Center));
+                    }
+                    cache.scrolled_to = pinned;
+                }
             }
         });
         (iv != settings.interventions).then_some(iv)

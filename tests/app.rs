@@ -3483,3 +3483,21 @@ fn a_newly_pinned_query_scrolls_into_view() {
     let shown = h.get_by_label(&name).rect();
     assert!(h.ctx.content_rect().contains_rect(shown), "{shown:?} in view");
 }
+
+#[test]
+fn smollm2s_thirty_layers_of_head_statistics_fit_the_window() {
+    let smollm2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct");
+    let startup =
+        Startup { model_dir: Some(smollm2), text: Some("The capital of France is".into()), ..Startup::default() };
+    let mut h = harness_with(startup, None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.get_by_label("Head statistics").click();
+    settled(&mut h);
+    h.run_steps(2);
+    let grid = h.state().views.stats.grid().expect("the grid is drawn");
+    assert_eq!((grid.rows, grid.cols), (30, 9));
+    // Every layer's row is a widget in view: no scrolling to reach layer 29.
+    let last = h.get_by_label("Statistics of layer 29 head 8").rect();
+    assert!(h.ctx.content_rect().contains_rect(last), "layer 29 in view: {last:?}");
+    assert!(grid.cell_h >= 12.0, "{}", grid.cell_h);
+}

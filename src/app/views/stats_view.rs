@@ -16,6 +16,15 @@ use crate::app::derive::DeriveKey;
 #[derive(Default)]
 pub struct StatsView {
     texture: MatrixTexture,
+    /// The cell side that fits the room.
+    fit: super::matrix::FitCache,
+}
+
+impl StatsView {
+    /// Where the grid's cells are in its figure (None before it is drawn).
+    pub fn grid(&self) -> Option<crate::render::CellGrid> {
+        self.texture.grid()
+    }
 }
 
 impl StatsView {
@@ -170,30 +179,29 @@ impl StatsView {
             format!("Layer {l} head {h}\n{stat_name}: {shown}{role_lines}\n\n{all}\n\nClick to open this head")
         };
         let name = |l: usize, h: usize| format!("Statistics of layer {l} head {h}");
-        let cell = ((ui.available_width() - 150.0) / stats.heads().max(1) as f32).clamp(24.0, 56.0);
         let key = super::matrix::key_of(&(data.view_id, stat, roles.map(|(r, _)| r)));
         let mut clicked = None;
+        let spec = MatrixSpec {
+            id: "head-stats",
+            values: &values,
+            rows: stats.layers(),
+            cols: stats.heads(),
+            row_labels: &row_labels,
+            col_labels: &col_labels,
+            axes: ("layer", "head"),
+            range,
+            colormap: settings.colormap,
+            cell: 0.0,
+            hover: &hover,
+            clickable: Some(&name),
+        };
+        // Every layer and head in the room (30 layers of SmolLM2 without scrolling), cells no
+        // larger than 56 points and no smaller than 12 (then the grid scrolls).
+        let room = ui.available_size() - egui::vec2(2.0, 2.0);
+        let fitted = cache.fit.get(key, room, || super::matrix::fit_cell(ui, &spec, room));
+        let spec = MatrixSpec { cell: fitted.clamp(12.0, 56.0), ..spec };
         egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
-            clicked = matrix_ui(
-                ui,
-                &mut cache.texture,
-                key,
-                &MatrixSpec {
-                    id: "head-stats",
-                    values: &values,
-                    rows: stats.layers(),
-                    cols: stats.heads(),
-                    row_labels: &row_labels,
-                    col_labels: &col_labels,
-                    axes: ("layer", "head"),
-                    range,
-                    colormap: settings.colormap,
-                    cell,
-                    hover: &hover,
-                    clickable: Some(&name),
-                },
-            )
-            .clicked;
+            clicked = matrix_ui(ui, &mut cache.texture, key, &spec).clicked;
         });
         if let Some((layer_idx, head_idx)) = clicked {
             commands.push(Command::OpenHead { layer_idx, head_idx });

@@ -244,7 +244,7 @@ pub fn note_run(model: &LoadedModel, intervention: Option<&str>) {
 /// Says on stderr which knockouts change nothing: a key the mask already hides from its query
 /// (after it in a causal model, outside a window), in an input of `tokens` positions.
 pub fn note_knockouts(model: &LoadedModel, interventions: &Interventions, tokens: usize) {
-    for notice in interventions.knockout_notices(|q| model.net.visible_keys(interventions, q, tokens)) {
+    for notice in interventions.knockout_notices(|l, q| model.net.visible_keys(interventions, l, q, tokens)) {
         eprintln!("note: {notice}");
     }
 }

@@ -287,8 +287,12 @@ pub struct Description {
     /// A per-head `RMSNorm` over each query and key vector before the rotation (Qwen3's
     /// `q_norm` / `k_norm`, weight `head_dim`).
     pub qk_norm: bool,
-    /// Keys at least this far before the query get zero weight (Mistral's `sliding_window`).
+    /// Keys at least this far before the query get zero weight (Mistral's `sliding_window`), in
+    /// the layers [`Self::sliding_layers`] names.
     pub sliding_window: Option<usize>,
+    /// Per layer as run, whether it attends through `sliding_window` (`layer_types` of Gemma 2
+    /// and 3: `"sliding_attention"` or `"full_attention"`); empty: every layer does.
+    pub sliding_layers: Vec<bool>,
     /// Attention and feed-forward read the same input and both add to the residual stream
     /// (GPT-NeoX's `use_parallel_residual`).
     pub parallel_residual: bool,
@@ -350,10 +354,38 @@ impl Description {
         h / (self.heads / self.kv_heads.max(1)).max(1)
     }
 
+    /// The window layer `layer` attends through, if any.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        self.sliding_window.filter(|_| self.sliding_layers.get(layer).copied().unwrap_or(true))
+    }
+
+    /// The window every layer attends through (None when some layer attends to every key): what
+    /// a run's views mask as hidden.
+    pub fn uniform_window(&self) -> Option<usize> {
+        self.sliding_window.filter(|_| self.sliding_layers.iter().all(|&s| s))
+    }
+
     /// A one-line summary: "roberta · 12 layers × 12 heads × 768 wide" (with "(3 key/value)"
     /// for grouped-query attention).
     pub fn summary(&self) -> String {
         let kv = if self.kv_heads == self.heads { String::new() } else { format!(" ({} key/value)", self.kv_heads) };
         format!("{} · {} layers × {} heads{kv} × {} wide", self.family, self.layers, self.heads, self.hidden)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::families::{Sizes, post_ln_encoder};
+
+    #[test]
+    fn a_window_applies_to_the_layers_that_slide() {
+        let s = Sizes { vocab: 10, hidden: 8, layers: 3, heads: 2, intermediate: 16 };
+        let mut d = post_ln_encoder(&s, super::Activation::Gelu, 1e-5, 32);
+        assert_eq!((d.window(0), d.uniform_window()), (None, None));
+        d.sliding_window = Some(4);
+        assert_eq!((d.window(2), d.uniform_window()), (Some(4), Some(4)), "no list: every layer slides");
+        d.sliding_layers = vec![true, false, true];
+        assert_eq!([d.window(0), d.window(1), d.window(2)], [Some(4), None, Some(4)]);
+        assert_eq!(d.uniform_window(), None, "a full layer sees every earlier key");
     }
 }

@@ -182,6 +182,8 @@ pub(super) struct QkRows<'a> {
     pub(super) total: usize,
     /// Entries masked before the softmax, `(query, key)` positions (knocked out).
     pub(super) blocked: &'a [(usize, usize)],
+    /// Which keys each query sees in this layer (the causal mask, the layer's window).
+    pub(super) mask: kernels::Mask,
 }
 
 /// Per-head probability buffers of a pass that records none: one per head running at a time.
@@ -335,7 +337,7 @@ fn blocked_entries(
         if !(first..first + n).contains(&q) {
             continue;
         }
-        let seen = ctx.mask.visible(q - first, total);
+        let seen = ctx.mask(layer).visible(q - first, total);
         if seen.clone().all(|k| row.binary_search(&(q, k)).is_ok()) {
             return Err(EngineError::Intervention(format!(
                 "the knockout leaves query {q} of layer {layer} no key to attend to (it sees keys {}); keep at least one",
@@ -547,7 +549,8 @@ impl Network {
             }
             None => (&qkv[attn..], &qkv[attn + kv..], row, n),
         };
-        let rows = QkRows { qkv, row, n, k_all, kv_stride, total, blocked };
+        let mask = ctx.mask(layer_idx);
+        let rows = QkRows { qkv, row, n, k_all, kv_stride, total, blocked, mask };
         let LayerSlots { probs, scores, terms, queries, keys, visit_head, .. } = slots;
         let mut probs = probs.map(|p| p.chunks_mut(n * total));
         let mut scores = scores.map(|s| s.chunks_mut(n * total));
@@ -588,7 +591,7 @@ impl Network {
             } else {
                 // probs · v over the keys each block of rows sees (the others weigh exactly 0).
                 let g = desc.kv_head_of(h);
-                for (r, ks) in visible_blocks(ctx.mask, n, total) {
+                for (r, ks) in visible_blocks(mask, n, total) {
                     let p = MatRef::rows(&probs[r.start * total + ks.start..], r.len(), ks.len(), total);
                     let v = MatRef::rows(&v_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
                     matmul(MatMut::rows(&mut context[r.start * d..], r.len(), d, d), p, v, 1.0, false);
@@ -631,7 +634,7 @@ impl Network {
         records: HeadRecords<'_>,
     ) {
         let d = self.desc.head_dim;
-        let QkRows { qkv, row, n, k_all, kv_stride, total, blocked } = *rows;
+        let QkRows { qkv, row, n, k_all, kv_stride, total, blocked, mask } = *rows;
         let g = self.desc.kv_head_of(h);
         let q = MatRef::rows(&qkv[h * d..], n, d, row);
         let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
@@ -653,7 +656,7 @@ impl Network {
                         kt[c * stride + j] = v;
                     }
                 }
-                for (r, ks) in visible_blocks(ctx.mask, n, total) {
+                for (r, ks) in visible_blocks(mask, n, total) {
                     let q = MatRef::rows(&qkv[r.start * row + h * d..], r.len(), d, row);
                     let k = MatRef::rows(&kt[ks.start..], d, ks.len(), stride);
                     let dst = MatMut::rows(&mut probs[r.start * total + ks.start..], r.len(), ks.len(), total);
@@ -678,7 +681,7 @@ impl Network {
                 probs[(q - first) * total + k] = f32::NEG_INFINITY;
             }
         }
-        kernels::softmax_rows(probs, total, ctx.mask, scores);
+        kernels::softmax_rows(probs, total, mask, scores);
         if let Some(recorded) = queries {
             for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
                 dst.copy_from_slice(&src[h * d..(h + 1) * d]);

@@ -120,8 +120,11 @@ pub struct LayerSlots<'a> {
 #[derive(Debug, Clone)]
 pub(super) struct PassContext {
     pub(super) temperature: f32,
-    /// Which keys each query sees.
+    /// Which keys each query sees, before a layer's window (`window` None): the causal mask and
+    /// the position of the first row.
     pub(super) mask: kernels::Mask,
+    /// Each layer's window (the description's sliding window in the layers that use it).
+    pub(super) windows: Vec<Option<usize>>,
     /// The rotation of this pass's positions (rotary models; None when positions are switched off).
     pub(super) rope: Option<RopeTable>,
     pub(super) relative: Relative,
@@ -132,6 +135,11 @@ pub(super) struct PassContext {
 }
 
 impl PassContext {
+    /// Which keys each query of layer `layer` sees: the causal mask and the layer's window.
+    pub(super) fn mask(&self, layer: usize) -> kernels::Mask {
+        kernels::Mask { window: self.windows.get(layer).copied().flatten(), ..self.mask }
+    }
+
     /// Whether head `head` of layer `layer` is ablated.
     pub(super) fn ablated(&self, layer: usize, head: usize) -> bool {
         self.ablated.contains(&(layer, head))

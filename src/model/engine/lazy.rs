@@ -172,7 +172,16 @@ impl LayerAttention<'_> {
     fn rows(&self) -> QkRows<'_> {
         let d = &self.net.desc;
         let (attn, row, n) = (d.query_width(), d.query_width() + 2 * d.kv_width(), self.streams.n);
-        QkRows { qkv: &self.qkv, row, n, k_all: &self.qkv[attn..], kv_stride: row, total: n, blocked: &self.blocked }
+        QkRows {
+            qkv: &self.qkv,
+            row,
+            n,
+            k_all: &self.qkv[attn..],
+            kv_stride: row,
+            total: n,
+            blocked: &self.blocked,
+            mask: self.streams.ctx.mask(self.layer_idx),
+        }
     }
 
     fn compute(&self, head_idx: usize, probs: &mut [f32], records: HeadRecords<'_>) {

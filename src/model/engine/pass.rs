@@ -350,7 +350,8 @@ impl Network {
         let positions_on = !iv.zero_positions;
         PassContext {
             temperature: iv.temperature,
-            mask: kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: past },
+            mask: kernels::Mask { causal: d.causal || iv.causal, window: None, first: past },
+            windows: (0..d.layers).map(|l| d.window(l)).collect(),
             rope: d.rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, past, n, past + n)),
             relative: Relative::new(&d.position_bias, n),
             ablated: iv.ablated.iter().copied().collect(),
@@ -366,8 +367,8 @@ impl Network {
         iv.validate(d.layers, d.heads).map_err(EngineError::Intervention)?;
         let layers = iv.first_layers.unwrap_or(d.layers);
         if !iv.knockout.is_empty() {
-            let mask = kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: 0 };
-            iv.check_knockout(total, layers, |q| mask.visible(q, total)).map_err(EngineError::Intervention)?;
+            let mask = |l: usize| kernels::Mask { causal: d.causal || iv.causal, window: d.window(l), first: 0 };
+            iv.check_knockout(total, layers, |l, q| mask(l).visible(q, total)).map_err(EngineError::Intervention)?;
         }
         if let Some(s) = &iv.steer
             && s.vector.len() != d.hidden
@@ -381,11 +382,26 @@ impl Network {
         Ok(())
     }
 
-    /// The keys query position `query` sees among `total` (a causal mask, a window): what a
-    /// knockout of a key outside it changes (nothing).
-    pub fn visible_keys(&self, iv: &Interventions, query: usize, total: usize) -> std::ops::Range<usize> {
+    /// The keys query position `query` sees among `total` (a causal mask, a window) in layer
+    /// `layer`, or in some layer (None: the widest of the layers' windows): what a knockout of a
+    /// key outside it changes (nothing).
+    pub fn visible_keys(
+        &self,
+        iv: &Interventions,
+        layer: Option<usize>,
+        query: usize,
+        total: usize,
+    ) -> std::ops::Range<usize> {
         let d = &self.desc;
-        kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: 0 }.visible(query, total)
+        let seen = |l: usize| {
+            kernels::Mask { causal: d.causal || iv.causal, window: d.window(l), first: 0 }.visible(query, total)
+        };
+        match layer {
+            Some(l) => seen(l),
+            None => {
+                (0..d.layers.max(1)).map(seen).reduce(|a, b| a.start.min(b.start)..a.end.max(b.end)).unwrap_or(0..0)
+            }
+        }
     }
 
     /// **The forward pass.** Runs `input` through the network, handing `listener` what it asks

@@ -384,6 +384,7 @@ pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: u
         rotary: None,
         qk_norm: false,
         sliding_window: None,
+        sliding_layers: Vec::new(),
         parallel_residual: false,
         lm_head: LmHead::None,
         logit_scale: 1.0,

@@ -121,15 +121,16 @@ impl Network {
             let mut panels = vec![0.0; n * row];
             // What the attention reads: the stream itself (post-LN) or its norm (pre-LN).
             let normed: Vec<f32>;
-            let input = if d.norm == NormPlacement::Post {
-                entering
-            } else {
-                let mut x = entering.to_vec();
-                layer.attn_norm.forward_in_place(&mut x);
-                normed = x;
-                &normed
+            let input = match (&layer.attn_norm, d.norm) {
+                (Some(norm), NormPlacement::Pre) => {
+                    let mut x = entering.to_vec();
+                    norm.forward_in_place(&mut x);
+                    normed = x;
+                    &normed
+                }
+                _ => entering,
             };
-            self.project_qk(layer, input, &streams.ctx, &mut panels, &mut qkv);
+            self.project_qk(layer, layer_idx, input, &streams.ctx, &mut panels, &mut qkv);
         });
         let blocked = streams.ctx.blocked(layer_idx);
         Ok(LayerAttention { net: self, streams, layer_idx, qkv, blocked })

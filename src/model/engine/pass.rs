@@ -98,6 +98,10 @@ pub enum Point<'a> {
         head: usize,
         /// `seq_len × hidden`.
         values: &'a [f32],
+        /// With an output norm (Gemma 2 and 3, OLMo-2), what the write at each query row is
+        /// divided by (`seq_len` values: the write at query `i` is
+        /// `Σ_j A[i, j] · values[j] / row_scales[i]`); empty without one.
+        row_scales: &'a [f32],
     },
     /// The attention block's output (every head's write + `bias`), before it joins the stream.
     /// Only with [`Wants::writes`].
@@ -353,6 +357,14 @@ impl Network {
             mask: kernels::Mask { causal: d.causal || iv.causal, window: None, first: past },
             windows: (0..d.layers).map(|l| d.window(l)).collect(),
             rope: d.rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, past, n, past + n)),
+            local_rope: d.local_rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, past, n, past + n)),
+            rope_of: (0..d.layers)
+                .map(|l| match d.rotary_of(l) {
+                    None => 0,
+                    Some(r) if d.local_rotary.as_ref() == Some(r) && d.rotary.as_ref() != Some(r) => 2,
+                    Some(_) => 1,
+                })
+                .collect(),
             relative: Relative::new(&d.position_bias, n),
             ablated: iv.ablated.iter().copied().collect(),
             knockout: iv.knockout.iter().copied().collect(),
@@ -519,9 +531,13 @@ impl Network {
         for head in 0..d.heads {
             let columns = head * d.head_dim..(head + 1) * d.head_dim;
             layer.output.partial_into(&bufs.context[..n * d.query_width()], columns, &mut write);
+            self.head_share(layer, &bufs.attn_scales, &mut write);
             listener.point(Point::HeadWrite { layer: l, head, write: &write })?;
         }
-        listener.point(Point::AttnOut { layer: l, out: &bufs.attn_out, bias: layer.output.bias() })?;
+        // (No family has an output bias with output norms; a residual scale scales it.)
+        let mut bias = layer.output.bias().to_vec();
+        self.head_share(layer, &[], &mut bias);
+        listener.point(Point::AttnOut { layer: l, out: &bufs.attn_out, bias: &bias })?;
         if layer.cross.is_some() {
             listener.point(Point::CrossOut { layer: l, out: &bufs.cross_out })?;
         }
@@ -550,9 +566,14 @@ impl Network {
             }
         }
         let mut out = vec![0.0; n * d.hidden];
+        // Through the output norm's weight and the residual scale; the norm's division by each
+        // query row's scale is handed apart (`row_scales`): it belongs to the row written to.
+        let ones = vec![1.0; n];
+        let row_scales: &[f32] = if layer.attn_out_norm.is_some() { &bufs.attn_scales } else { &[] };
         for head in 0..d.heads {
             layer.output.partial_into(&values, head * hd..(head + 1) * hd, &mut out);
-            listener.point(Point::HeadValues { layer: l, head, values: &out })?;
+            self.head_share(layer, &ones, &mut out);
+            listener.point(Point::HeadValues { layer: l, head, values: &out, row_scales })?;
         }
         Ok(())
     }

@@ -426,6 +426,15 @@ impl Description {
         }
     }
 
+    /// Whether the rotary frequencies change with the input's length (`dynamic`, `longrope`):
+    /// keys kept from a shorter input were rotated otherwise than a fresh pass rotates them.
+    pub fn rotary_depends_on_length(&self) -> bool {
+        [&self.rotary, &self.local_rotary]
+            .into_iter()
+            .flatten()
+            .any(|r| matches!(r.scaling, RopeScaling::Dynamic { .. } | RopeScaling::LongRope { .. }))
+    }
+
     /// A one-line summary: "roberta · 12 layers × 12 heads × 768 wide" (with "(3 key/value)"
     /// for grouped-query attention).
     pub fn summary(&self) -> String {

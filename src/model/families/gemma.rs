@@ -213,3 +213,85 @@ fn gemma3_rotary(keys: &Keys, hd: usize, max_positions: usize) -> Result<(Rotary
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::super::describe;
+    use crate::model::describe::{RopeScaling, Rotary};
+
+    const TINY: &str = include_str!("../../../tests/fixtures/models/tiny-gemma3/config.json");
+
+    fn edited(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> String {
+        let mut v: Value = serde_json::from_str(TINY).unwrap();
+        edit(v.as_object_mut().unwrap());
+        v.to_string()
+    }
+
+    #[test]
+    fn gemma3_reads_its_rotary_tables_in_both_shapes() {
+        let (_, new) = describe(TINY).unwrap();
+        assert_eq!(
+            new.rotary,
+            Some(Rotary { dims: 16, theta: 10_000.0, scaling: RopeScaling::Linear { factor: 2.0 } })
+        );
+        assert_eq!(new.local_rotary, Some(Rotary { dims: 16, theta: 100.0, scaling: RopeScaling::None }));
+        assert_eq!(new.sliding_layers, [true, false]);
+        assert_eq!((new.window(0), new.window(1)), (Some(4), None));
+        // The hub's spelling: rope_theta and rope_scaling for the full layers, rope_local_base_freq.
+        let hub = edited(|m| {
+            m.remove("rope_parameters");
+            m.insert("rope_theta".into(), json!(10000.0));
+            m.insert("rope_local_base_freq".into(), json!(100.0));
+            m.insert("rope_scaling".into(), json!({"rope_type": "linear", "factor": 2.0}));
+        });
+        assert_eq!(describe(&hub).unwrap().1, new);
+        // GemmaTextConfig's defaults: 1 000 000 (full) and 10 000 (sliding).
+        let bare = describe(&edited(|m| drop(m.remove("rope_parameters")))).unwrap().1;
+        assert_eq!((bare.rotary.unwrap().theta, bare.local_rotary.unwrap().theta), (1_000_000.0, 10_000.0));
+    }
+
+    #[test]
+    fn a_gemma3_checkpoint_is_read_through_its_text_tower() {
+        let (_, text) = describe(TINY).unwrap();
+        let text_config: Value = serde_json::from_str(TINY).unwrap();
+        let full = json!({"model_type": "gemma3", "text_config": text_config, "vision_config": {"hidden_size": 8}});
+        let (family, desc) = describe(&full.to_string()).unwrap();
+        assert!(family.model_types.contains(&"gemma3"));
+        assert_eq!(desc.family, "gemma3");
+        assert_eq!(crate::model::describe::Description { family: text.family.clone(), ..desc.clone() }, text);
+        let err = describe(r#"{"model_type": "gemma3"}"#).unwrap_err().to_string();
+        assert!(err.contains("text_config"), "{err}");
+        // The tower's weights under either prefix, the vision tower's dropped.
+        let t = || candle_core::Tensor::zeros(2, candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+        let names = [
+            "language_model.model.layers.0.self_attn.q_norm.weight",
+            "model.language_model.layers.1.post_feedforward_layernorm.weight",
+            "language_model.lm_head.weight",
+            "vision_tower.vision_model.embeddings.patch_embedding.weight",
+            "model.multi_modal_projector.mm_input_projection_weight",
+        ];
+        let renamed = super::canonical(names.iter().map(|n| ((*n).to_string(), t())).collect(), &desc).unwrap();
+        let mut got: Vec<&str> = renamed.keys().map(String::as_str).collect();
+        got.sort_unstable();
+        assert_eq!(got, ["layer.0.q_norm.weight", "layer.1.ffn_out_norm.weight", "lm_head.weight"]);
+    }
+
+    #[test]
+    fn what_gemma_cannot_run_is_named() {
+        for (key, value) in [
+            ("use_bidirectional_attention", json!(true)),
+            ("attention_bias", json!(true)),
+            ("layer_types", json!(["chunked_attention", "full_attention"])),
+            ("query_pre_attn_scalar", json!(-1.0)),
+        ] {
+            let err = describe(&edited(|m| drop(m.insert(key.into(), value)))).unwrap_err().to_string();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+        let err = describe(&edited(|m| drop(m.insert("layer_types".into(), json!(["full_attention"])))))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("one type per layer"), "{err}");
+    }
+}

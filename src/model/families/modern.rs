@@ -203,3 +203,65 @@ fn smollm3(keys: &Keys) -> Result<Description, ModelError> {
     };
     Ok(Description { rope_layers, sliding_window: window, sliding_layers: layers, ..desc })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::super::describe;
+    use crate::model::describe::{QkNorm, RopeScaling};
+
+    fn edited(text: &str, edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> String {
+        let mut v: Value = serde_json::from_str(text).unwrap();
+        edit(v.as_object_mut().unwrap());
+        v.to_string()
+    }
+
+    const PHI3: &str = include_str!("../../../tests/fixtures/models/tiny-phi3/config.json");
+
+    #[test]
+    fn phi3_reads_partial_rotary_and_long_rope_in_both_shapes() {
+        let (_, new) = describe(PHI3).unwrap();
+        let rot = new.rotary.clone().unwrap();
+        assert_eq!(rot.dims, 4);
+        let RopeScaling::LongRope { short, long, original_max, attention_factor } = &rot.scaling else {
+            panic!("{:?}", rot.scaling)
+        };
+        assert_eq!((short.as_slice(), long.as_slice(), *original_max), (&[1.0, 1.5][..], &[2.0, 4.0][..], 16));
+        assert!((attention_factor - (1.0 + 2f64.ln() / 16f64.ln()).sqrt()).abs() < 1e-12);
+        // The hub's spelling: top-level partial_rotary_factor and rope_theta, rope_scaling of type "su".
+        let hub = edited(PHI3, |m| {
+            let mut p = m.remove("rope_parameters").unwrap();
+            let p = p.as_object_mut().unwrap();
+            m.insert("partial_rotary_factor".into(), p.remove("partial_rotary_factor").unwrap());
+            m.insert("rope_theta".into(), p.remove("rope_theta").unwrap());
+            p.remove("rope_type");
+            p.insert("type".into(), json!("su"));
+            m.insert("rope_scaling".into(), Value::Object(p.clone()));
+        });
+        assert_eq!(describe(&hub).unwrap().1, new);
+        let short = edited(PHI3, |m| {
+            drop(m["rope_parameters"].as_object_mut().unwrap().insert("short_factor".into(), json!([1.0])))
+        });
+        let err = describe(&short).unwrap_err().to_string();
+        assert!(err.contains("short_factor") && err.contains('2'), "{err}");
+    }
+
+    #[test]
+    fn each_family_reads_its_quirk() {
+        let olmo2 = describe(include_str!("../../../tests/fixtures/models/tiny-olmo2/config.json")).unwrap().1;
+        assert!(!olmo2.input_norms && olmo2.output_norms && olmo2.qk_norm == QkNorm::Whole);
+        let granite = describe(include_str!("../../../tests/fixtures/models/tiny-granite/config.json")).unwrap().1;
+        assert_eq!(
+            (granite.embedding.scale, granite.score_scale, granite.residual_scale, granite.logit_scale),
+            (3.0, 0.2, 0.5, 0.25)
+        );
+        let text = include_str!("../../../tests/fixtures/models/tiny-smollm3/config.json");
+        let smollm3 = describe(text).unwrap().1;
+        // no_rope_layers[i] = 1: layer i rotates.
+        assert_eq!((smollm3.rotates(0), smollm3.rotates(1)), (true, false));
+        assert!(smollm3.rotary_of(1).is_none() && smollm3.rotary_of(0).is_some());
+        let err = describe(&edited(text, |m| drop(m.insert("no_rope_layers".into(), json!([1, 2]))))).unwrap_err();
+        assert!(err.to_string().contains("no_rope_layers"), "{err}");
+    }
+}

@@ -467,7 +467,9 @@ impl Listener for Contributions {
                     // row's attention, which the contributions multiply the values by.
                     let n = self.n;
                     for (row, s) in self.probs[head * n * n..(head + 1) * n * n].chunks_mut(n).zip(row_scales) {
-                        row.iter_mut().for_each(|a| *a /= s);
+                        for a in row.iter_mut() {
+                            *a /= s;
+                        }
                     }
                 }
             }

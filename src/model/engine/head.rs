@@ -42,6 +42,14 @@ impl Network {
     /// Next-token logits from one row of the final hidden state (after the final norm), or None
     /// without a language-model head: `hidden · Eᵀ` with the tied embeddings or `lm_head`.
     pub fn logits(&self, hidden_row: &[f32]) -> Option<Vec<f32>> {
+        let mut logits = self.logits_before_cap(hidden_row)?;
+        self.cap_logits(&mut logits);
+        Some(logits)
+    }
+
+    /// [`Self::logits`] before Gemma 2's final soft-capping (the same without one): what the
+    /// parts of the residual stream add up to, which direct logit attribution splits.
+    pub fn logits_before_cap(&self, hidden_row: &[f32]) -> Option<Vec<f32>> {
         let hidden_row = self.head_input(hidden_row)?;
         let mut logits = vec![0.0; self.desc.vocab_size];
         logits.par_chunks_mut(LOGIT_ROWS).enumerate().for_each(|(c, out)| {
@@ -51,6 +59,13 @@ impl Network {
             logits.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
         }
         Some(logits)
+    }
+
+    /// Gemma 2's `final_logit_softcapping`, on logits (not on directions).
+    fn cap_logits(&self, logits: &mut [f32]) {
+        if let Some(cap) = self.desc.final_softcap {
+            kernels::softcap_in_place(logits, cap);
+        }
     }
 
     /// The logits of `tokens` alone from one row of the final hidden state: what [`Self::logits`]
@@ -68,6 +83,7 @@ impl Network {
                 *o += b;
             }
         }
+        self.cap_logits(&mut out);
         Some(out)
     }
 
@@ -131,7 +147,7 @@ impl Network {
         self.unembed(rows, true)
     }
 
-    /// [`Self::unembed_rows`] without the head's bias: what a direction of the residual stream
+    /// [`Self::unembed_rows`] without the head's bias (nor its soft-capping): what a direction of the residual stream
     /// (a part's write, already through the final norm) does to every logit.
     pub fn unembed_directions(&self, rows: &[f32]) -> Option<Vec<f32>> {
         self.unembed(rows, false)
@@ -178,6 +194,9 @@ impl Network {
             for row in out.chunks_mut(vocab) {
                 row.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
             }
+        }
+        if with_bias {
+            self.cap_logits(&mut out);
         }
         Some(out)
     }

@@ -52,7 +52,7 @@ fn visible(run: &Run, q: usize) -> std::ops::Range<usize> {
 fn with(iv: &Interventions, run: &Run, layers: usize, entries: &[Knockout]) -> Result<Interventions, String> {
     let mut next = iv.clone();
     next.knockout.extend(entries.iter().copied());
-    next.check_knockout(run.tokens.len(), layers, |q| visible(run, q))?;
+    next.check_knockout(run.tokens.len(), layers, |_, q| visible(run, q))?;
     Ok(next)
 }
 

@@ -1326,3 +1326,74 @@ fn generate_steers_every_written_token_and_refuses_bad_steering() {
     assert_error(&attnviz(&[&args[..], &refs(&steer("0", "a b", "1"))].concat()), "is an encoder–decoder");
     assert!(!path.exists());
 }
+
+/// A copy of the built binary in a temporary folder, with the source tree it was built from out of
+/// reach (it is looked in only by an executable inside it) and a fresh home: without its models it
+/// says where it looked and what to do, the playground runs (its tokenizer is built in memory),
+/// and once `models install` has filled the data folder, the embedded model is found there.
+#[test]
+fn a_copied_binary_says_where_it_looked_runs_the_playground_and_finds_installed_models() {
+    let dir = tmp();
+    let bin_dir = dir.path().join("opt").join("tools").join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let bin = bin_dir.join("attnviz");
+    std::fs::copy(env!("CARGO_BIN_EXE_attnviz"), &bin).unwrap();
+    let (home, data) = (dir.path().join("home"), dir.path().join("data"));
+    std::fs::create_dir_all(&home).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&bin)
+            .args(args)
+            .current_dir(dir.path())
+            .env("HOME", &home)
+            .env("XDG_DATA_HOME", &data)
+            .env_remove("ATTNVIZ_MODEL")
+            .env_remove("ATTNVIZ_ASSETS")
+            .output()
+            .unwrap()
+    };
+    let out_json = dir.path().join("out.json");
+    let out = run(&["dump", "--text", "The cat sat.", "-o", out_json.to_str().unwrap()]);
+    assert_error(&out, "were not found");
+    let err = stderr(&out);
+    for place in [bin_dir.join("assets/models"), dir.path().join("opt/assets/models"), data.join("attnviz/models")] {
+        assert!(err.contains(place.to_str().unwrap()), "should name {}: {err}", place.display());
+    }
+    assert!(err.contains("attnviz models install") && err.contains("ATTNVIZ_ASSETS"), "what to do: {err}");
+    assert!(!err.contains(root().to_str().unwrap()), "the source tree is out of reach: {err}");
+    assert!(!out_json.exists());
+    assert_error(&run(&["dump", "--model", "smollm2", "--text", "Hi", "-o", "s.json"]), "were not found");
+
+    let out = run(&["dump", "--playground", "layers=1,heads=2,d_model=16", "--text", "The cat sat.", "-o", "p.json"]);
+    assert!(out.status.success(), "the playground needs no file: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("p.json")).unwrap()).unwrap();
+    assert_eq!(v["tokens"], serde_json::json!(["[CLS]", "the", "cat", "sat", ".", "[SEP]"]));
+
+    // A source tree's assets/models (the tiny BERT standing for MiniLM), installed.
+    let source = dir.path().join("src/assets/models");
+    let fake = source.join("all-MiniLM-L6-v2");
+    std::fs::create_dir_all(&fake).unwrap();
+    for entry in std::fs::read_dir(tiny()).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, fake.join(path.file_name().unwrap())).unwrap();
+    }
+    let out = run(&["models", "install", "--from", source.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let installed = data.join("attnviz/models/all-MiniLM-L6-v2");
+    assert!(installed.join("config.json").is_file() && installed.join("model.safetensors").is_file());
+    let out = run(&["dump", "--text", "The cat sat.", "-o", out_json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
+    assert_eq!(v["model"], "all-MiniLM-L6-v2");
+    assert_eq!(v["attentions"].as_array().unwrap().len(), 2, "the tiny BERT's two layers");
+    // Installing again replaces the copy whole; `models` says where they are.
+    assert!(run(&["models", "install", "--from", source.to_str().unwrap()]).status.success());
+    let out = run(&["models"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("found {}", data.join("attnviz/models").display())));
+    let leftovers: Vec<_> = std::fs::read_dir(data.join("attnviz/models"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary folders left: {leftovers:?}");
+}

@@ -10,6 +10,7 @@ pub mod export;
 pub mod generate;
 pub mod heads;
 pub mod lens;
+pub mod models;
 pub mod open;
 pub mod patch;
 pub mod pe;
@@ -24,7 +25,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::Run;
 use crate::model::intervene::{parse_ablate, parse_knockout};
-use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
+use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model};
 
 /// See what every attention head of a transformer looks at.
 ///
@@ -93,6 +94,10 @@ pub enum Command {
     /// Open attention saved by other code (attnviz dump's JSON or NPZ, or the same keys written from
     /// Hugging Face, TransformerLens or a vision transformer; see the README) in the app.
     Open(open::OpenArgs),
+    /// Where the embedded models (all-MiniLM-L6-v2, SmolLM2-135M-Instruct) are found, and
+    /// `models install`, which copies them from a source tree into the data folder so that the
+    /// binary works from any folder.
+    Models(models::ModelsArgs),
 }
 
 /// Runs the parsed command line.
@@ -112,12 +117,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Open(args)) => open::run(model, &args),
+        Some(Command::Models(args)) => models::run(&args),
     }
 }
 
 /// Loads `--model`, or the embedded default model.
 pub fn load_model(dir: Option<&Path>) -> anyhow::Result<LoadedModel> {
-    let dir = dir.map_or_else(default_model_dir, Path::to_path_buf);
+    let dir = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None => default_model()?,
+    };
     LoadedModel::load(&dir).with_context(|| format!("cannot load model from {}", dir.display()))
 }
 

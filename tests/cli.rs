@@ -1397,3 +1397,113 @@ fn a_copied_binary_says_where_it_looked_runs_the_playground_and_finds_installed_
         .collect();
     assert!(leftovers.is_empty(), "temporary folders left: {leftovers:?}");
 }
+
+/// The `--format` values a subcommand's `--help` lists.
+fn format_values(sub: &str) -> Vec<String> {
+    let out = attnviz(&[sub, "--help"]);
+    assert!(out.status.success(), "{sub}: {}", stderr(&out));
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(help.contains("-o, --output"), "{sub} writes with -o: {help}");
+    let Some(format) = help.split("--format <FORMAT>").nth(1) else { return Vec::new() };
+    let values = format.split("[default:").next().unwrap();
+    values.lines().filter_map(|l| l.trim().strip_prefix("- ")?.split(':').next().map(str::to_string)).collect()
+}
+
+/// Every subcommand that writes data takes `--format` with json and npz, and `-o`.
+#[test]
+fn every_subcommand_that_writes_data_takes_format_json_and_npz_and_o() {
+    for sub in ["dump", "generate", "lens", "dla", "patch", "heads", "stats", "pe"] {
+        let values = format_values(sub);
+        assert!(values.contains(&"json".to_string()) && values.contains(&"npz".to_string()), "{sub}: {values:?}");
+    }
+}
+
+/// `dla`, `pe` and `stats` write NPZ as their `--help` says: arrays of the right shapes, the same
+/// numbers as their JSON.
+#[test]
+fn dla_pe_and_stats_write_npz_with_the_numbers_of_their_json() {
+    let dir = tmp();
+    let f32s = |bytes: &[u8]| -> Vec<f32> {
+        bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    };
+    let llama = fixture("tiny-llama");
+    let (json, npz) = (dir.path().join("dla.json"), dir.path().join("dla.npz"));
+    let base = ["dla", "--model", llama.to_str().unwrap(), "--text", "The cat sat on the mat."];
+    for (format, path) in [("json", &json), ("npz", &npz)] {
+        let out = attnviz(&[&base[..], &["--format", format, "-o", path.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "dla --format {format}: {}", stderr(&out));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let heads: Vec<f32> = v["heads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect();
+    let layers = v["heads"].as_array().unwrap().len();
+    let (header, data) = npy_member(&npz, "heads.npy");
+    assert!(header.contains(&format!("'shape': ({layers}, {})", heads.len() / layers)), "{header}");
+    assert_eq!(f32s(&data), heads);
+    let (header, data) = npy_member(&npz, "logit.npy");
+    assert!(header.contains("'shape': ()"), "{header}");
+    assert_eq!(f32s(&data), [v["logit"].as_f64().unwrap() as f32]);
+    let (_, data) = npy_member(&npz, "target_id.npy");
+    assert_eq!(i64::from_le_bytes(data[..8].try_into().unwrap()), v["target_id"].as_i64().unwrap());
+    let n = v["tokens"].as_array().unwrap().len();
+    assert!(npy_member(&npz, "tokens.npy").0.contains(&format!("'shape': ({n},)")));
+    let out = attnviz(&[&base[..], &["--format", "npz"]].concat());
+    assert_error(&out, "NPZ needs a file");
+
+    let (json, npz) = (dir.path().join("pe.json"), dir.path().join("pe.npz"));
+    for (format, path) in [("json", &json), ("npz", &npz)] {
+        let args = ["pe", "--d-model", "8", "--positions", "5", "--format", format, "-o", path.to_str().unwrap()];
+        let out = attnviz(&args);
+        assert!(out.status.success(), "pe --format {format}: {}", stderr(&out));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for (name, shape) in [("encoding", "(5, 8)"), ("dot", "(5, 5)")] {
+        let (header, data) = npy_member(&npz, &format!("{name}.npy"));
+        assert!(header.contains(&format!("'shape': {shape}")), "{header}");
+        let expected: Vec<f32> = v[name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+            .collect();
+        assert_eq!(f32s(&data), expected, "{name}");
+    }
+
+    let (json, npz) = (dir.path().join("stats.json"), dir.path().join("stats.npz"));
+    let bert = tiny();
+    for (format, path) in [("json", &json), ("npz", &npz)] {
+        let args = ["stats", "--model", bert.to_str().unwrap(), "--text", "The cat sat.", "--format", format];
+        let out = attnviz(&[&args[..], &["-o", path.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "stats --format {format}: {}", stderr(&out));
+    }
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for key in ["entropy", "cls", "sep", "punctuation", "self", "previous", "next"] {
+        let (header, data) = npy_member(&npz, &format!("{key}.npy"));
+        assert!(header.contains("'shape': (2, 4)"), "{key}: {header}");
+        let expected: Vec<f32> = rows.iter().map(|r| r[key].as_f64().unwrap() as f32).collect();
+        assert_eq!(f32s(&data), expected, "{key}");
+    }
+}
+
+/// `attnviz --help` says export draws PNG, SVG or PDF, and names every view `export --help` lists.
+#[test]
+fn the_top_help_describes_export_with_every_view() {
+    let out = attnviz(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = help.lines().find(|l| l.trim_start().starts_with("export ")).unwrap();
+    assert!(line.contains("PNG, SVG or PDF"), "{line}");
+    let out = attnviz(&["export", "--help"]);
+    let export = String::from_utf8_lossy(&out.stdout).into_owned();
+    let views = export.split("\n      --view <VIEW>").nth(1).unwrap().split("\n      --").next().unwrap();
+    let names: Vec<&str> =
+        views.lines().filter_map(|l| l.trim().strip_prefix("- ")?.split(':').next()).map(str::trim).collect();
+    assert!(names.len() >= 13, "{names:?}");
+    let listed: Vec<&str> = line.split(|c: char| !(c.is_alphanumeric() || c == '-')).collect();
+    for name in names {
+        assert!(listed.contains(&name), "attnviz --help's export line lacks {name}: {line}");
+    }
+}

@@ -1507,3 +1507,76 @@ fn the_top_help_describes_export_with_every_view() {
         assert!(listed.contains(&name), "attnviz --help's export line lacks {name}: {line}");
     }
 }
+
+/// The page of a PDF: its `/MediaBox` width and height in points.
+fn pdf_page(bytes: &[u8]) -> (f32, f32) {
+    let text = String::from_utf8_lossy(bytes);
+    let rest = text.split("/MediaBox").nth(1).expect("a /MediaBox");
+    let inside = rest.split('[').nth(1).unwrap().split(']').next().unwrap();
+    let v: Vec<f32> = inside.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[2] - v[0], v[3] - v[1])
+}
+
+/// SVG and PDF exports have a page of their own: the figure's size at 1× in points, whatever the
+/// scale (which sets only a PNG's resolution); the drawing fills it.
+#[test]
+fn vector_exports_keep_the_page_of_1x_at_any_scale() {
+    let dir = tmp();
+    let model = tiny();
+    let export = |scale: &str, ext: &str| {
+        let path = dir.path().join(format!("h{scale}.{ext}"));
+        let out = attnviz(&[
+            "export",
+            "--model",
+            model.to_str().unwrap(),
+            "--text",
+            "The cat sat.",
+            "--view",
+            "heatmap",
+            "--scale",
+            scale,
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{scale} {ext}: {}", stderr(&out));
+        std::fs::read(&path).unwrap()
+    };
+    let png1 = image::load_from_memory(&export("1", "png")).unwrap();
+    let png2 = image::load_from_memory(&export("2", "png")).unwrap();
+    assert!(png2.width().abs_diff(2 * png1.width()) <= 2, "{} vs {}", png2.width(), png1.width());
+    let (w, h) = (png1.width() as f32, png1.height() as f32);
+    for scale in ["1", "2", "3"] {
+        let svg = String::from_utf8(export(scale, "svg")).unwrap();
+        let tree = usvg::Tree::from_str(&svg, &usvg::Options::default()).unwrap();
+        let size = tree.size();
+        assert!((size.width() - w).abs() <= 1.0 && (size.height() - h).abs() <= 1.0, "×{scale}: {size:?} vs {w}×{h}");
+        // The drawing fills the page: its content is as wide as the page.
+        let bbox = tree.root().abs_bounding_box();
+        assert!(bbox.width() > 0.9 * w, "×{scale}: drawn {} of {w}", bbox.width());
+        let (pw, ph) = pdf_page(&export(scale, "pdf"));
+        assert!((pw - w).abs() <= 1.0 && (ph - h).abs() <= 1.0, "PDF ×{scale}: {pw}×{ph} vs {w}×{h}");
+    }
+}
+
+/// The logit lens figure has a colour bar for what it colours by: the probability (round values of
+/// 0 to 1), or the rank on its log scale (1 to 1000+).
+#[test]
+fn the_lens_figure_has_a_colour_bar_for_what_it_colours_by() {
+    let dir = tmp();
+    let llama = fixture("tiny-llama");
+    for (extra, label, ticks) in [(None, "probability", ["0", "1"]), (Some("--rank"), "rank", ["1", "1000+"])] {
+        let path = dir.path().join(format!("{label}.svg"));
+        let mut args = vec!["export", "--model", llama.to_str().unwrap(), "--text", "The cat sat on the mat."];
+        args.extend(["--view", "lens", "-o", path.to_str().unwrap()]);
+        args.extend(extra);
+        let out = attnviz(&args);
+        assert!(out.status.success(), "{label}: {}", stderr(&out));
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let doc = usvg::roxmltree::Document::parse(&svg).unwrap();
+        let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
+        assert!(texts.contains(&label), "{label}: the bar's caption: {texts:?}");
+        for tick in ticks {
+            assert!(texts.contains(&tick), "{label}: tick {tick}: {texts:?}");
+        }
+    }
+}

@@ -293,7 +293,11 @@ pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize, k
     let group = (heads / kv_heads.max(1)).max(1);
     if group > 1 {
         ui.label(
-            RichText::new(format!("{heads} query heads share {kv_heads} key/value heads, {group} each (grouped)"))
+            RichText::new(if kv_heads == 1 {
+                format!("{heads} query heads share 1 key/value head (multi-query)")
+            } else {
+                format!("{heads} query heads share {kv_heads} key/value heads, {group} each (grouped)")
+            })
                 .small()
                 .weak(),
         );
@@ -312,7 +316,8 @@ pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize, k
                 .stroke(Stroke::new(1.5, color))
                 .sense(Sense::click());
             let shares = if group > 1 {
-                format!(" (keys and values of key/value head {}, shared with {} other heads)", h / group, group - 1)
+                let others = if group == 2 { "1 other head".to_string() } else { format!("{} other heads", group - 1) };
+                format!(" (keys and values of key/value head {}, shared with {others})", h / group)
             } else {
                 String::new()
             };

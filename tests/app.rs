@@ -3233,7 +3233,10 @@ fn without_its_models_the_app_says_where_it_looked_and_the_playground_runs() {
         assert!(err.contains(needle), "the message should say {needle:?}: {err}");
     }
     assert!(h.query_by_label("Pretrained: no model loaded").is_some(), "the model label names no model");
-    assert!(h.query_by_label_contains("choose Playground, which needs no files").is_some(), "what to do, in the main view");
+    assert!(
+        h.query_by_label_contains("choose Playground, which needs no files").is_some(),
+        "what to do, in the main view"
+    );
     assert!(h.query_by_label("Running the model…").is_none(), "no spinner");
     // Idle: no frame asks for another (a spinner asks every frame, for as long as it is shown).
     h.run();

@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-
 use super::command::{Command, Commands};
 
 use super::core::{AttnvizApp, Shell, view_data};
@@ -108,9 +107,8 @@ impl AttnvizApp {
         let wake = ctx.clone();
         let deriver = Deriver::spawn(move || wake.request_repaint()).expect("cannot start the derive thread");
         let embedded = match startup.models {
-            Some(folder) => crate::model::loader::find_models(&[folder]).map_err(|looked| {
-                crate::model::ModelError::NoEmbeddedModels { looked }.to_string()
-            }),
+            Some(folder) => crate::model::loader::find_models(&[folder])
+                .map_err(|looked| crate::model::ModelError::NoEmbeddedModels { looked }.to_string()),
             None => crate::model::loader::embedded_models().map_err(|e| e.to_string()),
         };
         let default_dir = match (&embedded, std::env::var_os("ATTNVIZ_MODEL").filter(|v| !v.is_empty())) {
@@ -168,13 +166,12 @@ impl AttnvizApp {
         // The remembered hyperparameters, checked as if just typed.
         let checked = app.views.side.playground.check(&app.settings.playground);
         app.set_playground(checked);
-        match model_dir {
-            Some(dir) => app.load_model(dir),
-            None => {
-                let why = app.session.default_model().err().unwrap_or_default();
-                app.session.load_error = Some(why.clone());
-                app.set_status(why, true);
-            }
+        if let Some(dir) = model_dir {
+            app.load_model(dir);
+        } else {
+            let why = app.session.default_model().err().unwrap_or_default();
+            app.session.load_error = Some(why.clone());
+            app.set_status(why, true);
         }
         if let Some(path) = startup.attention_file {
             app.run_command(ctx, Command::OpenAttention(path));

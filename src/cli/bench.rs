@@ -133,8 +133,8 @@ fn memory(model_dir: Option<&Path>, tokens: usize) -> anyhow::Result<()> {
         let (pool, blocks) = crate::alloc::kept_bytes();
         println!(
             "step={step} rss_mb={rss:.0} peak_mb={peak:.0} pool_mb={:.0} kept_blocks_mb={:.0}",
-            pool as f64 / 1048576.0,
-            blocks as f64 / 1048576.0
+            pool as f64 / 1_048_576.0,
+            blocks as f64 / 1_048_576.0
         );
     };
     let wait = |what: &str, done: &dyn Fn(&Done) -> bool| -> anyhow::Result<Done> {
@@ -152,10 +152,12 @@ fn memory(model_dir: Option<&Path>, tokens: usize) -> anyhow::Result<()> {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     };
-    let long = || RunSpec::Pretrained(Interventions::default(), Some(LongRequest {
-        record_tokens: crate::analysis::long::RECORD_TOKENS,
-        window_start: None,
-    }));
+    let long = || {
+        RunSpec::Pretrained(
+            Interventions::default(),
+            Some(LongRequest { record_tokens: crate::analysis::long::RECORD_TOKENS, window_start: None }),
+        )
+    };
     report("start");
     worker.send(Job::Load { id: worker.next_id(), dir: first });
     wait("loading", &|d| matches!(d, Done::Loaded { .. }))?;

@@ -82,7 +82,10 @@ pub fn run(model_dir: Option<&Path>, args: &DlaArgs) -> anyhow::Result<()> {
                 ("logit", scalar(&a.logit)),
                 ("embeddings", scalar(&a.embeddings)),
                 ("heads", NpyArray::F32 { shape: vec![a.heads.len() / h, h], data: &a.heads }),
-                ("attention_biases", NpyArray::F32 { shape: vec![a.attention_biases.len()], data: &a.attention_biases }),
+                (
+                    "attention_biases",
+                    NpyArray::F32 { shape: vec![a.attention_biases.len()], data: &a.attention_biases },
+                ),
                 ("mlps", NpyArray::F32 { shape: vec![a.mlps.len()], data: &a.mlps }),
                 ("lm_head_bias", scalar(&a.lm_head_bias)),
             ];

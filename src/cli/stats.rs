@@ -53,8 +53,7 @@ pub fn run(model_dir: Option<&Path>, args: &StatsArgs) -> anyhow::Result<()> {
         StatsFormat::Json => serde_json::to_string_pretty(&stats.rows())? + "\n",
         StatsFormat::Npz => {
             let (layers, heads) = (run.attention.layers(), run.attention.heads());
-            let matrices: Vec<(&str, Vec<f32>)> =
-                Statistic::ALL.iter().map(|&s| (s.key(), stats.matrix(s))).collect();
+            let matrices: Vec<(&str, Vec<f32>)> = Statistic::ALL.iter().map(|&s| (s.key(), stats.matrix(s))).collect();
             let arrays = matrices
                 .iter()
                 .map(|(name, m)| (*name, NpyArray::F32 { shape: vec![layers, heads], data: m }))

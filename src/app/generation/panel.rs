@@ -147,7 +147,9 @@ impl GenerationPanel {
                 RichText::new(format!(
                     "It attends most to (layer {layer}, {})",
                     if heads.len() == 1 { "1 head".to_string() } else { format!("{} heads", heads.len()) }
-                )).small().weak(),
+                ))
+                .small()
+                .weak(),
             );
             for &k in order.iter().take(5) {
                 ui.label(RichText::new(format!("{:>6.1}%  {}", row[k] * 100.0, run.key_label(k))).monospace().small());

@@ -298,8 +298,8 @@ pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize, k
             } else {
                 format!("{heads} query heads share {kv_heads} key/value heads, {group} each (grouped)")
             })
-                .small()
-                .weak(),
+            .small()
+            .weak(),
         );
     }
     ui.horizontal_wrapped(|ui| {

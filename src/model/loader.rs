@@ -52,8 +52,9 @@ pub fn data_models_dir() -> Option<PathBuf> {
 /// The folders that may hold the embedded models, in the order they are looked in:
 /// `$ATTNVIZ_ASSETS/models`, `assets/models` beside the executable and two folders above it (a
 /// build's `target/release/`), the data folder ([`data_models_dir`]), and the source tree the
-/// binary was built from — the last only for an executable inside that tree (`cargo run`, the
-/// tests), so a binary copied elsewhere never depends on the tree it came from.
+/// binary was built from — the last only for an executable inside that tree or still in cargo's
+/// build folder (`cargo run`, the tests, wherever `CARGO_TARGET_DIR` puts them), so a binary copied
+/// elsewhere never depends on the tree it came from.
 pub fn model_search_path() -> Vec<PathBuf> {
     let rel = Path::new("assets").join("models");
     let mut places = Vec::new();
@@ -70,7 +71,11 @@ pub fn model_search_path() -> Vec<PathBuf> {
     places.extend(data_models_dir());
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-    if exe.as_deref().is_some_and(|e| e.starts_with(&root)) {
+    // Cargo's build folders (`target/debug`, and `deps/` below it) hold its `.fingerprint` folder.
+    let cargo_build = |dir: &Path| dir.join(".fingerprint").is_dir();
+    let exe_dir = exe.as_deref().and_then(Path::parent);
+    let built_here = exe_dir.is_some_and(|d| cargo_build(d) || d.parent().is_some_and(cargo_build));
+    if built_here || exe.as_deref().is_some_and(|e| e.starts_with(&root)) {
         places.push(root.join(&rel));
     }
     let mut seen = BTreeSet::new();

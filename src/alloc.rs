@@ -93,8 +93,9 @@ pub fn kept_bytes() -> (usize, usize) {
     (pool, map::kept())
 }
 
-/// Idle: what is kept is cut to the bound again, and mimalloc gives its free pages back to the
-/// system (`mi_collect`).
+/// Idle: what is kept is cut to the bound again, and mimalloc gives the free pages of the calling
+/// thread's heap (the app's inference thread, which made and dropped the runs) back to the system
+/// (`mi_collect`).
 pub fn release_idle() {
     keep_for(KEEP.load(Ordering::Relaxed));
     collect_small();

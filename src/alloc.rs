@@ -25,8 +25,16 @@
 //! caller overwrites, for about 8 MB more peak RSS.
 //!
 //! **The budget** ([`memory_budget`]) bounds the pool here and the models loaded.
+//!
+//! **What is kept between runs** ([`keep_for`], [`release_idle`]): in the app, once a run is shown,
+//! the pool and the freed blocks are each cut to what the next run of the current text is likely to
+//! need (the run's own size), so that after a long input a short one does not sit on the long
+//! one's gigabytes; a run lifts the bound while it runs ([`unbound`]). Idle for a few seconds, the
+//! app also hands mimalloc's free pages back ([`release_idle`]). Without a bound (the command line,
+//! the tests) nothing changes.
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mimalloc::MiMalloc as Small;
 use std::sync::Mutex;
@@ -59,6 +67,64 @@ pub fn memory_budget() -> Option<(u64, bool)> {
 }
 
 static SPARE: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+
+/// Bytes the pool, and apart from it the allocator's freed blocks, keep at most between runs
+/// ([`keep_for`]); `usize::MAX`: no bound beyond their own.
+static KEEP: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Bounds what is kept for later runs to `bytes` — the pool's buffers, and apart from them the
+/// allocator's freed blocks — and gives back at once what is kept beyond it, oldest first. The app
+/// calls it once a run is shown, with what the next run of the same text is likely to need.
+pub fn keep_for(bytes: usize) {
+    KEEP.store(bytes, Ordering::Relaxed);
+    let evicted = SPARE.lock().map_or_else(|_| Vec::new(), |mut spare| evict(&mut spare, bytes));
+    drop(evicted);
+    map::trim(bytes);
+}
+
+/// Lifts the bound of [`keep_for`] (a run starts: what it frees may be what it takes next).
+pub fn unbound() {
+    KEEP.store(usize::MAX, Ordering::Relaxed);
+}
+
+/// Bytes kept in the pool and in the allocator's freed blocks: (pool, blocks).
+pub fn kept_bytes() -> (usize, usize) {
+    let pool = SPARE.lock().map_or(0, |spare| spare.iter().map(|v| v.capacity() * size_of::<f32>()).sum());
+    (pool, map::kept())
+}
+
+/// Idle: what is kept is cut to the bound again, and mimalloc gives the free pages of the calling
+/// thread's heap (the app's inference thread, which made and dropped the runs) back to the system
+/// (`mi_collect`).
+pub fn release_idle() {
+    keep_for(KEEP.load(Ordering::Relaxed));
+    collect_small();
+}
+
+/// mimalloc's free pages handed back to the system.
+#[allow(unsafe_code)]
+fn collect_small() {
+    unsafe extern "C" {
+        /// mimalloc's own: frees what its heaps hold unused (`force`: also what it keeps for
+        /// reuse).
+        fn mi_collect(force: bool);
+    }
+    // SAFETY: mimalloc's collection takes no pointer; any thread may call it at any time.
+    unsafe { mi_collect(true) };
+}
+
+/// Takes the oldest buffers out of `spare` until it holds at most `most` bytes and [`MAX_KEPT`]
+/// buffers; returns them, to be freed outside the lock.
+fn evict(spare: &mut Vec<Vec<f32>>, most: usize) -> Vec<Vec<f32>> {
+    let mut kept: usize = spare.iter().map(|v| v.capacity() * size_of::<f32>()).sum();
+    let mut evicted = Vec::new();
+    while !spare.is_empty() && (spare.len() > MAX_KEPT || kept > most) {
+        let oldest = spare.remove(0);
+        kept -= oldest.capacity() * size_of::<f32>();
+        evicted.push(oldest);
+    }
+    evicted
+}
 
 /// A buffer of `len` values whose contents are unspecified (zeros, or values of an earlier run):
 /// for a caller that writes every value. Reuses a kept buffer of a fitting size when there is one.
@@ -149,7 +215,8 @@ pub fn give(buffer: Vec<f32>) {
     if bytes < MIN_BYTES {
         return;
     }
-    if bytes > FLOOR_BYTES && bytes > max_bytes() {
+    let bound = KEEP.load(Ordering::Relaxed);
+    if bytes > bound || (bytes > FLOOR_BYTES && bytes > max_bytes()) {
         return;
     }
     // The newest buffers are kept, the oldest freed to make room: what was dropped last is what
@@ -157,15 +224,9 @@ pub fn give(buffer: Vec<f32>) {
     // not the long first pass's step buffers).
     let evicted = if let Ok(mut spare) = SPARE.lock() {
         spare.push(buffer);
-        let mut kept: usize = spare.iter().map(|v| v.capacity() * size_of::<f32>()).sum();
+        let kept: usize = spare.iter().map(|v| v.capacity() * size_of::<f32>()).sum();
         let most = if kept > FLOOR_BYTES { max_bytes() } else { FLOOR_BYTES };
-        let mut evicted = Vec::new();
-        while spare.len() > MAX_KEPT || kept > most {
-            let oldest = spare.remove(0);
-            kept -= oldest.capacity() * size_of::<f32>();
-            evicted.push(oldest);
-        }
-        evicted
+        evict(&mut spare, most.min(bound))
     } else {
         Vec::new()
     };
@@ -309,16 +370,40 @@ mod map {
         }
     }
 
+    /// Bytes of the freed blocks kept.
+    pub(super) fn kept() -> usize {
+        FREED.lock().map_or(0, |kept| kept.blocks[..kept.count].iter().map(|b| b.1).sum())
+    }
+
+    /// Unmaps the oldest kept blocks until at most `most` bytes are kept.
+    pub(super) fn trim(most: usize) {
+        let mut unmap = [(0, 0); KEPT];
+        let mut n_unmap = 0;
+        if let Ok(mut kept) = FREED.lock() {
+            let mut total: usize = kept.blocks[..kept.count].iter().map(|b| b.1).sum();
+            while kept.count > 0 && total > most {
+                unmap[n_unmap] = kept.remove(0);
+                total -= unmap[n_unmap].1;
+                n_unmap += 1;
+            }
+        }
+        for &(at, len) in &unmap[..n_unmap] {
+            // SAFETY: a kept block, held by no one.
+            unsafe { libc::munmap(at as *mut libc::c_void, len) };
+        }
+    }
+
     /// Frees a block [`block`] or [`resized`] made for `size` bytes: kept for a later one, or
     /// unmapped.
     pub(super) unsafe fn free(ptr: *mut u8, size: usize) {
         let len = page_round(size);
         let mut evicted = [(0, 0); KEPT + 1];
         let mut n_evicted = 0;
+        let most = KEPT_BYTES.min(super::KEEP.load(std::sync::atomic::Ordering::Relaxed));
         match FREED.lock() {
-            Ok(mut kept) if len <= KEPT_BYTES => {
+            Ok(mut kept) if len <= most => {
                 let mut total: usize = kept.blocks[..kept.count].iter().map(|b| b.1).sum();
-                while kept.count == KEPT || total + len > KEPT_BYTES {
+                while kept.count == KEPT || total + len > most {
                     evicted[n_evicted] = kept.remove(0);
                     total -= evicted[n_evicted].1;
                     n_evicted += 1;
@@ -360,6 +445,10 @@ mod map {
     pub(super) unsafe fn free(_: *mut u8, _: usize) {}
     pub(super) unsafe fn resized(_: *mut u8, _: usize, _: usize) -> *mut u8 {
         unreachable!("only Linux maps blocks itself")
+    }
+    pub(super) fn trim(_: usize) {}
+    pub(super) fn kept() -> usize {
+        0
     }
 }
 
@@ -487,5 +576,21 @@ mod tests {
         let (a, b) = (take(len), take(len));
         assert!(a.as_ptr() == ptr || b.as_ptr() == ptr);
         assert_eq!(kept(), 0);
+        // Bounded to what the next run needs: what is kept beyond it goes at once, what is given
+        // back beyond it is freed, and the allocator's freed blocks are bounded too.
+        give(a);
+        give(b);
+        assert_eq!(kept(), 2);
+        keep_for(HUGE);
+        assert_eq!(kept(), 1, "one 2 MB buffer fits the bound, the older one went");
+        keep_for(0);
+        assert_eq!(kept_bytes(), (0, 0), "nothing kept beyond a bound of nothing");
+        give(take(len));
+        drop(vec![1u8; 3 * HUGE]);
+        assert_eq!(kept_bytes(), (0, 0), "buffers given back and blocks freed past the bound are freed");
+        release_idle();
+        unbound();
+        give(take(len));
+        assert_eq!(kept(), 1, "a run lifts the bound");
     }
 }

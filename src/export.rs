@@ -162,25 +162,32 @@ impl ImageFormat {
     }
 }
 
-/// A figure's file in `format`: PNG, SVG or PDF bytes, and the size in pixels (points for PDF).
-pub fn figure_bytes(drawing: &Drawing, format: ImageFormat) -> Result<Vec<u8>, ExportError> {
+/// A figure drawn at `scale`, as a file in `format`: PNG bytes (the drawing's pixels), or an SVG or
+/// PDF whose page is the figure's size at 1× (points), whatever the scale.
+pub fn figure_bytes(drawing: &Drawing, format: ImageFormat, scale: f32) -> Result<Vec<u8>, ExportError> {
     Ok(match format {
         ImageFormat::Png => png_bytes(&drawing.to_rgba())?,
-        ImageFormat::Svg => render::to_svg(drawing).into_bytes(),
-        ImageFormat::Pdf => render::to_pdf(drawing)?,
+        ImageFormat::Svg => render::to_svg_page(drawing, scale).into_bytes(),
+        ImageFormat::Pdf => render::to_pdf_page(drawing, scale)?,
     })
 }
 
 /// Draws a figure and writes it atomically as PNG, SVG or PDF, by the path's extension (none:
-/// PNG); returns its size in pixels.
+/// PNG); returns its size: pixels for a PNG, the page in points for SVG and PDF.
 pub fn export_image(run: Option<&Run>, figure: &Figure, style: Style, path: &Path) -> Result<(u32, u32), ExportError> {
     let format = match path.extension() {
         None => ImageFormat::Png,
         Some(ext) => ImageFormat::of_path(path).ok_or_else(|| ExportError::Format(ext.to_string_lossy().into()))?,
     };
     let drawing = figure.drawing(run, style)?;
-    crate::atomic::write_bytes_atomic(path, &figure_bytes(&drawing, format)?)?;
-    Ok(drawing.size_px())
+    crate::atomic::write_bytes_atomic(path, &figure_bytes(&drawing, format, style.scale)?)?;
+    Ok(match format {
+        ImageFormat::Png => drawing.size_px(),
+        ImageFormat::Svg | ImageFormat::Pdf => {
+            let (w, h) = render::page_size(&drawing, style.scale);
+            (w.ceil() as u32, h.ceil() as u32)
+        }
+    })
 }
 
 /// Writes a figure to `path`: as a picture for .png, .svg, .pdf (or no extension), else its

@@ -3500,4 +3500,42 @@ fn smollm2s_thirty_layers_of_head_statistics_fit_the_window() {
     let last = h.get_by_label("Statistics of layer 29 head 8").rect();
     assert!(h.ctx.content_rect().contains_rect(last), "layer 29 in view: {last:?}");
     assert!(grid.cell_h >= 12.0, "{}", grid.cell_h);
+
+/// Far from its models (the embedded ones in none of the folders looked in, as for a binary copied
+/// elsewhere) the app says where it looked and what to do in the main view, names no model, spins
+/// nothing (an idle frame asks for no other), and the playground, which needs no file, runs.
+#[test]
+fn without_its_models_the_app_says_where_it_looked_and_the_playground_runs() {
+    let empty = tempfile::tempdir().unwrap();
+    let startup =
+        Startup { models: Some(empty.path().to_path_buf()), text: Some("the cat".into()), ..Startup::default() };
+    let mut h = harness_with(startup, None);
+    wait_until(&mut h, "the cache scan", |a| a.session.cached_models.is_some());
+    settled(&mut h);
+    let s = &h.state().session;
+    assert!(s.model.is_none() && s.loading.is_none() && s.run.is_none());
+    let err = s.load_error.clone().unwrap();
+    for needle in ["were not found", empty.path().to_str().unwrap(), "attnviz models install", "ATTNVIZ_ASSETS"] {
+        assert!(err.contains(needle), "the message should say {needle:?}: {err}");
+    }
+    assert!(h.query_by_label("Pretrained: no model loaded").is_some(), "the model label names no model");
+    assert!(
+        h.query_by_label_contains("choose Playground, which needs no files").is_some(),
+        "what to do, in the main view"
+    );
+    assert!(h.query_by_label("Running the model…").is_none(), "no spinner");
+    // Idle: no frame asks for another (a spinner asks every frame, for as long as it is shown).
+    h.run();
+    let root = egui::ViewportId::ROOT;
+    let asked: usize = (0..120)
+        .map(|_| {
+            h.step();
+            usize::from(h.output().viewport_output[&root].repaint_delay != Duration::MAX)
+        })
+        .sum();
+    assert_eq!(asked, 0, "frames asked for while idle");
+    h.get_by_label("Playground").click();
+    wait_until(&mut h, "the playground's run", |a| a.session.run.is_some());
+    assert_eq!(tokens(&h), ["[CLS]", "the", "cat", "[SEP]"]);
+    assert!(h.state().session.run_error.is_none());
 }

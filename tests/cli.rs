@@ -1326,3 +1326,257 @@ fn generate_steers_every_written_token_and_refuses_bad_steering() {
     assert_error(&attnviz(&[&args[..], &refs(&steer("0", "a b", "1"))].concat()), "is an encoder–decoder");
     assert!(!path.exists());
 }
+
+/// A copy of the built binary in a temporary folder, with the source tree it was built from out of
+/// reach (it is looked in only by an executable inside it) and a fresh home: without its models it
+/// says where it looked and what to do, the playground runs (its tokenizer is built in memory),
+/// and once `models install` has filled the data folder, the embedded model is found there.
+#[test]
+fn a_copied_binary_says_where_it_looked_runs_the_playground_and_finds_installed_models() {
+    let dir = tmp();
+    let bin_dir = dir.path().join("opt").join("tools").join("bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let bin = bin_dir.join("attnviz");
+    std::fs::copy(env!("CARGO_BIN_EXE_attnviz"), &bin).unwrap();
+    let (home, data) = (dir.path().join("home"), dir.path().join("data"));
+    std::fs::create_dir_all(&home).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&bin)
+            .args(args)
+            .current_dir(dir.path())
+            .env("HOME", &home)
+            .env("XDG_DATA_HOME", &data)
+            .env_remove("ATTNVIZ_MODEL")
+            .env_remove("ATTNVIZ_ASSETS")
+            .output()
+            .unwrap()
+    };
+    let out_json = dir.path().join("out.json");
+    let out = run(&["dump", "--text", "The cat sat.", "-o", out_json.to_str().unwrap()]);
+    assert_error(&out, "were not found");
+    let err = stderr(&out);
+    for place in [bin_dir.join("assets/models"), dir.path().join("opt/assets/models"), data.join("attnviz/models")] {
+        assert!(err.contains(place.to_str().unwrap()), "should name {}: {err}", place.display());
+    }
+    assert!(err.contains("attnviz models install") && err.contains("ATTNVIZ_ASSETS"), "what to do: {err}");
+    assert!(!err.contains(root().to_str().unwrap()), "the source tree is out of reach: {err}");
+    assert!(!out_json.exists());
+    assert_error(&run(&["dump", "--model", "smollm2", "--text", "Hi", "-o", "s.json"]), "were not found");
+
+    let out = run(&["dump", "--playground", "layers=1,heads=2,d_model=16", "--text", "The cat sat.", "-o", "p.json"]);
+    assert!(out.status.success(), "the playground needs no file: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("p.json")).unwrap()).unwrap();
+    assert_eq!(v["tokens"], serde_json::json!(["[CLS]", "the", "cat", "sat", ".", "[SEP]"]));
+
+    // A source tree's assets/models (the tiny BERT standing for MiniLM), installed.
+    let source = dir.path().join("src/assets/models");
+    let fake = source.join("all-MiniLM-L6-v2");
+    std::fs::create_dir_all(&fake).unwrap();
+    for entry in std::fs::read_dir(tiny()).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, fake.join(path.file_name().unwrap())).unwrap();
+    }
+    let out = run(&["models", "install", "--from", source.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let installed = data.join("attnviz/models/all-MiniLM-L6-v2");
+    assert!(installed.join("config.json").is_file() && installed.join("model.safetensors").is_file());
+    let out = run(&["dump", "--text", "The cat sat.", "-o", out_json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out_json).unwrap()).unwrap();
+    assert_eq!(v["model"], "all-MiniLM-L6-v2");
+    assert_eq!(v["attentions"].as_array().unwrap().len(), 2, "the tiny BERT's two layers");
+    // Installing again replaces the copy whole; `models` says where they are.
+    assert!(run(&["models", "install", "--from", source.to_str().unwrap()]).status.success());
+    let out = run(&["models"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("found {}", data.join("attnviz/models").display())));
+    let leftovers: Vec<_> = std::fs::read_dir(data.join("attnviz/models"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary folders left: {leftovers:?}");
+}
+
+/// The `--format` values a subcommand's `--help` lists.
+fn format_values(sub: &str) -> Vec<String> {
+    let out = attnviz(&[sub, "--help"]);
+    assert!(out.status.success(), "{sub}: {}", stderr(&out));
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(help.contains("-o, --output"), "{sub} writes with -o: {help}");
+    let Some(format) = help.split("--format <FORMAT>").nth(1) else { return Vec::new() };
+    let values = format.split("[default:").next().unwrap();
+    values.lines().filter_map(|l| l.trim().strip_prefix("- ")?.split(':').next().map(str::to_string)).collect()
+}
+
+/// Every subcommand that writes data takes `--format` with json and npz, and `-o`.
+#[test]
+fn every_subcommand_that_writes_data_takes_format_json_and_npz_and_o() {
+    for sub in ["dump", "generate", "lens", "dla", "patch", "heads", "stats", "pe"] {
+        let values = format_values(sub);
+        assert!(values.contains(&"json".to_string()) && values.contains(&"npz".to_string()), "{sub}: {values:?}");
+    }
+}
+
+/// `dla`, `pe` and `stats` write NPZ as their `--help` says: arrays of the right shapes, the same
+/// numbers as their JSON.
+#[test]
+fn dla_pe_and_stats_write_npz_with_the_numbers_of_their_json() {
+    let dir = tmp();
+    let f32s = |bytes: &[u8]| -> Vec<f32> {
+        bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    };
+    let llama = fixture("tiny-llama");
+    let (json, npz) = (dir.path().join("dla.json"), dir.path().join("dla.npz"));
+    let base = ["dla", "--model", llama.to_str().unwrap(), "--text", "The cat sat on the mat."];
+    for (format, path) in [("json", &json), ("npz", &npz)] {
+        let out = attnviz(&[&base[..], &["--format", format, "-o", path.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "dla --format {format}: {}", stderr(&out));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let heads: Vec<f32> = v["heads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|l| l.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+        .collect();
+    let layers = v["heads"].as_array().unwrap().len();
+    let (header, data) = npy_member(&npz, "heads.npy");
+    assert!(header.contains(&format!("'shape': ({layers}, {})", heads.len() / layers)), "{header}");
+    assert_eq!(f32s(&data), heads);
+    let (header, data) = npy_member(&npz, "logit.npy");
+    assert!(header.contains("'shape': ()"), "{header}");
+    assert_eq!(f32s(&data), [v["logit"].as_f64().unwrap() as f32]);
+    let (_, data) = npy_member(&npz, "target_id.npy");
+    assert_eq!(i64::from_le_bytes(data[..8].try_into().unwrap()), v["target_id"].as_i64().unwrap());
+    let n = v["tokens"].as_array().unwrap().len();
+    assert!(npy_member(&npz, "tokens.npy").0.contains(&format!("'shape': ({n},)")));
+    let out = attnviz(&[&base[..], &["--format", "npz"]].concat());
+    assert_error(&out, "NPZ needs a file");
+
+    let (json, npz) = (dir.path().join("pe.json"), dir.path().join("pe.npz"));
+    for (format, path) in [("json", &json), ("npz", &npz)] {
+        let args = ["pe", "--d-model", "8", "--positions", "5", "--format", format, "-o", path.to_str().unwrap()];
+        let out = attnviz(&args);
+        assert!(out.status.success(), "pe --format {format}: {}", stderr(&out));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for (name, shape) in [("encoding", "(5, 8)"), ("dot", "(5, 5)")] {
+        let (header, data) = npy_member(&npz, &format!("{name}.npy"));
+        assert!(header.contains(&format!("'shape': {shape}")), "{header}");
+        let expected: Vec<f32> = v[name]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+            .collect();
+        assert_eq!(f32s(&data), expected, "{name}");
+    }
+
+    let (json, npz) = (dir.path().join("stats.json"), dir.path().join("stats.npz"));
+    let bert = tiny();
+    for (format, path) in [("json", &json), ("npz", &npz)] {
+        let args = ["stats", "--model", bert.to_str().unwrap(), "--text", "The cat sat.", "--format", format];
+        let out = attnviz(&[&args[..], &["-o", path.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "stats --format {format}: {}", stderr(&out));
+    }
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for key in ["entropy", "cls", "sep", "punctuation", "self", "previous", "next"] {
+        let (header, data) = npy_member(&npz, &format!("{key}.npy"));
+        assert!(header.contains("'shape': (2, 4)"), "{key}: {header}");
+        let expected: Vec<f32> = rows.iter().map(|r| r[key].as_f64().unwrap() as f32).collect();
+        assert_eq!(f32s(&data), expected, "{key}");
+    }
+}
+
+/// `attnviz --help` says export draws PNG, SVG or PDF, and names every view `export --help` lists.
+#[test]
+fn the_top_help_describes_export_with_every_view() {
+    let out = attnviz(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = help.lines().find(|l| l.trim_start().starts_with("export ")).unwrap();
+    assert!(line.contains("PNG, SVG or PDF"), "{line}");
+    let out = attnviz(&["export", "--help"]);
+    let export = String::from_utf8_lossy(&out.stdout).into_owned();
+    let views = export.split("\n      --view <VIEW>").nth(1).unwrap().split("\n      --").next().unwrap();
+    let names: Vec<&str> =
+        views.lines().filter_map(|l| l.trim().strip_prefix("- ")?.split(':').next()).map(str::trim).collect();
+    assert!(names.len() >= 13, "{names:?}");
+    let listed: Vec<&str> = line.split(|c: char| !(c.is_alphanumeric() || c == '-')).collect();
+    for name in names {
+        assert!(listed.contains(&name), "attnviz --help's export line lacks {name}: {line}");
+    }
+}
+
+/// The page of a PDF: its `/MediaBox` width and height in points.
+fn pdf_page(bytes: &[u8]) -> (f32, f32) {
+    let text = String::from_utf8_lossy(bytes);
+    let rest = text.split("/MediaBox").nth(1).expect("a /MediaBox");
+    let inside = rest.split('[').nth(1).unwrap().split(']').next().unwrap();
+    let v: Vec<f32> = inside.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (v[2] - v[0], v[3] - v[1])
+}
+
+/// SVG and PDF exports have a page of their own: the figure's size at 1× in points, whatever the
+/// scale (which sets only a PNG's resolution); the drawing fills it.
+#[test]
+fn vector_exports_keep_the_page_of_1x_at_any_scale() {
+    let dir = tmp();
+    let model = tiny();
+    let export = |scale: &str, ext: &str| {
+        let path = dir.path().join(format!("h{scale}.{ext}"));
+        let out = attnviz(&[
+            "export",
+            "--model",
+            model.to_str().unwrap(),
+            "--text",
+            "The cat sat.",
+            "--view",
+            "heatmap",
+            "--scale",
+            scale,
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{scale} {ext}: {}", stderr(&out));
+        std::fs::read(&path).unwrap()
+    };
+    let png1 = image::load_from_memory(&export("1", "png")).unwrap();
+    let png2 = image::load_from_memory(&export("2", "png")).unwrap();
+    assert!(png2.width().abs_diff(2 * png1.width()) <= 2, "{} vs {}", png2.width(), png1.width());
+    let (w, h) = (png1.width() as f32, png1.height() as f32);
+    for scale in ["1", "2", "3"] {
+        let svg = String::from_utf8(export(scale, "svg")).unwrap();
+        let tree = usvg::Tree::from_str(&svg, &usvg::Options::default()).unwrap();
+        let size = tree.size();
+        assert!((size.width() - w).abs() <= 1.0 && (size.height() - h).abs() <= 1.0, "×{scale}: {size:?} vs {w}×{h}");
+        // The drawing fills the page: its content is as wide as the page.
+        let bbox = tree.root().abs_bounding_box();
+        assert!(bbox.width() > 0.9 * w, "×{scale}: drawn {} of {w}", bbox.width());
+        let (pw, ph) = pdf_page(&export(scale, "pdf"));
+        assert!((pw - w).abs() <= 1.0 && (ph - h).abs() <= 1.0, "PDF ×{scale}: {pw}×{ph} vs {w}×{h}");
+    }
+}
+
+/// The logit lens figure has a colour bar for what it colours by: the probability (round values of
+/// 0 to 1), or the rank on its log scale (1 to 1000+).
+#[test]
+fn the_lens_figure_has_a_colour_bar_for_what_it_colours_by() {
+    let dir = tmp();
+    let llama = fixture("tiny-llama");
+    for (extra, label, ticks) in [(None, "probability", ["0", "1"]), (Some("--rank"), "rank", ["1", "1000+"])] {
+        let path = dir.path().join(format!("{label}.svg"));
+        let mut args = vec!["export", "--model", llama.to_str().unwrap(), "--text", "The cat sat on the mat."];
+        args.extend(["--view", "lens", "-o", path.to_str().unwrap()]);
+        args.extend(extra);
+        let out = attnviz(&args);
+        assert!(out.status.success(), "{label}: {}", stderr(&out));
+        let svg = std::fs::read_to_string(&path).unwrap();
+        let doc = usvg::roxmltree::Document::parse(&svg).unwrap();
+        let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
+        assert!(texts.contains(&label), "{label}: the bar's caption: {texts:?}");
+        for tick in ticks {
+            assert!(texts.contains(&tick), "{label}: tick {tick}: {texts:?}");
+        }
+    }
+}

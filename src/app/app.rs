@@ -6,8 +6,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::model::default_model_dir;
-
 use super::command::{Command, Commands};
 
 use super::core::{AttnvizApp, Shell, view_data};
@@ -53,6 +51,10 @@ pub struct Startup {
     /// Longest a keystroke's frame waits for its run (None: [`KEY_WAIT`]; tests, on a machine
     /// busy with other tests, wait longer).
     pub key_wait: Option<std::time::Duration>,
+    /// The folder holding the embedded models (None: looked for where
+    /// [`crate::model::loader::model_search_path`] says; tests give an empty folder to stand for a
+    /// binary far from its models).
+    pub models: Option<PathBuf>,
 }
 
 impl AttnvizApp {
@@ -104,8 +106,19 @@ impl AttnvizApp {
         .expect("cannot start the inference thread");
         let wake = ctx.clone();
         let deriver = Deriver::spawn(move || wake.request_repaint()).expect("cannot start the derive thread");
-        let model_dir = settings.model_dir.clone().unwrap_or_else(default_model_dir);
-        let mut views = Views::new(&settings, &model_dir);
+        let embedded = match startup.models {
+            Some(folder) => crate::model::loader::find_models(&[folder])
+                .map_err(|looked| crate::model::ModelError::NoEmbeddedModels { looked }.to_string()),
+            None => crate::model::loader::embedded_models().map_err(|e| e.to_string()),
+        };
+        let default_dir = match (&embedded, std::env::var_os("ATTNVIZ_MODEL").filter(|v| !v.is_empty())) {
+            (_, Some(dir)) => Some(PathBuf::from(dir)),
+            (Ok(models), None) => Some(models.join(crate::model::loader::DEFAULT_MODEL_NAME)),
+            (Err(_), None) => None,
+        };
+        // No model to open (the embedded ones not found, none remembered): the views say why.
+        let model_dir = settings.model_dir.clone().or(default_dir);
+        let mut views = Views::new(&settings, model_dir.as_deref().unwrap_or(std::path::Path::new("")));
         views.export.work_dir = startup.work_dir.or_else(|| std::env::current_dir().ok()).unwrap_or_default();
         views.export.home =
             startup.home.or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from));
@@ -118,6 +131,7 @@ impl AttnvizApp {
                 model: None,
                 loading: None,
                 load_error: None,
+                embedded,
                 switch_on_load: false,
                 run: None,
                 token_run: None,
@@ -152,7 +166,13 @@ impl AttnvizApp {
         // The remembered hyperparameters, checked as if just typed.
         let checked = app.views.side.playground.check(&app.settings.playground);
         app.set_playground(checked);
-        app.load_model(model_dir);
+        if let Some(dir) = model_dir {
+            app.load_model(dir);
+        } else {
+            let why = app.session.default_model().err().unwrap_or_default();
+            app.session.load_error = Some(why.clone());
+            app.set_status(why, true);
+        }
         if let Some(path) = startup.attention_file {
             app.run_command(ctx, Command::OpenAttention(path));
         }

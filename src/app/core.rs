@@ -59,6 +59,7 @@ pub(crate) fn view_data<'a>(
         model: s.model.as_ref(),
         loading: s.loading.as_deref(),
         load_error: s.load_error.as_deref(),
+        embedded: s.embedded.as_deref().ok(),
         cached_models: s.cached_models.as_deref(),
         pinned: s.pinned,
         playground_error: s.playground.error.as_ref(),

@@ -37,6 +37,9 @@ pub struct ViewData<'a> {
     pub loading: Option<&'a Path>,
     /// Why the last load failed.
     pub load_error: Option<&'a str>,
+    /// The folder holding the embedded models (None: not found; the load error says where the app
+    /// looked).
+    pub embedded: Option<&'a Path>,
     /// Models found in the local Hugging Face cache (None while the scan runs).
     pub cached_models: Option<&'a [CachedModel]>,
     /// The token pinned in the head view.

@@ -14,7 +14,7 @@ use super::state::Source;
 use super::worker::{Done, Job, ModelInfo, RunSpec};
 use crate::analysis::long::LongView;
 use crate::analysis::{Run, Stack};
-use crate::model::{PlaygroundConfig, default_model_dir};
+use crate::model::PlaygroundConfig;
 
 /// Random tokens in each half of the app's probe (as `attnviz heads`; fewer on a short model).
 pub const PROBE_HALF: usize = 24;
@@ -282,11 +282,14 @@ impl AttnvizApp {
             Ok(info) => info,
             Err(e) => {
                 self.session.switch_on_load = false;
-                let msg = format!("Could not load {}: {e}", dir.display());
-                if self.session.model.is_none() && dir != default_model_dir() {
+                let mut msg = format!("Could not load {}: {e}", dir.display());
+                if self.session.model.is_none() && !self.session.is_default_model(dir) {
                     // Nothing to keep yet (e.g. a remembered folder that vanished): fall back.
                     self.settings.model_dir = None;
-                    self.load_model(default_model_dir());
+                    match self.session.default_model() {
+                        Ok(default) => self.load_model(default),
+                        Err(why) => msg = format!("{msg} · {why}"),
+                    }
                 }
                 self.session.load_error = Some(msg.clone());
                 self.set_status(msg, true);
@@ -305,7 +308,7 @@ impl AttnvizApp {
         if !file_shown {
             self.settings.fit_model(info.layers, info.heads);
         }
-        let embedded = dir == default_model_dir();
+        let embedded = self.session.is_default_model(dir);
         self.settings.model_dir = (!embedded).then(|| dir.to_path_buf());
         self.settings.remember_model(dir);
         let mut status = format!("Loaded {} from {}", info.name, dir.display());

@@ -156,6 +156,9 @@ pub struct Session {
     pub loading: Option<PathBuf>,
     /// Why the last load failed.
     pub load_error: Option<String>,
+    /// The folder holding the embedded models, or why none was found (where they were looked for
+    /// and what to do).
+    pub embedded: Result<PathBuf, String>,
     /// Whether the load in flight was asked for by the user (then its model is shown, even if the
     /// playground was); the load at launch keeps the remembered choice.
     pub(crate) switch_on_load: bool,
@@ -233,6 +236,20 @@ impl Session {
         self.asked.shown_input = None;
         self.asked.in_flight.clear();
         self.asked.run_id = self.asked.requested_run_id;
+    }
+
+    /// The model the app opens on: `$ATTNVIZ_MODEL`, else the embedded `MiniLM` (or why it was not
+    /// found).
+    pub fn default_model(&self) -> Result<PathBuf, String> {
+        if let Some(dir) = std::env::var_os("ATTNVIZ_MODEL").filter(|v| !v.is_empty()) {
+            return Ok(PathBuf::from(dir));
+        }
+        self.embedded.as_ref().map(|d| d.join(crate::model::loader::DEFAULT_MODEL_NAME)).map_err(Clone::clone)
+    }
+
+    /// Whether `dir` is the model the app opens on.
+    pub fn is_default_model(&self, dir: &std::path::Path) -> bool {
+        self.default_model().is_ok_and(|d| d == dir)
     }
 
     /// Starts loading a model folder in the background.

@@ -50,6 +50,10 @@ pub enum BenchMode {
     /// key/value cache with its attention rows reused (a decoder), checked bit for bit against a
     /// fresh pass of the N + 1 tokens (whose time is printed as `fresh_ms=`).
     Typing,
+    /// Memory given back: the app's inference thread runs --model (default: the embedded SmolLM2)
+    /// on a text of about N tokens (pooled past 1,024, as the app runs it), then the embedded
+    /// MiniLM on a 16-token sentence, then stays idle; the process's RSS is printed at each step.
+    Memory,
 }
 
 /// The text the peer script (`shared/peer/torch_forward.py`) truncates to N tokens.
@@ -99,6 +103,94 @@ fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
     let mid = times.len() / 2;
     if times.len() % 2 == 1 { times[mid] } else { f64::midpoint(times[mid - 1], times[mid]) }
+}
+
+/// The process's resident memory and its peak so far, in MB (`VmRSS`, `VmHWM`).
+fn rss_mb() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// `--mode memory`: the app's inference thread ([`crate::app::worker::Worker`]) through a long
+/// input on `model_dir` (default SmolLM2), then a short sentence on MiniLM, then idle, printing
+/// the RSS after each step (the run shown kept alive as the app keeps it).
+fn memory(model_dir: Option<&Path>, tokens: usize) -> anyhow::Result<()> {
+    use crate::app::worker::{Done, Job, LongRequest, RunSpec, Worker};
+    use crate::model::loader::{DEFAULT_MODEL_NAME, SMOLLM2_NAME, embedded_models};
+    let models = embedded_models()?;
+    let first = model_dir.map_or_else(|| models.join(SMOLLM2_NAME), Path::to_path_buf);
+    let worker = Worker::spawn(|_| {})?;
+    let report = |step: &str| {
+        let (rss, peak) = rss_mb();
+        let (pool, blocks) = crate::alloc::kept_bytes();
+        println!(
+            "step={step} rss_mb={rss:.0} peak_mb={peak:.0} pool_mb={:.0} kept_blocks_mb={:.0}",
+            pool as f64 / 1_048_576.0,
+            blocks as f64 / 1_048_576.0
+        );
+    };
+    let wait = |what: &str, done: &dyn Fn(&Done) -> bool| -> anyhow::Result<Done> {
+        let start = Instant::now();
+        loop {
+            if let Some(d) = worker.try_recv() {
+                if let Done::Loaded { result: Err(e), .. } | Done::Ran { result: Err(e), .. } = &d {
+                    anyhow::bail!("{what}: {e}");
+                }
+                if done(&d) {
+                    return Ok(d);
+                }
+            }
+            anyhow::ensure!(start.elapsed().as_secs() < 3600, "{what} took over an hour");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let long = || {
+        RunSpec::Pretrained(
+            Interventions::default(),
+            Some(LongRequest { record_tokens: crate::analysis::long::RECORD_TOKENS, window_start: None }),
+        )
+    };
+    report("start");
+    worker.send(Job::Load { id: worker.next_id(), dir: first });
+    wait("loading", &|d| matches!(d, Done::Loaded { .. }))?;
+    report("loaded");
+    let text = BENCH_TEXT.repeat(tokens.div_ceil(12).max(1));
+    worker.send(Job::Run { id: worker.next_id(), text, pair: None, target: None, spec: long() });
+    // A long input's runs come layer by layer; the last holds every layer.
+    let complete = |d: &Done| {
+        matches!(d, Done::Ran { result: Ok(r), .. }
+            if r.long.as_ref().is_none_or(|l| r.attention.layers() == l.layers_total))
+    };
+    let shown = wait("the long run", &complete)?;
+    if let Done::Ran { result: Ok(r), .. } = &shown {
+        let n = r.long.as_ref().map_or(r.tokens.len(), |l| l.total);
+        println!("long_tokens={n}");
+    }
+    report("long_run");
+    worker.send(Job::Load { id: worker.next_id(), dir: models.join(DEFAULT_MODEL_NAME) });
+    wait("loading MiniLM", &|d| matches!(d, Done::Loaded { .. }))?;
+    drop(shown); // the app forgets the old model's run
+    let sentence = "The quick brown fox jumps over the lazy dog because it was tired.".to_string();
+    worker.send(Job::Run { id: worker.next_id(), text: sentence, pair: None, target: None, spec: long() });
+    let shown = wait("the short run", &complete)?;
+    if let Done::Ran { result: Ok(r), .. } = &shown {
+        println!("short_tokens={}", r.tokens.len());
+    }
+    report("short_run");
+    for second in 1..=6 {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        report(&format!("idle_{second}s"));
+    }
+    drop(shown);
+    Ok(())
 }
 
 /// `attnviz bench` arguments.
@@ -255,7 +347,9 @@ fn produce(
     let (ids, types) = (&tokens.ids, &tokens.type_ids);
     let net = &model.net;
     let rows = match mode {
-        BenchMode::Train => anyhow::bail!("--mode train times training steps, not a model's attention"),
+        BenchMode::Train | BenchMode::Memory => {
+            anyhow::bail!("--mode train and --mode memory are not passes of a model on one input")
+        }
         BenchMode::Record => {
             // Held whole, so nothing can be skipped: not checked, so that its figures stay those of
             // the benchmark before the streaming modes.
@@ -347,6 +441,9 @@ fn produce(
 pub fn run(model_dir: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
     if args.mode == BenchMode::Train {
         return super::train::bench(args.steps);
+    }
+    if args.mode == BenchMode::Memory {
+        return memory(model_dir, args.tokens);
     }
     if args.runs == 0 {
         anyhow::bail!("--runs must be at least 1");

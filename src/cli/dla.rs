@@ -1,11 +1,12 @@
 //! `attnviz dla`: direct logit attribution at one position — each head's, each MLP's and the
-//! embeddings' share of one token's logit (or of a difference of two) — as JSON.
+//! embeddings' share of one token's logit (or of a difference of two) — as JSON or NPZ.
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::readout::{Written, input_tokens, write_output};
+use super::readout::{ReadoutFormat, Written, input_tokens, write_output};
+use crate::analysis::npz::NpyArray;
 
 /// `attnviz dla` arguments.
 #[derive(Debug, Args)]
@@ -26,7 +27,10 @@ pub struct DlaArgs {
     /// Split the difference of logits TOKEN − VERSUS instead (" London").
     #[arg(long)]
     pub versus: Option<String>,
-    /// Output file; standard output when not given or `-`.
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ReadoutFormat::Json)]
+    pub format: ReadoutFormat,
+    /// Output file; standard output when not given or `-` (JSON only).
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Interventions.
@@ -51,9 +55,8 @@ pub fn run(model_dir: Option<&Path>, args: &DlaArgs) -> anyhow::Result<()> {
     super::note_run(&model, interventions.describe().as_deref());
     let h = a.heads_per_layer.max(1);
     let total = a.total();
-    write_output(
-        args.output.as_deref(),
-        Written::Json(serde_json::json!({
+    let written = match args.format {
+        ReadoutFormat::Json => Written::Json(serde_json::json!({
             "model": model.name,
             "intervention": interventions.describe(),
             "tokens": tokens.tokens,
@@ -70,5 +73,32 @@ pub fn run(model_dir: Option<&Path>, args: &DlaArgs) -> anyhow::Result<()> {
             "lm_head_bias": a.lm_head_bias,
             "sum_of_terms": total,
         })),
-    )
+        ReadoutFormat::Npz => {
+            let id = |v: i64| NpyArray::I64 { shape: vec![], data: vec![v] };
+            let mut arrays = vec![
+                ("tokens", NpyArray::Str(&tokens.tokens)),
+                ("position", id(a.position as i64)),
+                ("target_id", id(i64::from(a.target_id))),
+                ("logit", scalar(&a.logit)),
+                ("embeddings", scalar(&a.embeddings)),
+                ("heads", NpyArray::F32 { shape: vec![a.heads.len() / h, h], data: &a.heads }),
+                (
+                    "attention_biases",
+                    NpyArray::F32 { shape: vec![a.attention_biases.len()], data: &a.attention_biases },
+                ),
+                ("mlps", NpyArray::F32 { shape: vec![a.mlps.len()], data: &a.mlps }),
+                ("lm_head_bias", scalar(&a.lm_head_bias)),
+            ];
+            if let Some(versus) = a.versus_id {
+                arrays.push(("versus_id", id(i64::from(versus))));
+            }
+            Written::Npz(arrays)
+        }
+    };
+    write_output(args.output.as_deref(), written)
+}
+
+/// A float32 array of one value (shape `()`).
+fn scalar(v: &f32) -> NpyArray<'_> {
+    NpyArray::F32 { shape: vec![], data: std::slice::from_ref(v) }
 }

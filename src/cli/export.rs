@@ -1,4 +1,5 @@
-//! `attnviz export`: draw a view to a PNG file with `render/` (no window, no GPU).
+//! `attnviz export`: draw a view to a PNG, SVG or PDF file with `render/` (no window, no GPU), or
+//! write its numbers.
 
 use std::path::{Path, PathBuf};
 
@@ -171,7 +172,7 @@ pub struct ExportArgs {
     pub pe: PeOptions,
     /// Output file: .png, .svg or .pdf draws the figure (SVG and PDF as vectors, text kept as
     /// text); .csv, .json or .npz write its numbers (heatmap, neuron, stats, rollout, flow).
-    #[arg(short, long, value_name = "OUT.png")]
+    #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     /// Playground model and interventions.
     #[command(flatten)]

@@ -10,6 +10,7 @@ pub mod export;
 pub mod generate;
 pub mod heads;
 pub mod lens;
+pub mod models;
 pub mod open;
 pub mod patch;
 pub mod pe;
@@ -24,7 +25,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::analysis::Run;
 use crate::model::intervene::{parse_ablate, parse_knockout};
-use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model_dir};
+use crate::model::{Interventions, LoadedModel, PlaygroundConfig, default_model};
 
 /// See what every attention head of a transformer looks at.
 ///
@@ -63,13 +64,14 @@ pub struct Cli {
 pub enum Command {
     /// Write every layer's and head's attention for a sentence as JSON or NPZ.
     Dump(dump::DumpArgs),
-    /// Draw a view (heatmap, head view, model grid, neuron view, statistics, rollout, positional
-    /// encodings) to a PNG file, or write its numbers as CSV / JSON / NPZ.
+    /// Draw a view (--view heatmap, heads, model, pe, pe-dot, neuron, stats, rollout, flow, roles,
+    /// lens, dla, graph) as PNG, SVG or PDF, or write its numbers as CSV / JSON / NPZ (the file's
+    /// extension chooses).
     Export(export::ExportArgs),
-    /// Write a sinusoidal positional encoding and its dot products pe_i · pe_j as JSON.
+    /// Write a sinusoidal positional encoding and its dot products pe_i · pe_j as JSON or NPZ.
     Pe(pe::PeArgs),
     /// Per-head statistics (entropy; share of attention to [CLS], [SEP], punctuation, itself, the
-    /// previous and the next token) as CSV or JSON.
+    /// previous and the next token) as CSV, JSON or NPZ.
     Stats(stats::StatsArgs),
     /// Time the forward pass with attention capture on an input of exactly N tokens.
     Bench(bench::BenchArgs),
@@ -77,17 +79,18 @@ pub enum Command {
     /// and head's attention over prompt and continuation as JSON or NPZ.
     Generate(generate::GenerateArgs),
     /// The logit lens: what every layer's residual stream would predict at every position (the
-    /// model's final norm and unembedding applied), top candidates and their probabilities.
+    /// model's final norm and unembedding applied), top candidates and their probabilities, as
+    /// JSON or NPZ.
     Lens(lens::LensArgs),
     /// Direct logit attribution: each head's, MLP's and the embeddings' share of one token's
-    /// logit at one position (they sum to the logit).
+    /// logit at one position (they sum to the logit), as JSON or NPZ.
     Dla(dla::DlaArgs),
     /// Activation patching: run the corrupted input with one activation of the clean run put in,
     /// for every layer × position (or layer × head), and write the logit difference answer − wrong
     /// at the last position (and its share of the way from corrupted to clean) as JSON or NPZ.
     Patch(patch::PatchArgs),
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a
-    /// text or on a probe of repeated random tokens.
+    /// text or on a probe of repeated random tokens, as JSON or NPZ.
     Heads(heads::HeadsArgs),
     /// Train a small transformer on a generated task (induction, sort, reverse, the course's
     /// sentiment classifier, modular addition) and save it as a model folder attnviz and
@@ -96,6 +99,10 @@ pub enum Command {
     /// Open attention saved by other code (attnviz dump's JSON or NPZ, or the same keys written from
     /// Hugging Face, TransformerLens or a vision transformer; see the README) in the app.
     Open(open::OpenArgs),
+    /// Where the embedded models (all-MiniLM-L6-v2, SmolLM2-135M-Instruct) are found, and
+    /// `models install`, which copies them from a source tree into the data folder so that the
+    /// binary works from any folder.
+    Models(models::ModelsArgs),
 }
 
 /// Runs the parsed command line.
@@ -115,12 +122,16 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Open(args)) => open::run(model, &args),
+        Some(Command::Models(args)) => models::run(&args),
     }
 }
 
 /// Loads `--model`, or the embedded default model.
 pub fn load_model(dir: Option<&Path>) -> anyhow::Result<LoadedModel> {
-    let dir = dir.map_or_else(default_model_dir, Path::to_path_buf);
+    let dir = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None => default_model()?,
+    };
     LoadedModel::load(&dir).with_context(|| format!("cannot load model from {}", dir.display()))
 }
 

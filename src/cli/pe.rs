@@ -5,13 +5,16 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use crate::analysis::npz::NpyArray;
 use crate::analysis::pe::{PeLayout, PeParams, sinusoidal};
 
 /// Output format of `pe`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum PeFormat {
     /// `{"encoding": N×D, "dot": N×N}`.
     Json,
+    /// A NumPy .npz archive: `encoding` (N × D) and `dot` (N × N), float32.
+    Npz,
 }
 
 /// Channel layout on the command line.
@@ -79,9 +82,17 @@ struct PeJson {
 /// Runs `attnviz pe`.
 pub fn run(args: &PeArgs) -> anyhow::Result<()> {
     let pe = sinusoidal(args.pe.params()).map_err(|e| anyhow::anyhow!("invalid positional encoding: {e}"))?;
-    let PeFormat::Json = args.format;
     let d = pe.params.d_model;
     let n = pe.params.positions;
+    if let PeFormat::Npz = args.format {
+        return super::readout::write_output(
+            Some(&args.output),
+            super::readout::Written::Npz(vec![
+                ("encoding", NpyArray::F32 { shape: vec![n, d], data: &pe.encoding }),
+                ("dot", NpyArray::F32 { shape: vec![n, n], data: &pe.dot }),
+            ]),
+        );
+    }
     let json = PeJson {
         encoding: pe.encoding.chunks(d).map(<[f32]>::to_vec).collect(),
         dot: pe.dot.chunks(n).map(<[f32]>::to_vec).collect(),

@@ -1,11 +1,12 @@
-//! `attnviz stats`: per-head statistics (Clark et al. 2019) of one input as CSV or JSON.
+//! `attnviz stats`: per-head statistics (Clark et al. 2019) of one input as CSV, JSON or NPZ.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
-use crate::analysis::HeadStats;
+use crate::analysis::npz::NpyArray;
+use crate::analysis::{HeadStats, Statistic};
 
 /// Output format of `stats`.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -14,6 +15,9 @@ pub enum StatsFormat {
     Csv,
     /// A list of {"layer", "head", "entropy", "cls", …} objects.
     Json,
+    /// A NumPy .npz archive: one float32 layers × heads array per statistic (entropy, cls, sep,
+    /// punctuation, self, previous, next).
+    Npz,
 }
 
 /// `attnviz stats` arguments.
@@ -28,7 +32,7 @@ pub struct StatsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = StatsFormat::Csv)]
     pub format: StatsFormat,
-    /// Output file; standard output when not given or `-`.
+    /// Output file; standard output when not given or `-` (CSV and JSON only).
     #[arg(short, long, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Merge word pieces into words first.
@@ -47,6 +51,15 @@ pub fn run(model_dir: Option<&Path>, args: &StatsArgs) -> anyhow::Result<()> {
     let text = match args.format {
         StatsFormat::Csv => stats.to_csv(),
         StatsFormat::Json => serde_json::to_string_pretty(&stats.rows())? + "\n",
+        StatsFormat::Npz => {
+            let (layers, heads) = (run.attention.layers(), run.attention.heads());
+            let matrices: Vec<(&str, Vec<f32>)> = Statistic::ALL.iter().map(|&s| (s.key(), stats.matrix(s))).collect();
+            let arrays = matrices
+                .iter()
+                .map(|(name, m)| (*name, NpyArray::F32 { shape: vec![layers, heads], data: m }))
+                .collect();
+            return super::readout::write_output(args.output.as_deref(), super::readout::Written::Npz(arrays));
+        }
     };
     match args.output.as_deref() {
         None => std::io::stdout().lock().write_all(text.as_bytes())?,

@@ -17,29 +17,89 @@ use super::tokenize::TextTokenizer;
 /// Folder name of the embedded default model under `assets/models/`.
 pub const DEFAULT_MODEL_NAME: &str = "all-MiniLM-L6-v2";
 
-/// Where the embedded default model is: `$ATTNVIZ_MODEL` if set, else `assets/models/all-MiniLM-L6-v2`
-/// next to the executable, two folders up from it (`target/release/`), or in the source tree.
+/// The variable naming a folder that holds the embedded models (`$ATTNVIZ_ASSETS/models/…`).
+pub const ASSETS_ENV: &str = "ATTNVIZ_ASSETS";
+
+/// Where the embedded default model is: `$ATTNVIZ_MODEL` if set, else `all-MiniLM-L6-v2` in the
+/// folder [`embedded_models`] finds (or, when none is found, where the source tree keeps it, so the
+/// error names a path; [`default_model`] says where it looked instead).
 pub fn default_model_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("ATTNVIZ_MODEL").filter(|v| !v.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    embedded_dir()
+    default_model().unwrap_or_else(|_| source_tree_models().join(DEFAULT_MODEL_NAME))
 }
 
-/// Where the embedded `MiniLM` is, whatever `$ATTNVIZ_MODEL` says: beside the executable (or two
-/// folders up, for `target/release`), else in the source tree.
-fn embedded_dir() -> PathBuf {
-    let rel = Path::new("assets").join("models").join(DEFAULT_MODEL_NAME);
-    let source_tree = Path::new(env!("CARGO_MANIFEST_DIR")).join(&rel);
-    let exe_dir = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf));
-    let candidates = exe_dir
+/// [`default_model_dir`], or the error saying where the embedded models were looked for and how
+/// to put them there.
+pub fn default_model() -> Result<PathBuf, ModelError> {
+    if let Some(dir) = std::env::var_os("ATTNVIZ_MODEL").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    Ok(embedded_models()?.join(DEFAULT_MODEL_NAME))
+}
+
+/// The `assets/models` folder of the source tree this binary was built from.
+pub fn source_tree_models() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets").join("models")
+}
+
+/// The data folder the embedded models can be installed into: `$XDG_DATA_HOME/attnviz/models`,
+/// else `$HOME/.local/share/attnviz/models` (None without either).
+pub fn data_models_dir() -> Option<PathBuf> {
+    let nonempty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let data = nonempty("XDG_DATA_HOME").or_else(|| nonempty("HOME").map(|h| h.join(".local").join("share")))?;
+    Some(data.join("attnviz").join("models"))
+}
+
+/// The folders that may hold the embedded models, in the order they are looked in:
+/// `$ATTNVIZ_ASSETS/models`, `assets/models` beside the executable and two folders above it (a
+/// build's `target/release/`), the data folder ([`data_models_dir`]), and the source tree the
+/// binary was built from — the last only for an executable inside that tree or still in cargo's
+/// build folder (`cargo run`, the tests, wherever `CARGO_TARGET_DIR` puts them), so a binary copied
+/// elsewhere never depends on the tree it came from.
+pub fn model_search_path() -> Vec<PathBuf> {
+    let rel = Path::new("assets").join("models");
+    let mut places = Vec::new();
+    if let Some(assets) = std::env::var_os(ASSETS_ENV).filter(|v| !v.is_empty()) {
+        places.push(PathBuf::from(assets).join("models"));
+    }
+    let exe = std::env::current_exe().ok().map(|p| p.canonicalize().unwrap_or(p));
+    if let Some(dir) = exe.as_deref().and_then(Path::parent) {
+        places.push(dir.join(&rel));
+        if let Some(up) = dir.parent().and_then(Path::parent) {
+            places.push(up.join(&rel));
+        }
+    }
+    places.extend(data_models_dir());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    // Cargo's build folders (`target/debug`, and `deps/` below it) hold its `.fingerprint` folder.
+    let cargo_build = |dir: &Path| dir.join(".fingerprint").is_dir();
+    let exe_dir = exe.as_deref().and_then(Path::parent);
+    let built_here = exe_dir.is_some_and(|d| cargo_build(d) || d.parent().is_some_and(cargo_build));
+    if built_here || exe.as_deref().is_some_and(|e| e.starts_with(&root)) {
+        places.push(root.join(&rel));
+    }
+    let mut seen = BTreeSet::new();
+    places.retain(|p| seen.insert(p.clone()));
+    places
+}
+
+/// The first folder of [`model_search_path`] that holds the embedded `MiniLM` (its
+/// `config.json`), or the error listing every folder looked in. Looked up once per process.
+pub fn embedded_models() -> Result<PathBuf, ModelError> {
+    static FOUND: std::sync::OnceLock<Result<PathBuf, Vec<PathBuf>>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| find_models(&model_search_path()))
+        .clone()
+        .map_err(|looked| ModelError::NoEmbeddedModels { looked })
+}
+
+/// The first of `places` that holds the embedded `MiniLM`, or all of them.
+pub fn find_models(places: &[PathBuf]) -> Result<PathBuf, Vec<PathBuf>> {
+    places
         .iter()
-        .flat_map(|d| [d.join(&rel), d.join("..").join("..").join(&rel)])
-        .chain(std::iter::once(source_tree.clone()));
-    candidates
-        .into_iter()
-        .find(|p| p.join("config.json").is_file())
-        .map_or(source_tree, |p| p.canonicalize().unwrap_or(p))
+        .find(|p| p.join(DEFAULT_MODEL_NAME).join("config.json").is_file())
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .ok_or_else(|| places.to_vec())
 }
 
 /// A loaded model: encoder, tokenizer and where they came from.
@@ -222,20 +282,19 @@ pub const SMOLLM2_NAME: &str = "SmolLM2-135M-Instruct";
 
 /// Where the embedded `SmolLM2` folder is (beside the embedded `MiniLM`).
 pub fn smollm2_dir() -> PathBuf {
-    let default = embedded_dir();
-    default.parent().map_or_else(|| PathBuf::from(SMOLLM2_NAME), |a| a.join(SMOLLM2_NAME))
+    embedded_models().unwrap_or_else(|_| source_tree_models()).join(SMOLLM2_NAME)
 }
 
-/// The embedded models by their short names: `minilm` and `smollm2` (any case).
-fn embedded_model(spec: &Path) -> Option<PathBuf> {
-    let name = spec.to_str()?.to_ascii_lowercase();
-    let default = embedded_dir();
-    let assets = default.parent()?;
-    match name.as_str() {
-        "minilm" | "all-minilm-l6-v2" if !spec.exists() => Some(assets.join(DEFAULT_MODEL_NAME)),
-        "smollm2" | "smollm2-135m-instruct" if !spec.exists() => Some(assets.join(SMOLLM2_NAME)),
-        _ => None,
-    }
+/// The embedded models by their short names: `minilm` and `smollm2` (any case); the error when
+/// one is asked for and they are not found.
+fn embedded_model(spec: &Path) -> Result<Option<PathBuf>, ModelError> {
+    let Some(name) = spec.to_str().map(str::to_ascii_lowercase) else { return Ok(None) };
+    let folder = match name.as_str() {
+        "minilm" | "all-minilm-l6-v2" if !spec.exists() => DEFAULT_MODEL_NAME,
+        "smollm2" | "smollm2-135m-instruct" if !spec.exists() => SMOLLM2_NAME,
+        _ => return Ok(None),
+    };
+    Ok(Some(embedded_models()?.join(folder)))
 }
 
 /// The one `.gguf` file of a folder, if it has exactly one.
@@ -290,7 +349,7 @@ impl LoadedModel {
     /// with [`WeightStorage::Stored`] GGUF matrices stay in their blocks, with
     /// [`WeightStorage::F32`] they are dequantised on load.
     pub fn load_with(spec: &Path, storage: Option<WeightStorage>) -> Result<Self, ModelError> {
-        if let Some(embedded) = embedded_model(spec) {
+        if let Some(embedded) = embedded_model(spec)? {
             return Self::load_with(&embedded, storage);
         }
         let storage = storage.unwrap_or_else(WeightStorage::from_env);

@@ -34,7 +34,7 @@ use thiserror::Error;
 pub use describe::{Activation, Description, NormPlacement};
 pub use engine::{Capture, EngineError, HeadDetail, LayerAttention, Network, Streams, WeightStorage};
 pub use intervene::Interventions;
-pub use loader::{LoadedModel, default_model_dir};
+pub use loader::{LoadedModel, default_model, default_model_dir};
 pub use playground::PlaygroundConfig;
 pub use tokenize::TextTokenizer;
 
@@ -44,6 +44,17 @@ pub enum ModelError {
     /// The model folder does not exist or is not a folder.
     #[error("model folder {} does not exist or is not a folder", .0.display())]
     NoFolder(PathBuf),
+    /// The embedded models are in none of the folders they are looked for in.
+    #[error(
+        "the embedded models (all-MiniLM-L6-v2, SmolLM2-135M-Instruct) were not found; looked in {}. \
+         Put them in the data folder with `attnviz models install --from <attnviz source>/assets/models`, \
+         set ATTNVIZ_ASSETS to a folder holding models/, or give a model with --model",
+        looked_in(.looked)
+    )]
+    NoEmbeddedModels {
+        /// Every folder looked in, in order.
+        looked: Vec<PathBuf>,
+    },
     /// A hub id that is not in the local Hugging Face cache.
     #[error(
         "{id} is neither a folder nor in the Hugging Face cache at {}: download it once with Python (huggingface_hub / transformers) or give a folder",
@@ -198,4 +209,12 @@ fn limit_note(from_env: impl std::borrow::Borrow<bool>) -> &'static str {
     } else {
         " (set ATTNVIZ_MAX_MEMORY_GB to change the limit)"
     }
+}
+
+/// Folders as a list for an error message.
+fn looked_in(places: &[PathBuf]) -> String {
+    if places.is_empty() {
+        return "no folder (no executable path, $HOME or $ATTNVIZ_ASSETS)".into();
+    }
+    places.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }

@@ -161,6 +161,10 @@ pub fn tokenizer_path() -> std::path::PathBuf {
     super::default_model_dir().join("tokenizer.json")
 }
 
+/// The embedded `MiniLM`'s `tokenizer.json` (BERT's uncased `WordPiece`, 466 KB), carried in the
+/// binary so that the playground needs no file: it runs wherever the binary is, models found or not.
+const PLAYGROUND_TOKENIZER: &str = include_str!("../../assets/models/all-MiniLM-L6-v2/tokenizer.json");
+
 impl PlaygroundConfig {
     /// Parses `layers=2,heads=4,d_model=64,pe=none,seed=3` on top of the defaults.
     pub fn parse(spec: &str) -> Result<Self, ModelError> {
@@ -316,14 +320,22 @@ impl PlaygroundConfig {
         s
     }
 
-    /// Builds the encoder with random weights and the embedded model's `WordPiece` tokenizer.
+    /// Builds the encoder with random weights and the embedded model's `WordPiece` tokenizer, built
+    /// in memory (no file is read).
     pub fn build_default(&self) -> Result<LoadedModel, ModelError> {
-        self.build(&tokenizer_path())
+        let tokenizer = TextTokenizer::from_json(PLAYGROUND_TOKENIZER, MAX_POSITIONS)?;
+        self.build_with(tokenizer, super::default_model_dir())
     }
 
     /// Builds the encoder with random weights, using the tokenizer in `tokenizer_path`.
     pub fn build(&self, tokenizer_path: &Path) -> Result<LoadedModel, ModelError> {
-        let mut tokenizer = TextTokenizer::from_file(tokenizer_path, MAX_POSITIONS)?;
+        let tokenizer = TextTokenizer::from_file(tokenizer_path, MAX_POSITIONS)?;
+        let dir = tokenizer_path.parent().map(Path::to_path_buf).unwrap_or_default();
+        self.build_with(tokenizer, dir)
+    }
+
+    /// Builds the encoder with random weights around `tokenizer`; `dir` is where it says it is from.
+    fn build_with(&self, mut tokenizer: TextTokenizer, dir: std::path::PathBuf) -> Result<LoadedModel, ModelError> {
         if !self.cls {
             tokenizer = tokenizer.without_special_tokens();
         }
@@ -361,7 +373,6 @@ impl PlaygroundConfig {
         };
         let tensors = self.weights(vocab).map_err(ModelError::Inference)?;
         let net = Network::load(&desc, Weights::new(tensors, WeightStorage::F32))?;
-        let dir = tokenizer_path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(LoadedModel {
             name: self.describe(),
             dir,

@@ -179,6 +179,8 @@ pub struct GridFigure {
     pub selected_col: Option<usize>,
     /// The colours' values when they differ from `values` (ranks coloured by log rank).
     pub colour_values: Option<Vec<f32>>,
+    /// The colour bar: what the colour shows and its marks.
+    pub bar: Option<super::GridBar>,
 }
 
 /// A run shared by a figure; equal when it is the same run.
@@ -346,6 +348,7 @@ impl Figure {
                 selected_col: grid.selected_col,
                 theme,
                 scale,
+                bar: grid.bar.as_ref(),
             })),
             Figure::Heatmap { .. } => {
                 let run = need(run)?;

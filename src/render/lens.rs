@@ -4,6 +4,7 @@
 use image::RgbaImage;
 
 use super::canvas::cell_text_rgb;
+use super::colorbar::{Colorbar, Tick, nice_ticks};
 use super::draw::{Anchor, Drawing};
 use super::text::{fit_text, line_height, text_width};
 use super::{AXIS_PX, Colormap, LABEL_PX, MAX_SIDE, NOTE_PX, TITLE_PX, Theme, cell_rgb};
@@ -33,6 +34,18 @@ pub struct TextGridSpec<'a> {
     pub theme: Theme,
     /// Size multiplier.
     pub scale: f32,
+    /// The colour bar right of the grid (None: none).
+    pub bar: Option<&'a GridBar>,
+}
+
+/// The colour bar beside a text grid: what the colour shows and where its values lie.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GridBar {
+    /// What the colour shows, written above the bar ("probability").
+    pub label: String,
+    /// Labelled marks at colour values within the range, e.g. ranks on a log scale (empty: round
+    /// values of the range).
+    pub ticks: Vec<(f32, String)>,
 }
 
 /// Draws a text grid into an RGBA image (each side at most [`MAX_SIDE`]: columns past it are cut).
@@ -51,14 +64,29 @@ pub fn text_grid_drawing(spec: &TextGridSpec<'_>) -> Drawing {
     let row_w = spec.row_labels.iter().map(|l| text_width(l, label_px)).fold(0.0, f32::max).min(160.0 * s) + 8.0 * s;
     let title_h = line_height(TITLE_PX * s) + line_height(NOTE_PX * s) + 10.0 * s;
     let col_h = line_height(label_px) + line_height(AXIS_PX * s) + 10.0 * s;
-    let width = (margin * 2.0 + row_w + cols as f32 * cell_w).min(MAX_SIDE as f32);
-    let height = margin * 2.0 + title_h + rows as f32 * cell_h + col_h;
+    let grid_h = rows as f32 * cell_h;
+    let (lo, hi) = spec.range;
+    let bar = spec.bar.map(|b| {
+        let ticks = if b.ticks.is_empty() {
+            nice_ticks(lo, hi, Colorbar::max_ticks(grid_h, s))
+        } else {
+            let span = if hi > lo { hi - lo } else { 1.0 };
+            b.ticks.iter().map(|(v, label)| Tick { t: (v - lo) / span, label: label.clone() }).collect()
+        };
+        let bar = Colorbar::new(ticks, s);
+        let room = 16.0 * s + bar.width().max(text_width(&b.label, label_px));
+        (b, bar, room)
+    });
+    let bar_room = bar.as_ref().map_or(0.0, |(_, _, room)| *room);
+    let width = (margin * 2.0 + row_w + cols as f32 * cell_w + bar_room).min(MAX_SIDE as f32);
+    let height = margin * 2.0 + title_h + grid_h + col_h;
     let mut d = Drawing::new(width, height, spec.theme.background(), spec.title);
     let fg = spec.theme.foreground();
     let muted = spec.theme.muted();
     d.text_at(&fit_text(spec.title, TITLE_PX * s, width - 2.0 * margin), margin, margin, TITLE_PX * s, fg);
     let note_y = margin + line_height(TITLE_PX * s) + 4.0 * s;
-    d.text_at(&fit_text(spec.note, NOTE_PX * s, width - 2.0 * margin), margin, note_y, NOTE_PX * s, muted);
+    let note_w = width - 2.0 * margin - bar_room;
+    d.text_at(&fit_text(spec.note, NOTE_PX * s, note_w), margin, note_y, NOTE_PX * s, muted);
     let (left, top) = (margin + row_w, margin + title_h);
     let lut = spec.colormap.lut();
     for (r, label) in spec.row_labels.iter().enumerate() {
@@ -66,7 +94,14 @@ pub fn text_grid_drawing(spec: &TextGridSpec<'_>) -> Drawing {
         let text = fit_text(label, label_px, row_w - 8.0 * s);
         d.text(&text, left - 6.0 * s, y, label_px, Anchor::End, fg);
     }
-    let visible = ((width - left - margin) / cell_w).floor().max(0.0) as usize;
+    let visible = ((width - left - margin - bar_room) / cell_w).floor().max(0.0) as usize;
+    if let Some((b, bar, _)) = &bar {
+        let bar_left = left + cols.min(visible) as f32 * cell_w + 16.0 * s;
+        // Above the top tick's label, which stands half a line above the bar.
+        let label_y = top - 1.5 * line_height(label_px) - 2.0 * s;
+        d.text_at(&b.label, bar_left, label_y, label_px, fg);
+        bar.draw(&mut d, bar_left, top, grid_h, spec.colormap, spec.theme);
+    }
     for c in 0..cols.min(visible) {
         let x = left + c as f32 * cell_w;
         let text = fit_text(&spec.col_labels[c], label_px, cell_w - 4.0 * s);
@@ -116,6 +151,7 @@ mod tests {
                 selected_col: Some(0),
                 theme: Theme::Light,
                 scale: 1.0,
+                bar: None,
             })
         };
         let (small, large) = (grid(2), grid(6));

@@ -34,10 +34,13 @@ pub use head_view::{
 pub use heatmap::{
     CellGrid, HeatmapSpec, heatmap, heatmap_drawing, heatmap_drawing_with_cells, heatmap_fit_cell, symmetric_range,
 };
-pub use lens::{TextGridSpec, text_grid, text_grid_drawing};
+pub use lens::{GridBar, TextGridSpec, text_grid, text_grid_drawing};
 pub use model_grid::{ModelGridSpec, model_grid, model_grid_drawing};
 pub use pe::{pe_dot, pe_encoding};
-pub use svg::{MAX_VECTOR_CELLS, VectorError, cells_as_images, parse_svg, to_pdf, to_svg, vector_title};
+pub use svg::{
+    MAX_VECTOR_CELLS, VectorError, cells_as_images, page_size, parse_svg, to_pdf, to_pdf_page, to_svg, to_svg_page,
+    vector_title,
+};
 pub use text::{draw_text, fit_text, text_width};
 
 /// Background and text colours of a figure.

@@ -100,14 +100,25 @@ pub fn vector_title(drawing: &Drawing) -> String {
 /// Writes the figure as an SVG document: one `<rect>` per cell (or an embedded image past
 /// [`MAX_VECTOR_CELLS`]), one `<line>` per line and colour, one `<text>` per text run.
 pub fn to_svg(drawing: &Drawing) -> String {
+    to_svg_page(drawing, 1.0)
+}
+
+/// [`to_svg`] of a figure drawn at `scale` (its pixels are `scale` × its size at 1×): the page is
+/// the size at 1× (`width` and `height`, in points for a PDF), whatever the scale, and the drawing
+/// fills it (`viewBox` in the drawing's pixels). A PNG's scale sets its resolution; a vector file's
+/// only makes it heavier, so a vector figure has the same page at every scale.
+pub fn to_svg_page(drawing: &Drawing, scale: f32) -> String {
     let (width, height) = drawing.size_px();
+    let (page_w, page_h) = page_size(drawing, scale);
     let images = cells_as_images(drawing);
     let mut out = String::new();
     let _ = write!(
         out,
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
-         xmlns:xlink=\"http://www.w3.org/1999/xlink\" version=\"1.1\" width=\"{width}\" height=\"{height}\" \
+         xmlns:xlink=\"http://www.w3.org/1999/xlink\" version=\"1.1\" width=\"{}\" height=\"{}\" \
          viewBox=\"0 0 {width} {height}\" xml:space=\"preserve\" font-family=\"{FAMILY}\">\n<title>{}</title>\n",
+        num(page_w),
+        num(page_h),
         escape(&vector_title(drawing))
     );
     let _ = writeln!(
@@ -281,9 +292,22 @@ pub fn parse_svg(svg: &str) -> Result<usvg::Tree, VectorError> {
 /// Writes the figure as a one-page PDF (1 pixel = 1 point), text as text in a subset of the
 /// embedded font.
 pub fn to_pdf(drawing: &Drawing) -> Result<Vec<u8>, VectorError> {
-    let tree = parse_svg(&to_svg(drawing))?;
+    to_pdf_page(drawing, 1.0)
+}
+
+/// [`to_pdf`] of a figure drawn at `scale`: the page is its size at 1×, in points
+/// ([`to_svg_page`]).
+pub fn to_pdf_page(drawing: &Drawing, scale: f32) -> Result<Vec<u8>, VectorError> {
+    let tree = parse_svg(&to_svg_page(drawing, scale))?;
     svg2pdf::to_pdf(&tree, svg2pdf::ConversionOptions::default(), svg2pdf::PageOptions::default())
         .map_err(|e| VectorError::Pdf(e.to_string()))
+}
+
+/// The page of a figure drawn at `scale`: its size in pixels over the scale (at least a point).
+pub fn page_size(drawing: &Drawing, scale: f32) -> (f32, f32) {
+    let scale = if scale.is_finite() && scale > 0.0 { scale } else { 1.0 };
+    let (w, h) = drawing.size_px();
+    ((w as f32 / scale).max(1.0), (h as f32 / scale).max(1.0))
 }
 
 #[cfg(test)]
@@ -497,6 +521,7 @@ mod tests {
             selected_col: Some(1),
             theme: Theme::Light,
             scale: 1.0,
+            bar: None,
         });
         let svg = to_svg(&grid);
         parse_svg(&svg).unwrap();

@@ -153,7 +153,12 @@ impl GenerationPanel {
             let mut order: Vec<usize> = (0..keys).collect();
             order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
             ui.label(
-                RichText::new(format!("It attends most to (layer {layer}, {} heads)", heads.len())).small().weak(),
+                RichText::new(format!(
+                    "It attends most to (layer {layer}, {})",
+                    if heads.len() == 1 { "1 head".to_string() } else { format!("{} heads", heads.len()) }
+                ))
+                .small()
+                .weak(),
             );
             for &k in order.iter().take(5) {
                 ui.label(RichText::new(format!("{:>6.1}%  {}", row[k] * 100.0, run.key_label(k))).monospace().small());

@@ -17,6 +17,7 @@ use crate::app::state::{Source, View};
 use crate::app::worker::Job;
 
 use crate::export::GridFigure;
+use crate::render::GridBar;
 
 /// The lens of one token run as far as it is computed.
 #[derive(Debug, Clone, Default)]
@@ -183,6 +184,19 @@ impl LensState {
             range,
             selected_col: Some(selected),
             colour_values,
+            bar: Some(match mode {
+                LensMode::Probability => GridBar { label: "probability".into(), ticks: Vec::new() },
+                LensMode::Rank => GridBar {
+                    label: "rank".into(),
+                    ticks: [1, 10, 100, RANK_FLOOR]
+                        .iter()
+                        .map(|&r| {
+                            let label = if r == RANK_FLOOR { format!("{r}+") } else { r.to_string() };
+                            (rank_value(r), label)
+                        })
+                        .collect(),
+                },
+            }),
         }
     }
 }

@@ -56,7 +56,11 @@ fn rollout_view_ui(
         ui.selectable_value(&mut settings.rollout.mode, RolloutMode::Flow, RichText::new("Flow").strong())
             .on_hover_text("Maximum flow through the layers, with the augmented attention as capacities");
         ui.separator();
-        ui.label(RichText::new(format!("layers 0–{layer_idx} · {} heads averaged per layer", heads.len())).strong());
+        let heads_text = match heads.len() {
+            1 => "1 head per layer".to_string(),
+            n => format!("{n} heads averaged per layer"),
+        };
+        ui.label(RichText::new(format!("layers 0–{layer_idx} · {heads_text}")).strong());
         if let Some(run) = data.run {
             crate::app::views::widgets::pooled_note(
                 ui,

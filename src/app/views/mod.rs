@@ -158,6 +158,12 @@ impl Views {
                 ui.add_space(40.0);
                 if let Some(err) = data.run_error {
                     ui.colored_label(ui.visuals().error_fg_color, err);
+                } else if let (None, None, Some(err), Source::Pretrained) =
+                    (data.model, data.loading, data.load_error, settings.source)
+                {
+                    // No model to run (e.g. the embedded ones not found): why, and no spinner.
+                    ui.colored_label(ui.visuals().error_fg_color, err);
+                    ui.label("Load a model folder in the side panel, or choose Playground, which needs no files.");
                 } else {
                     ui.spinner();
                     ui.label(if data.loading.is_some() {

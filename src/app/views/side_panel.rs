@@ -8,7 +8,6 @@ use super::widgets::head_color;
 use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::state::{Settings, Source, ThemeChoice};
-use crate::model::default_model_dir;
 use crate::render::Colormap;
 
 /// The side panel's state: the typed model folder and the playground's typed numbers.
@@ -128,9 +127,13 @@ impl SidePanel {
         });
         ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new("Embedded:").small());
+            let Some(models) = data.embedded else {
+                ui.label(RichText::new("not found (see the message above)").small().weak());
+                return;
+            };
             // The embedded model loaded now looks selected.
             let loaded = |dir: &std::path::Path| data.model.is_some_and(|m| m.dir == dir);
-            let minilm = default_model_dir();
+            let minilm = models.join(crate::model::loader::DEFAULT_MODEL_NAME);
             if ui
                 .add_enabled(!busy, egui::Button::new("all-MiniLM-L6-v2").small().selected(loaded(&minilm)))
                 .on_hover_text("The sentence encoder attnviz opens on (BERT family, 6 layers × 12 heads)")
@@ -138,7 +141,7 @@ impl SidePanel {
             {
                 commands.push(Command::LoadModel(minilm));
             }
-            let smollm2 = crate::model::loader::smollm2_dir();
+            let smollm2 = models.join(crate::model::loader::SMOLLM2_NAME);
             if smollm2.is_dir()
                 && ui
                     .add_enabled(!busy, egui::Button::new("SmolLM2-135M-Instruct").small().selected(loaded(&smollm2)))
@@ -158,7 +161,7 @@ impl SidePanel {
 /// The one-click switch between the pretrained model and the playground.
 fn source_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'_>) {
     ui.heading("Model");
-    let name = data.model.map_or("Pretrained", |m| m.name.as_str());
+    let name = data.model.map_or("no model loaded", |m| m.name.as_str());
     ui.horizontal_wrapped(|ui| {
         ui.selectable_value(&mut settings.source, Source::Pretrained, RichText::new(format!("Pretrained: {name}")))
             .on_hover_text("The loaded model with its trained weights");
@@ -290,9 +293,13 @@ pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize, k
     let group = (heads / kv_heads.max(1)).max(1);
     if group > 1 {
         ui.label(
-            RichText::new(format!("{heads} query heads share {kv_heads} key/value heads, {group} each (grouped)"))
-                .small()
-                .weak(),
+            RichText::new(if kv_heads == 1 {
+                format!("{heads} query heads share 1 key/value head (multi-query)")
+            } else {
+                format!("{heads} query heads share {kv_heads} key/value heads, {group} each (grouped)")
+            })
+            .small()
+            .weak(),
         );
     }
     ui.horizontal_wrapped(|ui| {
@@ -309,7 +316,8 @@ pub fn head_chips_ui(ui: &mut egui::Ui, settings: &mut Settings, heads: usize, k
                 .stroke(Stroke::new(1.5, color))
                 .sense(Sense::click());
             let shares = if group > 1 {
-                format!(" (keys and values of key/value head {}, shared with {} other heads)", h / group, group - 1)
+                let others = if group == 2 { "1 other head".to_string() } else { format!("{} other heads", group - 1) };
+                format!(" (keys and values of key/value head {}, shared with {others})", h / group)
             } else {
                 String::new()
             };

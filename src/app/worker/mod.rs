@@ -30,6 +30,20 @@ pub const TOP_K: usize = 8;
 /// fresh pages here, not every keystroke.
 const PREPARE_AFTER: Duration = Duration::from_millis(300);
 
+/// Idle time after the last job before the worker gives memory back ([`crate::alloc::release_idle`]).
+const RELEASE_AFTER: Duration = Duration::from_secs(3);
+
+/// The bytes the next run of the same text is likely to need in large buffers: the attention of
+/// `run` (and of a long input's window) twice — the run the app shows while the next is made, and
+/// the blocks a keystroke copies.
+fn likely_need(run: &Run, window: Option<&Run>) -> usize {
+    let bytes = |r: &Run| {
+        let a = &r.attention;
+        a.layers().saturating_mul(a.heads()).saturating_mul(a.seq_len()).saturating_mul(a.keys()).saturating_mul(4)
+    };
+    bytes(run).saturating_add(window.map_or(0, bytes)).saturating_mul(2)
+}
+
 /// Least time between two progress messages of a generation (after the first token's): each one
 /// makes the views show a new run — a frame or more, which on two cores takes the CPU from the
 /// writing — so tokens written meanwhile travel together, about ten updates a second.
@@ -468,6 +482,11 @@ struct Inference {
     owed: Option<Job>,
     /// A lens stopped by another job: its remaining parts, unless a newer lens replaces it.
     owed_lens: Option<Job>,
+    /// What the next run of the text shown is likely to need ([`likely_need`]), once a run was
+    /// made: what is kept for later runs is bounded by it between jobs.
+    need: Option<usize>,
+    /// Whether memory is to be given back once idle for [`RELEASE_AFTER`].
+    release: bool,
 }
 
 impl Inference {
@@ -490,18 +509,31 @@ impl Inference {
             if let Some(job) = self.carried.take() {
                 break job;
             }
-            match self.jobs.recv_timeout(if self.prepare { PREPARE_AFTER } else { Duration::MAX }) {
+            let wait = if self.prepare {
+                PREPARE_AFTER
+            } else if self.release {
+                RELEASE_AFTER
+            } else {
+                Duration::MAX
+            };
+            match self.jobs.recv_timeout(wait) {
                 Ok(job) => {
                     self.taken += 1;
                     break job;
                 }
-                Err(RecvTimeoutError::Timeout) => {
+                Err(RecvTimeoutError::Timeout) if self.prepare => {
                     // Idle since a run kept for the next keystroke, and the app has let go of the
                     // run before (its blocks are back in the pool).
                     self.prepare = false;
                     if let Some(p) = &self.prefix {
                         p.prepare_next();
                     }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    // Idle for a while: what is kept beyond the bound, and mimalloc's free pages,
+                    // go back to the system.
+                    self.release = false;
+                    crate::alloc::release_idle();
                 }
                 Err(RecvTimeoutError::Disconnected) => return Err(Gone),
             }
@@ -523,8 +555,21 @@ impl Inference {
         Ok(batch)
     }
 
-    /// Handles one batch, in the order the UI wants its answers.
+    /// Handles one batch, in the order the UI wants its answers; meanwhile what is kept for later
+    /// runs is not bounded (what a run frees may be what it takes next), afterwards it is bounded
+    /// by what the next run of the text shown is likely to need.
     fn handle(&mut self, batch: Batch) -> Result<(), Gone> {
+        crate::alloc::unbound();
+        let handled = self.handle_jobs(batch);
+        if let Some(need) = self.need {
+            crate::alloc::keep_for(need);
+        }
+        self.release = true;
+        handled
+    }
+
+    /// [`Self::handle`]'s jobs.
+    fn handle_jobs(&mut self, batch: Batch) -> Result<(), Gone> {
         let Batch { load, run, compare, generate, lens, probe, computes } = batch;
         if let Some(job) = load {
             self.load(job)?;
@@ -593,7 +638,15 @@ impl Inference {
             _ => jobs::LongOutcome::NotLong,
         };
         match long {
-            jobs::LongOutcome::Sent => self.prefix = None,
+            jobs::LongOutcome::Sent => {
+                self.prefix = None;
+                // What the window at token level takes (the overview's spans are few).
+                if let Some(m) = self.model.as_deref() {
+                    let desc = m.description();
+                    let window = crate::analysis::long::WINDOW_TOKENS;
+                    self.need = Some(desc.layers * desc.heads * window * window * 4 * 2);
+                }
+            }
             jobs::LongOutcome::Stopped => {
                 self.prefix = None;
                 self.owed = Some(Job::Run { id, text, pair, target, spec });
@@ -601,6 +654,9 @@ impl Inference {
             jobs::LongOutcome::NotLong => {
                 let input = (text.as_str(), pair.as_deref(), target.as_deref());
                 let result = jobs::run_spec(&spec, input, self.model.as_deref(), &mut self.caches, &mut self.prefix);
+                if let Ok(run) = &result {
+                    self.need = Some(likely_need(run, None));
+                }
                 let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
                 self.answer(Done::Ran { id, result, window: None, elapsed_ms })?;
                 self.prepare = self.prefix.is_some();
@@ -732,6 +788,8 @@ impl Worker {
             prepare: false,
             owed: None,
             owed_lens: None,
+            need: None,
+            release: false,
         };
         std::thread::Builder::new().name("attnviz-inference".into()).spawn(move || {
             while let Ok(batch) = inference.next_batch() {

@@ -3500,6 +3500,7 @@ fn smollm2s_thirty_layers_of_head_statistics_fit_the_window() {
     let last = h.get_by_label("Statistics of layer 29 head 8").rect();
     assert!(h.ctx.content_rect().contains_rect(last), "layer 29 in view: {last:?}");
     assert!(grid.cell_h >= 12.0, "{}", grid.cell_h);
+}
 
 /// Far from its models (the embedded ones in none of the folders looked in, as for a binary copied
 /// elsewhere) the app says where it looked and what to do in the main view, names no model, spins

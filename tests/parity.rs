@@ -442,6 +442,13 @@ decoder_parity! {
     gpt_neox_odd_rotary_single: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_single";
     gpt_neox_odd_rotary_non_ascii: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_non_ascii";
     gpt_neox_odd_rotary_truncated: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_truncated";
+    // Mixtures of experts (their routes: tests/experts.rs).
+    mixtral_single: "mixtral", "mixtral_single";
+    mixtral_non_ascii: "mixtral", "mixtral_non_ascii";
+    mixtral_truncated: "mixtral", "mixtral_truncated";
+    qwen3_moe_single: "qwen3-moe", "qwen3_moe_single";
+    qwen3_moe_non_ascii: "qwen3-moe", "qwen3_moe_non_ascii";
+    qwen3_moe_truncated: "qwen3-moe", "qwen3_moe_truncated";
 }
 
 #[test]
@@ -579,6 +586,8 @@ generation_parity! {
     gemma_generates_as_transformers: "gemma", "gemma_generate";
     gpt_neox_generates_as_transformers: "gpt-neox", "gpt_neox_generate";
     gpt_neox_odd_rotary_generates_as_transformers: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_generate";
+    mixtral_generates_as_transformers: "mixtral", "mixtral_generate";
+    qwen3_moe_generates_as_transformers: "qwen3-moe", "qwen3_moe_generate";
 }
 
 // ---------------------------------------------------------------------------------------------

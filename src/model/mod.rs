@@ -8,6 +8,7 @@
 
 pub mod describe;
 pub mod engine;
+pub mod experts;
 pub mod families;
 pub mod files;
 pub mod generate;

@@ -15,6 +15,7 @@ mod distilbert;
 mod gpt2;
 mod gpt_neox;
 mod llama;
+mod moe;
 mod mpnet;
 mod seq2seq;
 
@@ -88,6 +89,8 @@ const FAMILIES: &[&Family] = &[
     &llama::QWEN2,
     &llama::QWEN3,
     &llama::GEMMA,
+    &moe::MIXTRAL,
+    &moe::QWEN3_MOE,
     &gpt_neox::GPT_NEOX,
     &seq2seq::BART,
     &seq2seq::MBART,
@@ -380,6 +383,7 @@ pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: u
         activation,
         feed_forward: FeedForward::Plain,
         biases: Biases::ALL,
+        experts: None,
         norm_kind: NormKind::Layer,
         rotary: None,
         qk_norm: false,

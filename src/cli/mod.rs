@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod dla;
 pub mod dump;
+pub mod experts;
 pub mod export;
 pub mod generate;
 pub mod heads;
@@ -40,7 +41,8 @@ pub struct Cli {
     /// model_type): encoders BERT (bert), RoBERTa (roberta), XLM-RoBERTa (xlm-roberta), CamemBERT
     /// (camembert), DistilBERT (distilbert), ALBERT (albert), ELECTRA (electra), MPNet (mpnet),
     /// DeBERTa-v2/v3 (deberta-v2), the training lab's pre-LN classifier (attnviz-pre-ln-bert); decoders GPT-2 (gpt2), Llama 1/2/3 (llama), Mistral (mistral),
-    /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), GPT-NeoX/Pythia (gpt_neox); encoder–decoders,
+    /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), GPT-NeoX/Pythia (gpt_neox); mixtures of experts
+    /// Mixtral (mixtral), Qwen3-MoE (qwen3_moe); encoder–decoders,
     /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
@@ -83,6 +85,9 @@ pub enum Command {
     /// for every layer × position (or layer × head), and write the logit difference answer − wrong
     /// at the last position (and its share of the way from corrupted to clean) as JSON or NPZ.
     Patch(patch::PatchArgs),
+    /// Which experts a mixture of experts (Mixtral, Qwen3-MoE) sends each token to, layer by layer,
+    /// and the weights it multiplies their outputs by, as JSON or NPZ.
+    Experts(experts::ExpertsArgs),
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a
     /// text or on a probe of repeated random tokens.
     Heads(heads::HeadsArgs),
@@ -110,6 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Dla(args)) => dla::run(model.as_deref(), &args),
         Some(Command::Patch(args)) => patch::run(model.as_deref(), &args),
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
+        Some(Command::Experts(args)) => experts::run(model.as_deref(), &args),
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Open(args)) => open::run(model, &args),
     }

@@ -388,9 +388,11 @@ impl Description {
     }
 
     /// A one-line summary: "roberta · 12 layers × 12 heads × 768 wide" (with "(3 key/value)"
-    /// for grouped-query attention).
+    /// for grouped-query attention, " · 8 experts (top 2)" for a mixture of experts).
     pub fn summary(&self) -> String {
         let kv = if self.kv_heads == self.heads { String::new() } else { format!(" ({} key/value)", self.kv_heads) };
-        format!("{} · {} layers × {} heads{kv} × {} wide", self.family, self.layers, self.heads, self.hidden)
+        let experts =
+            self.experts.as_ref().map_or(String::new(), |e| format!(" · {} experts (top {})", e.count, e.top_k));
+        format!("{} · {} layers × {} heads{kv} × {} wide{experts}", self.family, self.layers, self.heads, self.hidden)
     }
 }

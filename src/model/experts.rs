@@ -53,12 +53,7 @@ impl LoadedModel {
     /// without experts.
     pub fn routes(&self, tokens: &Tokens, interventions: &Interventions) -> Result<Routes, ModelError> {
         if !self.has_experts() {
-            return Err(ModelError::Unsupported {
-                field: "model".into(),
-                value: self.description().family.clone(),
-                why: "this model has no experts (a mixture of experts such as Mixtral, Qwen3-MoE or OLMoE routes its tokens)"
-                    .into(),
-            });
+            return Err(ModelError::NoExperts { model: self.name.clone(), family: self.description().family.clone() });
         }
         self.check_tokens(tokens, interventions)?;
         let mut record = RecordRoutes::default();

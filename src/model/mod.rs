@@ -154,6 +154,14 @@ pub enum ModelError {
         /// The model's name.
         model: String,
     },
+    /// Routes asked of a model without experts.
+    #[error("{model} ({family}) has no experts: only a mixture of experts (Mixtral, Qwen3-MoE) routes its tokens")]
+    NoExperts {
+        /// The model's name.
+        model: String,
+        /// Its family.
+        family: String,
+    },
     /// An intervention does not fit the model.
     #[error("intervention: {0}")]
     Intervention(String),

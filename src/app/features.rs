@@ -10,7 +10,7 @@ use super::data::ViewData;
 use super::session::Shown;
 use super::state::View;
 use super::worker::Done;
-use super::{attribution, compare, graph, lab, lens, patching, rollout};
+use super::{attribution, compare, experts, graph, lab, lens, patching, rollout};
 use crate::export::Figure;
 
 /// Every feature's own state.
@@ -30,6 +30,8 @@ pub struct Features {
     pub lab: lab::Feature,
     /// Activation patching.
     pub patching: patching::Feature,
+    /// A mixture of experts' routes.
+    pub experts: experts::Feature,
 }
 
 impl Features {
@@ -40,6 +42,7 @@ impl Features {
         self.attribution.request(shown, no_head);
         self.graph.request(shown, &mut self.attribution, no_head);
         self.patching.request(shown);
+        self.experts.request(shown);
     }
 
     /// Hands a feature its answer from the worker; the answers of the shown run are the app's
@@ -52,6 +55,7 @@ impl Features {
                 let answer = self.attribution.take(answer)?;
                 let answer = self.graph.take(answer)?;
                 let answer = self.patching.take(answer)?;
+                let answer = self.experts.take(answer)?;
                 return Some(Done::Computed(answer));
             }
             Done::Compared { id, result } => self.compare.on_compared(id, result),
@@ -68,6 +72,7 @@ impl Features {
             || self.flow.slot.is_pending()
             || self.compare.is_pending()
             || self.patching.slot.is_pending()
+            || self.experts.slot.is_pending()
     }
 }
 
@@ -86,6 +91,8 @@ pub struct FeatureViews {
     pub graph: graph::view::GraphView,
     /// Activation patching: the grid's texture, the token boxes.
     pub patching: patching::view::PatchingView,
+    /// The experts of a mixture of experts.
+    pub experts: experts::view::ExpertsView,
 }
 
 impl FeatureViews {
@@ -98,6 +105,7 @@ impl FeatureViews {
             View::Attribution => self.attribution.ui(ui, data, commands),
             View::Graph => self.graph.ui(ui, data, commands),
             View::Patching => self.patching.ui(ui, data, commands),
+            View::Experts => self.experts.ui(ui, data, commands),
             _ => return false,
         }
         true
@@ -116,6 +124,7 @@ pub fn figure(view: View, data: &ViewData<'_>, selection: (usize, &[usize])) -> 
         View::Attribution => features.attribution.figure(data),
         View::Graph => features.graph.figure(data),
         View::Patching => features.patching.figure(data),
+        View::Experts => features.experts.figure(data),
         _ => return None,
     })
 }

@@ -381,14 +381,17 @@ fn check_decoder(which: &str, case: &str) -> Run {
     let run = check(which, case);
     assert!(run.causal, "{case}: a decoder run is causal");
     let a = &run.attention;
-    let window = model(which).description().sliding_window;
-    assert_eq!(run.window, window);
+    let desc = model(which).description();
+    // The views mask a window only when every layer has it (Gemma 2 and 3 alternate).
+    assert_eq!(run.window, desc.uniform_window());
     for l in 0..a.layers() {
+        let window = desc.window(l);
         for h in 0..a.heads() {
             for q in 0..a.seq_len() {
                 for k in 0..a.seq_len() {
                     let hidden = k > q || window.is_some_and(|w| q - k >= w);
-                    assert_eq!(run.is_masked(q, k), hidden, "{case}: mask at {q},{k}");
+                    let shown = k > q || run.window.is_some_and(|w| q - k >= w);
+                    assert_eq!(run.is_masked(q, k), shown, "{case}: mask at {q},{k}");
                     if hidden {
                         assert_eq!(a.get(l, h, q, k), 0.0, "{case}: masked weight at {l}/{h}/{q}/{k}");
                     }
@@ -438,6 +441,24 @@ decoder_parity! {
     gpt_neox_single: "gpt-neox", "gpt_neox_single";
     gpt_neox_non_ascii: "gpt-neox", "gpt_neox_non_ascii";
     gpt_neox_truncated: "gpt-neox", "gpt_neox_truncated";
+    gemma2_single: "gemma2", "gemma2_single";
+    gemma2_non_ascii: "gemma2", "gemma2_non_ascii";
+    gemma2_truncated: "gemma2", "gemma2_truncated";
+    gemma3_single: "gemma3", "gemma3_single";
+    gemma3_non_ascii: "gemma3", "gemma3_non_ascii";
+    gemma3_truncated: "gemma3", "gemma3_truncated";
+    phi3_single: "phi3", "phi3_single";
+    phi3_non_ascii: "phi3", "phi3_non_ascii";
+    phi3_truncated: "phi3", "phi3_truncated";
+    olmo2_single: "olmo2", "olmo2_single";
+    olmo2_non_ascii: "olmo2", "olmo2_non_ascii";
+    olmo2_truncated: "olmo2", "olmo2_truncated";
+    granite_single: "granite", "granite_single";
+    granite_non_ascii: "granite", "granite_non_ascii";
+    granite_truncated: "granite", "granite_truncated";
+    smollm3_single: "smollm3", "smollm3_single";
+    smollm3_non_ascii: "smollm3", "smollm3_non_ascii";
+    smollm3_truncated: "smollm3", "smollm3_truncated";
     // head_dim 12 × partial_rotary_factor 0.25 = 3: two frequencies, four dimensions rotated.
     gpt_neox_odd_rotary_single: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_single";
     gpt_neox_odd_rotary_non_ascii: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_non_ascii";
@@ -534,9 +555,13 @@ fn check_generation(which: &str, case: &str) {
     // Rows recorded while writing and one full pass both equal transformers' full pass (but for
     // dynamic rope, whose frequencies depend on the length: each written row used the frequencies
     // of its step, as transformers' own generation does, so only the full pass compares).
+    // (Long-rope likewise: its factors change once the input passes the original length.)
     let dynamic = matches!(
         m.description().rotary.as_ref().map(|r| &r.scaling),
-        Some(attnviz::model::describe::RopeScaling::Dynamic { .. })
+        Some(
+            attnviz::model::describe::RopeScaling::Dynamic { .. }
+                | attnviz::model::describe::RopeScaling::LongRope { .. }
+        )
     );
     let runs = if dynamic { vec![g.final_run().unwrap()] } else { vec![g.partial_run(), g.final_run().unwrap()] };
     for run in runs {
@@ -586,6 +611,12 @@ generation_parity! {
     gemma_generates_as_transformers: "gemma", "gemma_generate";
     gpt_neox_generates_as_transformers: "gpt-neox", "gpt_neox_generate";
     gpt_neox_odd_rotary_generates_as_transformers: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_generate";
+    gemma2_generates_as_transformers: "gemma2", "gemma2_generate";
+    gemma3_generates_as_transformers: "gemma3", "gemma3_generate";
+    phi3_generates_as_transformers: "phi3", "phi3_generate";
+    olmo2_generates_as_transformers: "olmo2", "olmo2_generate";
+    granite_generates_as_transformers: "granite", "granite_generate";
+    smollm3_generates_as_transformers: "smollm3", "smollm3_generate";
     mixtral_generates_as_transformers: "mixtral", "mixtral_generate";
     qwen3_moe_generates_as_transformers: "qwen3-moe", "qwen3_moe_generate";
 }

@@ -37,7 +37,7 @@ struct Everything {
     /// `[layer][head]`.
     head_writes: Vec<Vec<Vec<f32>>>,
     /// `[layer][head]`: `seq_len × hidden` values through the head's output columns.
-    head_values: Vec<Vec<Vec<f32>>>,
+    head_values: Vec<Vec<(Vec<f32>, Vec<f32>)>>,
     attn_out: Vec<(Vec<f32>, Vec<f32>)>,
     cross_out: Vec<Vec<f32>>,
     mlp_out: Vec<Vec<f32>>,
@@ -111,12 +111,12 @@ impl Listener for Everything {
                 }
                 self.head_writes[layer].push(write.to_vec());
             }
-            Point::HeadValues { layer, head, values } => {
+            Point::HeadValues { layer, head, values, row_scales } => {
                 if head == 0 {
                     assert_eq!(layer, self.head_values.len());
                     self.head_values.push(Vec::new());
                 }
-                self.head_values[layer].push(values.to_vec());
+                self.head_values[layer].push((values.to_vec(), row_scales.to_vec()));
             }
             Point::AttnOut { out, bias, .. } => self.attn_out.push((out.to_vec(), bias.to_vec())),
             Point::ResidMid { stream, .. } => self.resid_mid.push(stream.to_vec()),
@@ -204,10 +204,15 @@ fn check_points(what: &str, net: &Network, ids: &[u32], type_ids: &[u32], iv: &I
             for i in 0..n {
                 for j in 0..keys {
                     let a = probs[i * keys + j];
-                    for (m, v) in mixed[i * hidden..(i + 1) * hidden].iter_mut().zip(&head_values[l][h][j * hidden..]) {
+                    for (m, v) in mixed[i * hidden..(i + 1) * hidden].iter_mut().zip(&head_values[l][h].0[j * hidden..])
+                    {
                         *m += a * v;
                     }
                 }
+            }
+            // An output norm (Gemma 2 and 3, OLMo-2) divides each query row's write by its scale.
+            for (row, s) in mixed.chunks_mut(hidden).zip(&head_values[l][h].1) {
+                row.iter_mut().for_each(|m| *m /= s);
             }
             let diff = rel_diff(&head_writes[l][h], &mixed);
             assert!(diff < 1e-5, "{what}: {l}:{h}: write vs attention over values: {diff}");

@@ -54,6 +54,12 @@ fn running_only_what_changed_is_every_full_patched_pass_bit_for_bit() {
         ("tiny-gpt2", ablated),
         ("tiny-gemma", Interventions::default()),
         ("tiny-mistral", knocked),
+        ("tiny-gemma2", Interventions::default()),
+        ("tiny-gemma3", Interventions::default()),
+        ("tiny-olmo2", Interventions::default()),
+        ("tiny-granite", Interventions::default()),
+        ("tiny-phi3", Interventions::default()),
+        ("tiny-smollm3", Interventions::default()),
         ("tiny-llama-gguf/tiny-llama.Q8_0.gguf", Interventions::default()),
     ] {
         let model = fixture(name);

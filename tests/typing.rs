@@ -1,6 +1,7 @@
 //! A keystroke computes what changed: `PrefixRun` reuses the previous input's key/value cache and
 //! attention rows up to the first changed token, and its result is bit for bit a fresh pass's —
-//! for every decoder family, with a sliding window (tiny-mistral: 4 tokens), with interventions,
+//! for every decoder family, with a sliding window (tiny-mistral: 4 tokens; Gemma 2 and 3 on alternate
+//! layers), with interventions,
 //! and for quantised GGUF weights.
 
 #![allow(clippy::unwrap_used)]
@@ -11,8 +12,13 @@ use attnviz::model::typing::{PrefixRun, Reused};
 use attnviz::model::{Capture, Interventions, LoadedModel};
 use common::bits;
 
-const DECODERS: [&str; 9] = [
+const DECODERS: [&str; 14] = [
     "tiny-llama",
+    "tiny-gemma2",
+    "tiny-gemma3",
+    "tiny-olmo2",
+    "tiny-granite",
+    "tiny-smollm3",
     "tiny-mistral",
     "tiny-qwen2",
     "tiny-qwen3",
@@ -22,6 +28,16 @@ const DECODERS: [&str; 9] = [
     "tiny-llama-gguf/tiny-llama.mixed.gguf",
     "tiny-llama-gguf/tiny-llama.K.gguf",
 ];
+
+#[test]
+fn a_rotary_that_depends_on_the_length_runs_whole() {
+    // Phi-3's long-rope (and dynamic NTK) rotate every key by the input's length: a kept prefix
+    // would not be a fresh pass's, so nothing is kept.
+    for name in ["tiny-phi3", "tiny-llama-rope-dynamic"] {
+        let m = LoadedModel::load(&common::root().join("tests/fixtures/models").join(name)).unwrap();
+        assert!(PrefixRun::start(&m.net, &[1, 2, 3], &Interventions::default()).unwrap().is_none(), "{name}");
+    }
+}
 
 fn fresh(m: &LoadedModel, ids: &[u32], iv: &Interventions) -> (Vec<u32>, Vec<u32>) {
     let out = m.net.forward(ids, &vec![0; ids.len()], Capture::Attention, iv).unwrap();

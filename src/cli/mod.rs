@@ -41,8 +41,10 @@ pub struct Cli {
     /// model_type): encoders BERT (bert), RoBERTa (roberta), XLM-RoBERTa (xlm-roberta), CamemBERT
     /// (camembert), DistilBERT (distilbert), ALBERT (albert), ELECTRA (electra), MPNet (mpnet),
     /// DeBERTa-v2/v3 (deberta-v2), the training lab's pre-LN classifier (attnviz-pre-ln-bert); decoders GPT-2 (gpt2), Llama 1/2/3 (llama), Mistral (mistral),
-    /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), GPT-NeoX/Pythia (gpt_neox); mixtures of experts
-    /// Mixtral (mixtral), Qwen3-MoE (qwen3_moe); encoder–decoders,
+    /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), Gemma 2 (gemma2), Gemma 3 (gemma3_text, gemma3),
+    /// Phi-3/Phi-4-mini (phi3), OLMo-2 (olmo2), Granite (granite), SmolLM3 (smollm3),
+    /// GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral (mixtral), Qwen3-MoE (qwen3_moe);
+    /// encoder–decoders,
     /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
@@ -250,7 +252,7 @@ pub fn note_run(model: &LoadedModel, intervention: Option<&str>) {
 /// Says on stderr which knockouts change nothing: a key the mask already hides from its query
 /// (after it in a causal model, outside a window), in an input of `tokens` positions.
 pub fn note_knockouts(model: &LoadedModel, interventions: &Interventions, tokens: usize) {
-    for notice in interventions.knockout_notices(|q| model.net.visible_keys(interventions, q, tokens)) {
+    for notice in interventions.knockout_notices(|l, q| model.net.visible_keys(interventions, l, q, tokens)) {
         eprintln!("note: {notice}");
     }
 }

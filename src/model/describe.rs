@@ -139,6 +139,18 @@ pub enum RopeScaling {
         /// `original_max_position_embeddings`.
         original_max: usize,
     },
+    /// `longrope` (Phi-3): each frequency divided by its own factor — `short_factor` up to
+    /// `original_max` tokens, `long_factor` past them — and cos/sin scaled by `attention_factor`.
+    LongRope {
+        /// `short_factor`, one per frequency.
+        short: Vec<f64>,
+        /// `long_factor`, one per frequency.
+        long: Vec<f64>,
+        /// `original_max_position_embeddings`.
+        original_max: usize,
+        /// Factor on cos and sin.
+        attention_factor: f64,
+    },
     /// `yarn`: interpolation blended with extrapolation by a ramp over the dimensions, and cos/sin
     /// scaled by `attention_factor`.
     Yarn {
@@ -155,6 +167,19 @@ pub enum RopeScaling {
         /// Round the correction range outward (`truncate`).
         truncate: bool,
     },
+}
+
+/// Norms of q and k before the rotation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum QkNorm {
+    /// None.
+    None,
+    /// One norm of `head_dim` over each head's query and key (Qwen3, Gemma 3: `q_norm` / `k_norm`
+    /// of the head's width).
+    PerHead,
+    /// One norm over the whole query projection and one over the whole key projection (OLMo-2:
+    /// `q_norm` of `heads · head_dim`, `k_norm` of `kv_heads · head_dim`).
+    Whole,
 }
 
 /// Which biases the linear layers have.
@@ -315,11 +340,35 @@ pub struct Description {
     pub norm_kind: NormKind,
     /// Rotary positions on q and k (decoders), or None.
     pub rotary: Option<Rotary>,
-    /// A per-head `RMSNorm` over each query and key vector before the rotation (Qwen3's
-    /// `q_norm` / `k_norm`, weight `head_dim`).
-    pub qk_norm: bool,
-    /// Keys at least this far before the query get zero weight (Mistral's `sliding_window`).
+    /// Norms of q and k before the rotation (of the description's norm kind).
+    pub qk_norm: QkNorm,
+    /// The rotary positions of the sliding layers when they differ from `rotary` (Gemma 3's
+    /// `rope_local_base_freq`, its `rope_parameters["sliding_attention"]`).
+    pub local_rotary: Option<Rotary>,
+    /// Per layer as run, whether it rotates q and k (`SmolLM3`'s `no_rope_layers`, where 1 means
+    /// the layer rotates); empty: every layer does.
+    pub rope_layers: Vec<bool>,
+    /// Scores become `cap · tanh(score / cap)` after the scale, before the mask (Gemma 2's
+    /// `attn_logit_softcapping`).
+    pub attn_softcap: Option<f32>,
+    /// Logits become `cap · tanh(logit / cap)` (Gemma 2's `final_logit_softcapping`).
+    pub final_softcap: Option<f32>,
+    /// A pre-LN block normalises each sub-block's input (`attn_norm`, `ffn_norm`); OLMo-2's
+    /// blocks do not.
+    pub input_norms: bool,
+    /// A pre-LN block normalises each sub-block's output before it joins the stream
+    /// (`attn_out_norm`, `ffn_out_norm`: Gemma 2 and 3's `post_attention_layernorm` and
+    /// `post_feedforward_layernorm`, OLMo-2's).
+    pub output_norms: bool,
+    /// Factor on each sub-block's output as it joins the stream (Granite's
+    /// `residual_multiplier`; 1 elsewhere).
+    pub residual_scale: f32,
+    /// Keys at least this far before the query get zero weight (Mistral's `sliding_window`), in
+    /// the layers [`Self::sliding_layers`] names.
     pub sliding_window: Option<usize>,
+    /// Per layer as run, whether it attends through `sliding_window` (`layer_types` of Gemma 2
+    /// and 3: `"sliding_attention"` or `"full_attention"`); empty: every layer does.
+    pub sliding_layers: Vec<bool>,
     /// Attention and feed-forward read the same input and both add to the residual stream
     /// (GPT-NeoX's `use_parallel_residual`).
     pub parallel_residual: bool,
@@ -387,6 +436,42 @@ impl Description {
         h / (self.heads / self.kv_heads.max(1)).max(1)
     }
 
+    /// The window layer `layer` attends through, if any.
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        self.sliding_window.filter(|_| self.sliding_layers.get(layer).copied().unwrap_or(true))
+    }
+
+    /// The window every layer attends through (None when some layer attends to every key): what
+    /// a run's views mask as hidden.
+    pub fn uniform_window(&self) -> Option<usize> {
+        self.sliding_window.filter(|_| self.sliding_layers.iter().all(|&s| s))
+    }
+
+    /// Whether layer `layer` rotates q and k (when the description has rotary positions).
+    pub fn rotates(&self, layer: usize) -> bool {
+        self.rope_layers.get(layer).copied().unwrap_or(true)
+    }
+
+    /// The rotary positions layer `layer` runs: none, the description's, or the sliding layers'.
+    pub fn rotary_of(&self, layer: usize) -> Option<&Rotary> {
+        if !self.rotates(layer) {
+            return None;
+        }
+        match &self.local_rotary {
+            Some(local) if self.sliding_layers.get(layer).copied().unwrap_or(false) => Some(local),
+            _ => self.rotary.as_ref(),
+        }
+    }
+
+    /// Whether the rotary frequencies change with the input's length (`dynamic`, `longrope`):
+    /// keys kept from a shorter input were rotated otherwise than a fresh pass rotates them.
+    pub fn rotary_depends_on_length(&self) -> bool {
+        [&self.rotary, &self.local_rotary]
+            .into_iter()
+            .flatten()
+            .any(|r| matches!(r.scaling, RopeScaling::Dynamic { .. } | RopeScaling::LongRope { .. }))
+    }
+
     /// A one-line summary: "roberta · 12 layers × 12 heads × 768 wide" (with "(3 key/value)"
     /// for grouped-query attention, " · 8 experts (top 2)" for a mixture of experts).
     pub fn summary(&self) -> String {
@@ -394,5 +479,22 @@ impl Description {
         let experts =
             self.experts.as_ref().map_or(String::new(), |e| format!(" · {} experts (top {})", e.count, e.top_k));
         format!("{} · {} layers × {} heads{kv} × {} wide{experts}", self.family, self.layers, self.heads, self.hidden)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::families::{Sizes, post_ln_encoder};
+
+    #[test]
+    fn a_window_applies_to_the_layers_that_slide() {
+        let s = Sizes { vocab: 10, hidden: 8, layers: 3, heads: 2, intermediate: 16 };
+        let mut d = post_ln_encoder(&s, super::Activation::Gelu, 1e-5, 32);
+        assert_eq!((d.window(0), d.uniform_window()), (None, None));
+        d.sliding_window = Some(4);
+        assert_eq!((d.window(2), d.uniform_window()), (Some(4), Some(4)), "no list: every layer slides");
+        d.sliding_layers = vec![true, false, true];
+        assert_eq!([d.window(0), d.window(1), d.window(2)], [Some(4), None, Some(4)]);
+        assert_eq!(d.uniform_window(), None, "a full layer sees every earlier key");
     }
 }

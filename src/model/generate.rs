@@ -271,7 +271,7 @@ impl<'m> Generator<'m> {
             intervention: self.interventions.describe(),
             playground: self.model.playground,
             causal: true,
-            window: desc.sliding_window,
+            window: desc.uniform_window(),
             prompt_len: Some(self.prompt_len),
             decoder: None,
             key_tokens: None,

@@ -158,6 +158,30 @@ mod tests {
     }
 
     #[test]
+    fn the_2026_families_are_listed_with_their_shape() {
+        // The app's "Models on this computer" lists what this reads: every new family opens.
+        let cache = tempfile::tempdir().unwrap();
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/models");
+        for family in ["gemma2", "gemma3", "phi3", "olmo2", "granite", "smollm3"] {
+            let config = std::fs::read_to_string(format!("{root}/tiny-{family}/config.json")).unwrap();
+            fake_cache(cache.path(), &format!("org/tiny-{family}"), &[("config.json", &config)]);
+        }
+        let listed = list_in(cache.path());
+        let summaries: Vec<&str> = listed.iter().map(|m| m.summary.as_deref().unwrap()).collect();
+        assert_eq!(
+            summaries,
+            [
+                "gemma2 · 2 layers × 4 heads (2 key/value) × 32 wide",
+                "gemma3_text · 2 layers × 4 heads (2 key/value) × 32 wide",
+                "granite · 2 layers × 4 heads (2 key/value) × 32 wide",
+                "olmo2 · 2 layers × 4 heads (2 key/value) × 32 wide",
+                "phi3 · 2 layers × 4 heads (2 key/value) × 32 wide",
+                "smollm3 · 2 layers × 4 heads (2 key/value) × 32 wide",
+            ]
+        );
+    }
+
+    #[test]
     fn ids_are_told_from_paths() {
         assert!(looks_like_id("sentence-transformers/all-MiniLM-L6-v2"));
         assert!(looks_like_id("gpt2"));

@@ -149,7 +149,7 @@ impl Interventions {
         &self,
         tokens: usize,
         layers: usize,
-        visible: impl Fn(usize) -> std::ops::Range<usize>,
+        visible: impl Fn(usize, usize) -> std::ops::Range<usize>,
     ) -> Result<(), String> {
         if let Some(k) = self.knockout.iter().find(|k| k.query >= tokens || k.key >= tokens) {
             return Err(format!("cannot knock out {k}: the input has positions 0 to {}", tokens.saturating_sub(1)));
@@ -164,10 +164,10 @@ impl Interventions {
                     self.knockout.contains(&Knockout { layer: Some(l), query, key })
                         || self.knockout.contains(&Knockout { layer: None, query, key })
                 };
-                if visible(query).all(blocked) {
+                if visible(l, query).all(blocked) {
                     return Err(format!(
                         "the knockout leaves query {query} of layer {l} no key to attend to (it sees keys {}); keep at least one",
-                        key_span(&visible(query))
+                        key_span(&visible(l, query))
                     ));
                 }
             }
@@ -176,12 +176,12 @@ impl Interventions {
     }
 
     /// Notices for knockouts that change nothing because the mask already hides the key (a key
-    /// after the query in a causal model, or outside a window): `visible(q)` as in
-    /// [`Self::check_knockout`].
-    pub fn knockout_notices(&self, visible: impl Fn(usize) -> std::ops::Range<usize>) -> Vec<String> {
+    /// after the query in a causal model, or outside a window): `visible(layer, q)` the keys
+    /// query `q` sees in `layer` (None: in some layer).
+    pub fn knockout_notices(&self, visible: impl Fn(Option<usize>, usize) -> std::ops::Range<usize>) -> Vec<String> {
         self.knockout
             .iter()
-            .filter(|k| !visible(k.query).contains(&k.key))
+            .filter(|k| !visible(k.layer, k.query).contains(&k.key))
             .map(|k| {
                 let why = if k.key > k.query {
                     "a key after its query, which this causal model never attends to"
@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(iv.describe().as_deref(), Some("knocked out *:4:0,2:5:3"));
         assert!(iv.validate(3, 4).is_ok());
         assert!(iv.validate(2, 4).unwrap_err().contains("2:5:3"), "layer 2 of a 2-layer model");
-        let causal = |q: usize| 0..q + 1;
+        let causal = |_: usize, q: usize| 0..q + 1;
         assert!(iv.check_knockout(6, 3, causal).is_ok());
         assert!(iv.check_knockout(5, 3, causal).unwrap_err().contains("positions 0 to 4"));
         // Query 0 of a causal model sees only itself: knocking that out leaves it nothing.
@@ -329,10 +329,10 @@ mod tests {
         // Every key of a row, in two entries of one layer and of all layers.
         let row = Interventions { knockout: parse_knockout("1:1:0,*:1:1").unwrap(), ..Interventions::default() };
         assert!(row.check_knockout(3, 2, causal).unwrap_err().contains("query 1 of layer 1"));
-        assert!(row.check_knockout(3, 2, |_| 0..3).is_ok(), "an encoder's row keeps key 2");
+        assert!(row.check_knockout(3, 2, |_, _| 0..3).is_ok(), "an encoder's row keeps key 2");
         // A key after its query in a causal model changes nothing, and says so.
         let after = Interventions { knockout: parse_knockout("0:1:3,0:3:1").unwrap(), ..Interventions::default() };
-        let notices = after.knockout_notices(causal);
+        let notices = after.knockout_notices(|_, q| 0..q + 1);
         assert_eq!(notices.len(), 1, "{notices:?}");
         assert!(notices[0].contains("0:1:3") && notices[0].contains("after its query"), "{notices:?}");
     }

@@ -97,7 +97,7 @@ impl LoadedModel {
                     intervention: interventions.describe(),
                     playground: self.playground,
                     causal,
-                    window: desc.sliding_window,
+                    window: desc.uniform_window(),
                     prompt_len: None,
                     decoder: None,
                     key_tokens: None,

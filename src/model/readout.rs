@@ -455,7 +455,17 @@ impl Listener for Contributions {
                 self.pre = stream.to_vec();
                 self.mid.clear();
             }
-            Point::HeadValues { head, values, .. } => self.values[head] = values.to_vec(),
+            Point::HeadValues { head, values, row_scales, .. } => {
+                self.values[head] = values.to_vec();
+                if !row_scales.is_empty() {
+                    // An output norm divides the write at each query row: fold it into that
+                    // row's attention, which the contributions multiply the values by.
+                    let n = self.n;
+                    for (row, s) in self.probs[head * n * n..(head + 1) * n * n].chunks_mut(n).zip(row_scales) {
+                        row.iter_mut().for_each(|a| *a /= s);
+                    }
+                }
+            }
             Point::AttnOut { out, .. } => self.attn_out = out.to_vec(),
             Point::ResidMid { stream, .. } => self.mid = stream.to_vec(),
             Point::MlpOut { out, .. } => self.mlp = out.to_vec(),

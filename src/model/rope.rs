@@ -53,6 +53,15 @@ pub fn inv_freq(r: &Rotary, seq_len: usize) -> (Vec<f32>, f32) {
                 .collect();
             (freqs, 1.0)
         }
+        RopeScaling::LongRope { ref short, ref long, original_max, attention_factor } => {
+            // _compute_longrope_parameters: `1 / (ext_factors · base ** (arange(0, dim, 2) / dim))`,
+            // the long factors once the input is longer than `original_max` (longrope_frequency_update).
+            let factors = if seq_len > original_max { long } else { short };
+            let freqs = (0..dims.div_ceil(2))
+                .map(|i| 1.0 / (factors[i] as f32 * base.powf((2 * i) as f32 / dims as f32)))
+                .collect();
+            (freqs, attention_factor as f32)
+        }
         RopeScaling::Yarn { factor, original_max, attention_factor, beta_fast, beta_slow, truncate } => {
             // _compute_yarn_parameters: the correction range in f64 (Python floats), the ramp and
             // the blend in f32.

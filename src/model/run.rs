@@ -328,7 +328,7 @@ impl LoadedModel {
             intervention: interventions.describe(),
             playground: self.playground,
             causal: self.net.is_causal() || interventions.causal,
-            window: desc.sliding_window,
+            window: desc.uniform_window(),
             prompt_len: None,
             decoder: None,
             key_tokens: None,

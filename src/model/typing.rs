@@ -55,7 +55,8 @@ pub struct Reused {
 
 impl PrefixRun {
     /// A run of `ids` from nothing (all of them run) recording attention, or None for a network
-    /// that cannot run token by token (an encoder).
+    /// that cannot run token by token (an encoder) or whose rotary frequencies depend on the
+    /// input's length (dynamic NTK, long-rope: a kept prefix was rotated for another length).
     ///
     /// # Errors
     /// What the pass refuses (token ids, interventions, length).
@@ -74,6 +75,9 @@ impl PrefixRun {
         capture: Capture,
         interventions: &Interventions,
     ) -> Result<Option<Self>, EngineError> {
+        if net.description().rotary_depends_on_length() {
+            return Ok(None);
+        }
         let Ok(cache) = net.new_cache() else { return Ok(None) };
         let mut run = Self {
             ids: Vec::new(),

@@ -14,7 +14,7 @@ use super::linear::Linear;
 use super::moe::{Moe, Route};
 use super::positions::{self, HeadRows, PositionWeights, RelativeProjections};
 use super::weights::Weights;
-use crate::model::describe::{Activation, Description, FeedForward, NormKind, NormPlacement};
+use crate::model::describe::{Activation, Description, FeedForward, NormPlacement, QkNorm};
 use crate::model::kernels::{MatMut, MatRef, matmul};
 
 thread_local! {
@@ -49,14 +49,20 @@ fn visible_blocks(
 #[derive(Debug, Clone)]
 pub(super) struct Layer {
     pub(super) qkv: Linear,
-    /// Qwen3's per-head norms of q and k.
+    /// The norms of q and k (per head: Qwen3, Gemma 3; over the whole projection: OLMo-2).
     q_norm: Option<Norm>,
     k_norm: Option<Norm>,
     pub(super) output: Linear,
-    pub(super) attn_norm: Norm,
+    /// The attention's input norm (None in a pre-LN block without input norms, OLMo-2), or the
+    /// norm after the attention's addition (post-LN).
+    pub(super) attn_norm: Option<Norm>,
     pub(super) up: Linear,
     pub(super) down: Linear,
-    ffn_norm: Norm,
+    ffn_norm: Option<Norm>,
+    /// The norms of the attention's and the MLP's outputs before they join the stream (Gemma 2
+    /// and 3's `post_attention_layernorm` / `post_feedforward_layernorm`, OLMo-2's).
+    pub(super) attn_out_norm: Option<Norm>,
+    ffn_out_norm: Option<Norm>,
     relative: RelativeProjections,
     /// Attention to an encoder's output (decoders of encoder–decoders).
     pub(super) cross: Option<CrossAttention>,
@@ -86,8 +92,14 @@ impl Layer {
             h,
             d.biases.qkv,
         )?;
-        let head_norm = |w: &mut Weights, name: &str| {
-            Norm::load_kind(w, &format!("{p}.{name}"), d.head_dim, d.norm_eps, NormKind::Rms)
+        let qk_norm = |w: &mut Weights, name: &str, width: usize| match d.qk_norm {
+            QkNorm::None => Ok(None),
+            QkNorm::PerHead => Norm::load(w, &format!("{p}.{name}"), d.head_dim, d).map(Some),
+            QkNorm::Whole => Norm::load(w, &format!("{p}.{name}"), width, d).map(Some),
+        };
+        let input_norms = d.input_norms || d.norm == NormPlacement::Post;
+        let norm = |w: &mut Weights, name: &str, on: bool| {
+            if on { Norm::load(w, &format!("{p}.{name}"), h, d).map(Some) } else { Ok(None) }
         };
         let i = d.intermediate;
         let moe = match &d.experts {
@@ -116,14 +128,16 @@ impl Layer {
         Ok(Self {
             cross,
             qkv,
-            q_norm: d.qk_norm.then(|| head_norm(w, "q_norm")).transpose()?,
-            k_norm: d.qk_norm.then(|| head_norm(w, "k_norm")).transpose()?,
+            q_norm: qk_norm(w, "q_norm", attn)?,
+            k_norm: qk_norm(w, "k_norm", kv)?,
             output: Linear::load(w, &format!("{p}.o"), attn, h, d.biases.output)?,
-            attn_norm: Norm::load(w, &format!("{p}.attn_norm"), h, d)?,
+            attn_norm: norm(w, "attn_norm", input_norms)?,
+            attn_out_norm: norm(w, "attn_out_norm", d.output_norms)?,
             up,
             down,
             moe,
-            ffn_norm: Norm::load(w, &format!("{p}.ffn_norm"), h, d)?,
+            ffn_norm: norm(w, "ffn_norm", input_norms)?,
+            ffn_out_norm: norm(w, "ffn_out_norm", d.output_norms)?,
             relative,
         })
     }
@@ -199,6 +213,8 @@ pub(super) struct QkRows<'a> {
     pub(super) total: usize,
     /// Entries masked before the softmax, `(query, key)` positions (knocked out).
     pub(super) blocked: &'a [(usize, usize)],
+    /// Which keys each query sees in this layer (the causal mask, the layer's window).
+    pub(super) mask: kernels::Mask,
 }
 
 /// Per-head probability buffers of a pass that records none: one per head running at a time.
@@ -241,6 +257,8 @@ pub(super) struct Buffers {
     pub(super) context: Vec<f32>,
     /// The attention block's output, before the residual, `n × hidden`.
     pub(super) attn_out: Vec<f32>,
+    /// What the attention output's norm divided each row by (with output norms; else empty).
+    pub(super) attn_scales: Vec<f32>,
     /// Residual stream after attention, `n × hidden`.
     pub(super) attended: Vec<f32>,
     /// Cross-attention's output, before the residual, `n × hidden` (decoders only).
@@ -271,6 +289,7 @@ impl Buffers {
             &self.context_by_head,
             &self.context,
             &self.attn_out,
+            &self.attn_scales,
             &self.attended,
             &self.cross_out,
             &self.cross_probs,
@@ -294,6 +313,7 @@ impl Buffers {
             context_by_head: vec![0.0; n * attn],
             context: vec![0.0; n * attn],
             attn_out: vec![0.0; n * hidden],
+            attn_scales: Vec::new(),
             attended: vec![0.0; n * hidden],
             cross_out: if cross { vec![0.0; n * hidden] } else { Vec::new() },
             cross_probs: Vec::new(),
@@ -355,7 +375,7 @@ fn blocked_entries(
         if !(first..first + n).contains(&q) {
             continue;
         }
-        let seen = ctx.mask.visible(q - first, total);
+        let seen = ctx.mask(layer).visible(q - first, total);
         if seen.clone().all(|k| row.binary_search(&(q, k)).is_ok()) {
             return Err(EngineError::Intervention(format!(
                 "the knockout leaves query {q} of layer {layer} no key to attend to (it sees keys {}); keep at least one",
@@ -402,12 +422,20 @@ impl Network {
         let mlp_out = |edit: &mut Option<&mut dyn Edit>, bufs: &mut Buffers| {
             write(edit, Writable::MlpOut { layer: layer_idx, first, out: &mut bufs.mlp_out[..n * self.desc.hidden] })
         };
+        let norm_into = |normed: &mut [f32], x: &[f32], norm: &Option<Norm>| {
+            normed.copy_from_slice(x);
+            if let Some(norm) = norm {
+                norm.forward_in_place(normed);
+            }
+        };
         match (self.desc.norm, self.desc.parallel_residual) {
             (NormPlacement::Post, _) => {
                 self.attention(layer, x, ctx, attention, bufs)?;
                 attn_out(&mut edit, bufs)?;
                 sum_into(&mut attended, &bufs.attn_out, x);
-                layer.attn_norm.forward_in_place(&mut attended);
+                if let Some(norm) = &layer.attn_norm {
+                    norm.forward_in_place(&mut attended);
+                }
                 if let Some(c) = &layer.cross {
                     // BartDecoderLayer: `encoder_attn_layer_norm(x + encoder_attn(x))`.
                     cross(self, bufs, &attended, cross_slot.take());
@@ -417,12 +445,15 @@ impl Network {
                 self.feed_forward(layer, &attended, bufs);
                 mlp_out(&mut edit, bufs)?;
                 sum_into(x, &bufs.mlp_out, &attended);
-                layer.ffn_norm.forward_in_place(x);
+                if let Some(norm) = &layer.ffn_norm {
+                    norm.forward_in_place(x);
+                }
             }
             (NormPlacement::Pre, false) => {
-                normed.copy_from_slice(x);
-                layer.attn_norm.forward_in_place(&mut normed);
+                norm_into(&mut normed, x, &layer.attn_norm);
                 self.attention(layer, &normed, ctx, attention, bufs)?;
+                // Gemma 2's `post_attention_layernorm`, Granite's `residual_multiplier`.
+                self.join_form(layer.attn_out_norm.as_ref(), &mut bufs.attn_out, &mut bufs.attn_scales);
                 attn_out(&mut edit, bufs)?;
                 sum_into(&mut attended, &bufs.attn_out, x);
                 if let Some(c) = &layer.cross {
@@ -432,21 +463,21 @@ impl Network {
                     cross(self, bufs, &normed, cross_slot.take());
                     join(&mut attended, &bufs.cross_out);
                 }
-                normed.copy_from_slice(&attended);
-                layer.ffn_norm.forward_in_place(&mut normed);
+                norm_into(&mut normed, &attended, &layer.ffn_norm);
                 self.feed_forward(layer, &normed, bufs);
+                self.join_form(layer.ffn_out_norm.as_ref(), &mut bufs.mlp_out, &mut Vec::new());
                 mlp_out(&mut edit, bufs)?;
                 sum_into(x, &bufs.mlp_out, &attended);
             }
             (NormPlacement::Pre, true) => {
                 // GPTNeoXLayer: `mlp_output + attn_output + hidden_states`.
-                normed.copy_from_slice(x);
-                layer.attn_norm.forward_in_place(&mut normed);
+                norm_into(&mut normed, x, &layer.attn_norm);
                 self.attention(layer, &normed, ctx, attention, bufs)?;
+                self.join_form(layer.attn_out_norm.as_ref(), &mut bufs.attn_out, &mut bufs.attn_scales);
                 attn_out(&mut edit, bufs)?;
-                normed.copy_from_slice(x);
-                layer.ffn_norm.forward_in_place(&mut normed);
+                norm_into(&mut normed, x, &layer.ffn_norm);
                 self.feed_forward(layer, &normed, bufs);
+                self.join_form(layer.ffn_out_norm.as_ref(), &mut bufs.mlp_out, &mut Vec::new());
                 mlp_out(&mut edit, bufs)?;
                 // (mlp + attn) + hidden: addition commutes exactly.
                 sum_into(&mut attended, &bufs.mlp_out, &bufs.attn_out);
@@ -511,10 +542,46 @@ impl Network {
         c.output.forward_into(&context, None, &mut scratch, &mut bufs.cross_out);
     }
 
-    /// Qwen3's per-head norms, then the rotation, on every q and k head of the fused rows.
-    fn prepare_qk(&self, layer: &Layer, qkv: &mut [f32], ctx: &PassContext) {
+    /// A pre-LN sub-block's output (`n × hidden`, in place) as it joins the stream: through its
+    /// output norm (Gemma 2 and 3, OLMo-2), then times the residual scale (Granite). With a
+    /// norm, `scales` gets what it divided each row by (what a head's share of the output is
+    /// divided by too, [`Network::head_share`]); else it is left empty.
+    fn join_form(&self, norm: Option<&Norm>, out: &mut [f32], scales: &mut Vec<f32>) {
+        scales.clear();
+        if let Some(norm) = norm {
+            *scales = norm.scales(out);
+            norm.forward_in_place(out);
+        }
+        let r = self.desc.residual_scale;
+        if r.to_bits() != 1.0f32.to_bits() {
+            out.iter_mut().for_each(|v| *v *= r);
+        }
+    }
+
+    /// A head's share of the attention output (`n × hidden`, its columns of the output
+    /// projection, in place) as it joins the stream: through the output norm with the layer's
+    /// scales held (`scales`, what the norm divided each row of the whole output by), then
+    /// times the residual scale. The heads' shares and the bias's then add up to the output
+    /// that joins the stream.
+    pub(super) fn head_share(&self, layer: &Layer, scales: &[f32], share: &mut [f32]) {
+        let h = self.desc.hidden;
+        if let Some(norm) = &layer.attn_out_norm {
+            let weight = norm.multiplier();
+            for (row, s) in share.chunks_mut(h).zip(scales) {
+                row.iter_mut().zip(&weight).for_each(|(v, g)| *v = *v / s * g);
+            }
+        }
+        let r = self.desc.residual_scale;
+        if r.to_bits() != 1.0f32.to_bits() {
+            share.iter_mut().for_each(|v| *v *= r);
+        }
+    }
+
+    /// The norms of q and k (per head, or over the whole projection), then the rotation of
+    /// layer `layer_idx`, on every q and k head of the fused rows.
+    fn prepare_qk(&self, layer: &Layer, layer_idx: usize, qkv: &mut [f32], ctx: &PassContext) {
         let (d, attn, kv) = (self.desc.head_dim, self.desc.query_width(), self.desc.kv_width());
-        let rope = ctx.rope.as_ref();
+        let rope = ctx.rope(layer_idx);
         if layer.q_norm.is_none() && rope.is_none() {
             return;
         }
@@ -522,6 +589,7 @@ impl Network {
         qkv.par_chunks_mut(row).enumerate().for_each(|(i, r)| {
             let qk = &mut r[..attn + kv];
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                // A norm of head width runs over each head's chunk of its part, a whole one once.
                 qn.forward_in_place(&mut qk[..attn]);
                 kn.forward_in_place(&mut qk[attn..]);
             }
@@ -552,7 +620,7 @@ impl Network {
         let desc = &self.desc;
         let (d, attn, kv) = (desc.head_dim, desc.query_width(), desc.kv_width());
         let n = x.len() / desc.hidden.max(1);
-        self.project_qk(layer, x, ctx, &mut bufs.panels, &mut bufs.qkv);
+        self.project_qk(layer, layer_idx, x, ctx, &mut bufs.panels, &mut bufs.qkv);
         let row = attn + 2 * kv;
         let qkv = &bufs.qkv[..];
         // Keys and values: this pass's rows, or the cache they are appended to.
@@ -567,7 +635,8 @@ impl Network {
             }
             None => (&qkv[attn..], &qkv[attn + kv..], row, n),
         };
-        let rows = QkRows { qkv, row, n, k_all, kv_stride, total, blocked };
+        let mask = ctx.mask(layer_idx);
+        let rows = QkRows { qkv, row, n, k_all, kv_stride, total, blocked, mask };
         let LayerSlots { probs, scores, terms, queries, keys, visit_head, .. } = slots;
         let mut probs = probs.map(|p| p.chunks_mut(n * total));
         let mut scores = scores.map(|s| s.chunks_mut(n * total));
@@ -608,7 +677,7 @@ impl Network {
             } else {
                 // probs · v over the keys each block of rows sees (the others weigh exactly 0).
                 let g = desc.kv_head_of(h);
-                for (r, ks) in visible_blocks(ctx.mask, n, total) {
+                for (r, ks) in visible_blocks(mask, n, total) {
                     let p = MatRef::rows(&probs[r.start * total + ks.start..], r.len(), ks.len(), total);
                     let v = MatRef::rows(&v_all[ks.start * kv_stride + g * d..], ks.len(), d, kv_stride);
                     matmul(MatMut::rows(&mut context[r.start * d..], r.len(), d, d), p, v, 1.0, false);
@@ -632,9 +701,17 @@ impl Network {
 
     /// The fused q/k/v rows of `x` (`n × (attn + 2·kv)`: every query, then every key, then every
     /// value, head after head) into `qkv`, with Qwen3's head norms and the rotation applied.
-    pub(super) fn project_qk(&self, layer: &Layer, x: &[f32], ctx: &PassContext, panels: &mut [f32], qkv: &mut [f32]) {
+    pub(super) fn project_qk(
+        &self,
+        layer: &Layer,
+        layer_idx: usize,
+        x: &[f32],
+        ctx: &PassContext,
+        panels: &mut [f32],
+        qkv: &mut [f32],
+    ) {
         layer.qkv.forward_into(x, None, panels, qkv);
-        self.prepare_qk(layer, qkv, ctx);
+        self.prepare_qk(layer, layer_idx, qkv, ctx);
     }
 
     /// One head's attention probabilities into `probs` (`n × total`): q·kᵀ · scale, the
@@ -651,7 +728,7 @@ impl Network {
         records: HeadRecords<'_>,
     ) {
         let d = self.desc.head_dim;
-        let QkRows { qkv, row, n, k_all, kv_stride, total, blocked } = *rows;
+        let QkRows { qkv, row, n, k_all, kv_stride, total, blocked, mask } = *rows;
         let g = self.desc.kv_head_of(h);
         let q = MatRef::rows(&qkv[h * d..], n, d, row);
         let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
@@ -673,7 +750,7 @@ impl Network {
                         kt[c * stride + j] = v;
                     }
                 }
-                for (r, ks) in visible_blocks(ctx.mask, n, total) {
+                for (r, ks) in visible_blocks(mask, n, total) {
                     let q = MatRef::rows(&qkv[r.start * row + h * d..], r.len(), d, row);
                     let k = MatRef::rows(&kt[ks.start..], d, ks.len(), stride);
                     let dst = MatMut::rows(&mut probs[r.start * total + ks.start..], r.len(), ks.len(), total);
@@ -685,6 +762,10 @@ impl Network {
         }
         let weights = (&self.desc, &self.positions, &layer.relative);
         positions::add_terms(weights, &HeadRows { head: h, n, q, k }, &ctx.relative, probs, &mut terms);
+        if let Some(cap) = self.desc.attn_softcap {
+            // Gemma 2's eager_attention_forward: `tanh(scores / softcap) * softcap`.
+            kernels::softcap_in_place(probs, cap);
+        }
         if ctx.temperature.to_bits() != 1.0f32.to_bits() {
             let inv = 1.0 / ctx.temperature;
             for s in probs.iter_mut() {
@@ -698,7 +779,7 @@ impl Network {
                 probs[(q - first) * total + k] = f32::NEG_INFINITY;
             }
         }
-        kernels::softmax_rows(probs, total, ctx.mask, scores);
+        kernels::softmax_rows(probs, total, mask, scores);
         if let Some(recorded) = queries {
             for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
                 dst.copy_from_slice(&src[h * d..(h + 1) * d]);

@@ -120,10 +120,17 @@ pub struct LayerSlots<'a> {
 #[derive(Debug, Clone)]
 pub(super) struct PassContext {
     pub(super) temperature: f32,
-    /// Which keys each query sees.
+    /// Which keys each query sees, before a layer's window (`window` None): the causal mask and
+    /// the position of the first row.
     pub(super) mask: kernels::Mask,
+    /// Each layer's window (the description's sliding window in the layers that use it).
+    pub(super) windows: Vec<Option<usize>>,
     /// The rotation of this pass's positions (rotary models; None when positions are switched off).
     pub(super) rope: Option<RopeTable>,
+    /// The sliding layers' rotation when it differs (Gemma 3's local base).
+    pub(super) local_rope: Option<RopeTable>,
+    /// Per layer: none, `rope` or `local_rope` (0, 1, 2).
+    pub(super) rope_of: Vec<u8>,
     pub(super) relative: Relative,
     /// `(layer, head)` pairs whose output is zeroed.
     pub(super) ablated: Vec<(usize, usize)>,
@@ -132,6 +139,20 @@ pub(super) struct PassContext {
 }
 
 impl PassContext {
+    /// Which keys each query of layer `layer` sees: the causal mask and the layer's window.
+    pub(super) fn mask(&self, layer: usize) -> kernels::Mask {
+        kernels::Mask { window: self.windows.get(layer).copied().flatten(), ..self.mask }
+    }
+
+    /// The rotation of layer `layer`'s q and k, if it rotates them.
+    pub(super) fn rope(&self, layer: usize) -> Option<&RopeTable> {
+        match self.rope_of.get(layer).copied().unwrap_or(1) {
+            0 => None,
+            1 => self.rope.as_ref(),
+            _ => self.local_rope.as_ref(),
+        }
+    }
+
     /// Whether head `head` of layer `layer` is ablated.
     pub(super) fn ablated(&self, layer: usize, head: usize) -> bool {
         self.ablated.contains(&(layer, head))
@@ -144,6 +165,8 @@ impl PassContext {
 
     /// Bytes held.
     pub(super) fn bytes(&self) -> usize {
-        self.rope.as_ref().map_or(0, RopeTable::bytes) + self.relative.bytes()
+        self.rope.as_ref().map_or(0, RopeTable::bytes)
+            + self.local_rope.as_ref().map_or(0, RopeTable::bytes)
+            + self.relative.bytes()
     }
 }

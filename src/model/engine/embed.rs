@@ -35,6 +35,14 @@ impl Norm {
         }
     }
 
+    /// The weight as it multiplies a normalised row (`1 + w` for Gemma's norm).
+    pub(super) fn multiplier(&self) -> Vec<f32> {
+        match self.kind {
+            NormKind::RmsPlusOne => self.weight.iter().map(|w| 1.0 + w).collect(),
+            NormKind::Layer | NormKind::Rms => self.weight.clone(),
+        }
+    }
+
     /// What each row of `x` is divided by ([`kernels::norm_scales`]).
     pub(super) fn scales(&self, x: &[f32]) -> Vec<f32> {
         kernels::norm_scales(x, self.weight.len(), self.kind == NormKind::Layer, self.eps)

@@ -50,7 +50,15 @@ impl Network {
         if !self.logits_bias.is_empty() {
             logits.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
         }
+        self.cap_logits(&mut logits);
         Some(logits)
+    }
+
+    /// Gemma 2's `final_logit_softcapping`, on logits (not on directions).
+    fn cap_logits(&self, logits: &mut [f32]) {
+        if let Some(cap) = self.desc.final_softcap {
+            kernels::softcap_in_place(logits, cap);
+        }
     }
 
     /// The logits of `tokens` alone from one row of the final hidden state: what [`Self::logits`]
@@ -68,6 +76,7 @@ impl Network {
                 *o += b;
             }
         }
+        self.cap_logits(&mut out);
         Some(out)
     }
 
@@ -131,7 +140,7 @@ impl Network {
         self.unembed(rows, true)
     }
 
-    /// [`Self::unembed_rows`] without the head's bias: what a direction of the residual stream
+    /// [`Self::unembed_rows`] without the head's bias (nor its soft-capping): what a direction of the residual stream
     /// (a part's write, already through the final norm) does to every logit.
     pub fn unembed_directions(&self, rows: &[f32]) -> Option<Vec<f32>> {
         self.unembed(rows, false)
@@ -178,6 +187,9 @@ impl Network {
             for row in out.chunks_mut(vocab) {
                 row.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
             }
+        }
+        if with_bias {
+            self.cap_logits(&mut out);
         }
         Some(out)
     }

@@ -121,15 +121,16 @@ impl Network {
             let mut panels = vec![0.0; n * row];
             // What the attention reads: the stream itself (post-LN) or its norm (pre-LN).
             let normed: Vec<f32>;
-            let input = if d.norm == NormPlacement::Post {
-                entering
-            } else {
-                let mut x = entering.to_vec();
-                layer.attn_norm.forward_in_place(&mut x);
-                normed = x;
-                &normed
+            let input = match (&layer.attn_norm, d.norm) {
+                (Some(norm), NormPlacement::Pre) => {
+                    let mut x = entering.to_vec();
+                    norm.forward_in_place(&mut x);
+                    normed = x;
+                    &normed
+                }
+                _ => entering,
             };
-            self.project_qk(layer, input, &streams.ctx, &mut panels, &mut qkv);
+            self.project_qk(layer, layer_idx, input, &streams.ctx, &mut panels, &mut qkv);
         });
         let blocked = streams.ctx.blocked(layer_idx);
         Ok(LayerAttention { net: self, streams, layer_idx, qkv, blocked })
@@ -172,7 +173,16 @@ impl LayerAttention<'_> {
     fn rows(&self) -> QkRows<'_> {
         let d = &self.net.desc;
         let (attn, row, n) = (d.query_width(), d.query_width() + 2 * d.kv_width(), self.streams.n);
-        QkRows { qkv: &self.qkv, row, n, k_all: &self.qkv[attn..], kv_stride: row, total: n, blocked: &self.blocked }
+        QkRows {
+            qkv: &self.qkv,
+            row,
+            n,
+            k_all: &self.qkv[attn..],
+            kv_stride: row,
+            total: n,
+            blocked: &self.blocked,
+            mask: self.streams.ctx.mask(self.layer_idx),
+        }
     }
 
     fn compute(&self, head_idx: usize, probs: &mut [f32], records: HeadRecords<'_>) {

@@ -98,6 +98,10 @@ pub enum Point<'a> {
         head: usize,
         /// `seq_len × hidden`.
         values: &'a [f32],
+        /// With an output norm (Gemma 2 and 3, OLMo-2), what the write at each query row is
+        /// divided by (`seq_len` values: the write at query `i` is
+        /// `Σ_j A[i, j] · values[j] / row_scales[i]`); empty without one.
+        row_scales: &'a [f32],
     },
     /// The attention block's output (every head's write + `bias`), before it joins the stream.
     /// Only with [`Wants::writes`].
@@ -366,8 +370,17 @@ impl Network {
         let positions_on = !iv.zero_positions;
         PassContext {
             temperature: iv.temperature,
-            mask: kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: past },
+            mask: kernels::Mask { causal: d.causal || iv.causal, window: None, first: past },
+            windows: (0..d.layers).map(|l| d.window(l)).collect(),
             rope: d.rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, past, n, past + n)),
+            local_rope: d.local_rotary.as_ref().filter(|_| positions_on).map(|r| RopeTable::new(r, past, n, past + n)),
+            rope_of: (0..d.layers)
+                .map(|l| match d.rotary_of(l) {
+                    None => 0,
+                    Some(r) if d.local_rotary.as_ref() == Some(r) && d.rotary.as_ref() != Some(r) => 2,
+                    Some(_) => 1,
+                })
+                .collect(),
             relative: Relative::new(&d.position_bias, n),
             ablated: iv.ablated.iter().copied().collect(),
             knockout: iv.knockout.iter().copied().collect(),
@@ -382,8 +395,8 @@ impl Network {
         iv.validate(d.layers, d.heads).map_err(EngineError::Intervention)?;
         let layers = iv.first_layers.unwrap_or(d.layers);
         if !iv.knockout.is_empty() {
-            let mask = kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: 0 };
-            iv.check_knockout(total, layers, |q| mask.visible(q, total)).map_err(EngineError::Intervention)?;
+            let mask = |l: usize| kernels::Mask { causal: d.causal || iv.causal, window: d.window(l), first: 0 };
+            iv.check_knockout(total, layers, |l, q| mask(l).visible(q, total)).map_err(EngineError::Intervention)?;
         }
         if let Some(s) = &iv.steer
             && s.vector.len() != d.hidden
@@ -397,11 +410,26 @@ impl Network {
         Ok(())
     }
 
-    /// The keys query position `query` sees among `total` (a causal mask, a window): what a
-    /// knockout of a key outside it changes (nothing).
-    pub fn visible_keys(&self, iv: &Interventions, query: usize, total: usize) -> std::ops::Range<usize> {
+    /// The keys query position `query` sees among `total` (a causal mask, a window) in layer
+    /// `layer`, or in some layer (None: the widest of the layers' windows): what a knockout of a
+    /// key outside it changes (nothing).
+    pub fn visible_keys(
+        &self,
+        iv: &Interventions,
+        layer: Option<usize>,
+        query: usize,
+        total: usize,
+    ) -> std::ops::Range<usize> {
         let d = &self.desc;
-        kernels::Mask { causal: d.causal || iv.causal, window: d.sliding_window, first: 0 }.visible(query, total)
+        let seen = |l: usize| {
+            kernels::Mask { causal: d.causal || iv.causal, window: d.window(l), first: 0 }.visible(query, total)
+        };
+        match layer {
+            Some(l) => seen(l),
+            None => {
+                (0..d.layers.max(1)).map(seen).reduce(|a, b| a.start.min(b.start)..a.end.max(b.end)).unwrap_or(0..0)
+            }
+        }
     }
 
     /// **The forward pass.** Runs `input` through the network, handing `listener` what it asks
@@ -524,9 +552,13 @@ impl Network {
         for head in 0..d.heads {
             let columns = head * d.head_dim..(head + 1) * d.head_dim;
             layer.output.partial_into(&bufs.context[..n * d.query_width()], columns, &mut write);
+            self.head_share(layer, &bufs.attn_scales, &mut write);
             listener.point(Point::HeadWrite { layer: l, head, write: &write })?;
         }
-        listener.point(Point::AttnOut { layer: l, out: &bufs.attn_out, bias: layer.output.bias() })?;
+        // (No family has an output bias with output norms; a residual scale scales it.)
+        let mut bias = layer.output.bias().to_vec();
+        self.head_share(layer, &[], &mut bias);
+        listener.point(Point::AttnOut { layer: l, out: &bufs.attn_out, bias: &bias })?;
         if layer.cross.is_some() {
             listener.point(Point::CrossOut { layer: l, out: &bufs.cross_out })?;
         }
@@ -555,9 +587,14 @@ impl Network {
             }
         }
         let mut out = vec![0.0; n * d.hidden];
+        // Through the output norm's weight and the residual scale; the norm's division by each
+        // query row's scale is handed apart (`row_scales`): it belongs to the row written to.
+        let ones = vec![1.0; n];
+        let row_scales: &[f32] = if layer.attn_out_norm.is_some() { &bufs.attn_scales } else { &[] };
         for head in 0..d.heads {
             layer.output.partial_into(&values, head * hd..(head + 1) * hd, &mut out);
-            listener.point(Point::HeadValues { layer: l, head, values: &out })?;
+            self.head_share(layer, &ones, &mut out);
+            listener.point(Point::HeadValues { layer: l, head, values: &out, row_scales })?;
         }
         Ok(())
     }

@@ -163,6 +163,49 @@ pub fn rotary(
                 .ok_or_else(|| ModelError::Config(format!("missing field `{section}.high_freq_factor`")))?,
             original_max: original_max()?,
         },
+        "longrope" if !dims.is_multiple_of(2) => {
+            return Err(unsupported(
+                "partial_rotary_factor",
+                fraction.to_string(),
+                &format!("longrope needs an even rotary width; int({head_dim} × {fraction}) = {dims}"),
+            ));
+        }
+        "longrope" => {
+            // _compute_longrope_parameters.
+            let original = original_max()?;
+            let list = |key: &str| -> Result<Vec<f64>, ModelError> {
+                let name = format!("{section}.{key}");
+                let values = match params.get(key) {
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .map(|v| v.as_f64().filter(|f| f.is_finite() && *f > 0.0))
+                        .collect::<Option<Vec<f64>>>()
+                        .ok_or_else(|| ModelError::Config(format!("\"{name}\" must hold positive numbers")))?,
+                    None | Some(Value::Null) => return Err(ModelError::Config(format!("missing field `{name}`"))),
+                    Some(v) => return Err(ModelError::Config(format!("\"{name}\" must be a list, got {v}"))),
+                };
+                if values.len() != dims / 2 {
+                    return Err(unsupported(
+                        &name,
+                        format!("{} values", values.len()),
+                        &format!("one per rotary frequency: {}", dims / 2),
+                    ));
+                }
+                Ok(values)
+            };
+            let factor = get("factor")?.unwrap_or(max_positions as f64 / original as f64);
+            let attention_factor = match get("attention_factor")? {
+                Some(a) => a,
+                None if factor <= 1.0 => 1.0,
+                None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
+            };
+            RopeScaling::LongRope {
+                short: list("short_factor")?,
+                long: list("long_factor")?,
+                original_max: original,
+                attention_factor,
+            }
+        }
         "yarn" if !dims.is_multiple_of(2) => {
             // _compute_yarn_parameters blends ⌈dim/2⌉ frequencies with a ramp of dim // 2 values.
             return Err(unsupported(
@@ -204,7 +247,7 @@ pub fn rotary(
             return Err(unsupported(
                 &format!("{section}.rope_type"),
                 other.to_string(),
-                "supported: default, linear, dynamic, llama3, yarn",
+                "supported: default, linear, dynamic, llama3, yarn, longrope",
             ));
         }
     };
@@ -217,6 +260,46 @@ pub fn rotary_max_len(rotary: &Rotary, max_positions: usize) -> usize {
     match rotary.scaling {
         RopeScaling::Dynamic { factor, .. } => ((max_positions as f64 * factor) as usize).max(max_positions),
         _ => max_positions,
+    }
+}
+
+/// Which layers attend through the sliding window, from `layer_types` (`"sliding_attention"` or
+/// `"full_attention"`, one per layer), or `default(i)` for layer `i` when the key is absent.
+pub fn sliding_layers(keys: &Keys, layers: usize, default: impl Fn(usize) -> bool) -> Result<Vec<bool>, ModelError> {
+    match keys.0.get("layer_types") {
+        None | Some(Value::Null) => Ok((0..layers).map(default).collect()),
+        Some(Value::Array(types)) if types.len() == layers => types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(unsupported("layer_types", t.to_string(), "supported: sliding_attention, full_attention")),
+            })
+            .collect(),
+        Some(v) => Err(ModelError::Config(format!("\"layer_types\" must list one type per layer ({layers}), got {v}"))),
+    }
+}
+
+/// A soft-capping value (`attn_logit_softcapping`, `final_logit_softcapping`): `default` when
+/// absent, none when null.
+pub fn softcap(keys: &Keys, key: &str, default: Option<f64>) -> Result<Option<f32>, ModelError> {
+    let cap = match keys.0.get(key) {
+        None => default,
+        Some(Value::Null) => None,
+        Some(_) => keys.opt_f64(key)?,
+    };
+    match cap {
+        Some(c) if !(c.is_finite() && c > 0.0) => Err(unsupported(key, c.to_string(), "must be a positive number")),
+        c => Ok(c.map(|c| c as f32)),
+    }
+}
+
+/// A sliding window's width: `default` when absent, none when null.
+pub fn window(keys: &Keys, default: Option<usize>) -> Result<Option<usize>, ModelError> {
+    match keys.0.get("sliding_window") {
+        None => Ok(default),
+        Some(Value::Null) => Ok(None),
+        Some(_) => Ok(Some(bounded("sliding_window", keys.usize("sliding_window")?, 1, usize::MAX >> 8)?)),
     }
 }
 
@@ -298,10 +381,21 @@ mod tests {
 
     #[test]
     fn unknown_or_broken_rope_settings_are_named() {
-        let err = rotary(&keys(r#"{"rope_scaling":{"rope_type":"longrope"}}"#), 64, 2048, 1e4, None, None)
+        let err = rotary(&keys(r#"{"rope_scaling":{"rope_type":"su2"}}"#), 64, 2048, 1e4, None, None)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("rope_type") && err.contains("longrope"), "{err}");
+        assert!(err.contains("rope_type") && err.contains("su2"), "{err}");
+        let err = rotary(
+            &keys(r#"{"rope_scaling":{"rope_type":"longrope","short_factor":[1.0],"long_factor":[1.0]}}"#),
+            8,
+            64,
+            1e4,
+            None,
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("rope_scaling.short_factor") && err.contains("4"), "{err}");
         let err = rotary(&keys(r#"{"rope_parameters":{"rope_type":"linear"}}"#), 64, 2048, 1e4, None, None)
             .unwrap_err()
             .to_string();

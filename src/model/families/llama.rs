@@ -11,7 +11,7 @@
 use super::decoder::{head_dim, kv_heads, pre_norm_decoder, refuse_mixed_layer_types, rotary, rotary_max_len};
 use super::{BERT_SIZE_KEYS, Family, Keys, Sizes, bounded, positions, rename_by_table};
 use crate::model::ModelError;
-use crate::model::describe::{Activation, Biases, Description, EmbeddingDesc, NormKind};
+use crate::model::describe::{Activation, Biases, Description, EmbeddingDesc, NormKind, QkNorm};
 
 /// `LlamaForCausalLM`'s modules → canonical names (the `model.` prefix stripped).
 const LAYERS: &[(&str, &str)] = &[
@@ -128,7 +128,7 @@ fn llama_like(keys: &Keys, variant: Variant) -> Result<Description, ModelError> 
         norm_kind: if gemma { NormKind::RmsPlusOne } else { NormKind::Rms },
         biases,
         rotary: Some(rot),
-        qk_norm: variant == Variant::Qwen3,
+        qk_norm: if variant == Variant::Qwen3 { QkNorm::PerHead } else { QkNorm::None },
         sliding_window,
         pad_token_id: keys.opt_usize("pad_token_id")?.and_then(|p| u32::try_from(p).ok()),
         ..base

@@ -12,9 +12,11 @@ mod bert;
 mod deberta;
 mod decoder;
 mod distilbert;
+mod gemma;
 mod gpt2;
 mod gpt_neox;
 mod llama;
+mod modern;
 mod moe;
 mod mpnet;
 mod seq2seq;
@@ -27,7 +29,7 @@ use serde_json::{Map, Value};
 use super::ModelError;
 use super::describe::{
     Activation, Biases, Description, EmbeddingDesc, FeedForward, LmHead, NormKind, NormPlacement, PositionBias,
-    Positions,
+    Positions, QkNorm,
 };
 
 /// Largest counts a config may claim before anything is allocated for them (far above any released
@@ -91,6 +93,12 @@ const FAMILIES: &[&Family] = &[
     &llama::GEMMA,
     &moe::MIXTRAL,
     &moe::QWEN3_MOE,
+    &gemma::GEMMA2,
+    &gemma::GEMMA3,
+    &modern::PHI3,
+    &modern::OLMO2,
+    &modern::GRANITE,
+    &modern::SMOLLM3,
     &gpt_neox::GPT_NEOX,
     &seq2seq::BART,
     &seq2seq::MBART,
@@ -386,8 +394,16 @@ pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: u
         experts: None,
         norm_kind: NormKind::Layer,
         rotary: None,
-        qk_norm: false,
+        qk_norm: QkNorm::None,
+        local_rotary: None,
+        rope_layers: Vec::new(),
+        attn_softcap: None,
+        final_softcap: None,
+        input_norms: true,
+        output_norms: false,
+        residual_scale: 1.0,
         sliding_window: None,
+        sliding_layers: Vec::new(),
         parallel_residual: false,
         lm_head: LmHead::None,
         logit_scale: 1.0,

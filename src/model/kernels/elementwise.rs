@@ -69,6 +69,14 @@ pub fn gelu_erf_in_place(values: &mut [f32]) {
     );
 }
 
+/// Soft-capping in place: `cap · tanh(x / cap)` (Gemma 2's scores and logits), in the order
+/// torch evaluates it (divide, tanh, multiply).
+pub fn softcap_in_place(values: &mut [f32], cap: f32) {
+    for v in values {
+        *v = (*v / cap).tanh() * cap;
+    }
+}
+
 /// Tanh-approximated GELU in place: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, Hugging Face's
 /// `NewGELUActivation` (`gelu_new`).
 pub fn gelu_tanh_in_place(values: &mut [f32]) {

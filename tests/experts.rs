@@ -1,6 +1,6 @@
 //! Mixtures of experts against transformers: the routes (chosen experts equal, their weights and
 //! the router's distribution to 1e-6), the last hidden state and logits to 1e-5, on the tiny
-//! Mixtral and Qwen3-MoE of `tests/fixtures/make_reference.py`; and what only the chosen experts
+//! Mixtral, Qwen3-MoE and OLMoE of `tests/fixtures/make_reference.py`; and what only the chosen experts
 //! running means for the pass (the MLP write is the weighted sum of the chosen experts).
 #![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
 
@@ -107,8 +107,29 @@ fn qwen3_moe_routes_as_transformers_with_a_dense_layer() {
 }
 
 #[test]
+fn olmoe_routes_as_transformers_with_whole_projection_qk_norms() {
+    let m = load("olmoe");
+    let d = m.description();
+    assert_eq!(d.qk_norm, attnviz::model::describe::QkNorm::Whole);
+    let e = d.experts.clone().unwrap();
+    assert_eq!((e.count, e.top_k, e.renormalise), (4, 2, false));
+    for case in ["olmoe_single", "olmoe_non_ascii", "olmoe_truncated", "olmoe_generate"] {
+        check_routes(&m, case);
+    }
+}
+
+#[test]
+fn olmoe_refuses_clipped_qkv_by_name() {
+    let cfg = std::fs::read_to_string(root().join("tests/fixtures/models/tiny-olmoe/config.json")).unwrap();
+    let cfg = cfg.replace("\"clip_qkv\": null", "\"clip_qkv\": 8.0");
+    assert!(cfg.contains("8.0"), "{cfg}");
+    let err = attnviz::model::families::describe(&cfg).unwrap_err().to_string();
+    assert!(err.contains("clip_qkv"), "{err}");
+}
+
+#[test]
 fn weights_sum_to_one_only_where_the_family_renormalises() {
-    for (which, renormalised) in [("mixtral", true), ("qwen3-moe", false)] {
+    for (which, renormalised) in [("mixtral", true), ("qwen3-moe", false), ("olmoe", false)] {
         let m = load(which);
         let (_, routes, _) = m.routes_of_text("Experts share the work.").unwrap();
         for layer in routes.layers.iter().flatten() {

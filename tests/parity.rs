@@ -470,6 +470,9 @@ decoder_parity! {
     qwen3_moe_single: "qwen3-moe", "qwen3_moe_single";
     qwen3_moe_non_ascii: "qwen3-moe", "qwen3_moe_non_ascii";
     qwen3_moe_truncated: "qwen3-moe", "qwen3_moe_truncated";
+    olmoe_single: "olmoe", "olmoe_single";
+    olmoe_non_ascii: "olmoe", "olmoe_non_ascii";
+    olmoe_truncated: "olmoe", "olmoe_truncated";
 }
 
 #[test]
@@ -619,6 +622,7 @@ generation_parity! {
     smollm3_generates_as_transformers: "smollm3", "smollm3_generate";
     mixtral_generates_as_transformers: "mixtral", "mixtral_generate";
     qwen3_moe_generates_as_transformers: "qwen3-moe", "qwen3_moe_generate";
+    olmoe_generates_as_transformers: "olmoe", "olmoe_generate";
 }
 
 // ---------------------------------------------------------------------------------------------

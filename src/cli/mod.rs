@@ -43,7 +43,7 @@ pub struct Cli {
     /// DeBERTa-v2/v3 (deberta-v2), the training lab's pre-LN classifier (attnviz-pre-ln-bert); decoders GPT-2 (gpt2), Llama 1/2/3 (llama), Mistral (mistral),
     /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), Gemma 2 (gemma2), Gemma 3 (gemma3_text, gemma3),
     /// Phi-3/Phi-4-mini (phi3), OLMo-2 (olmo2), Granite (granite), SmolLM3 (smollm3),
-    /// GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral (mixtral), Qwen3-MoE (qwen3_moe);
+    /// GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe);
     /// encoder–decoders,
     /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
     #[arg(long, global = true, value_name = "DIR|ID")]
@@ -87,7 +87,7 @@ pub enum Command {
     /// for every layer × position (or layer × head), and write the logit difference answer − wrong
     /// at the last position (and its share of the way from corrupted to clean) as JSON or NPZ.
     Patch(patch::PatchArgs),
-    /// Which experts a mixture of experts (Mixtral, Qwen3-MoE) sends each token to, layer by layer,
+    /// Which experts a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) sends each token to, layer by layer,
     /// and the weights it multiplies their outputs by, as JSON or NPZ.
     Experts(experts::ExpertsArgs),
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a

@@ -155,7 +155,9 @@ pub enum ModelError {
         model: String,
     },
     /// Routes asked of a model without experts.
-    #[error("{model} ({family}) has no experts: only a mixture of experts (Mixtral, Qwen3-MoE) routes its tokens")]
+    #[error(
+        "{model} ({family}) has no experts: only a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) routes its tokens"
+    )]
     NoExperts {
         /// The model's name.
         model: String,

@@ -93,6 +93,7 @@ const FAMILIES: &[&Family] = &[
     &llama::GEMMA,
     &moe::MIXTRAL,
     &moe::QWEN3_MOE,
+    &moe::OLMOE,
     &gemma::GEMMA2,
     &gemma::GEMMA3,
     &modern::PHI3,

@@ -1,5 +1,6 @@
-//! Mixtures of experts: Mixtral and Qwen3-MoE — the attention of the dense family each derives
-//! from (Mistral, Qwen3), and a router with experts ([`Experts`]) in place of the feed-forward.
+//! Mixtures of experts: Mixtral, Qwen3-MoE and `OLMoE` — the attention of the dense family each
+//! derives from (Mistral, Qwen3, Llama with `OLMo`'s whole-projection q/k norms), and a router with
+//! experts ([`Experts`]) in place of the feed-forward.
 //!
 //! Mirrors `modeling_mixtral.py` (`MixtralTopKRouter`: softmax in f32, top k, renormalised;
 //! `MixtralExperts`: `w1` gate, `w3` up, `w2` down, silu) and `modeling_qwen3_moe.py`
@@ -15,7 +16,7 @@ use serde_json::Value;
 
 use super::{Family, Keys, Tensors, bounded, layer_part, rename_by_table, unsupported};
 use crate::model::ModelError;
-use crate::model::describe::{Description, Experts};
+use crate::model::describe::{Description, Experts, QkNorm};
 
 /// Most experts a layer may have (far above released models: Qwen3-MoE has 128).
 const MAX_EXPERTS: usize = 4096;
@@ -104,6 +105,9 @@ fn canonical(t: Tensors, _: &Description) -> Result<Tensors, String> {
 /// Mixtral (`model_type` "mixtral").
 pub static MIXTRAL: Family = Family { decoder: None, model_types: &["mixtral"], describe: mixtral, canonical };
 
+/// `OLMoE` (`model_type` `olmoe`).
+pub static OLMOE: Family = Family { decoder: None, model_types: &["olmoe"], describe: olmoe, canonical };
+
 /// Qwen3-MoE (`model_type` `qwen3_moe`).
 pub static QWEN3_MOE: Family = Family { decoder: None, model_types: &["qwen3_moe"], describe: qwen3_moe, canonical };
 
@@ -169,6 +173,23 @@ fn qwen3_moe(keys: &Keys) -> Result<Description, ModelError> {
         ));
     }
     Ok(Description { experts: Some(Experts { renormalise, sparse, ..e }), ..base })
+}
+
+/// `OlmoeConfig`: Llama's attention with `q_norm` / `k_norm` over the whole q and k projections
+/// (`OlmoeAttention`), and experts in every layer (`norm_topk_prob`, default false).
+fn olmoe(keys: &Keys) -> Result<Description, ModelError> {
+    keys.refuse_unless("clip_qkv", |_| false, "clipping q, k and v (clip_qkv) is not supported")?;
+    let base = (super::llama::LLAMA.describe)(keys)?;
+    let renormalise = keys.opt_bool("norm_topk_prob")?.unwrap_or(false);
+    let sparse = vec![true; base.weight_sets()];
+    let experts = experts(keys, &["num_experts"], Some(64), base.intermediate, renormalise, sparse)?;
+    Ok(Description {
+        // OlmoeConfig's default epsilon (Llama's is 1e-6).
+        norm_eps: keys.eps("rms_norm_eps", 1e-5)?,
+        qk_norm: QkNorm::Whole,
+        experts: Some(experts),
+        ..base
+    })
 }
 
 #[cfg(test)]

@@ -212,7 +212,9 @@ fn check_points(what: &str, net: &Network, ids: &[u32], type_ids: &[u32], iv: &I
             }
             // An output norm (Gemma 2 and 3, OLMo-2) divides each query row's write by its scale.
             for (row, s) in mixed.chunks_mut(hidden).zip(&head_values[l][h].1) {
-                row.iter_mut().for_each(|m| *m /= s);
+                for m in row.iter_mut() {
+                    *m /= s;
+                }
             }
             let diff = rel_diff(&head_writes[l][h], &mixed);
             assert!(diff < 1e-5, "{what}: {l}:{h}: write vs attention over values: {diff}");

@@ -262,7 +262,8 @@ impl LoadedModel {
     }
 
     /// Direct logit attribution at `position` of `tokens`: each part's share of `target`'s logit
-    /// (the model's own top token there when None), or of `target − versus`.
+    /// (the model's own top token there when None), or of `target − versus` — the logit before a
+    /// final soft-capping (Gemma 2's), which no sum of parts gives after it.
     pub fn attribute(
         &self,
         tokens: &Tokens,
@@ -284,7 +285,9 @@ impl LoadedModel {
         let mut writes = PositionWrites::new(position);
         let last = self.net.run(Input::new(&tokens.ids, &tokens.type_ids, interventions), &mut writes)?;
         let d = self.net.description();
-        let logits = self.net.logits(&last[position * d.hidden..(position + 1) * d.hidden]).unwrap_or_default();
+        let row = &last[position * d.hidden..(position + 1) * d.hidden];
+        let logits = self.net.logits(row).unwrap_or_default();
+        let raw = self.net.logits_before_cap(row).unwrap_or_default();
         let target = target.unwrap_or_else(|| crate::model::generate::argmax(&logits));
         let one = |token: u32| -> Result<Attribution, ModelError> {
             let basis = self.net.logit_basis(token).ok_or_else(|| ModelError::Unsupported {
@@ -292,7 +295,9 @@ impl LoadedModel {
                 value: token.to_string(),
                 why: format!("outside the vocabulary ({})", d.vocab_size),
             })?;
-            Ok(attribution(&self.net, &writes, &basis, token, logits[token as usize], &self.tokenizer.token_of(token)))
+            // The logit before a final soft-capping (Gemma 2): the sum the parts split.
+            let logit = raw.get(token as usize).copied().unwrap_or(logits[token as usize]);
+            Ok(attribution(&self.net, &writes, &basis, token, logit, &self.tokenizer.token_of(token)))
         };
         let a = one(target)?;
         match versus {
@@ -462,7 +467,9 @@ impl Listener for Contributions {
                     // row's attention, which the contributions multiply the values by.
                     let n = self.n;
                     for (row, s) in self.probs[head * n * n..(head + 1) * n * n].chunks_mut(n).zip(row_scales) {
-                        row.iter_mut().for_each(|a| *a /= s);
+                        for a in row.iter_mut() {
+                            *a /= s;
+                        }
                     }
                 }
             }

@@ -554,7 +554,9 @@ impl Network {
         }
         let r = self.desc.residual_scale;
         if r.to_bits() != 1.0f32.to_bits() {
-            out.iter_mut().for_each(|v| *v *= r);
+            for v in out.iter_mut() {
+                *v *= r;
+            }
         }
     }
 
@@ -573,7 +575,9 @@ impl Network {
         }
         let r = self.desc.residual_scale;
         if r.to_bits() != 1.0f32.to_bits() {
-            share.iter_mut().for_each(|v| *v *= r);
+            for v in share.iter_mut() {
+                *v *= r;
+            }
         }
     }
 

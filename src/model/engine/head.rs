@@ -42,6 +42,14 @@ impl Network {
     /// Next-token logits from one row of the final hidden state (after the final norm), or None
     /// without a language-model head: `hidden · Eᵀ` with the tied embeddings or `lm_head`.
     pub fn logits(&self, hidden_row: &[f32]) -> Option<Vec<f32>> {
+        let mut logits = self.logits_before_cap(hidden_row)?;
+        self.cap_logits(&mut logits);
+        Some(logits)
+    }
+
+    /// [`Self::logits`] before Gemma 2's final soft-capping (the same without one): what the
+    /// parts of the residual stream add up to, which direct logit attribution splits.
+    pub fn logits_before_cap(&self, hidden_row: &[f32]) -> Option<Vec<f32>> {
         let hidden_row = self.head_input(hidden_row)?;
         let mut logits = vec![0.0; self.desc.vocab_size];
         logits.par_chunks_mut(LOGIT_ROWS).enumerate().for_each(|(c, out)| {
@@ -50,7 +58,6 @@ impl Network {
         if !self.logits_bias.is_empty() {
             logits.iter_mut().zip(&self.logits_bias).for_each(|(l, b)| *l += b);
         }
-        self.cap_logits(&mut logits);
         Some(logits)
     }
 

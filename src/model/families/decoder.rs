@@ -395,7 +395,7 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(err.contains("rope_scaling.short_factor") && err.contains("4"), "{err}");
+        assert!(err.contains("rope_scaling.short_factor") && err.contains('4'), "{err}");
         let err = rotary(&keys(r#"{"rope_parameters":{"rope_type":"linear"}}"#), 64, 2048, 1e4, None, None)
             .unwrap_err()
             .to_string();

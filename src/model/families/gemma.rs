@@ -187,31 +187,27 @@ fn gemma3_rotary(keys: &Keys, hd: usize, max_positions: usize) -> Result<(Rotary
         }
         Keys(map)
     };
-    match nested {
-        Some(p) => {
-            let full = with(p.get("full_attention").cloned(), None);
-            let local = with(p.get("sliding_attention").cloned(), None);
-            Ok((
-                rotary(&full, hd, max_positions, 1_000_000.0, None, None)?,
-                rotary(&local, hd, max_positions, 10_000.0, None, None)?,
-            ))
-        }
-        None => {
-            let mut full = keys.0.clone();
-            full.remove("rope_parameters");
-            if let Some(Value::Object(flat)) = keys.0.get("rope_parameters") {
-                // A flat `rope_parameters` (not per layer type) stands for the full layers'.
-                full.insert("rope_parameters".into(), Value::Object(flat.clone()));
-            }
-            let full = Keys(full);
-            let local_theta = keys.opt_f64("rope_local_base_freq")?.unwrap_or(10_000.0);
-            let local = with(None, Some(local_theta));
-            Ok((
-                rotary(&full, hd, max_positions, 1_000_000.0, None, None)?,
-                rotary(&local, hd, max_positions, 10_000.0, None, None)?,
-            ))
-        }
+    if let Some(p) = nested {
+        let full = with(p.get("full_attention").cloned(), None);
+        let local = with(p.get("sliding_attention").cloned(), None);
+        return Ok((
+            rotary(&full, hd, max_positions, 1_000_000.0, None, None)?,
+            rotary(&local, hd, max_positions, 10_000.0, None, None)?,
+        ));
     }
+    let mut full = keys.0.clone();
+    full.remove("rope_parameters");
+    if let Some(Value::Object(flat)) = keys.0.get("rope_parameters") {
+        // A flat `rope_parameters` (not per layer type) stands for the full layers'.
+        full.insert("rope_parameters".into(), Value::Object(flat.clone()));
+    }
+    let full = Keys(full);
+    let local_theta = keys.opt_f64("rope_local_base_freq")?.unwrap_or(10_000.0);
+    let local = with(None, Some(local_theta));
+    Ok((
+        rotary(&full, hd, max_positions, 1_000_000.0, None, None)?,
+        rotary(&local, hd, max_positions, 10_000.0, None, None)?,
+    ))
 }
 
 #[cfg(test)]

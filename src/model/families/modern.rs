@@ -241,7 +241,7 @@ mod tests {
         });
         assert_eq!(describe(&hub).unwrap().1, new);
         let short = edited(PHI3, |m| {
-            drop(m["rope_parameters"].as_object_mut().unwrap().insert("short_factor".into(), json!([1.0])))
+            drop(m["rope_parameters"].as_object_mut().unwrap().insert("short_factor".into(), json!([1.0])));
         });
         let err = describe(&short).unwrap_err().to_string();
         assert!(err.contains("short_factor") && err.contains('2'), "{err}");

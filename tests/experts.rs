@@ -1,7 +1,7 @@
 //! Mixtures of experts against transformers: the routes (chosen experts equal, their weights and
 //! the router's distribution to 1e-6), the last hidden state and logits to 1e-5, on the tiny
-//! Mixtral, Qwen3-MoE and OLMoE of `tests/fixtures/make_reference.py`; and what only the chosen experts
-//! running means for the pass (the MLP write is the weighted sum of the chosen experts).
+//! Mixtral, Qwen3-MoE and `OLMoE` of `tests/fixtures/make_reference.py`; the family's normalisation
+//! of the weights; refusals.
 #![allow(clippy::unwrap_used, clippy::float_cmp)] // tests unwrap and compare exact values on purpose
 
 use std::path::PathBuf;

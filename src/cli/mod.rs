@@ -41,10 +41,10 @@ pub struct Cli {
     /// model_type): encoders BERT (bert), RoBERTa (roberta), XLM-RoBERTa (xlm-roberta), CamemBERT
     /// (camembert), DistilBERT (distilbert), ALBERT (albert), ELECTRA (electra), MPNet (mpnet),
     /// DeBERTa-v2/v3 (deberta-v2), the training lab's pre-LN classifier (attnviz-pre-ln-bert); decoders GPT-2 (gpt2), Llama 1/2/3 (llama), Mistral (mistral),
-    /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), Gemma 2 (gemma2), Gemma 3 (gemma3_text, gemma3),
-    /// Phi-3/Phi-4-mini (phi3), OLMo-2 (olmo2), Granite (granite), SmolLM3 (smollm3),
-    /// GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe);
-    /// encoder–decoders,
+    /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), Gemma 2 (gemma2), Gemma 3 (gemma3_text) and
+    /// the text of Gemma 3 checkpoints (gemma3), Phi-3/Phi-4-mini (phi3), OLMo-2 (olmo2), Granite
+    /// (granite), SmolLM3 (smollm3), GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral
+    /// (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe); encoder–decoders,
     /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,

@@ -3539,4 +3539,45 @@ fn without_its_models_the_app_says_where_it_looked_and_the_playground_runs() {
     wait_until(&mut h, "the playground's run", |a| a.session.run.is_some());
     assert_eq!(tokens(&h), ["[CLS]", "the", "cat", "[SEP]"]);
     assert!(h.state().session.run_error.is_none());
+#[test]
+fn experts_view_shows_the_library_routes_a_token_route_and_exports_their_numbers() {
+    use attnviz::model::{Interventions, LoadedModel};
+    let text = "the cat sat on the mat";
+    // A dense model has no Experts tab.
+    let h = lens_app("tiny-llama", text);
+    assert!(h.query_by_label("Experts").is_none(), "a dense model shows no Experts tab");
+    drop(h);
+    let mut h = lens_app("tiny-qwen3-moe", text);
+    h.get_by_label("Experts").click();
+    settled(&mut h);
+    let model = LoadedModel::load(&fixture("tiny-qwen3-moe")).unwrap();
+    let tokens = model.tokenizer.encode(text, None).unwrap().tokens;
+    let expected = model.routes(&tokens, &Interventions::default()).unwrap();
+    let shown = h.state().features.experts.slot.shown().unwrap().1.clone().unwrap();
+    assert_eq!(*shown, expected, "the routes shown are the library's");
+    assert!(shown.layers[1].is_none(), "layer 1 is dense");
+    // A click on a token shows its route through the layers, the dense layer included.
+    let label = format!("2: {}", attnviz::analysis::tokens::pretty_label(&tokens.tokens[2]));
+    h.get_by_label(&label).click();
+    h.run_steps(2);
+    assert_eq!(h.state().settings.experts.token, Some(2));
+    let route = attnviz::app::experts::view::route_text(&expected, 2);
+    assert!(route.contains("L1 dense"), "{route}");
+    h.get_by_label_contains(&route);
+    // Exported as numbers: per layer with experts and rank, the ids and the weights.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("experts.csv");
+    export_through_dialog(&mut h, &path);
+    let csv = std::fs::read_to_string(&path).unwrap();
+    let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    let layer0 = expected.layers[0].as_ref().unwrap();
+    assert_eq!((rows[0][0], rows[1][0]), ("L0 expert 1", "L0 weight 1"));
+    let ids: Vec<f32> = rows[0][1..].iter().map(|v| v.parse().unwrap()).collect();
+    assert_eq!(ids, (0..tokens.len()).map(|t| layer0.chosen_of(t)[0] as f32).collect::<Vec<_>>(), "{csv}");
+    let weights: Vec<f32> = rows[1][1..].iter().map(|v| v.parse().unwrap()).collect();
+    assert_eq!(weights, (0..tokens.len()).map(|t| layer0.weights_of(t)[0]).collect::<Vec<_>>());
+    // And as a picture.
+    let png = dir.path().join("experts.png");
+    export_through_dialog(&mut h, &png);
+    assert_png_matches_figure(&h, &png);
 }

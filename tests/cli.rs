@@ -1579,4 +1579,59 @@ fn the_lens_figure_has_a_colour_bar_for_what_it_colours_by() {
             assert!(texts.contains(&tick), "{label}: tick {tick}: {texts:?}");
         }
     }
+#[test]
+fn experts_json_and_npz_hold_the_routes_of_the_reference() {
+    #[derive(serde::Deserialize)]
+    struct Reference {
+        text: String,
+        tokens: Vec<String>,
+        experts: Vec<Vec<Vec<u32>>>,
+        expert_weights: Vec<Vec<Vec<f32>>>,
+    }
+    let model = root().join("tests/fixtures/models/tiny-qwen3-moe");
+    let r: Reference =
+        serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/reference/qwen3_moe_single.json")).unwrap())
+            .unwrap();
+    let dir = tmp();
+    let json = dir.path().join("experts.json");
+    let out =
+        attnviz(&["--model", model.to_str().unwrap(), "experts", "--text", &r.text, "-o", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["experts", "ids", "model", "tokens", "weights"]);
+    assert_eq!(v["tokens"], serde_json::json!(r.tokens));
+    let experts: Vec<Vec<Vec<u32>>> = serde_json::from_value(v["experts"].clone()).unwrap();
+    let weights: Vec<Vec<Vec<f32>>> = serde_json::from_value(v["weights"].clone()).unwrap();
+    assert_eq!(experts, r.experts, "chosen experts, largest weight first; the dense layer 1 empty");
+    assert!(experts[1].is_empty() && weights[1].is_empty());
+    for (got, want) in weights.iter().flatten().flatten().zip(r.expert_weights.iter().flatten().flatten()) {
+        assert!((got - want).abs() <= 1e-6, "{got} vs {want}");
+    }
+    // NPZ: layers × positions × k, -1 / NaN in the dense layer.
+    let npz = dir.path().join("experts.npz");
+    let out = attnviz(&[
+        "--model",
+        model.to_str().unwrap(),
+        "experts",
+        "--text",
+        &r.text,
+        "--format",
+        "npz",
+        "-o",
+        npz.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let n = r.tokens.len();
+    let (header, data) = npy_member(&npz, "experts.npy");
+    assert!(header.contains("'descr': '<i8'") && header.contains(&format!("'shape': (3, {n}, 2)")), "{header}");
+    let ids: Vec<i64> = data.chunks(8).map(|b| i64::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(ids[..2 * n], r.experts[0].iter().flatten().map(|&e| i64::from(e)).collect::<Vec<_>>()[..]);
+    assert!(ids[2 * n..4 * n].iter().all(|&e| e == -1));
+    let (header, _) = npy_member(&npz, "weights.npy");
+    assert!(header.contains("'descr': '<f4'"), "{header}");
+    // A model without experts: one clear line.
+    let llama = root().join("tests/fixtures/models/tiny-llama");
+    let out = attnviz(&["--model", llama.to_str().unwrap(), "experts", "--text", "x"]);
+    assert_error(&out, "has no experts");
 }

@@ -463,6 +463,16 @@ decoder_parity! {
     gpt_neox_odd_rotary_single: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_single";
     gpt_neox_odd_rotary_non_ascii: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_non_ascii";
     gpt_neox_odd_rotary_truncated: "gpt-neox-odd-rotary", "gpt_neox_odd_rotary_truncated";
+    // Mixtures of experts (their routes: tests/experts.rs).
+    mixtral_single: "mixtral", "mixtral_single";
+    mixtral_non_ascii: "mixtral", "mixtral_non_ascii";
+    mixtral_truncated: "mixtral", "mixtral_truncated";
+    qwen3_moe_single: "qwen3-moe", "qwen3_moe_single";
+    qwen3_moe_non_ascii: "qwen3-moe", "qwen3_moe_non_ascii";
+    qwen3_moe_truncated: "qwen3-moe", "qwen3_moe_truncated";
+    olmoe_single: "olmoe", "olmoe_single";
+    olmoe_non_ascii: "olmoe", "olmoe_non_ascii";
+    olmoe_truncated: "olmoe", "olmoe_truncated";
 }
 
 #[test]
@@ -610,6 +620,9 @@ generation_parity! {
     olmo2_generates_as_transformers: "olmo2", "olmo2_generate";
     granite_generates_as_transformers: "granite", "granite_generate";
     smollm3_generates_as_transformers: "smollm3", "smollm3_generate";
+    mixtral_generates_as_transformers: "mixtral", "mixtral_generate";
+    qwen3_moe_generates_as_transformers: "qwen3-moe", "qwen3_moe_generate";
+    olmoe_generates_as_transformers: "olmoe", "olmoe_generate";
 }
 
 // ---------------------------------------------------------------------------------------------

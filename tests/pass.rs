@@ -124,6 +124,13 @@ impl Listener for Everything {
             Point::MlpOut { out, .. } => self.mlp_out.push(out.to_vec()),
             Point::ResidPost { stream, .. } => self.resid_post.push(stream.to_vec()),
             Point::FinalNorm { input, scale } => self.final_norm = Some((input.to_vec(), scale.to_vec())),
+            Point::Route { layer, experts, probs, chosen, weights } => {
+                // Handed after the layer's MLP ran, before the stream leaves it.
+                assert_eq!(layer + 1, self.resid_pre.len(), "a route inside its layer");
+                assert_eq!(chosen.len(), weights.len());
+                assert_eq!(probs.len() % experts, 0, "a distribution per token");
+                assert!(chosen.iter().all(|&c| (c as usize) < experts), "expert ids in range");
+            }
         }
         Ok(())
     }

@@ -60,6 +60,9 @@ fn running_only_what_changed_is_every_full_patched_pass_bit_for_bit() {
         ("tiny-granite", Interventions::default()),
         ("tiny-phi3", Interventions::default()),
         ("tiny-smollm3", Interventions::default()),
+        ("tiny-mixtral", Interventions::default()),
+        ("tiny-qwen3-moe", Interventions::default()),
+        ("tiny-olmoe", Interventions::default()),
         ("tiny-llama-gguf/tiny-llama.Q8_0.gguf", Interventions::default()),
     ] {
         let model = fixture(name);

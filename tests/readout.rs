@@ -151,6 +151,10 @@ fn lens_attribution_and_head_scores_equal_transformers_on_every_decoder_family()
         ("tiny-gemma", "gemma"),
         ("tiny-gpt-neox", "gpt_neox"),
         ("tiny-gpt2", "gpt2"),
+        // Mixtures of experts: each layer's MLP term is its experts' weighted sum.
+        ("tiny-mixtral", "mixtral"),
+        ("tiny-qwen3-moe", "qwen3_moe"),
+        ("tiny-olmoe", "olmoe"),
     ] {
         let model = LoadedModel::load(&root().join("tests/fixtures/models").join(dir)).unwrap();
         check(prefix, &model);

@@ -12,8 +12,11 @@ use attnviz::model::typing::{PrefixRun, Reused};
 use attnviz::model::{Capture, Interventions, LoadedModel};
 use common::bits;
 
-const DECODERS: [&str; 14] = [
+const DECODERS: [&str; 17] = [
     "tiny-llama",
+    "tiny-mixtral",
+    "tiny-qwen3-moe",
+    "tiny-olmoe",
     "tiny-gemma2",
     "tiny-gemma3",
     "tiny-olmo2",

@@ -4,6 +4,7 @@ pub mod attention;
 pub mod attribution;
 pub mod contrib;
 pub mod cross;
+pub mod experts;
 pub mod import;
 pub mod lens;
 pub mod long;

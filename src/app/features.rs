@@ -10,7 +10,7 @@ use super::data::ViewData;
 use super::session::Shown;
 use super::state::View;
 use super::worker::Done;
-use super::{attribution, compare, graph, intervene, lab, lens, patching, rollout};
+use super::{attribution, compare, experts, graph, intervene, lab, lens, patching, rollout};
 use crate::export::Figure;
 
 /// Every feature's own state.
@@ -32,6 +32,8 @@ pub struct Features {
     pub patching: patching::Feature,
     /// Interventions: the prediction before and after, the steering vector, the unsteered text.
     pub intervene: intervene::Feature,
+    /// A mixture of experts' routes.
+    pub experts: experts::Feature,
 }
 
 impl Features {
@@ -43,6 +45,7 @@ impl Features {
         self.graph.request(shown, &mut self.attribution, no_head);
         self.patching.request(shown);
         self.intervene.request(shown);
+        self.experts.request(shown);
     }
 
     /// Hands a feature its answer from the worker; the answers of the shown run are the app's
@@ -56,6 +59,7 @@ impl Features {
                 let answer = self.graph.take(answer)?;
                 let answer = self.patching.take(answer)?;
                 let answer = self.intervene.take(answer)?;
+                let answer = self.experts.take(answer)?;
                 return Some(Done::Computed(answer));
             }
             Done::Compared { id, result } => self.compare.on_compared(id, result),
@@ -73,6 +77,7 @@ impl Features {
             || self.compare.is_pending()
             || self.patching.slot.is_pending()
             || self.intervene.is_pending()
+            || self.experts.slot.is_pending()
     }
 }
 
@@ -91,6 +96,8 @@ pub struct FeatureViews {
     pub graph: graph::view::GraphView,
     /// Activation patching: the grid's texture, the token boxes.
     pub patching: patching::view::PatchingView,
+    /// The experts of a mixture of experts.
+    pub experts: experts::view::ExpertsView,
 }
 
 impl FeatureViews {
@@ -103,6 +110,7 @@ impl FeatureViews {
             View::Attribution => self.attribution.ui(ui, data, commands),
             View::Graph => self.graph.ui(ui, data, commands),
             View::Patching => self.patching.ui(ui, data, commands),
+            View::Experts => self.experts.ui(ui, data, commands),
             _ => return false,
         }
         true
@@ -121,6 +129,7 @@ pub fn figure(view: View, data: &ViewData<'_>, selection: (usize, &[usize])) -> 
         View::Attribution => features.attribution.figure(data),
         View::Graph => features.graph.figure(data),
         View::Patching => features.patching.figure(data),
+        View::Experts => features.experts.figure(data),
         _ => return None,
     })
 }

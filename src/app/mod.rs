@@ -8,6 +8,7 @@ pub mod compare;
 pub mod core;
 pub mod data;
 pub mod derive;
+pub mod experts;
 pub mod features;
 pub mod figure;
 pub mod generation;

@@ -43,11 +43,13 @@ pub enum View {
     Graph,
     /// Activation patching: which activations carry the clean input's answer.
     Patching,
+    /// A mixture of experts' routes: the experts each token uses in each layer.
+    Experts,
 }
 
 impl View {
     /// Every view, in tab order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Head,
         Self::Model,
         Self::Heatmap,
@@ -60,6 +62,7 @@ impl View {
         Self::Attribution,
         Self::Graph,
         Self::Patching,
+        Self::Experts,
     ];
 
     /// Tab label.
@@ -77,6 +80,7 @@ impl View {
             Self::Attribution => "Logit attribution",
             Self::Graph => "Contribution graph",
             Self::Patching => "Patching",
+            Self::Experts => "Experts",
         }
     }
 
@@ -94,6 +98,7 @@ impl View {
             Self::Attribution => "attnviz-logit-attribution.png".to_string(),
             Self::Graph => "attnviz-contribution-graph.png".to_string(),
             Self::Patching => format!("attnviz-patching-{}.png", settings.patching.site.name()),
+            Self::Experts => "attnviz-experts.png".to_string(),
             Self::Positions => match settings.pe_figure {
                 PeFigure::Encoding => "attnviz-positional-encoding.png".to_string(),
                 PeFigure::Dot => "attnviz-pe-dot.png".to_string(),
@@ -118,6 +123,7 @@ impl View {
             Self::Attribution => "the attribution grid (layers × heads, MLPs, embeddings)",
             Self::Graph => "the contribution graph (its edges' proportions as numbers)",
             Self::Patching => "the patching grid (its logit differences as numbers)",
+            Self::Experts => "the experts grid (every chosen expert and weight as numbers)",
             Self::Positions => match settings.pe_figure {
                 PeFigure::Encoding => "the positional encoding",
                 PeFigure::Dot => "the dot products PE·PE",
@@ -284,6 +290,8 @@ pub struct Settings {
     pub patching: super::patching::PatchingSettings,
     /// The Steer panel's settings.
     pub steer: super::intervene::SteerSettings,
+    /// The experts view's settings.
+    pub experts: super::experts::ExpertsSettings,
     /// The training lab's settings.
     pub train: crate::train::TrainConfig,
 }
@@ -331,6 +339,7 @@ super::command::settings_fields! {
     graph => Graph: GraphSettings,
     patching => Patching: super::patching::PatchingSettings,
     steer => Steer: super::intervene::SteerSettings,
+    experts => Experts: super::experts::ExpertsSettings,
     train => Train: crate::train::TrainConfig,
 }
 
@@ -392,6 +401,7 @@ impl Default for Settings {
             graph: GraphSettings::default(),
             patching: super::patching::PatchingSettings::default(),
             steer: super::intervene::SteerSettings::default(),
+            experts: super::experts::ExpertsSettings::default(),
             train: crate::train::TrainConfig::default(),
         }
     }

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod dla;
 pub mod dump;
+pub mod experts;
 pub mod export;
 pub mod generate;
 pub mod heads;
@@ -43,8 +44,8 @@ pub struct Cli {
     /// DeBERTa-v2/v3 (deberta-v2), the training lab's pre-LN classifier (attnviz-pre-ln-bert); decoders GPT-2 (gpt2), Llama 1/2/3 (llama), Mistral (mistral),
     /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), Gemma 2 (gemma2), Gemma 3 (gemma3_text) and
     /// the text of Gemma 3 checkpoints (gemma3), Phi-3/Phi-4-mini (phi3), OLMo-2 (olmo2), Granite
-    /// (granite), SmolLM3 (smollm3),
-    /// GPT-NeoX/Pythia (gpt_neox); encoder–decoders,
+    /// (granite), SmolLM3 (smollm3), GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral
+    /// (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe); encoder–decoders,
     /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
@@ -89,6 +90,9 @@ pub enum Command {
     /// for every layer × position (or layer × head), and write the logit difference answer − wrong
     /// at the last position (and its share of the way from corrupted to clean) as JSON or NPZ.
     Patch(patch::PatchArgs),
+    /// Which experts a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) sends each token to, layer by layer,
+    /// and the weights it multiplies their outputs by, as JSON or NPZ.
+    Experts(experts::ExpertsArgs),
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a
     /// text or on a probe of repeated random tokens, as JSON or NPZ.
     Heads(heads::HeadsArgs),
@@ -120,6 +124,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Some(Command::Dla(args)) => dla::run(model.as_deref(), &args),
         Some(Command::Patch(args)) => patch::run(model.as_deref(), &args),
         Some(Command::Heads(args)) => heads::run(model.as_deref(), &args),
+        Some(Command::Experts(args)) => experts::run(model.as_deref(), &args),
         Some(Command::Train(args)) => train::run(&args),
         Some(Command::Open(args)) => open::run(model, &args),
         Some(Command::Models(args)) => models::run(&args),

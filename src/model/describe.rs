@@ -69,6 +69,35 @@ pub enum FeedForward {
     Gated,
 }
 
+/// A mixture of experts in place of the feed-forward block (Mixtral's `MixtralSparseMoeBlock`,
+/// Qwen3-MoE's, `OLMoE`'s): a router (`router`, `count × hidden`, no bias) scores every expert, the
+/// softmax of those scores is taken in f32, the `top_k` largest are kept (renormalised to sum 1
+/// when `renormalise`), and each token's output is the sum, over its chosen experts in ascending
+/// id order, of `weight · expert(x)`, each expert a gated feed-forward (`gate`, `up`, `down`) of
+/// `width`. Only the chosen experts run for a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Experts {
+    /// Experts per layer (`num_local_experts`, `num_experts`).
+    pub count: usize,
+    /// Experts each token uses (`num_experts_per_tok`).
+    pub top_k: usize,
+    /// Each expert's feed-forward width (`intermediate_size`, `moe_intermediate_size`).
+    pub width: usize,
+    /// The chosen experts' weights are divided by their sum (Mixtral always; Qwen3-MoE and `OLMoE`
+    /// when `norm_topk_prob`).
+    pub renormalise: bool,
+    /// Per weight set: whether its feed-forward is the experts (else a dense one of
+    /// `Description::intermediate`: Qwen3-MoE's `mlp_only_layers`, `decoder_sparse_step`).
+    pub sparse: Vec<bool>,
+}
+
+impl Experts {
+    /// Whether weight set `w` runs the experts.
+    pub fn in_layer(&self, w: usize) -> bool {
+        self.sparse.get(w).copied().unwrap_or(false)
+    }
+}
+
 /// Rotary position embeddings (`RoPE`): q and k of every head are rotated by their position.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rotary {
@@ -305,6 +334,8 @@ pub struct Description {
     pub feed_forward: FeedForward,
     /// Which layers have biases.
     pub biases: Biases,
+    /// A mixture of experts in place of the feed-forward block, or None.
+    pub experts: Option<Experts>,
     /// The norms' kind.
     pub norm_kind: NormKind,
     /// Rotary positions on q and k (decoders), or None.
@@ -379,6 +410,12 @@ pub struct Description {
 }
 
 impl Description {
+    /// Whether layer `layer` (as run) routes its tokens to experts.
+    pub fn has_experts(&self, layer: usize) -> bool {
+        let w = self.layer_weights.get(layer).copied().unwrap_or(layer);
+        self.experts.as_ref().is_some_and(|e| e.in_layer(w))
+    }
+
     /// Number of distinct weight sets (`layer.{w}`).
     pub fn weight_sets(&self) -> usize {
         self.layer_weights.iter().max().map_or(0, |&w| w + 1)
@@ -436,10 +473,12 @@ impl Description {
     }
 
     /// A one-line summary: "roberta · 12 layers × 12 heads × 768 wide" (with "(3 key/value)"
-    /// for grouped-query attention).
+    /// for grouped-query attention, " · 8 experts (top 2)" for a mixture of experts).
     pub fn summary(&self) -> String {
         let kv = if self.kv_heads == self.heads { String::new() } else { format!(" ({} key/value)", self.kv_heads) };
-        format!("{} · {} layers × {} heads{kv} × {} wide", self.family, self.layers, self.heads, self.hidden)
+        let experts =
+            self.experts.as_ref().map_or(String::new(), |e| format!(" · {} experts (top {})", e.count, e.top_k));
+        format!("{} · {} layers × {} heads{kv} × {} wide{experts}", self.family, self.layers, self.heads, self.hidden)
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod describe;
 pub mod engine;
+pub mod experts;
 pub mod families;
 pub mod files;
 pub mod generate;
@@ -163,6 +164,16 @@ pub enum ModelError {
     NoDecoder {
         /// The model's name.
         model: String,
+    },
+    /// Routes asked of a model without experts.
+    #[error(
+        "{model} ({family}) has no experts: only a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) routes its tokens"
+    )]
+    NoExperts {
+        /// The model's name.
+        model: String,
+        /// Its family.
+        family: String,
     },
     /// An intervention does not fit the model.
     #[error("intervention: {0}")]

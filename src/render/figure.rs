@@ -93,6 +93,14 @@ pub enum Figure {
     Roles(usize),
     /// Direct logit attribution as computed: layers × heads (+ attention bias, MLP), embeddings.
     Attribution(std::sync::Arc<Table>),
+    /// A mixture of experts' routes: layers × tokens, each cell the chosen experts and their
+    /// weights on the colour of the first; its numbers every chosen expert and weight.
+    Experts {
+        /// The grid drawn.
+        grid: std::sync::Arc<GridFigure>,
+        /// The numbers exported: per layer with experts and rank, the expert ids and the weights.
+        numbers: std::sync::Arc<Table>,
+    },
     /// A table of signed values as a heatmap in diverging colours centred on 0 (activation
     /// patching's grids), with the titles of its vertical and horizontal axes.
     Signed {
@@ -336,7 +344,10 @@ impl Figure {
                 let range = render::symmetric_range(&table.values);
                 Ok(table_heatmap(table, &table.title, Some(range), Colormap::RdBu, theme, scale, "layer", "head"))
             }
-            Figure::Lens(grid) => Ok(render::text_grid_drawing(&render::TextGridSpec {
+            Figure::Experts { grid, .. } if grid.cells.is_empty() => {
+                Err(FigureError::Unavailable("the routes are not computed yet".into()))
+            }
+            Figure::Lens(grid) | Figure::Experts { grid, .. } => Ok(render::text_grid_drawing(&render::TextGridSpec {
                 title: &grid.title,
                 note: &grid.note,
                 row_labels: &grid.row_labels,
@@ -455,6 +466,12 @@ impl Figure {
                     return Err(FigureError::Unavailable("it is not computed yet".into()));
                 }
                 Ok((**table).clone())
+            }
+            Figure::Experts { numbers, .. } => {
+                if numbers.values.is_empty() {
+                    return Err(FigureError::Unavailable("the routes are not computed yet".into()));
+                }
+                Ok((**numbers).clone())
             }
             Figure::Lens(grid) => Ok(Table {
                 title: format!("{} ({})", grid.title, grid.note),

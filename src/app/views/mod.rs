@@ -108,7 +108,9 @@ impl Views {
         let settings = data.settings;
         // Wrapped: the tabs, Export… and Words stay reachable in a narrow window.
         ui.horizontal_wrapped(|ui| {
-            for view in View::ALL {
+            // The experts tab only for a mixture of experts.
+            let moe = data.model.is_some_and(|m| m.experts.is_some());
+            for view in View::ALL.into_iter().filter(|v| *v != View::Experts || moe || settings.view == View::Experts) {
                 let tab = ui.selectable_label(settings.view == view, RichText::new(view.label()).strong());
                 if tab.clicked() && settings.view != view {
                     commands.push(Command::Set(super::command::Setting::View(view)));

@@ -120,6 +120,8 @@ pub struct ModelInfo {
     pub readout_refusal: Option<String>,
     /// Why the contribution graph does not apply (None: it does).
     pub contribution_refusal: Option<String>,
+    /// A mixture of experts: experts per layer and how many each token uses (None: dense).
+    pub experts: Option<(usize, usize)>,
 }
 
 impl ModelInfo {
@@ -151,6 +153,7 @@ impl ModelInfo {
             quantization: model.quantization.clone(),
             readout_refusal: model.readout_refusal(),
             contribution_refusal: model.contribution_refusal(),
+            experts: desc.experts.as_ref().map(|e| (e.count, e.top_k)),
         }
     }
 }

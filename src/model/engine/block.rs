@@ -11,6 +11,7 @@ use super::context::{Edit, LayerSlots, PassContext, Writable};
 use super::embed::Norm;
 use super::error::{EngineError, Result};
 use super::linear::Linear;
+use super::moe::{Moe, Route};
 use super::positions::{self, HeadRows, PositionWeights, RelativeProjections};
 use super::weights::Weights;
 use crate::model::describe::{Activation, Description, FeedForward, NormPlacement, QkNorm};
@@ -65,6 +66,8 @@ pub(super) struct Layer {
     relative: RelativeProjections,
     /// Attention to an encoder's output (decoders of encoder–decoders).
     pub(super) cross: Option<CrossAttention>,
+    /// A mixture of experts in place of `up` and `down` (which are then empty).
+    pub(super) moe: Option<Moe>,
 }
 
 /// A decoder layer's attention to the encoder: queries from the decoder, keys and values (fused)
@@ -99,12 +102,19 @@ impl Layer {
             if on { Norm::load(w, &format!("{p}.{name}"), h, d).map(Some) } else { Ok(None) }
         };
         let i = d.intermediate;
+        let moe = match &d.experts {
+            Some(e) if e.in_layer(index) => Some(Moe::load(w, d, &p, e)?),
+            _ => None,
+        };
+        let empty = || Linear::new(&[], Vec::new(), h);
         let up = match d.feed_forward {
+            _ if moe.is_some() => empty(),
             FeedForward::Plain => Linear::load(w, &format!("{p}.up"), h, i, d.biases.ffn)?,
             FeedForward::Gated => {
                 Linear::fused(w, &[(format!("{p}.gate"), i), (format!("{p}.up"), i)], h, d.biases.ffn)?
             }
         };
+        let down = if moe.is_some() { empty() } else { Linear::load(w, &format!("{p}.down"), i, h, d.biases.ffn)? };
         let cross = if d.cross_attention {
             Some(CrossAttention {
                 q: Linear::load(w, &format!("{p}.cq"), h, attn, d.biases.qkv)?,
@@ -124,7 +134,8 @@ impl Layer {
             attn_norm: norm(w, "attn_norm", input_norms)?,
             attn_out_norm: norm(w, "attn_out_norm", d.output_norms)?,
             up,
-            down: Linear::load(w, &format!("{p}.down"), i, h, d.biases.ffn)?,
+            down,
+            moe,
             ffn_norm: norm(w, "ffn_norm", input_norms)?,
             ffn_out_norm: norm(w, "ffn_out_norm", d.output_norms)?,
             relative,
@@ -135,7 +146,13 @@ impl Layer {
     pub(super) fn weight_bytes(&self) -> usize {
         let cross =
             self.cross.as_ref().map_or(0, |c| c.q.weight_bytes() + c.kv.weight_bytes() + c.output.weight_bytes());
-        self.qkv.weight_bytes() + self.output.weight_bytes() + self.up.weight_bytes() + self.down.weight_bytes() + cross
+        let moe = self.moe.as_ref().map_or(0, Moe::weight_bytes);
+        self.qkv.weight_bytes()
+            + self.output.weight_bytes()
+            + self.up.weight_bytes()
+            + self.down.weight_bytes()
+            + cross
+            + moe
     }
 }
 
@@ -259,6 +276,8 @@ pub(super) struct Buffers {
     panels: Vec<f32>,
     /// Probabilities of heads a pass does not record.
     scratch: HeadScratch,
+    /// The last mixture-of-experts layer's routing.
+    pub(super) route: Route,
 }
 
 impl Buffers {
@@ -279,7 +298,7 @@ impl Buffers {
             &self.mlp_out,
             &self.panels,
         ];
-        vecs.iter().map(|v| v.capacity() * size_of::<f32>()).sum::<usize>() + self.scratch.bytes()
+        vecs.iter().map(|v| v.capacity() * size_of::<f32>()).sum::<usize>() + self.scratch.bytes() + self.route.bytes()
     }
 
     pub(super) fn new(n: usize, source: usize, d: &Description) -> Self {
@@ -303,6 +322,7 @@ impl Buffers {
             mlp_out: vec![0.0; n * hidden],
             panels: vec![0.0; n * qkv.max(inner).max(hidden)],
             scratch: HeadScratch::default(),
+            route: Route::default(),
         }
     }
 }
@@ -780,6 +800,11 @@ impl Network {
     /// The feed-forward block on `x` (no norm, no residual) into `bufs.mlp_out`:
     /// `down(act(up(x)))`, or gated `down(act(gate(x)) · up(x))` (`LlamaMLP`, `GemmaMLP`).
     fn feed_forward(&self, layer: &Layer, x: &[f32], bufs: &mut Buffers) {
+        if let (Some(moe), Some(e)) = (&layer.moe, &self.desc.experts) {
+            let out = &mut bufs.mlp_out[..x.len()];
+            moe.forward(x, &self.desc, e, &mut bufs.route, out);
+            return;
+        }
         layer.up.forward_into(x, None, &mut bufs.panels, &mut bufs.inner);
         let i = self.desc.intermediate;
         let gated = self.desc.feed_forward == FeedForward::Gated;
@@ -790,14 +815,7 @@ impl Network {
             }
         }
         let activated = if gated { &mut bufs.gated } else { &mut bufs.inner };
-        match self.desc.activation {
-            // GELUActivation: nn.functional.gelu, the exact erf form.
-            Activation::Gelu => kernels::gelu_erf_in_place(activated),
-            // NewGELUActivation / gelu_pytorch_tanh: the tanh approximation.
-            Activation::GeluTanh => kernels::gelu_tanh_in_place(activated),
-            Activation::Relu => kernels::relu_in_place(activated),
-            Activation::Silu => kernels::silu_in_place(activated),
-        }
+        activate(self.desc.activation, activated);
         if gated {
             for (dst, src) in bufs.gated.chunks_mut(i).zip(bufs.inner.chunks(2 * i)) {
                 dst.iter_mut().zip(&src[i..]).for_each(|(g, u)| *g *= u);
@@ -805,5 +823,17 @@ impl Network {
         }
         let input = if gated { &bufs.gated } else { &bufs.inner };
         layer.down.forward_into(input, None, &mut bufs.panels, &mut bufs.mlp_out);
+    }
+}
+
+/// The feed-forward activation on `v`, in place.
+pub(super) fn activate(activation: Activation, v: &mut [f32]) {
+    match activation {
+        // GELUActivation: nn.functional.gelu, the exact erf form.
+        Activation::Gelu => kernels::gelu_erf_in_place(v),
+        // NewGELUActivation / gelu_pytorch_tanh: the tanh approximation.
+        Activation::GeluTanh => kernels::gelu_tanh_in_place(v),
+        Activation::Relu => kernels::relu_in_place(v),
+        Activation::Silu => kernels::silu_in_place(v),
     }
 }

@@ -37,6 +37,7 @@ mod head;
 mod lazy;
 mod linear;
 mod listeners;
+mod moe;
 mod pass;
 mod positions;
 mod quant;

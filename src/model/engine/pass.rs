@@ -136,6 +136,22 @@ pub enum Point<'a> {
         /// The write.
         out: &'a [f32],
     },
+    /// A mixture-of-experts layer's routing (only layers with experts): for each of the
+    /// `seq_len` tokens the router's distribution over the `experts` (after the softmax), the
+    /// `top_k` experts chosen (largest weight first) and the weights their outputs are multiplied
+    /// by (after the family's normalisation). The layer's `MlpOut` is their weighted sum.
+    Route {
+        /// The layer.
+        layer: usize,
+        /// Experts in the layer.
+        experts: usize,
+        /// `seq_len × experts`.
+        probs: &'a [f32],
+        /// `seq_len × top_k` expert ids.
+        chosen: &'a [u32],
+        /// `seq_len × top_k`.
+        weights: &'a [f32],
+    },
     /// The stream leaving layer `layer`.
     ResidPost {
         /// The layer.
@@ -491,6 +507,11 @@ impl Network {
                 encoder,
             };
             self.layer_forward(layer, &mut x, &ctx, job, &mut bufs)?;
+            if let (true, Some(e)) = (layer.moe.is_some(), &d.experts) {
+                let r = &bufs.route;
+                let (probs, chosen, weights) = (&r.probs[..], &r.chosen[..], &r.weights[..]);
+                listener.point(Point::Route { layer: l, experts: e.count, probs, chosen, weights })?;
+            }
             if wants.writes {
                 self.hand_writes(layer, l, &bufs, listener)?;
             }

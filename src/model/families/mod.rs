@@ -17,6 +17,7 @@ mod gpt2;
 mod gpt_neox;
 mod llama;
 mod modern;
+mod moe;
 mod mpnet;
 mod seq2seq;
 
@@ -90,6 +91,9 @@ const FAMILIES: &[&Family] = &[
     &llama::QWEN2,
     &llama::QWEN3,
     &llama::GEMMA,
+    &moe::MIXTRAL,
+    &moe::QWEN3_MOE,
+    &moe::OLMOE,
     &gemma::GEMMA2,
     &gemma::GEMMA3,
     &modern::PHI3,
@@ -388,6 +392,7 @@ pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: u
         activation,
         feed_forward: FeedForward::Plain,
         biases: Biases::ALL,
+        experts: None,
         norm_kind: NormKind::Layer,
         rotary: None,
         qk_norm: QkNorm::None,

@@ -3539,6 +3539,8 @@ fn without_its_models_the_app_says_where_it_looked_and_the_playground_runs() {
     wait_until(&mut h, "the playground's run", |a| a.session.run.is_some());
     assert_eq!(tokens(&h), ["[CLS]", "the", "cat", "[SEP]"]);
     assert!(h.state().session.run_error.is_none());
+}
+
 #[test]
 fn experts_view_shows_the_library_routes_a_token_route_and_exports_their_numbers() {
     use attnviz::model::{Interventions, LoadedModel};

@@ -1579,6 +1579,8 @@ fn the_lens_figure_has_a_colour_bar_for_what_it_colours_by() {
             assert!(texts.contains(&tick), "{label}: tick {tick}: {texts:?}");
         }
     }
+}
+
 #[test]
 fn experts_json_and_npz_hold_the_routes_of_the_reference() {
     #[derive(serde::Deserialize)]

@@ -162,6 +162,19 @@ for _ in $(seq 15); do click 1110 298 0.2; done
 xdotool mousemove 1330 820
 shot smollm2-step 1
 
+# Steering: the Steer panel under Continue ticked with its defaults (layer 10, scale 1, "Dogs are
+# wonderful" − "Dogs are terrible"; the panel widens), then Continue: the steered text, and the
+# unsteered one written beside it on the worker's side thread.
+relaunch --model smollm2 --text "I think dogs are"
+sleep 6
+nudge 3
+click 1220 166 1
+click 1213 296 3
+click 1138 117 1
+sleep 15
+xdotool mousemove 1300 800
+shot steered-continuation 2
+
 # An encoder–decoder (the tiny random BART test fixture: no real translation model is needed
 # offline): a target typed in the Target box, Cross picked: target tokens on the left, source tokens
 # on the right; then one target token pinned, its lines and per-head bars over the source.

@@ -150,5 +150,11 @@ pub(crate) fn present(path: &Path) -> bool {
 
 /// A Candle error's message without the backtrace it carries when `RUST_BACKTRACE` is set.
 pub(crate) fn first_line(e: &candle_core::Error) -> String {
+    // Without the backtrace Candle captures when RUST_BACKTRACE is set: formatting it would
+    // resolve every frame's symbols (tens of MB and a third of a second) for a line dropped.
+    let mut e = e;
+    while let candle_core::Error::WithBacktrace { inner, .. } = e {
+        e = inner;
+    }
     e.to_string().lines().next().unwrap_or_default().to_string()
 }

@@ -312,6 +312,14 @@ impl AttnvizApp {
         if let Some(reset) = reset {
             status = format!("{status} · {reset}");
         }
+        // A network the lab trained reads only its task's words: the text becomes its task's
+        // probe (what it learned to do) unless the text is already made of those words.
+        if let Some(hints) = info.hints.as_deref().filter(|_| !file_shown)
+            && !self.settings.text.split_whitespace().all(|w| hints.words.iter().any(|v| v == w))
+        {
+            self.settings.text.clone_from(&hints.probe);
+            status = format!("{status} · the text is its task's probe (it reads only its task's words)");
+        }
         if !file_shown {
             self.views.side.model_path_input = dir.display().to_string();
             self.set_status(status, false);

@@ -20,7 +20,7 @@ pub use config::{Pooling, TaskKind, TrainConfig};
 pub use net::{Net, Outputs, parameter_count, step_flops};
 pub use ops::{AddBias, Attention, CrossEntropy, LayerNorm, Product};
 pub use run::{CHECKPOINT_BUDGET_BYTES, Checkpoint, Checkpoints, Evaluation, MAX_CHECKPOINTS, Trainer, evaluate};
-pub use save::{Exported, export, load, replaceable, tokenizer_json};
+pub use save::{Exported, FolderHints, export, hints, load, replaceable, tokenizer_json};
 pub use tasks::{Batch, Rng, Targets, Task};
 
 impl TrainConfig {

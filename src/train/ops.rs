@@ -9,7 +9,7 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Re
 use num_traits::Float;
 use rayon::prelude::*;
 
-use crate::model::kernels::{self, MatMut, MatRef};
+use crate::model::kernels::{self, Mask, MatMut, MatRef};
 
 /// Rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
@@ -163,6 +163,73 @@ impl Attention {
         Ok((dims[0], d))
     }
 
+    /// Keys sequence `b` has: all, or its length (at least one).
+    fn keys(&self, b: usize) -> usize {
+        self.lengths.as_ref().map_or(self.len, |l| l[b].clamp(1, self.len))
+    }
+
+    /// The forward pass in f32 on the engine's kernels, as the engine's attention computes it
+    /// (`q · kᵀ · scale` in the fixed order, the masked softmax, `· v`), one task per sequence.
+    fn forward_f32(&self, x: &[f32], d: usize) -> Vec<f32> {
+        let (len, heads) = (self.len, self.heads);
+        #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
+        let (dh, scale) = (d / heads, self.scale as f32);
+        let mask = Mask { causal: self.causal, ..Mask::default() };
+        let mut out = vec![0f32; x.len() / 3];
+        out.par_chunks_mut(len * d).enumerate().for_each(|(b, out)| {
+            let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
+            let keys = self.keys(b);
+            let mut p = vec![0f32; len * keys];
+            for at in (0..heads).map(|h| h * dh) {
+                let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
+                let k = MatRef::rows(&seq[d + at..], keys, dh, 3 * d);
+                let v = MatRef::rows(&seq[2 * d + at..], keys, dh, 3 * d);
+                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, k.t(), scale, false);
+                kernels::softmax_rows(&mut p, keys, mask, None);
+                let probs = MatRef::rows(&p, len, keys, keys);
+                kernels::matmul(MatMut::rows(&mut out[at..], len, dh, d), probs, v, 1.0, false);
+            }
+        });
+        out
+    }
+
+    /// [`Attention::backward`] in f32 on the engine's kernels, one task per sequence: per head
+    /// `P` again, `dP = dO Vᵀ`, `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = dS K`,
+    /// `dK = dSᵀ Q`, `dV = Pᵀ dO`, each product written in place into q|k|v's gradient.
+    fn backward_f32(&self, x: &[f32], g: &[f32], d: usize) -> Vec<f32> {
+        let (len, heads) = (self.len, self.heads);
+        #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
+        let (dh, scale) = (d / heads, self.scale as f32);
+        let mask = Mask { causal: self.causal, ..Mask::default() };
+        let mut dx = vec![0f32; x.len()];
+        dx.par_chunks_mut(len * 3 * d).enumerate().for_each(|(b, dx)| {
+            let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
+            let go = &g[b * len * d..(b + 1) * len * d];
+            let keys = self.keys(b);
+            let (mut p, mut ds) = (vec![0f32; len * keys], vec![0f32; len * keys]);
+            for at in (0..heads).map(|h| h * dh) {
+                let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
+                let k = MatRef::rows(&seq[d + at..], keys, dh, 3 * d);
+                let v = MatRef::rows(&seq[2 * d + at..], keys, dh, 3 * d);
+                let dout = MatRef::rows(&go[at..], len, dh, d);
+                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, k.t(), scale, false);
+                kernels::softmax_rows(&mut p, keys, mask, None);
+                kernels::matmul(MatMut::rows(&mut ds, len, keys, keys), dout, v.t(), 1.0, false);
+                for (pr, dr) in p.chunks(keys).zip(ds.chunks_mut(keys)) {
+                    let dot = pr.iter().zip(dr.iter()).fold(0f32, |s, (&a, &b)| s + a * b);
+                    for (o, &pv) in dr.iter_mut().zip(pr) {
+                        *o = pv * (*o - dot) * scale;
+                    }
+                }
+                let (probs, dsm) = (MatRef::rows(&p, len, keys, keys), MatRef::rows(&ds, len, keys, keys));
+                kernels::matmul(MatMut::rows(&mut dx[at..], len, dh, 3 * d), dsm, k, 1.0, false);
+                kernels::matmul(MatMut::rows(&mut dx[d + at..], keys, dh, 3 * d), dsm.t(), q, 1.0, false);
+                kernels::matmul(MatMut::rows(&mut dx[2 * d + at..], keys, dh, 3 * d), probs.t(), dout, 1.0, false);
+            }
+        });
+        dx
+    }
+
     fn forward<T: Float + Send + Sync>(&self, x: &[T], d: usize) -> Vec<T> {
         let (len, heads) = (self.len, self.heads);
         let (dh, scale) = (d / heads, T::from(self.scale).unwrap_or_else(T::one));
@@ -248,7 +315,7 @@ impl CustomOp1 for Attention {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let (n, d) = self.check(layout)?;
         let out = match storage {
-            CpuStorage::F32(v) => CpuStorage::F32(self.forward(contiguous(v, layout)?, d)),
+            CpuStorage::F32(v) => CpuStorage::F32(self.forward_f32(contiguous(v, layout)?, d)),
             CpuStorage::F64(v) => CpuStorage::F64(self.forward(contiguous(v, layout)?, d)),
             _ => bail!("attention: f32 or f64 only"),
         };
@@ -277,7 +344,7 @@ impl CustomOp2 for AttentionBackward {
         }
         let out = match (x, g) {
             (CpuStorage::F32(x), CpuStorage::F32(g)) => {
-                CpuStorage::F32(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?, d))
+                CpuStorage::F32(self.0.backward_f32(contiguous(x, lx)?, contiguous(g, lg)?, d))
             }
             (CpuStorage::F64(x), CpuStorage::F64(g)) => {
                 CpuStorage::F64(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?, d))
@@ -812,6 +879,31 @@ mod tests {
                 let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
                 assert!((numeric - g[i]).abs() < 1e-6, "layer norm grad {k}/{i}: {numeric} vs {}", g[i]);
             }
+        }
+    }
+
+    /// The f32 attention (the engine's kernels) against the f64 loops, forward and backward, for
+    /// causal and padded sequences.
+    #[test]
+    fn attention_in_f32_matches_the_f64_loops() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f64, 1.0, (3 * 5, 3 * 8), &dev).unwrap();
+        let g = Tensor::randn(0f64, 1.0, (3 * 5, 8), &dev).unwrap();
+        for (causal, lengths) in [(true, None), (false, Some(vec![5, 2, 0])), (true, Some(vec![3, 5, 1]))] {
+            let op = Attention { heads: 2, len: 5, scale: 0.5, causal, lengths: lengths.map(Arc::new) };
+            let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let (x32, g32) = (f(&x), f(&g));
+            let (x64, g64) = (
+                x.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+                g.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+            );
+            let close = |a: &[f32], b: &[f64], what: &str| {
+                assert_eq!(a.len(), b.len());
+                let diff = a.iter().zip(b).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
+                assert!(diff < 1e-5, "{what} (causal {causal}) off by {diff}");
+            };
+            close(&op.forward_f32(&x32, 8), &op.forward(&x64, 8), "forward");
+            close(&op.backward_f32(&x32, &g32, 8), &op.backward(&x64, &g64, 8), "backward");
         }
     }
 

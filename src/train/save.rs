@@ -169,6 +169,42 @@ pub fn export(net: &Net) -> candle_core::Result<Exported> {
     Ok(Exported { config, tensors: out, tokenizer: tokenizer_json(&task, net.cfg.pooling) })
 }
 
+/// What a folder the lab saved tells the app beyond its model: the text to suggest and the words
+/// the model reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FolderHints {
+    /// The task's probe (`training.json`'s `probe`, else the task's own): text made of the
+    /// vocabulary that shows what the network learned.
+    pub probe: String,
+    /// The vocabulary's words, special tokens left out, in id order.
+    pub words: Vec<String>,
+}
+
+impl FolderHints {
+    /// The vocabulary named for a notice: every word up to 24, else the first twelve, "…", the
+    /// last two and the count.
+    pub fn alphabet(&self) -> String {
+        let w = &self.words;
+        if w.len() <= 24 {
+            w.join(" ")
+        } else {
+            format!("{} … {} ({} words)", w[..12].join(" "), w[w.len() - 2..].join(" "), w.len())
+        }
+    }
+}
+
+/// The hints of a folder [`save`] wrote (None for any other folder, or one whose `training.json`
+/// does not read).
+pub fn hints(dir: &Path) -> Option<FolderHints> {
+    let training: Value = serde_json::from_slice(&std::fs::read(dir.join("training.json")).ok()?).ok()?;
+    let cfg: TrainConfig = serde_json::from_value(training.get("config")?.clone()).ok()?;
+    cfg.validate().ok()?;
+    let task = Task::new(&cfg);
+    let probe = training.get("probe").and_then(Value::as_str).map_or_else(|| task.probe(), String::from);
+    let words = task.vocab.iter().filter(|w| ![PAD, UNK, CLS].contains(&w.as_str())).cloned().collect();
+    Some(FolderHints { probe, words })
+}
+
 /// A folder [`save`] wrote, back as the network it was: `training.json`'s settings, the weights
 /// from `model.safetensors` through the inverse of [`export`]'s names and layouts.
 pub fn load(dir: &Path) -> Result<Net, TrainError> {

@@ -106,6 +106,9 @@ pub struct ModelInfo {
     pub readout_refusal: Option<String>,
     /// Why the contribution graph does not apply (None: it does).
     pub contribution_refusal: Option<String>,
+    /// A folder the training lab saved: its task's probe (the text suggested on loading) and its
+    /// vocabulary (named when the text falls outside it).
+    pub hints: Option<Arc<crate::train::FolderHints>>,
 }
 
 impl ModelInfo {
@@ -137,6 +140,7 @@ impl ModelInfo {
             quantization: model.quantization.clone(),
             readout_refusal: model.readout_refusal(),
             contribution_refusal: model.contribution_refusal(),
+            hints: None,
         }
     }
 }
@@ -562,7 +566,8 @@ impl Inference {
             Job::Load { id, dir } => {
                 let result = match LoadedModel::load(&dir) {
                     Ok(m) => {
-                        let info = ModelInfo::of(&m);
+                        let mut info = ModelInfo::of(&m);
+                        info.hints = crate::train::hints(&dir).map(Arc::new);
                         self.model = Some(Arc::new(m));
                         self.prefix = None;
                         Ok(info)

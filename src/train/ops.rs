@@ -1,7 +1,10 @@
-//! Two fused operations with their gradients, where Candle's CPU backend has none (its
-//! `softmax_last_dim` and `layer_norm` are forward-only) or would chain five allocating ones:
-//! the attention softmax with its scale and masks, and layer norm. f32 and f64 (the gradient check
-//! runs in f64).
+//! The lab's operations with their gradients, where Candle's CPU backend has none (its
+//! `softmax_last_dim` and `layer_norm` are forward-only), would chain several allocating ones, or
+//! runs its own products: the matrix product on the engine's fixed-order kernels, the attention
+//! with its scale and masks, layer norm and cross-entropy. f32 runs on the engine's kernels where
+//! there is a product; f64 (the gradient check) runs plain loops, and tests check the two agree.
+//! Threads split the work per sequence (attention) or per block of rows (products big enough to be
+//! worth it): one fork/join per operation, none for small ones.
 
 use std::sync::Arc;
 
@@ -20,10 +23,10 @@ const ROWS_PER_TASK: usize = 64;
 /// sequence's length masked when `lengths` is given (one per sequence). The output is the heads'
 /// values side by side, `[rows · len, d]`.
 ///
-/// One pass per sequence over its heads, with the head's q, k and v gathered into small contiguous
-/// blocks: none of the `[rows, heads, len, len]` scores or probabilities is ever a tensor (the
-/// backward pass computes the probabilities again from q and k, as flash attention does), and no
-/// q/k/v is permuted into a tensor of its own.
+/// One task per sequence over its heads, each head's q, k and v read in place in the q|k|v rows:
+/// none of the `[rows, heads, len, len]` scores or probabilities is ever a tensor (the backward
+/// pass computes the probabilities again from q and k, as flash attention does), and no q/k/v is
+/// permuted into a tensor of its own. In f32 the products and the softmax are the engine's.
 #[derive(Debug, Clone)]
 pub struct Attention {
     /// Heads.
@@ -485,11 +488,8 @@ impl Product {
         let per = m.div_ceil(tasks);
         let run = |(t, dst): (usize, &mut [f32])| {
             let (i0, rows) = (t * per, dst.len() / n);
-            let lhs = if self.a_t {
-                MatRef::new(&a[i0..], rows, k, 1, m)
-            } else {
-                MatRef::rows(&a[i0 * k..], rows, k, k)
-            };
+            let lhs =
+                if self.a_t { MatRef::new(&a[i0..], rows, k, 1, m) } else { MatRef::rows(&a[i0 * k..], rows, k, k) };
             kernels::matmul(MatMut::rows(dst, rows, n, n), lhs, rhs, 1.0, false);
         };
         if tasks == 1 {
@@ -930,8 +930,10 @@ mod tests {
             assert!(d < 1e-4, "f32 product ({a_t}, {b_t}) off by {d}");
 
             // Gradients of a small one against central differences.
-            let a = Var::from_tensor(&Tensor::randn(0f64, 1.0, if a_t { (3, 4) } else { (4, 3) }, &dev).unwrap()).unwrap();
-            let b = Var::from_tensor(&Tensor::randn(0f64, 1.0, if b_t { (5, 3) } else { (3, 5) }, &dev).unwrap()).unwrap();
+            let a =
+                Var::from_tensor(&Tensor::randn(0f64, 1.0, if a_t { (3, 4) } else { (4, 3) }, &dev).unwrap()).unwrap();
+            let b =
+                Var::from_tensor(&Tensor::randn(0f64, 1.0, if b_t { (5, 3) } else { (3, 5) }, &dev).unwrap()).unwrap();
             let w = Tensor::randn(0f64, 1.0, (4, 5), &dev).unwrap();
             let loss = |a: &Tensor, b: &Tensor| op.apply(a, b).unwrap().mul(&w).unwrap().sum_all().unwrap();
             let grads = loss(&a, &b).backward().unwrap();

@@ -12,7 +12,7 @@ use attnviz::model::LoadedModel;
 use attnviz::train::{TaskKind, TrainConfig};
 use egui::Key;
 use egui_kittest::Harness;
-use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{NodeT as _, Queryable};
 
 mod common;
 
@@ -261,7 +261,7 @@ fn a_saved_network_opens_on_its_probe_and_names_its_vocabulary() {
     assert!(run.tokens.tokens.iter().all(|t| t != "[UNK]"), "{:?}", run.tokens.tokens);
     h.run_steps(2);
     let notice = |h: &Harness<'static, AttnvizApp>| {
-        h.query_by(|n| n.label().is_some_and(|l| l.contains("outside this model's vocabulary"))).map(|n| n.label())
+        h.query_by_label_contains("outside this model's vocabulary").map(|n| n.accesskit_node().label())
     };
     assert!(notice(&h).is_none(), "no notice while the text is the vocabulary's");
 

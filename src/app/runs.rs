@@ -315,7 +315,7 @@ impl AttnvizApp {
         // A network the lab trained reads only its task's words: the text becomes its task's
         // probe (what it learned to do) unless the text is already made of those words.
         if let Some(hints) = info.hints.as_deref().filter(|_| !file_shown)
-            && !self.settings.text.split_whitespace().all(|w| hints.words.iter().any(|v| v == w))
+            && hints.unknown_words(&self.settings.text) > 0
         {
             self.settings.text.clone_from(&hints.probe);
             status = format!("{status} · the text is its task's probe (it reads only its task's words)");

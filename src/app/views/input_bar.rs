@@ -219,8 +219,10 @@ fn long_input_ui(
 /// words it reads.
 pub fn outside_vocabulary(data: &ViewData<'_>) -> Option<String> {
     let hints = data.model?.hints.as_deref()?;
-    let run = data.run?;
-    let unknown = run.tokens.tokens.iter().filter(|t| t.as_str() == "[UNK]").count();
+    if data.settings.source != Source::Pretrained {
+        return None;
+    }
+    let unknown = hints.unknown_words(&data.settings.text);
     (unknown > 0).then(|| {
         format!(
             "⚠ {unknown} word{} outside this model's vocabulary became [UNK]: it reads only {}",

@@ -20,7 +20,7 @@ exec(compile(open(sys.argv[0]).read(), sys.argv[0], "exec"))'
 for round in $(seq "${ROUNDS:-3}"); do
     echo "round $round: $(uptime | sed 's/.*load/load/')"
     for threads in 2 1; do
-        ms=$(RAYON_NUM_THREADS=$threads ./target/release/attnviz bench --mode train --steps "$steps" | head -n 1)
+        ms=$(RAYON_NUM_THREADS=$threads ./target/release/attnviz bench --mode train --steps "$steps" | sed -n 1p)
         echo "attnviz $threads threads: $ms"
         ms=$(PEER_THREADS=$threads "$python" -c "$pinned" "$peer" --steps "$steps" --eval "$steps" | tail -n 1)
         echo "pytorch $threads threads: $ms"

@@ -249,7 +249,9 @@ fn a_saved_network_opens_on_its_probe_and_names_its_vocabulary() {
     assert_eq!(h.state().settings.text, "the cat sat");
 
     // Opened as a folder: the text becomes the task's probe, every word of it known.
-    h.state_mut().load_model(target.clone());
+    h.state_mut().views.side.model_path_input = target.display().to_string();
+    h.run_steps(1);
+    h.get_by_label("Load").click();
     let probe = attnviz::train::Task::new(&h.state().settings.train).probe();
     wait_until(&mut h, "the saved network's run", |a| {
         a.session.model.as_ref().is_some_and(|m| m.dir == target)

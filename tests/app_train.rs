@@ -12,7 +12,7 @@ use attnviz::model::LoadedModel;
 use attnviz::train::{TaskKind, TrainConfig};
 use egui::Key;
 use egui_kittest::Harness;
-use egui_kittest::kittest::{NodeT as _, Queryable};
+use egui_kittest::kittest::Queryable;
 
 mod common;
 
@@ -262,10 +262,8 @@ fn a_saved_network_opens_on_its_probe_and_names_its_vocabulary() {
     let run = h.state().session.run.clone().unwrap();
     assert!(run.tokens.tokens.iter().all(|t| t != "[UNK]"), "{:?}", run.tokens.tokens);
     h.run_steps(2);
-    let notice = |h: &Harness<'static, AttnvizApp>| {
-        h.query_by_label_contains("outside this model's vocabulary").map(|n| n.accesskit_node().label())
-    };
-    assert!(notice(&h).is_none(), "no notice while the text is the vocabulary's");
+    let notice = |h: &Harness<'static, AttnvizApp>, text: &str| h.query_by_label_contains(text).is_some();
+    assert!(!notice(&h, "outside this model's vocabulary"), "no notice while the text is the vocabulary's");
 
     // Text outside the vocabulary: the notice names the words the network reads.
     h.state_mut().settings.text = "the cat sat".into();
@@ -274,7 +272,8 @@ fn a_saved_network_opens_on_its_probe_and_names_its_vocabulary() {
     });
     h.run_steps(2);
     let words = attnviz::train::Task::new(&h.state().settings.train).vocab;
-    let label = notice(&h).flatten().expect("a notice naming the vocabulary");
-    assert!(label.contains("3 words"), "{label}");
-    assert!(words[..11].iter().all(|w| label.contains(w.as_str())), "the notice lists the words: {label}");
+    let alphabet = words[..12].join(" ");
+    assert_eq!(words.len(), 13, "12 syllables and [UNK]");
+    let expected = format!("⚠ 3 words outside this model's vocabulary became [UNK]: it reads only {alphabet}");
+    assert!(notice(&h, &expected), "the notice names the words it reads: {expected}");
 }

@@ -207,3 +207,73 @@ fn invalid_settings_are_explained_and_train_is_disabled() {
     h.run_steps(3);
     assert!(h.state().features.lab.lab.is_none(), "nothing trains with invalid settings");
 }
+
+/// A network saved by the lab and opened as a model folder shows its task's probe (not the text
+/// turned into `[UNK]`), and text outside its vocabulary gets a notice naming the words it reads.
+#[test]
+fn a_saved_network_opens_on_its_probe_and_names_its_vocabulary() {
+    let mut h = harness();
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.state_mut().settings.train = TrainConfig {
+        layers: 1,
+        heads: 2,
+        d_model: 16,
+        vocab: 12,
+        context: 16,
+        batch: 8,
+        steps: 20,
+        eval_every: 10,
+        checkpoint_every: 10,
+        ..TrainConfig::for_task(TaskKind::Induction)
+    };
+    h.get_by_label("Playground").click();
+    h.run_steps(2);
+    h.get_by_label("Train a transformer…").click();
+    h.run_steps(2);
+    h.get_by_label("▶ Train").click();
+    wait_until(&mut h, "the end of the run", |a| {
+        a.features.lab.lab.as_ref().is_some_and(|l| l.state == LabState::Finished)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("saved");
+    h.get_by_label("Save to").focus();
+    h.run_steps(1);
+    h.get_by_label("Save to").type_text(target.to_str().unwrap());
+    h.run_steps(1);
+    h.get_by_label("Save").click();
+    wait_until(&mut h, "the save", |a| a.features.lab.lab.as_ref().is_some_and(|l| l.saved.is_some()));
+    h.get_by_label("Close").click();
+    wait_until(&mut h, "the previous model", |a| {
+        a.session.model.as_ref().is_some_and(|m| m.name == "tiny-bert") && !a.is_busy()
+    });
+    assert_eq!(h.state().settings.text, "the cat sat");
+
+    // Opened as a folder: the text becomes the task's probe, every word of it known.
+    h.state_mut().views.side.model_path_input = target.display().to_string();
+    h.run_steps(1);
+    h.get_by_label("Load").click();
+    let probe = attnviz::train::Task::new(&h.state().settings.train).probe();
+    wait_until(&mut h, "the saved network's run", |a| {
+        a.session.model.as_ref().is_some_and(|m| m.dir == target)
+            && a.session.run.as_ref().is_some_and(|r| r.tokens.len() == 16)
+            && !a.is_busy()
+    });
+    assert_eq!(h.state().settings.text, probe);
+    let run = h.state().session.run.clone().unwrap();
+    assert!(run.tokens.tokens.iter().all(|t| t != "[UNK]"), "{:?}", run.tokens.tokens);
+    h.run_steps(2);
+    let notice = |h: &Harness<'static, AttnvizApp>, text: &str| h.query_by_label_contains(text).is_some();
+    assert!(!notice(&h, "outside this model's vocabulary"), "no notice while the text is the vocabulary's");
+
+    // Text outside the vocabulary: the notice names the words the network reads.
+    h.state_mut().settings.text = "the cat sat".into();
+    wait_until(&mut h, "the run of the new text", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.tokens.len() == 3) && !a.is_busy()
+    });
+    h.run_steps(2);
+    let words = attnviz::train::Task::new(&h.state().settings.train).vocab;
+    let alphabet = words[..12].join(" ");
+    assert_eq!(words.len(), 13, "12 syllables and [UNK]");
+    let expected = format!("⚠ 3 words outside this model's vocabulary became [UNK]: it reads only {alphabet}");
+    assert!(notice(&h, &expected), "the notice names the words it reads: {expected}");
+}

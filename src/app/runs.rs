@@ -315,6 +315,14 @@ impl AttnvizApp {
         if let Some(reset) = reset {
             status = format!("{status} · {reset}");
         }
+        // A network the lab trained reads only its task's words: the text becomes its task's
+        // probe (what it learned to do) unless the text is already made of those words.
+        if let Some(hints) = info.hints.as_deref().filter(|_| !file_shown)
+            && hints.unknown_words(&self.settings.text) > 0
+        {
+            self.settings.text.clone_from(&hints.probe);
+            status = format!("{status} · the text is its task's probe (it reads only its task's words)");
+        }
         if !file_shown {
             self.views.side.model_path_input = dir.display().to_string();
             self.set_status(status, false);

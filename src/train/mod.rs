@@ -1,5 +1,5 @@
 //! The training lab: small transformers trained on Candle's autograd (`Var`s in a candle-nn
-//! `VarMap`, `AdamW`) on tasks generated from a seed — induction, sort, reverse, modular addition
+//! `VarMap`, `AdamW` as candle-nn computes it) on tasks generated from a seed — induction, sort, reverse, modular addition
 //! and the course's sentiment classifier. The lab hands the engine the network as a model folder's
 //! description and weights ([`Trainer::model`]), so every view shows the network being trained,
 //! and saves it as a folder transformers loads.
@@ -7,6 +7,7 @@
 mod config;
 mod net;
 mod ops;
+mod optim;
 mod run;
 mod save;
 mod tasks;
@@ -17,9 +18,9 @@ use thiserror::Error;
 
 pub use config::{Pooling, TaskKind, TrainConfig};
 pub use net::{Net, Outputs, parameter_count, step_flops};
-pub use ops::{AddBias, Attention, LayerNorm};
+pub use ops::{AddBias, Attention, CrossEntropy, LayerNorm, Product};
 pub use run::{CHECKPOINT_BUDGET_BYTES, Checkpoint, Checkpoints, Evaluation, MAX_CHECKPOINTS, Trainer, evaluate};
-pub use save::{Exported, export, load, replaceable, tokenizer_json};
+pub use save::{Exported, FolderHints, export, hints, load, replaceable, tokenizer_json};
 pub use tasks::{Batch, Rng, Targets, Task};
 
 impl TrainConfig {

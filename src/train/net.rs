@@ -16,7 +16,7 @@ use candle_core::{D, DType, Device, IndexOp, Tensor, Var};
 use candle_nn::VarMap;
 
 use super::config::{Pooling, TrainConfig};
-use super::ops::{AddBias, Attention, LayerNorm};
+use super::ops::{AddBias, Attention, CrossEntropy, LayerNorm, Product};
 use super::tasks::{Rng, Task};
 use crate::analysis::pe::{self, PeLayout, PeParams};
 use crate::model::NormPlacement;
@@ -209,7 +209,7 @@ impl Net {
     }
 
     fn linear(&self, x: &Tensor, name: &str) -> candle_core::Result<Tensor> {
-        let y = x.matmul(self.get(&format!("{name}.w"))?)?;
+        let y = Product::PLAIN.apply(&x.contiguous()?, self.get(&format!("{name}.w"))?)?;
         match self.vars.get(&format!("{name}.b")) {
             Some(b) => AddBias.apply(&y, b.as_tensor()),
             None => Ok(y),
@@ -311,26 +311,20 @@ impl Net {
         len: usize,
         targets: &super::tasks::Targets,
     ) -> candle_core::Result<Tensor> {
-        match targets {
+        let classes = out.logits.dim(D::Minus1)?;
+        let (logits, targets) = match targets {
             super::tasks::Targets::Next { from } => {
-                let n = len - 1 - from;
-                let logits = out.logits.narrow(1, *from, n)?.reshape((rows * n, self.vocab))?;
-                let next: Vec<u32> =
-                    (0..rows).flat_map(|r| ids[r * len + from + 1..(r + 1) * len].iter().copied()).collect();
-                let next = Tensor::from_vec(next, rows * n, &Device::Cpu)?;
-                cross_entropy(&logits, &next)
+                // Every position from `from` on but the last predicts the next token.
+                let mut t = vec![CrossEntropy::SKIP; rows * len];
+                for r in 0..rows {
+                    for i in *from..len - 1 {
+                        t[r * len + i] = ids[r * len + i + 1];
+                    }
+                }
+                (out.logits.reshape((rows * len, classes))?, t)
             }
-            super::tasks::Targets::Labels { labels, .. } => {
-                let labels = Tensor::from_slice(labels, rows, &Device::Cpu)?;
-                cross_entropy(&out.logits, &labels)
-            }
-        }
+            super::tasks::Targets::Labels { labels, .. } => (out.logits.clone(), labels.clone()),
+        };
+        CrossEntropy { targets: Arc::new(targets) }.apply(&logits)
     }
-}
-
-/// Mean cross-entropy of rows of logits against class ids (log-softmax with the max subtracted).
-fn cross_entropy(logits: &Tensor, targets: &Tensor) -> candle_core::Result<Tensor> {
-    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
-    let picked = logp.gather(&targets.unsqueeze(1)?, 1)?;
-    picked.mean_all()?.neg()
 }

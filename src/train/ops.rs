@@ -1,13 +1,18 @@
-//! Two fused operations with their gradients, where Candle's CPU backend has none (its
-//! `softmax_last_dim` and `layer_norm` are forward-only) or would chain five allocating ones:
-//! the attention softmax with its scale and masks, and layer norm. f32 and f64 (the gradient check
-//! runs in f64).
+//! The lab's operations with their gradients, where Candle's CPU backend has none (its
+//! `softmax_last_dim` and `layer_norm` are forward-only), would chain several allocating ones, or
+//! runs its own products: the matrix product on the engine's fixed-order kernels, the attention
+//! with its scale and masks, layer norm and cross-entropy. f32 runs on the engine's kernels where
+//! there is a product; f64 (the gradient check) runs plain loops, and tests check the two agree.
+//! Threads split the work per sequence (attention) or per block of rows (products big enough to be
+//! worth it): one fork/join per operation, none for small ones.
 
 use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 use num_traits::Float;
 use rayon::prelude::*;
+
+use crate::model::kernels::{self, Mask, MatMut, MatRef};
 
 /// Rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
@@ -18,10 +23,10 @@ const ROWS_PER_TASK: usize = 64;
 /// sequence's length masked when `lengths` is given (one per sequence). The output is the heads'
 /// values side by side, `[rows · len, d]`.
 ///
-/// One pass per sequence over its heads, with the head's q, k and v gathered into small contiguous
-/// blocks: none of the `[rows, heads, len, len]` scores or probabilities is ever a tensor (the
-/// backward pass computes the probabilities again from q and k, as flash attention does), and no
-/// q/k/v is permuted into a tensor of its own.
+/// One task per sequence over its heads, each head's q, k and v read in place in the q|k|v rows:
+/// none of the `[rows, heads, len, len]` scores or probabilities is ever a tensor (the backward
+/// pass computes the probabilities again from q and k, as flash attention does), and no q/k/v is
+/// permuted into a tensor of its own. In f32 the products and the softmax are the engine's.
 #[derive(Debug, Clone)]
 pub struct Attention {
     /// Heads.
@@ -161,6 +166,73 @@ impl Attention {
         Ok((dims[0], d))
     }
 
+    /// Keys sequence `b` has: all, or its length (at least one).
+    fn keys(&self, b: usize) -> usize {
+        self.lengths.as_ref().map_or(self.len, |l| l[b].clamp(1, self.len))
+    }
+
+    /// The forward pass in f32 on the engine's kernels, as the engine's attention computes it
+    /// (`q · kᵀ · scale` in the fixed order, the masked softmax, `· v`), one task per sequence.
+    fn forward_f32(&self, x: &[f32], d: usize) -> Vec<f32> {
+        let (len, heads) = (self.len, self.heads);
+        #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
+        let (dh, scale) = (d / heads, self.scale as f32);
+        let mask = Mask { causal: self.causal, ..Mask::default() };
+        let mut out = vec![0f32; x.len() / 3];
+        out.par_chunks_mut(len * d).enumerate().for_each(|(b, out)| {
+            let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
+            let keys = self.keys(b);
+            let mut p = vec![0f32; len * keys];
+            for at in (0..heads).map(|h| h * dh) {
+                let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
+                let k = MatRef::rows(&seq[d + at..], keys, dh, 3 * d);
+                let v = MatRef::rows(&seq[2 * d + at..], keys, dh, 3 * d);
+                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, k.t(), scale, false);
+                kernels::softmax_rows(&mut p, keys, mask, None);
+                let probs = MatRef::rows(&p, len, keys, keys);
+                kernels::matmul(MatMut::rows(&mut out[at..], len, dh, d), probs, v, 1.0, false);
+            }
+        });
+        out
+    }
+
+    /// [`Attention::backward`] in f32 on the engine's kernels, one task per sequence: per head
+    /// `P` again, `dP = dO Vᵀ`, `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = dS K`,
+    /// `dK = dSᵀ Q`, `dV = Pᵀ dO`, each product written in place into q|k|v's gradient.
+    fn backward_f32(&self, x: &[f32], g: &[f32], d: usize) -> Vec<f32> {
+        let (len, heads) = (self.len, self.heads);
+        #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
+        let (dh, scale) = (d / heads, self.scale as f32);
+        let mask = Mask { causal: self.causal, ..Mask::default() };
+        let mut dx = vec![0f32; x.len()];
+        dx.par_chunks_mut(len * 3 * d).enumerate().for_each(|(b, dx)| {
+            let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
+            let go = &g[b * len * d..(b + 1) * len * d];
+            let keys = self.keys(b);
+            let (mut p, mut ds) = (vec![0f32; len * keys], vec![0f32; len * keys]);
+            for at in (0..heads).map(|h| h * dh) {
+                let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
+                let k = MatRef::rows(&seq[d + at..], keys, dh, 3 * d);
+                let v = MatRef::rows(&seq[2 * d + at..], keys, dh, 3 * d);
+                let dout = MatRef::rows(&go[at..], len, dh, d);
+                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, k.t(), scale, false);
+                kernels::softmax_rows(&mut p, keys, mask, None);
+                kernels::matmul(MatMut::rows(&mut ds, len, keys, keys), dout, v.t(), 1.0, false);
+                for (pr, dr) in p.chunks(keys).zip(ds.chunks_mut(keys)) {
+                    let dot = pr.iter().zip(dr.iter()).fold(0f32, |s, (&a, &b)| s + a * b);
+                    for (o, &pv) in dr.iter_mut().zip(pr) {
+                        *o = pv * (*o - dot) * scale;
+                    }
+                }
+                let (probs, dsm) = (MatRef::rows(&p, len, keys, keys), MatRef::rows(&ds, len, keys, keys));
+                kernels::matmul(MatMut::rows(&mut dx[at..], len, dh, 3 * d), dsm, k, 1.0, false);
+                kernels::matmul(MatMut::rows(&mut dx[d + at..], keys, dh, 3 * d), dsm.t(), q, 1.0, false);
+                kernels::matmul(MatMut::rows(&mut dx[2 * d + at..], keys, dh, 3 * d), probs.t(), dout, 1.0, false);
+            }
+        });
+        dx
+    }
+
     fn forward<T: Float + Send + Sync>(&self, x: &[T], d: usize) -> Vec<T> {
         let (len, heads) = (self.len, self.heads);
         let (dh, scale) = (d / heads, T::from(self.scale).unwrap_or_else(T::one));
@@ -246,7 +318,7 @@ impl CustomOp1 for Attention {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let (n, d) = self.check(layout)?;
         let out = match storage {
-            CpuStorage::F32(v) => CpuStorage::F32(self.forward(contiguous(v, layout)?, d)),
+            CpuStorage::F32(v) => CpuStorage::F32(self.forward_f32(contiguous(v, layout)?, d)),
             CpuStorage::F64(v) => CpuStorage::F64(self.forward(contiguous(v, layout)?, d)),
             _ => bail!("attention: f32 or f64 only"),
         };
@@ -275,7 +347,7 @@ impl CustomOp2 for AttentionBackward {
         }
         let out = match (x, g) {
             (CpuStorage::F32(x), CpuStorage::F32(g)) => {
-                CpuStorage::F32(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?, d))
+                CpuStorage::F32(self.0.backward_f32(contiguous(x, lx)?, contiguous(g, lg)?, d))
             }
             (CpuStorage::F64(x), CpuStorage::F64(g)) => {
                 CpuStorage::F64(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?, d))
@@ -357,6 +429,240 @@ impl CustomOp1 for RowSum {
             _ => bail!("row sum: f32 or f64 only"),
         };
         Ok((out, Shape::from(k)))
+    }
+}
+
+/// Below this many multiply–adds a product runs on the calling thread (a fork/join costs more
+/// than it saves).
+const PARALLEL_MULADDS: usize = 1 << 18;
+
+/// Tasks a product of `m` rows of `k · n` multiply–adds is split into: one per thread when it is
+/// large enough, else one.
+fn row_tasks(m: usize, k: usize, n: usize) -> usize {
+    if m * k * n < PARALLEL_MULADDS { 1 } else { rayon::current_num_threads().clamp(1, m.max(1)) }
+}
+
+/// The matrix product `op(a) · op(b)` of two contiguous 2-D tensors, `op` transposing when asked
+/// (`a_t`: `a` is stored `k × m`; `b_t`: `b` is stored `n × k`), with its gradient. In f32 it runs
+/// on the engine's fixed-order products ([`kernels::matmul`], the forward pass's, so a row of it is
+/// the same bits however the rows are split between threads), the output's rows split into one
+/// task per thread; in f64 (the gradient check) a plain triple loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Product {
+    /// Transpose `a`.
+    pub a_t: bool,
+    /// Transpose `b`.
+    pub b_t: bool,
+}
+
+impl Product {
+    /// `a · b`.
+    pub const PLAIN: Self = Self { a_t: false, b_t: false };
+
+    /// Applies it.
+    pub fn apply(self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        a.apply_op2(b, self)
+    }
+
+    /// `(m, k, n)` of the product of these layouts.
+    fn shape(self, la: &Layout, lb: &Layout) -> Result<(usize, usize, usize)> {
+        let (da, db) = (la.dims(), lb.dims());
+        if da.len() != 2 || db.len() != 2 {
+            bail!("product of {da:?} and {db:?}: two matrices");
+        }
+        let (m, k) = if self.a_t { (da[1], da[0]) } else { (da[0], da[1]) };
+        let (k2, n) = if self.b_t { (db[1], db[0]) } else { (db[0], db[1]) };
+        if k != k2 {
+            bail!("product of {da:?} and {db:?} (transposed: {}, {}): inner sizes differ", self.a_t, self.b_t);
+        }
+        Ok((m, k, n))
+    }
+
+    fn run_f32(self, a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
+        let mut out = vec![0f32; m * n];
+        if m == 0 || n == 0 {
+            return out;
+        }
+        let rhs = if self.b_t { MatRef::rows(b, n, k, k).t() } else { MatRef::rows(b, k, n, n) };
+        let tasks = row_tasks(m, k, n);
+        let per = m.div_ceil(tasks);
+        let run = |(t, dst): (usize, &mut [f32])| {
+            let (i0, rows) = (t * per, dst.len() / n);
+            let lhs =
+                if self.a_t { MatRef::new(&a[i0..], rows, k, 1, m) } else { MatRef::rows(&a[i0 * k..], rows, k, k) };
+            kernels::matmul(MatMut::rows(dst, rows, n, n), lhs, rhs, 1.0, false);
+        };
+        if tasks == 1 {
+            run((0, &mut out));
+        } else {
+            out.par_chunks_mut(per * n).enumerate().for_each(run);
+        }
+        out
+    }
+
+    fn run_f64(self, a: &[f64], b: &[f64], (m, k, n): (usize, usize, usize)) -> Vec<f64> {
+        let at = |i: usize, p: usize| if self.a_t { a[p * m + i] } else { a[i * k + p] };
+        let bt = |p: usize, j: usize| if self.b_t { b[j * k + p] } else { b[p * n + j] };
+        (0..m * n).map(|e| (0..k).map(|p| at(e / n, p) * bt(p, e % n)).sum()).collect()
+    }
+}
+
+impl CustomOp2 for Product {
+    fn name(&self) -> &'static str {
+        "product"
+    }
+
+    fn cpu_fwd(&self, a: &CpuStorage, la: &Layout, b: &CpuStorage, lb: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (m, k, n) = self.shape(la, lb)?;
+        let out = match (a, b) {
+            (CpuStorage::F32(a), CpuStorage::F32(b)) => {
+                CpuStorage::F32(self.run_f32(contiguous(a, la)?, contiguous(b, lb)?, (m, k, n)))
+            }
+            (CpuStorage::F64(a), CpuStorage::F64(b)) => {
+                CpuStorage::F64(self.run_f64(contiguous(a, la)?, contiguous(b, lb)?, (m, k, n)))
+            }
+            _ => bail!("product: f32 or f64 only, the same for both"),
+        };
+        Ok((out, Shape::from((m, n))))
+    }
+
+    /// With `A = op(a)`, `B = op(b)`, `G` the output's gradient: `dA = G Bᵀ`, `dB = Aᵀ G`,
+    /// transposed back where `a` or `b` is stored transposed.
+    fn bwd(&self, a: &Tensor, b: &Tensor, _res: &Tensor, g: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let g = g.contiguous()?;
+        let da = if self.a_t {
+            b.apply_op2_no_bwd(&g, &Self { a_t: self.b_t, b_t: true })?
+        } else {
+            g.apply_op2_no_bwd(b, &Self { a_t: false, b_t: !self.b_t })?
+        };
+        let db = if self.b_t {
+            g.apply_op2_no_bwd(a, &Self { a_t: true, b_t: self.a_t })?
+        } else {
+            a.apply_op2_no_bwd(&g, &Self { a_t: !self.a_t, b_t: false })?
+        };
+        Ok((Some(da), Some(db)))
+    }
+}
+
+/// The mean cross-entropy of rows of logits `[rows, classes]` against their targets (one per row;
+/// [`CrossEntropy::SKIP`] leaves a row out of the mean), with its gradient
+/// `(softmax − one-hot) / counted` on the counted rows: one pass over the logits instead of
+/// log-softmax, gather and mean, none of them a tensor.
+#[derive(Debug, Clone)]
+pub struct CrossEntropy {
+    /// Per row, its class or [`CrossEntropy::SKIP`].
+    pub targets: Arc<Vec<u32>>,
+}
+
+impl CrossEntropy {
+    /// A row not counted.
+    pub const SKIP: u32 = u32::MAX;
+
+    /// Applies it to `[rows, classes]` logits: a scalar.
+    pub fn apply(&self, logits: &Tensor) -> Result<Tensor> {
+        logits.apply_op1(self.clone())
+    }
+
+    fn check(&self, layout: &Layout) -> Result<(usize, usize)> {
+        let dims = layout.dims();
+        if dims.len() != 2 || dims[0] != self.targets.len() {
+            bail!("cross-entropy of {dims:?} logits against {} targets", self.targets.len());
+        }
+        if let Some(&t) = self.targets.iter().find(|&&t| t != Self::SKIP && t as usize >= dims[1]) {
+            bail!("target class {t} of {}", dims[1]);
+        }
+        let counted = self.targets.iter().filter(|&&t| t != Self::SKIP).count();
+        if counted == 0 {
+            bail!("cross-entropy of no targets");
+        }
+        Ok((dims[1], counted))
+    }
+
+    /// Per row, its maximum and `ln Σ exp(x − max)`.
+    fn row_stats<T: Float>(row: &[T]) -> (T, T) {
+        let max = row.iter().fold(T::neg_infinity(), |m, &v| m.max(v));
+        let sum = row.iter().fold(T::zero(), |s, &v| s + (v - max).exp());
+        (max, sum.ln())
+    }
+
+    fn forward<T: Float + Send + Sync>(&self, x: &[T], classes: usize, counted: usize) -> T {
+        let mut per_row = vec![T::zero(); self.targets.len()];
+        per_row.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(c, out)| {
+            for (r, o) in out.iter_mut().enumerate() {
+                let r = c * ROWS_PER_TASK + r;
+                let t = self.targets[r];
+                if t != Self::SKIP {
+                    let row = &x[r * classes..(r + 1) * classes];
+                    let (max, log_sum) = Self::row_stats(row);
+                    *o = row[t as usize] - max - log_sum;
+                }
+            }
+        });
+        -per_row.iter().fold(T::zero(), |s, &v| s + v) / T::from(counted).unwrap_or_else(T::one)
+    }
+
+    fn backward<T: Float + Send + Sync>(&self, x: &[T], g: T, classes: usize, counted: usize) -> Vec<T> {
+        let scale = g / T::from(counted).unwrap_or_else(T::one);
+        let mut dx = vec![T::zero(); x.len()];
+        dx.par_chunks_mut(ROWS_PER_TASK * classes).enumerate().for_each(|(c, out)| {
+            for (r, o) in out.chunks_mut(classes).enumerate() {
+                let r = c * ROWS_PER_TASK + r;
+                let t = self.targets[r];
+                if t != Self::SKIP {
+                    let row = &x[r * classes..(r + 1) * classes];
+                    let (max, log_sum) = Self::row_stats(row);
+                    for (o, &v) in o.iter_mut().zip(row) {
+                        *o = (v - max - log_sum).exp() * scale;
+                    }
+                    o[t as usize] = o[t as usize] - scale;
+                }
+            }
+        });
+        dx
+    }
+}
+
+impl CustomOp1 for CrossEntropy {
+    fn name(&self) -> &'static str {
+        "cross-entropy"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (classes, counted) = self.check(layout)?;
+        let out = match storage {
+            CpuStorage::F32(v) => CpuStorage::F32(vec![self.forward(contiguous(v, layout)?, classes, counted)]),
+            CpuStorage::F64(v) => CpuStorage::F64(vec![self.forward(contiguous(v, layout)?, classes, counted)]),
+            _ => bail!("cross-entropy: f32 or f64 only"),
+        };
+        Ok((out, Shape::from(())))
+    }
+
+    fn bwd(&self, logits: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let grad = grad.broadcast_as(()).map(|g| g.contiguous())??;
+        Ok(Some(logits.apply_op2_no_bwd(&grad, &CrossEntropyBackward(self.clone()))?))
+    }
+}
+
+/// [`CrossEntropy`]'s gradient, reading the logits where they are.
+struct CrossEntropyBackward(CrossEntropy);
+
+impl CustomOp2 for CrossEntropyBackward {
+    fn name(&self) -> &'static str {
+        "cross-entropy-backward"
+    }
+
+    fn cpu_fwd(&self, x: &CpuStorage, lx: &Layout, g: &CpuStorage, lg: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (classes, counted) = self.0.check(lx)?;
+        let out = match (x, g) {
+            (CpuStorage::F32(x), CpuStorage::F32(g)) => {
+                CpuStorage::F32(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?[0], classes, counted))
+            }
+            (CpuStorage::F64(x), CpuStorage::F64(g)) => {
+                CpuStorage::F64(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?[0], classes, counted))
+            }
+            _ => bail!("cross-entropy backward: f32 or f64 only"),
+        };
+        Ok((out, lx.shape().clone()))
     }
 }
 
@@ -574,5 +880,109 @@ mod tests {
                 assert!((numeric - g[i]).abs() < 1e-6, "layer norm grad {k}/{i}: {numeric} vs {}", g[i]);
             }
         }
+    }
+
+    /// The f32 attention (the engine's kernels) against the f64 loops, forward and backward, for
+    /// causal and padded sequences.
+    #[test]
+    fn attention_in_f32_matches_the_f64_loops() {
+        let dev = Device::Cpu;
+        let x = Tensor::randn(0f64, 1.0, (3 * 5, 3 * 8), &dev).unwrap();
+        let g = Tensor::randn(0f64, 1.0, (3 * 5, 8), &dev).unwrap();
+        for (causal, lengths) in [(true, None), (false, Some(vec![5, 2, 0])), (true, Some(vec![3, 5, 1]))] {
+            let op = Attention { heads: 2, len: 5, scale: 0.5, causal, lengths: lengths.map(Arc::new) };
+            let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let (x32, g32) = (f(&x), f(&g));
+            let (x64, g64) = (
+                x.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+                g.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+            );
+            let close = |a: &[f32], b: &[f64], what: &str| {
+                assert_eq!(a.len(), b.len());
+                let diff = a.iter().zip(b).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
+                assert!(diff < 1e-5, "{what} (causal {causal}) off by {diff}");
+            };
+            close(&op.forward_f32(&x32, 8), &op.forward(&x64, 8), "forward");
+            close(&op.backward_f32(&x32, &g32, 8), &op.backward(&x64, &g64, 8), "backward");
+        }
+    }
+
+    /// The product in f32 (the engine's kernels, rows split between threads) equals the f64 triple
+    /// loop for every transposition, large enough to be split; its gradients and the
+    /// cross-entropy's match central differences in f64.
+    #[test]
+    fn products_and_cross_entropy_match_plain_formulas_and_differences() {
+        let dev = Device::Cpu;
+        let (m, k, n) = (100, 64, 48);
+        assert!(m * k * n >= PARALLEL_MULADDS);
+        for (a_t, b_t) in [(false, false), (false, true), (true, false), (true, true)] {
+            let op = Product { a_t, b_t };
+            let a = Tensor::randn(0f64, 1.0, if a_t { (k, m) } else { (m, k) }, &dev).unwrap();
+            let b = Tensor::randn(0f64, 1.0, if b_t { (n, k) } else { (k, n) }, &dev).unwrap();
+            let want = op.apply(&a, &b).unwrap();
+            let plain = |x: &Tensor, t: bool| if t { x.t().unwrap() } else { x.clone() };
+            let reference = plain(&a, a_t).matmul(&plain(&b, b_t)).unwrap();
+            let d = (&want - reference).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+            assert!(d < 1e-12, "f64 product ({a_t}, {b_t}) off by {d}");
+            let f = |x: &Tensor| x.to_dtype(DType::F32).unwrap();
+            let got = op.apply(&f(&a), &f(&b)).unwrap().to_dtype(DType::F64).unwrap();
+            let d = (&want - got).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f64>().unwrap();
+            assert!(d < 1e-4, "f32 product ({a_t}, {b_t}) off by {d}");
+
+            // Gradients of a small one against central differences.
+            let a =
+                Var::from_tensor(&Tensor::randn(0f64, 1.0, if a_t { (3, 4) } else { (4, 3) }, &dev).unwrap()).unwrap();
+            let b =
+                Var::from_tensor(&Tensor::randn(0f64, 1.0, if b_t { (5, 3) } else { (3, 5) }, &dev).unwrap()).unwrap();
+            let w = Tensor::randn(0f64, 1.0, (4, 5), &dev).unwrap();
+            let loss = |a: &Tensor, b: &Tensor| op.apply(a, b).unwrap().mul(&w).unwrap().sum_all().unwrap();
+            let grads = loss(&a, &b).backward().unwrap();
+            for (which, var) in [&a, &b].into_iter().enumerate() {
+                let g = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+                let base = var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+                for i in 0..base.len() {
+                    let at = |delta: f64| {
+                        let mut v = base.clone();
+                        v[i] += delta;
+                        let t = Tensor::from_vec(v, var.as_tensor().shape(), &dev).unwrap();
+                        let l = if which == 0 { loss(&t, &b) } else { loss(&a, &t) };
+                        l.to_scalar::<f64>().unwrap()
+                    };
+                    let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+                    assert!((numeric - g[i]).abs() < 1e-6, "product ({a_t}, {b_t}) grad {which}/{i}");
+                }
+            }
+        }
+
+        // Cross-entropy: the mean over the counted rows of −log softmax at the target, as the
+        // unfused operations compute it; its gradient against central differences.
+        let x = Var::from_tensor(&Tensor::randn(0f64, 2.0, (5, 4), &dev).unwrap()).unwrap();
+        let ce = CrossEntropy { targets: Arc::new(vec![2, CrossEntropy::SKIP, 0, 3, 3]) };
+        let got = ce.apply(&x).unwrap().to_scalar::<f64>().unwrap();
+        let rows = x.as_tensor().to_vec2::<f64>().unwrap();
+        let picked: Vec<f64> = [(0, 2), (2, 0), (3, 3), (4, 3)]
+            .iter()
+            .map(|&(r, t): &(usize, usize)| {
+                let lse = rows[r].iter().map(|v| v.exp()).sum::<f64>().ln();
+                rows[r][t] - lse
+            })
+            .collect();
+        let want = -picked.iter().sum::<f64>() / 4.0;
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+        let scale = 0.7;
+        let grads = (ce.apply(&x).unwrap() * scale).unwrap().backward().unwrap();
+        let g = grads.get(x.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        let base = x.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        assert!(g[4..8].iter().all(|&v| v == 0.0), "a skipped row has no gradient");
+        for i in 0..base.len() {
+            let at = |delta: f64| {
+                let mut v = base.clone();
+                v[i] += delta;
+                scale * ce.apply(&Tensor::from_vec(v, (5, 4), &dev).unwrap()).unwrap().to_scalar::<f64>().unwrap()
+            };
+            let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+            assert!((numeric - g[i]).abs() < 1e-7, "cross-entropy grad {i}: {numeric} vs {}", g[i]);
+        }
+        assert!(CrossEntropy { targets: Arc::new(vec![4]) }.apply(&x.as_tensor().narrow(0, 0, 1).unwrap()).is_err());
     }
 }

@@ -3,12 +3,13 @@
 //! checkpoint when the loss diverges.
 
 use candle_core::{DType, Tensor};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use candle_nn::ParamsAdamW;
 use serde::Serialize;
 
 use super::TrainError;
 use super::config::{TaskKind, TrainConfig};
 use super::net::{Net, Outputs};
+use super::optim::AdamW;
 use super::save;
 use super::tasks::{Batch, Rng, Targets, Task};
 use crate::model::LoadedModel;

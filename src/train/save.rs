@@ -169,6 +169,71 @@ pub fn export(net: &Net) -> candle_core::Result<Exported> {
     Ok(Exported { config, tensors: out, tokenizer: tokenizer_json(&task, net.cfg.pooling) })
 }
 
+/// What a folder the lab saved tells the app beyond its model: the text to suggest and the words
+/// the model reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FolderHints {
+    /// The task's probe (`training.json`'s `probe`, else the task's own): text made of the
+    /// vocabulary that shows what the network learned.
+    pub probe: String,
+    /// The vocabulary's words, special tokens left out, in id order.
+    pub words: Vec<String>,
+    /// Whether the tokenizer lower-cases and splits at punctuation (the sentence task's), else it
+    /// splits at white space only.
+    pub sentences: bool,
+}
+
+impl FolderHints {
+    /// The vocabulary named for a notice: every word up to 24, else the first twelve, "…", the
+    /// last two and the count.
+    pub fn alphabet(&self) -> String {
+        let w = &self.words;
+        if w.len() <= 24 {
+            w.join(" ")
+        } else {
+            format!("{} … {} ({} words)", w[..12].join(" "), w[w.len() - 2..].join(" "), w.len())
+        }
+    }
+
+    /// How many of `text`'s words the tokenizer turns into `[UNK]`, split as it splits them
+    /// ([`tokenizer_json`]: at white space, or lower-cased into runs of word characters and of
+    /// punctuation).
+    pub fn unknown_words(&self, text: &str) -> usize {
+        let known = |w: &str| self.words.iter().any(|v| v == w);
+        if !self.sentences {
+            return text.split_whitespace().filter(|w| !known(w)).count();
+        }
+        let lower = text.to_lowercase();
+        let mut unknown = 0;
+        for word in lower.split_whitespace() {
+            let mut start = 0;
+            let chars: Vec<(usize, char)> = word.char_indices().collect();
+            for (i, &(at, c)) in chars.iter().enumerate() {
+                let next = chars.get(i + 1).map(|&(_, n)| n);
+                let wordy = |c: char| c.is_alphanumeric() || c == '_';
+                if next.is_none_or(|n| wordy(n) != wordy(c)) {
+                    let end = at + c.len_utf8();
+                    unknown += usize::from(!known(&word[start..end]));
+                    start = end;
+                }
+            }
+        }
+        unknown
+    }
+}
+
+/// The hints of a folder [`save`] wrote (None for any other folder, or one whose `training.json`
+/// does not read).
+pub fn hints(dir: &Path) -> Option<FolderHints> {
+    let training: Value = serde_json::from_slice(&std::fs::read(dir.join("training.json")).ok()?).ok()?;
+    let cfg: TrainConfig = serde_json::from_value(training.get("config")?.clone()).ok()?;
+    cfg.validate().ok()?;
+    let task = Task::new(&cfg);
+    let probe = training.get("probe").and_then(Value::as_str).map_or_else(|| task.probe(), String::from);
+    let words = task.vocab.iter().filter(|w| ![PAD, UNK, CLS].contains(&w.as_str())).cloned().collect();
+    Some(FolderHints { probe, words, sentences: cfg.task.is_classifier() })
+}
+
 /// A folder [`save`] wrote, back as the network it was: `training.json`'s settings, the weights
 /// from `model.safetensors` through the inverse of [`export`]'s names and layouts.
 pub fn load(dir: &Path) -> Result<Net, TrainError> {
@@ -387,4 +452,25 @@ fn safetensors_bytes(tensors: &HashMap<String, Tensor>) -> Result<Vec<u8>, Train
 /// Whether saving may replace the folder `dir`: it is empty, or an earlier save of the lab.
 pub fn replaceable(dir: &Path) -> bool {
     dir.join("training.json").is_file() || std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::TaskKind;
+
+    /// Words are split as the saved tokenizer splits them before they are looked up.
+    #[test]
+    fn unknown_words_are_counted_as_the_tokenizer_splits() {
+        let words = |w: &[&str]| w.iter().map(|s| (*s).to_string()).collect();
+        let digits = FolderHints { probe: String::new(), words: words(&["1", "2", "+", "="]), sentences: false };
+        assert_eq!(digits.unknown_words("1 + 2 = 2"), 0);
+        assert_eq!(digits.unknown_words("12 + 2 =2"), 2, "white space only: 12 and =2 are words of their own");
+        let review = FolderHints { probe: String::new(), words: words(&["i", "loved", "it", ","]), sentences: true };
+        assert_eq!(review.unknown_words("I loved it, i"), 0, "lower-cased, the comma split off");
+        assert_eq!(review.unknown_words("I hated it!"), 2);
+        let cfg = TrainConfig { vocab: 30, ..TrainConfig::for_task(TaskKind::Induction) };
+        let hints = FolderHints { probe: String::new(), words: Task::new(&cfg).vocab[..30].to_vec(), sentences: false };
+        assert_eq!(hints.alphabet(), "ba be bi bo bu da de di do du fa fe … lo lu (30 words)");
+    }
 }

@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 use egui::{RichText, Ui};
 use egui_plot::{Legend, Line, Plot, PlotPoints, Points};
 
+use crate::app::views::widgets::round_marks;
+
 use crate::app::command::{Command, Commands, TrainCommand};
 use crate::app::data::ViewData;
 use crate::app::lab::{Lab, LabState, VARIANTS};
@@ -406,6 +408,8 @@ fn curves_ui(ui: &mut Ui, lab: &Lab) {
             .legend(Legend::default())
             .x_axis_label("step")
             .y_axis_label(y.to_string())
+            .x_grid_spacer(round_marks(64.0))
+            .y_grid_spacer(round_marks(28.0))
             .allow_drag(false)
             .allow_zoom(false)
             .allow_scroll(false)

@@ -96,6 +96,9 @@ impl InputBar {
                         .italics(),
                 );
             }
+            if let Some(notice) = outside_vocabulary(data) {
+                ui.colored_label(ui.visuals().warn_fg_color, notice);
+            }
             if let Some(notice) = data.run.and_then(|run| run.truncation.as_ref()) {
                 ui.colored_label(ui.visuals().warn_fg_color, format!("⚠ {notice}. Only the first tokens are shown."));
             }
@@ -210,4 +213,21 @@ fn long_input_ui(
         );
         ui.label(RichText::new(text).italics());
     }
+}
+
+/// For a network the lab trained, when words of the text became `[UNK]`: the notice naming the
+/// words it reads.
+pub fn outside_vocabulary(data: &ViewData<'_>) -> Option<String> {
+    let hints = data.model?.hints.as_deref()?;
+    if data.settings.source != Source::Pretrained {
+        return None;
+    }
+    let unknown = hints.unknown_words(&data.settings.text);
+    (unknown > 0).then(|| {
+        format!(
+            "⚠ {unknown} word{} outside this model's vocabulary became [UNK]: it reads only {}",
+            if unknown == 1 { "" } else { "s" },
+            hints.alphabet()
+        )
+    })
 }

@@ -11,6 +11,7 @@ use crate::analysis::select::submatrix;
 use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::state::{PeFigure, Settings};
+use crate::app::views::widgets::round_marks;
 use crate::app::worker::PositionSimilarity;
 use crate::render::{Colormap, cells_rgba};
 
@@ -327,6 +328,8 @@ fn plots_ui(ui: &mut egui::Ui, settings: &mut Settings, enc: &PositionalEncoding
                 .height(200.0)
                 .legend(Legend::default())
                 .x_axis_label("position")
+                .x_grid_spacer(round_marks(48.0))
+                .y_grid_spacer(round_marks(28.0))
                 .allow_scroll(false)
                 .show(ui, |plot| {
                     for &d in settings.pe_plot_dims.iter().filter(|&&d| d < d_model) {
@@ -343,7 +346,13 @@ fn plots_ui(ui: &mut egui::Ui, settings: &mut Settings, enc: &PositionalEncoding
             let label = ui.label("position i");
             ui.add(egui::Slider::new(&mut settings.pe_plot_row, 0..=positions.saturating_sub(1))).labelled_by(label.id);
             let i = settings.pe_plot_row;
-            Plot::new("pe-dot-row").height(200.0).x_axis_label("position j").allow_scroll(false).show(ui, |plot| {
+            let plot = Plot::new("pe-dot-row")
+                .height(200.0)
+                .x_axis_label("position j")
+                .x_grid_spacer(round_marks(48.0))
+                .y_grid_spacer(round_marks(28.0))
+                .allow_scroll(false);
+            plot.show(ui, |plot| {
                 let points: Vec<[f64; 2]> =
                     (0..positions).map(|j| [j as f64, f64::from(enc.dot[i * positions + j])]).collect();
                 plot.line(Line::new(format!("PE_{i} · PE_j"), PlotPoints::from(points)));

@@ -170,3 +170,44 @@ pub fn pooled_note(ui: &mut egui::Ui, run: &crate::analysis::Run, pooled: &str) 
         RichText::new(format!("Pooled ({}): {cells}. {pooled}", long.describe())).small(),
     );
 }
+
+/// An `egui_plot` grid spacer that puts marks at round values (1, 2 or 5 × 10ⁿ) at least
+/// `spacing` points apart, so each mark's label has room to show. (`egui_plot`'s own spacer steps
+/// by powers of ten and hides the labels closer than its minimum: a short loss axis showed only 0.)
+/// Assumes the plot's default grid spacing (its `base_step_size` is the value of 8 points).
+pub fn round_marks(spacing: f64) -> impl Fn(egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
+    move |input: egui_plot::GridInput| {
+        let (lo, hi) = input.bounds;
+        let least = input.base_step_size / 8.0 * spacing;
+        if !(least.is_finite() && least > 0.0 && lo.is_finite() && hi.is_finite() && lo <= hi) {
+            return Vec::new();
+        }
+        let power = 10f64.powf(least.log10().floor());
+        let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * power).find(|&s| s >= least).unwrap_or(10.0 * power);
+        #[allow(clippy::cast_possible_truncation)] // bounded by the plot's range over its step
+        let (first, last) = ((lo / step).ceil() as i64, (hi / step).floor() as i64);
+        #[allow(clippy::cast_precision_loss)] // a few hundred marks at most
+        (first..=last).take(1000).map(|i| egui_plot::GridMark { value: i as f64 * step, step_size: step }).collect()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::float_cmp)] // round marks are exact
+mod tests {
+    use super::*;
+
+    /// Marks fall on round values inside the bounds, at least the asked spacing apart.
+    #[test]
+    fn round_marks_are_round_and_spaced() {
+        // A loss axis of 0 to 4.4 over 90 points: 8 points are 0.39; 28 points 1.37, so steps of 2.
+        let marks = round_marks(28.0)(egui_plot::GridInput { bounds: (-0.2, 4.4), base_step_size: 4.6 / 90.0 * 8.0 });
+        let values: Vec<f64> = marks.iter().map(|m| m.value).collect();
+        assert_eq!(values, vec![0.0, 2.0, 4.0]);
+        // 1,500 steps over 300 points with marks 64 points apart: every 500.
+        let marks = round_marks(64.0)(egui_plot::GridInput { bounds: (0.0, 1500.0), base_step_size: 40.0 });
+        let values: Vec<f64> = marks.iter().map(|m| m.value).collect();
+        assert_eq!(values, vec![0.0, 500.0, 1000.0, 1500.0]);
+        assert!(marks.iter().all(|m| m.step_size == 500.0));
+        assert!(round_marks(28.0)(egui_plot::GridInput { bounds: (0.0, f64::NAN), base_step_size: 1.0 }).is_empty());
+    }
+}

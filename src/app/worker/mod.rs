@@ -122,6 +122,9 @@ pub struct ModelInfo {
     pub contribution_refusal: Option<String>,
     /// A mixture of experts: experts per layer and how many each token uses (None: dense).
     pub experts: Option<(usize, usize)>,
+    /// A folder the training lab saved: its task's probe (the text suggested on loading) and its
+    /// vocabulary (named when the text falls outside it).
+    pub hints: Option<Arc<crate::train::FolderHints>>,
 }
 
 impl ModelInfo {
@@ -154,6 +157,7 @@ impl ModelInfo {
             readout_refusal: model.readout_refusal(),
             contribution_refusal: model.contribution_refusal(),
             experts: desc.experts.as_ref().map(|e| (e.count, e.top_k)),
+            hints: None,
         }
     }
 }
@@ -610,7 +614,8 @@ impl Inference {
             Job::Load { id, dir } => {
                 let result = match LoadedModel::load(&dir) {
                     Ok(m) => {
-                        let info = ModelInfo::of(&m);
+                        let mut info = ModelInfo::of(&m);
+                        info.hints = crate::train::hints(&dir).map(Arc::new);
                         self.model = Some(Arc::new(m));
                         self.prefix = None;
                         Ok(info)

@@ -3583,3 +3583,32 @@ fn experts_view_shows_the_library_routes_a_token_route_and_exports_their_numbers
     export_through_dialog(&mut h, &png);
     assert_png_matches_figure(&h, &png);
 }
+
+#[test]
+fn the_contribution_graph_of_a_long_text_opens_on_its_prediction() {
+    let text = (0..60).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+    let mut h = Harness::builder().with_size(egui::vec2(960.0, 640.0)).with_step_dt(1.0 / 60.0).build_eframe(|cc| {
+        let startup = Startup { model_dir: Some(fixture("tiny-llama")), text: Some(text), ..Startup::default() };
+        new_app(&cc.egui_ctx, None, startup)
+    });
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.get_by_label("Contribution graph").click();
+    settled(&mut h);
+    h.run_steps(10);
+    // The edges' dots are widgets only where they are in view: the routes into the last token's
+    // prediction, at the far right of a 60-token graph, are on screen.
+    let figure = match h.state().current_figure() {
+        attnviz::export::Figure::Graph(g) => g,
+        other => panic!("{other:?}"),
+    };
+    let last = figure.tokens.len() - 1;
+    let into_prediction: Vec<String> = figure
+        .edges
+        .iter()
+        .filter(|e| figure.nodes.get(e.to).is_some_and(|n| n.column as usize == last))
+        .map(|e| format!("Edge {}", e.name))
+        .collect();
+    assert!(!into_prediction.is_empty());
+    let shown = into_prediction.iter().filter(|name| h.query_by_label(name).is_some()).count();
+    assert!(shown > 0, "an edge into the prediction is in view: {into_prediction:?}");
+}

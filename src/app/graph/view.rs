@@ -23,6 +23,8 @@ pub struct GraphView {
     layout: Option<(LayoutKey, Arc<GraphFigure>, Vec<Option<EdgeHead>>)>,
     /// How many times the routes were laid out.
     pub layouts: usize,
+    /// The routes last scrolled into view (a new graph opens centred on its prediction).
+    centred: Option<LayoutKey>,
 }
 
 impl GraphView {
@@ -72,8 +74,14 @@ impl GraphView {
             .weak(),
         );
         let graph_h = (ui.available_height() - 90.0).max(160.0);
+        let centre = self.centred != Some(key);
+        self.centred = Some(key);
         egui::ScrollArea::both().id_salt("graph").max_height(graph_h).auto_shrink([false, true]).show(ui, |ui| {
-            graph_ui(ui, settings, &figure, &heads, commands);
+            let prediction = graph_ui(ui, settings, &figure, &heads, commands);
+            // A new graph opens on the prediction's routes, not on the first tokens' empty space.
+            if centre && let Some(at) = prediction {
+                ui.scroll_to_rect(at, Some(egui::Align::Center));
+            }
         });
         ui.separator();
         head_ui(ui, data, graph, &labels, commands);
@@ -123,7 +131,7 @@ fn graph_ui(
     figure: &GraphFigure,
     heads: &[Option<EdgeHead>],
     commands: &mut Commands,
-) {
+) -> Option<Rect> {
     let selected = settings.graph.head;
     let (col_w, row_h) = GRAPH_CELL;
     let left_w = 60.0;
@@ -192,6 +200,13 @@ fn graph_ui(
             edge.name, edge.weight
         ));
     }
+    // Where the prediction is: the routes' topmost node (the last block's output at its position),
+    // with the room of a few columns and levels around it.
+    figure
+        .nodes
+        .iter()
+        .max_by(|a, b| a.level.total_cmp(&b.level))
+        .map(|top| Rect::from_center_size(at(top.column, top.level), vec2(col_w * 3.0, row_h * 3.0)))
 }
 
 /// The head selected on an edge: open it in the heatmap, what its write promotes.

@@ -3612,3 +3612,36 @@ fn the_contribution_graph_of_a_long_text_opens_on_its_prediction() {
     let shown = into_prediction.iter().filter(|name| h.query_by_label(name).is_some()).count();
     assert!(shown > 0, "an edge into the prediction is in view: {into_prediction:?}");
 }
+
+#[test]
+fn the_lens_token_header_stays_in_view_while_its_blocks_scroll() {
+    let smollm2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct");
+    let startup =
+        Startup { model_dir: Some(smollm2), text: Some("The capital of France is".into()), ..Startup::default() };
+    let mut h = harness_with(startup, None);
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.get_by_label("Logit lens").click();
+    settled(&mut h);
+    // Scrolled to the last blocks (31 streams are taller than the grid's room).
+    for _ in 0..20 {
+        let cells =
+            h.query_all_by(|n| n.label().is_some_and(|l| l.starts_with("Lens ") && l.ends_with(" at position 2")));
+        if let Some(cell) = cells.last() {
+            cell.scroll_down();
+        }
+        h.run_steps(2);
+    }
+    h.run_steps(20);
+    assert!(h.query_by_label("Lens block 30 (output) at position 0").is_some(), "scrolled to the output");
+    let header = h.get_by_label_contains("Position 0: ").rect();
+    let visible_top = h
+        .query_all_by(|n| n.label().is_some_and(|l| l.starts_with("Lens ") && l.ends_with(" at position 0")))
+        .map(|n| n.rect().top())
+        .fold(f32::INFINITY, f32::min);
+    assert!(h.query_by_label("Lens embeddings at position 0").is_none(), "scrolled: the first rows are out of view");
+    // The header sits at the top of the grid's room, over the first row still partly in view.
+    assert!(
+        header.top() >= visible_top && header.top() - visible_top < 30.0,
+        "{header:?} at the top of the rows in view ({visible_top})"
+    );
+}

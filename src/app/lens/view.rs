@@ -179,39 +179,11 @@ impl LensView {
         let last_col = ((((clip.right() - cells.left()) / cw).ceil()).max(0.0) as usize).min(cols);
         let first_row = (((clip.top() - cells.top()) / ch).floor().max(0.0) as usize).min(rows);
         let last_row = ((((clip.bottom() - cells.top()) / ch).ceil()).max(0.0) as usize).min(rows);
-        for r in first_row..last_row {
-            let y = cells.top() + (r as f32 + 0.5) * ch;
-            painter.text(
-                pos2(cells.left() - 6.0, y),
-                egui::Align2::RIGHT_CENTER,
-                stream_name(r, rows),
-                font.clone(),
-                text,
-            );
-        }
         let lut = settings.colormap.lut();
         let muted = ui.visuals().weak_text_color();
         let mut hovered = None;
         for c in first_col..last_col {
             let x = cells.left() + c as f32 * cw;
-            let head = Rect::from_min_size(pos2(x, rect.top()), vec2(cw, head_h));
-            let resp = ui.interact(head, ui.scope_id().with(("lens-col", c)), Sense::click());
-            let name = format!("Position {c}: {}", labels[c]);
-            resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &name));
-            let strong = c == selected || resp.hovered();
-            let label = crate::app::views::matrix::fitted_label(&painter, &labels[c], &font, text, cw - 4.0);
-            let at = pos2(head.center().x - label.size().x / 2.0, head.center().y - label.size().y / 2.0);
-            painter.galley(at, label, text);
-            if strong {
-                painter.line_segment([head.left_bottom(), head.right_bottom()], Stroke::new(2.0, text));
-            }
-            if resp.clicked() {
-                commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
-                    position: Some(c),
-                    ..settings.lens.clone()
-                })));
-            }
-            resp.on_hover_text_at_pointer(format!("Position {c}: “{}” — click to select", labels[c]));
             for r in first_row..last_row {
                 let cell = Rect::from_min_size(pos2(x, cells.top() + r as f32 * ch), vec2(cw, ch));
                 let resp = ui.interact(cell, ui.scope_id().with(("lens-cell", r, c)), Sense::click());
@@ -255,6 +227,50 @@ impl LensView {
             let x = cells.left() + selected as f32 * cw;
             let col = Rect::from_min_size(pos2(x, cells.top()), vec2(cw, rows as f32 * ch));
             painter.rect_stroke(col, 0.0, Stroke::new(2.0, text), egui::StrokeKind::Outside);
+        }
+        // The headers stay in view while the grid scrolls: the tokens along the top, the streams'
+        // names down the left, each over a strip of the background (drawn after the cells, so the
+        // cells scroll under them).
+        let bg = ui.visuals().panel_fill;
+        let head_top = rect.top().max(clip.top());
+        let names_left = rect.left().max(clip.left());
+        let names =
+            Rect::from_min_max(pos2(names_left, clip.top().max(rect.top())), pos2(names_left + row_w, clip.bottom()));
+        painter.rect_filled(names, 0.0, bg);
+        for r in first_row..last_row {
+            let y = cells.top() + (r as f32 + 0.5) * ch;
+            painter.text(
+                pos2(names_left + row_w - 6.0, y),
+                egui::Align2::RIGHT_CENTER,
+                stream_name(r, rows),
+                font.clone(),
+                text,
+            );
+        }
+        painter.rect_filled(Rect::from_min_size(pos2(clip.left(), head_top), vec2(clip.width(), head_h)), 0.0, bg);
+        for c in first_col..last_col {
+            let x = cells.left() + c as f32 * cw;
+            if x + cw <= names.right() {
+                continue; // under the streams' names
+            }
+            let head = Rect::from_min_size(pos2(x, head_top), vec2(cw, head_h));
+            let resp = ui.interact(head, ui.scope_id().with(("lens-col", c)), Sense::click());
+            let name = format!("Position {c}: {}", labels[c]);
+            resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &name));
+            let strong = c == selected || resp.hovered();
+            let label = crate::app::views::matrix::fitted_label(&painter, &labels[c], &font, text, cw - 4.0);
+            let at = pos2(head.center().x - label.size().x / 2.0, head.center().y - label.size().y / 2.0);
+            painter.galley(at, label, text);
+            if strong {
+                painter.line_segment([head.left_bottom(), head.right_bottom()], Stroke::new(2.0, text));
+            }
+            if resp.clicked() {
+                commands.push(Command::Set(Setting::Lens(crate::app::lens::LensSettings {
+                    position: Some(c),
+                    ..settings.lens.clone()
+                })));
+            }
+            resp.on_hover_text_at_pointer(format!("Position {c}: “{}” — click to select", labels[c]));
         }
         self.hovered = hovered;
     }

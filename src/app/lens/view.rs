@@ -231,7 +231,7 @@ impl LensView {
         // The headers stay in view while the grid scrolls: the tokens along the top, the streams'
         // names down the left, each over a strip of the background (drawn after the cells, so the
         // cells scroll under them).
-        let bg = ui.visuals().panel_fill;
+        let bg = crate::app::app::panel_colour(ui.visuals());
         let head_top = rect.top().max(clip.top());
         let names_left = rect.left().max(clip.left());
         let names =

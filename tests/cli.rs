@@ -20,7 +20,9 @@ fn attnviz(args: &[&str]) -> Output {
 }
 
 fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    // A process that says nothing (killed by a signal, say) is named by its status.
+    if text.is_empty() && !out.status.success() { format!("(no output; {})", out.status) } else { text }
 }
 
 /// Asserts a clean failure: non-zero exit, one `error:` line mentioning `needle`, no panic.

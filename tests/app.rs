@@ -3463,15 +3463,22 @@ fn numbers_apply_when_committed_not_at_every_keystroke() {
     assert_eq!(h.state().settings.pe.d_model, 128);
 }
 
-#[test]
-fn a_newly_pinned_query_scrolls_into_view() {
-    use attnviz::render::Side;
-    let text = (0..80).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+/// The app in a 960 × 640 window on the tiny Llama with a text of `words` words (longer than the
+/// views' room), its first run shown.
+fn long_text_in_a_small_window(words: usize) -> Harness<'static, AttnvizApp> {
+    let text = (0..words).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
     let mut h = Harness::builder().with_size(egui::vec2(960.0, 640.0)).with_step_dt(1.0 / 60.0).build_eframe(|cc| {
         let startup = Startup { model_dir: Some(fixture("tiny-llama")), text: Some(text), ..Startup::default() };
         new_app(&cc.egui_ctx, None, startup)
     });
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h
+}
+
+#[test]
+fn a_newly_pinned_query_scrolls_into_view() {
+    use attnviz::render::Side;
+    let mut h = long_text_in_a_small_window(80);
     settled(&mut h);
     let run = h.state().session.run.clone().unwrap();
     let last = run.tokens.len() - 1;
@@ -3586,12 +3593,7 @@ fn experts_view_shows_the_library_routes_a_token_route_and_exports_their_numbers
 
 #[test]
 fn the_contribution_graph_of_a_long_text_opens_on_its_prediction() {
-    let text = (0..60).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
-    let mut h = Harness::builder().with_size(egui::vec2(960.0, 640.0)).with_step_dt(1.0 / 60.0).build_eframe(|cc| {
-        let startup = Startup { model_dir: Some(fixture("tiny-llama")), text: Some(text), ..Startup::default() };
-        new_app(&cc.egui_ctx, None, startup)
-    });
-    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    let mut h = long_text_in_a_small_window(60);
     h.get_by_label("Contribution graph").click();
     settled(&mut h);
     h.run_steps(10);

@@ -14,21 +14,18 @@
 //! their first byte — one page-table entry per 2 MB instead of 512 — under the usual
 //! `transparent_hugepage=madvise` setting, which mimalloc does not ask for by default.
 //!
-//! **The pool** ([`take`], [`give`], [`reserve`]): the values of dropped attention data, kept for
-//! the next forward pass and handed out as they are (every value is written again). A forward pass
-//! at 512 tokens records 75 MB of probabilities, a keystroke at the end of a thousand tokens copies
-//! blocks of recorded rows worth gigabytes; a new `Vec` of zeros that large is either fresh pages
-//! (faulted in one at a time as they are written) or a block the allocator kept, zeroed first. The
-//! allocator's kept blocks now spare the faults as well as the pool does (ten 512-token passes:
-//! 7,928 and 8,028 minor faults with the pool, 9,314 and 7,598 without; 53-token keystrokes:
-//! 6,235 / 6,289 against 6,503 / 6,342); what the pool still spares is writing the zeros the
-//! caller overwrites, for about 8 MB more peak RSS.
+//! **No pool of spare buffers.** Large `f32` buffers ([`take`]) are fresh blocks, rounded up to
+//! whole 2 MB pages. A pool that handed dropped attention data to the next pass used to sit on top:
+//! with the allocator keeping freed large blocks it spared no page faults (ten 512-token passes:
+//! 7,928 and 8,028 minor faults with it, 9,314 and 7,598 without), held about 8 MB more, and timed
+//! on a quiet machine, alternated, no run was faster with it (a key at the end of 925 tokens: 20.5
+//! and 19.3 ms with it, 17.4 and 17.7 without; a 512-token pass: 871 and 765 ms against 744 and
+//! 753) — `docs/performance.md`, "The allocator".
 //!
-//! **The budget** ([`memory_budget`]) bounds the pool here and the models loaded.
+//! **The budget** ([`memory_budget`]) bounds the models loaded.
 //!
 //! **What is kept between runs** ([`keep_for`], [`release_idle`]): in the app, once a run is shown,
-//! the pool and the freed blocks are each cut to what the next run of the current text is likely to
-//! need (the run's own size), so that after a long input a short one does not sit on the long
+//! the freed blocks are cut to what the next run of the current text is likely to need (the run's own size), so that after a long input a short one does not sit on the long
 //! one's gigabytes; a run lifts the bound while it runs ([`unbound`]). Idle for a few seconds, the
 //! app also hands mimalloc's free pages back ([`release_idle`]). Without a bound (the command line,
 //! the tests) nothing changes.
@@ -37,22 +34,9 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mimalloc::MiMalloc as Small;
-use std::sync::Mutex;
 
-/// Smaller buffers are left to the allocator.
+/// Smaller buffers are left as asked (not rounded to whole pages).
 const MIN_BYTES: usize = 1 << 20;
-/// Buffers kept at most.
-const MAX_KEPT: usize = 8;
-/// Bytes always allowed to be kept.
-const FLOOR_BYTES: usize = 256 << 20;
-/// Bytes kept at most: [`FLOOR_BYTES`], or an eighth of the memory available when that is more —
-/// a thousand-token run of SmolLM2 records two 1 GB buffers, and the app's next run (a keystroke)
-/// takes them again instead of faulting and zeroing 2 GB of fresh pages. Reads `/proc/meminfo`:
-/// asked only past the floor (dropping a long run gives back a few hundred blocks).
-fn max_bytes() -> usize {
-    let available = memory_budget().map_or(0, |(bytes, _)| bytes / 8);
-    usize::try_from(available).unwrap_or(usize::MAX).max(FLOOR_BYTES)
-}
 
 /// The memory a load may use: `ATTNVIZ_MAX_MEMORY_GB` when set (`true`), else what the system
 /// says can be allocated without swapping (`MemAvailable` of `/proc/meminfo`), else no limit.
@@ -66,19 +50,15 @@ pub fn memory_budget() -> Option<(u64, bool)> {
     Some((kb.parse::<u64>().ok()?.saturating_mul(1024), false))
 }
 
-static SPARE: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
-
-/// Bytes the pool, and apart from it the allocator's freed blocks, keep at most between runs
-/// ([`keep_for`]); `usize::MAX`: no bound beyond their own.
+/// Bytes the allocator's freed blocks keep at most between runs ([`keep_for`]); `usize::MAX`: no
+/// bound beyond their own.
 static KEEP: AtomicUsize = AtomicUsize::new(usize::MAX);
 
-/// Bounds what is kept for later runs to `bytes` — the pool's buffers, and apart from them the
-/// allocator's freed blocks — and gives back at once what is kept beyond it, oldest first. The app
-/// calls it once a run is shown, with what the next run of the same text is likely to need.
+/// Bounds the allocator's freed blocks kept for later runs to `bytes`, and gives back at once what
+/// is kept beyond it. The app calls it once a run is shown, with what the next run of the same
+/// text is likely to need.
 pub fn keep_for(bytes: usize) {
     KEEP.store(bytes, Ordering::Relaxed);
-    let evicted = SPARE.lock().map_or_else(|_| Vec::new(), |mut spare| evict(&mut spare, bytes));
-    drop(evicted);
     map::trim(bytes);
 }
 
@@ -87,10 +67,9 @@ pub fn unbound() {
     KEEP.store(usize::MAX, Ordering::Relaxed);
 }
 
-/// Bytes kept in the pool and in the allocator's freed blocks: (pool, blocks).
-pub fn kept_bytes() -> (usize, usize) {
-    let pool = SPARE.lock().map_or(0, |spare| spare.iter().map(|v| v.capacity() * size_of::<f32>()).sum());
-    (pool, map::kept())
+/// Bytes kept in the allocator's freed blocks.
+pub fn kept_bytes() -> usize {
+    map::kept()
 }
 
 /// Idle: what is kept is cut to the bound again, and mimalloc gives the free pages of the calling
@@ -113,53 +92,10 @@ fn collect_small() {
     unsafe { mi_collect(true) };
 }
 
-/// Takes the oldest buffers out of `spare` until it holds at most `most` bytes and [`MAX_KEPT`]
-/// buffers; returns them, to be freed outside the lock.
-fn evict(spare: &mut Vec<Vec<f32>>, most: usize) -> Vec<Vec<f32>> {
-    let mut kept: usize = spare.iter().map(|v| v.capacity() * size_of::<f32>()).sum();
-    let mut evicted = Vec::new();
-    while !spare.is_empty() && (spare.len() > MAX_KEPT || kept > most) {
-        let oldest = spare.remove(0);
-        kept -= oldest.capacity() * size_of::<f32>();
-        evicted.push(oldest);
-    }
-    evicted
-}
-
-/// A buffer of `len` values whose contents are unspecified (zeros, or values of an earlier run):
-/// for a caller that writes every value. Reuses a kept buffer of a fitting size when there is one.
+/// A buffer of `len` zeros; one of a megabyte or more rounded up to whole 2 MB pages (see
+/// [`whole_pages`]).
 pub fn take(len: usize) -> Vec<f32> {
     let bytes = len.saturating_mul(size_of::<f32>());
-    if bytes >= MIN_BYTES
-        && let Ok(mut spare) = SPARE.lock()
-    {
-        // The smallest kept buffer that fits and is not more than twice too large, else the
-        // largest at least half as large, grown (its pages are kept: a pass over a growing input,
-        // a step after a step, faults in only the new part).
-        let fitting = spare
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| fits(v.capacity(), len))
-            .min_by_key(|(_, v)| v.capacity())
-            .or_else(|| {
-                spare
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, v)| v.capacity() < len && v.capacity() * 2 >= len)
-                    .max_by_key(|(_, v)| v.capacity())
-            })
-            .map(|(i, _)| i);
-        if let Some(i) = fitting {
-            let mut buffer = spare.remove(i); // in age order (see `give`)
-            drop(spare);
-            if buffer.len() >= len {
-                buffer.truncate(len);
-            } else {
-                buffer.resize(len, 0.0);
-            }
-            return buffer;
-        }
-    }
     let whole = if bytes >= MIN_BYTES { whole_pages(len) } else { len };
     let mut buffer = vec![0.0; whole];
     buffer.truncate(len);
@@ -173,65 +109,8 @@ fn whole_pages(len: usize) -> usize {
     len.saturating_mul(size_of::<f32>()).next_multiple_of(HUGE) / size_of::<f32>()
 }
 
-/// Whether a kept buffer of `capacity` values is handed out for `len`: it is long enough and not
-/// more than twice too long.
-fn fits(capacity: usize, len: usize) -> bool {
-    capacity >= len && capacity / 2 <= len
-}
-
-/// Keeps a buffer for each of `lens` (values) that a later [`take`] hands out, its pages touched
-/// now; buffers already kept count. For takes that should not wait on fresh pages: the blocks the
-/// next keystroke copies, prepared while the app draws the run before (the first keystroke after
-/// a whole pass otherwise faults in megabytes).
-pub fn reserve(lens: &[usize]) {
-    let mut unmet = Vec::new();
-    if let Ok(spare) = SPARE.lock() {
-        let mut claimed = vec![false; spare.len()];
-        for &len in lens.iter().filter(|&&len| len.saturating_mul(size_of::<f32>()) >= MIN_BYTES) {
-            let kept = (0..spare.len())
-                .filter(|&i| !claimed[i] && fits(spare[i].capacity(), len))
-                .min_by_key(|&i| spare[i].capacity());
-            match kept {
-                Some(i) => claimed[i] = true,
-                None => unmet.push(len),
-            }
-        }
-    }
-    for len in unmet {
-        let whole = whole_pages(len);
-        let mut buffer: Vec<f32> = Vec::with_capacity(whole);
-        // Written, so that its pages are there (a zeroed allocation's are not, until written).
-        buffer.resize(whole, 0.0);
-        give(buffer);
-    }
-}
-
 /// 2 MB, the size of an x86-64 huge page.
 pub const HUGE: usize = 2 << 20;
-
-/// Keeps `buffer` for a later [`take`] if it is large and there is room; frees it otherwise.
-pub fn give(buffer: Vec<f32>) {
-    let bytes = buffer.capacity() * size_of::<f32>();
-    if bytes < MIN_BYTES {
-        return;
-    }
-    let bound = KEEP.load(Ordering::Relaxed);
-    if bytes > bound || (bytes > FLOOR_BYTES && bytes > max_bytes()) {
-        return;
-    }
-    // The newest buffers are kept, the oldest freed to make room: what was dropped last is what
-    // the next pass is likeliest to need (a keystroke takes the blocks its previous run gave up,
-    // not the long first pass's step buffers).
-    let evicted = if let Ok(mut spare) = SPARE.lock() {
-        spare.push(buffer);
-        let kept: usize = spare.iter().map(|v| v.capacity() * size_of::<f32>()).sum();
-        let most = if kept > FLOOR_BYTES { max_bytes() } else { FLOOR_BYTES };
-        evict(&mut spare, most.min(bound))
-    } else {
-        Vec::new()
-    };
-    drop(evicted); // freed outside the lock
-}
 
 /// The process's allocator: mimalloc's, except that blocks of [`HUGE`] bytes or more (aligned
 /// to at most a page) are mapped on their own, a fresh one starting on a 2 MB boundary, and asked
@@ -544,53 +423,21 @@ mod tests {
     }
 
     #[test]
-    fn a_given_buffer_of_a_fitting_size_is_taken_again() {
-        // One test touches the shared pool, so no other test races it.
+    fn a_large_buffer_is_zeros_in_whole_pages_and_freed_blocks_are_bounded() {
         let len = MIN_BYTES / 4 + 123;
-        let mut buffer = take(len);
+        let buffer = take(len);
         assert_eq!(buffer.len(), len);
+        assert!(buffer.iter().all(|&v| v == 0.0));
         #[cfg(target_os = "linux")]
         assert!(buffer.capacity() * 4 == HUGE, "a whole 2 MB page");
-        buffer[0] = 42.0;
-        let ptr = buffer.as_ptr();
-        give(buffer);
-        let again = take(len - 10);
-        assert_eq!(again.len(), len - 10);
-        assert_eq!(again.as_ptr(), ptr, "the same memory, handed out again");
-        give(again);
-        // Far smaller requests do not pin a large buffer; small buffers are not kept.
-        let smaller = take(len / 3);
-        assert_ne!(smaller.as_ptr(), ptr);
         assert_eq!(take(10), vec![0.0; 10]);
-        let reused = take(len);
-        assert_eq!(reused.as_ptr(), ptr);
-        assert_eq!(reused.len(), len, "grown back to the requested length");
-        // Reserving counts what is kept: two buffers for two requests (the one given back and a
-        // new one), none more when asked again; a take then hands them out.
-        give(reused);
-        let kept = || SPARE.lock().unwrap().iter().filter(|v| fits(v.capacity(), len)).count();
-        reserve(&[len, len]);
-        assert_eq!(kept(), 2);
-        reserve(&[len, len]);
-        assert_eq!(kept(), 2);
-        let (a, b) = (take(len), take(len));
-        assert!(a.as_ptr() == ptr || b.as_ptr() == ptr);
-        assert_eq!(kept(), 0);
-        // Bounded to what the next run needs: what is kept beyond it goes at once, what is given
-        // back beyond it is freed, and the allocator's freed blocks are bounded too.
-        give(a);
-        give(b);
-        assert_eq!(kept(), 2);
-        keep_for(HUGE);
-        assert_eq!(kept(), 1, "one 2 MB buffer fits the bound, the older one went");
+        drop(buffer);
+        // Bounded to what the next run needs: the allocator's freed blocks beyond it go at once.
         keep_for(0);
-        assert_eq!(kept_bytes(), (0, 0), "nothing kept beyond a bound of nothing");
-        give(take(len));
+        assert_eq!(kept_bytes(), 0, "nothing kept beyond a bound of nothing");
         drop(vec![1u8; 3 * HUGE]);
-        assert_eq!(kept_bytes(), (0, 0), "buffers given back and blocks freed past the bound are freed");
+        assert_eq!(kept_bytes(), 0, "blocks freed past the bound are freed");
         release_idle();
         unbound();
-        give(take(len));
-        assert_eq!(kept(), 1, "a run lifts the bound");
     }
 }

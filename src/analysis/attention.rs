@@ -256,27 +256,6 @@ impl PartialEq for HeadVectors {
     }
 }
 
-impl Drop for HeadVectors {
-    fn drop(&mut self) {
-        give_unshared(&mut self.blocks);
-    }
-}
-
-impl Drop for Attention {
-    fn drop(&mut self) {
-        give_unshared(&mut self.blocks);
-    }
-}
-
-/// Hands the blocks no other run shares to the next forward pass (see [`crate::alloc`]).
-fn give_unshared(blocks: &mut Vec<Arc<Vec<f32>>>) {
-    for block in blocks.drain(..) {
-        if let Ok(values) = Arc::try_unwrap(block) {
-            crate::alloc::give(values);
-        }
-    }
-}
-
 /// That `blocks` are each `per_block` values long and `shape_ok` holds (their count, sizes), or
 /// which of them is not (`shape` says what they should hold).
 fn check_blocks(

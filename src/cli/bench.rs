@@ -130,12 +130,8 @@ fn memory(model_dir: Option<&Path>, tokens: usize) -> anyhow::Result<()> {
     let worker = Worker::spawn(|_| {})?;
     let report = |step: &str| {
         let (rss, peak) = rss_mb();
-        let (pool, blocks) = crate::alloc::kept_bytes();
-        println!(
-            "step={step} rss_mb={rss:.0} peak_mb={peak:.0} pool_mb={:.0} kept_blocks_mb={:.0}",
-            pool as f64 / 1_048_576.0,
-            blocks as f64 / 1_048_576.0
-        );
+        let blocks = crate::alloc::kept_bytes();
+        println!("step={step} rss_mb={rss:.0} peak_mb={peak:.0} kept_blocks_mb={:.0}", blocks as f64 / 1_048_576.0);
     };
     let wait = |what: &str, done: &dyn Fn(&Done) -> bool| -> anyhow::Result<Done> {
         let start = Instant::now();

@@ -248,8 +248,7 @@ impl<'m> Generator<'m> {
     pub fn partial_run(&self) -> Run {
         let desc = self.model.net.description();
         let n = self.tokens.len();
-        // A buffer of the pool's (a written token's run replaces the last one, whose buffer it
-        // takes again), not fresh pages to fault in and zero for every message.
+        // In whole 2 MB pages: the allocator hands the last message's freed block out again.
         let mut data = crate::alloc::take(self.rows.len() * n * n);
         for (matrix, rows) in data.chunks_mut(n * n).zip(&self.rows) {
             let mut start = 0;

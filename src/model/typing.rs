@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use super::engine::{Capture, EngineError, KvCache, Network};
 use super::intervene::Interventions;
-use crate::alloc as spare;
 use crate::analysis::{Attention, HeadVectors, ShapeError};
 
 /// Query rows per block.
@@ -94,17 +93,6 @@ impl PrefixRun {
         };
         run.update(net, ids, interventions)?;
         Ok(Some(run))
-    }
-
-    /// Readies the buffers the next token typed at the end takes — a copy of the last block of
-    /// each kind of recorded rows (a run handed out holds it), or a new block — so that they are
-    /// not fresh pages then ([`spare::reserve`]).
-    pub fn prepare_next(&self) {
-        let kinds =
-            [Some(&self.probs), self.scores.as_ref()].into_iter().flatten().chain(self.vectors.iter().flatten());
-        let lens: Vec<usize> =
-            kinds.filter(|rows| rows.rows > 0).map(|rows| rows.matrices * BLOCK_ROWS * rows.stride).collect();
-        spare::reserve(&lens);
     }
 
     /// Runs at most `tokens` tokens in one step from now on (at least 1; the results are the
@@ -212,10 +200,6 @@ impl PrefixRun {
                 keys.push_vectors(at, &out.keys, |lh, q| (lh * m + q - first) * head_dim);
             }
             self.hidden.extend_from_slice(&out.last_hidden);
-            // The next step records into the same memory.
-            for buffer in [out.probs, out.scores, out.queries, out.keys] {
-                spare::give(buffer);
-            }
         }
         self.ids = ids.to_vec();
         Ok(Reused { kept, ran: n - kept })
@@ -304,7 +288,7 @@ impl RowBlocks {
         for q in first..n {
             let (b, r) = (q / BLOCK_ROWS, q % BLOCK_ROWS);
             if b == self.blocks.len() {
-                self.blocks.push(Arc::new(spare::take(matrices * BLOCK_ROWS * stride)));
+                self.blocks.push(Arc::new(crate::alloc::take(matrices * BLOCK_ROWS * stride)));
             }
             let block = unshared(&mut self.blocks[b], stride, r);
             for lh in 0..matrices {
@@ -323,7 +307,7 @@ impl RowBlocks {
         }
         let old = std::mem::take(&mut self.blocks);
         for (b, block) in old.iter().enumerate() {
-            let mut values = spare::take(self.matrices * BLOCK_ROWS * stride);
+            let mut values = crate::alloc::take(self.matrices * BLOCK_ROWS * stride);
             for (lh, rows) in block.chunks(BLOCK_ROWS * self.stride).enumerate() {
                 for (r, row) in rows.chunks(self.stride).enumerate() {
                     let dst = &mut values[(lh * BLOCK_ROWS + r) * stride..][..stride];
@@ -361,12 +345,12 @@ impl RowBlocks {
     }
 }
 
-/// The block to write into: itself when no run handed out holds it, else a copy (in a buffer of
-/// [`spare`]'s) that it then is — of its first `filled` rows of each matrix (`stride` values
+/// The block to write into: itself when no run handed out holds it, else a copy (in a fresh
+/// buffer) that it then is — of its first `filled` rows of each matrix (`stride` values
 /// each): the rows after them are written before anything reads them.
 fn unshared(block: &mut Arc<Vec<f32>>, stride: usize, filled: usize) -> &mut Vec<f32> {
     if Arc::get_mut(block).is_none() {
-        let mut copy = spare::take(block.len());
+        let mut copy = crate::alloc::take(block.len());
         let (matrix, rows) = (BLOCK_ROWS * stride, filled * stride);
         for (dst, src) in copy.chunks_mut(matrix).zip(block.chunks(matrix)) {
             dst[..rows].copy_from_slice(&src[..rows]);

@@ -24,12 +24,6 @@ use crate::model::{Interventions, LoadedModel, PlaygroundConfig};
 /// Candidates kept per generation step.
 pub const TOP_K: usize = 8;
 
-/// Idle time after a run kept for the next keystroke before the worker readies the buffers that
-/// keystroke takes ([`PrefixRun::prepare_next`]): by then the app has drawn the run and let go of
-/// the one before, whose blocks serve, so that only the first keystroke after a whole pass costs
-/// fresh pages here, not every keystroke.
-const PREPARE_AFTER: Duration = Duration::from_millis(300);
-
 /// Idle time after the last job before the worker gives memory back ([`crate::alloc::release_idle`]).
 const RELEASE_AFTER: Duration = Duration::from_secs(3);
 
@@ -482,8 +476,6 @@ struct Inference {
     prefix: Option<PrefixRun>,
     /// A job that arrived while a generation was writing (it stopped the generation).
     carried: Option<Job>,
-    /// Whether to ready what the next keystroke takes once idle ([`PrefixRun::prepare_next`]).
-    prepare: bool,
     /// A long input's run stopped by another job: run again after a comparison, unless a newer
     /// run replaces it (a generation or a model load replaces what is shown anyway).
     owed: Option<Job>,
@@ -509,32 +501,18 @@ impl Inference {
         self.sent.load(Ordering::SeqCst) > self.taken
     }
 
-    /// The next batch of jobs: waits for one (readying the next keystroke's buffers when idle
-    /// after a run kept for typing), then coalesces what else is queued.
+    /// The next batch of jobs: waits for one (giving memory back when idle for a while), then
+    /// coalesces what else is queued.
     fn next_batch(&mut self) -> Result<Batch, Gone> {
         let first = loop {
             if let Some(job) = self.carried.take() {
                 break job;
             }
-            let wait = if self.prepare {
-                PREPARE_AFTER
-            } else if self.release {
-                RELEASE_AFTER
-            } else {
-                Duration::MAX
-            };
+            let wait = if self.release { RELEASE_AFTER } else { Duration::MAX };
             match self.jobs.recv_timeout(wait) {
                 Ok(job) => {
                     self.taken += 1;
                     break job;
-                }
-                Err(RecvTimeoutError::Timeout) if self.prepare => {
-                    // Idle since a run kept for the next keystroke, and the app has let go of the
-                    // run before (its blocks are back in the pool).
-                    self.prepare = false;
-                    if let Some(p) = &self.prefix {
-                        p.prepare_next();
-                    }
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     // Idle for a while: what is kept beyond the bound, and mimalloc's free pages,
@@ -667,7 +645,6 @@ impl Inference {
                 }
                 let elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
                 self.answer(Done::Ran { id, result, window: None, elapsed_ms })?;
-                self.prepare = self.prefix.is_some();
             }
         }
         Ok(())
@@ -793,7 +770,6 @@ impl Worker {
             caches: Caches::default(),
             prefix: None,
             carried: None,
-            prepare: false,
             owed: None,
             owed_lens: None,
             need: None,

@@ -3,7 +3,6 @@
 
 use super::error::Result;
 use super::pass::{HeadVisitor, LayerSlots, Listener, PassShape};
-use crate::alloc as spare;
 
 /// What to record besides the attention probabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,8 +70,8 @@ impl Listener for Record {
         // value); the other buffers are zeroed straight from the OS.
         self.out = ForwardOutput {
             last_hidden: Vec::new(),
-            probs: spare::take(per_layer * layers),
-            scores: if full { spare::take(per_layer * layers) } else { Vec::new() },
+            probs: crate::alloc::take(per_layer * layers),
+            scores: if full { crate::alloc::take(per_layer * layers) } else { Vec::new() },
             terms: if full { vec![0.0; shape.terms * per_layer * layers] } else { Vec::new() },
             queries: vectors(shape.seq_len),
             keys: vectors(shape.seq_len),

@@ -7,6 +7,7 @@
 use rayon::prelude::*;
 
 use super::Network;
+use super::activation::activate;
 use super::context::{Edit, LayerSlots, PassContext, Writable};
 use super::embed::Norm;
 use super::error::{EngineError, Result};
@@ -14,7 +15,7 @@ use super::linear::Linear;
 use super::moe::{Moe, Route};
 use super::positions::{self, HeadRows, PositionWeights, RelativeProjections};
 use super::weights::Weights;
-use crate::model::describe::{Activation, Description, FeedForward, NormPlacement, QkNorm};
+use crate::model::describe::{Description, FeedForward, NormPlacement, QkNorm};
 use crate::model::kernels::{MatMut, MatRef, matmul};
 
 thread_local! {
@@ -823,17 +824,5 @@ impl Network {
         }
         let input = if gated { &bufs.gated } else { &bufs.inner };
         layer.down.forward_into(input, None, &mut bufs.panels, &mut bufs.mlp_out);
-    }
-}
-
-/// The feed-forward activation on `v`, in place.
-pub(super) fn activate(activation: Activation, v: &mut [f32]) {
-    match activation {
-        // GELUActivation: nn.functional.gelu, the exact erf form.
-        Activation::Gelu => kernels::gelu_erf_in_place(v),
-        // NewGELUActivation / gelu_pytorch_tanh: the tanh approximation.
-        Activation::GeluTanh => kernels::gelu_tanh_in_place(v),
-        Activation::Relu => kernels::relu_in_place(v),
-        Activation::Silu => kernels::silu_in_place(v),
     }
 }

@@ -29,6 +29,7 @@
 //! (the pass and the listener API), [`listeners`] (the listeners above), [`lazy`] (attention
 //! computed again from kept streams).
 
+mod activation;
 mod block;
 mod context;
 mod embed;

@@ -7,7 +7,7 @@
 //! renormalised, and `final.index_add_(tokens, weight · down(act(gate(x)) · up(x)))` expert by
 //! expert in ascending id order — so each token's output is summed in that order, from zero.
 
-use super::block::activate;
+use super::activation::activate;
 use super::error::Result;
 use super::linear::Linear;
 use super::weights::Weights;

@@ -3491,13 +3491,18 @@ fn a_newly_pinned_query_scrolls_into_view() {
     assert!(h.ctx.content_rect().contains_rect(shown), "{shown:?} in view");
 }
 
-#[test]
-fn smollm2s_thirty_layers_of_head_statistics_fit_the_window() {
+/// The app on the embedded SmolLM2 (30 layers) with `text`, its first run shown.
+fn smollm2_app(text: &str) -> Harness<'static, AttnvizApp> {
     let smollm2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct");
-    let startup =
-        Startup { model_dir: Some(smollm2), text: Some("The capital of France is".into()), ..Startup::default() };
+    let startup = Startup { model_dir: Some(smollm2), text: Some(text.into()), ..Startup::default() };
     let mut h = harness_with(startup, None);
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h
+}
+
+#[test]
+fn smollm2s_thirty_layers_of_head_statistics_fit_the_window() {
+    let mut h = smollm2_app("The capital of France is");
     h.get_by_label("Head statistics").click();
     settled(&mut h);
     h.run_steps(2);
@@ -3617,11 +3622,7 @@ fn the_contribution_graph_of_a_long_text_opens_on_its_prediction() {
 
 #[test]
 fn the_lens_token_header_stays_in_view_while_its_blocks_scroll() {
-    let smollm2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("assets/models/SmolLM2-135M-Instruct");
-    let startup =
-        Startup { model_dir: Some(smollm2), text: Some("The capital of France is".into()), ..Startup::default() };
-    let mut h = harness_with(startup, None);
-    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    let mut h = smollm2_app("The capital of France is");
     h.get_by_label("Logit lens").click();
     settled(&mut h);
     // Scrolled to the last blocks (31 streams are taller than the grid's room).

@@ -753,7 +753,7 @@ fn snapshot_app_of(text: &str, model_dir: PathBuf) -> Harness<'static, AttnvizAp
             cc.egui_ctx.set_theme(egui::ThemePreference::Light);
             // The app's panels are transparent over a window cleared to the panel colour; the
             // harness clears to transparent, so paint the panels as the window shows them.
-            cc.egui_ctx.all_styles_mut(|s| s.visuals.panel_fill = attnviz::app::app::panel_colour(&s.visuals));
+            cc.egui_ctx.all_styles_mut(|s| s.visuals.panel_fill = attnviz::app::widgets::panel_colour(&s.visuals));
             app
         }
     });
@@ -3647,4 +3647,44 @@ fn the_lens_token_header_stays_in_view_while_its_blocks_scroll() {
         header.top() >= visible_top && header.top() - visible_top < 30.0,
         "{header:?} at the top of the rows in view ({visible_top})"
     );
+}
+
+#[test]
+fn a_zoomed_matrix_keeps_its_row_and_column_labels_in_view_while_it_scrolls() {
+    let text = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
+    let mut h = app(text);
+    h.get_by_label("Heatmap").click();
+    settled(&mut h);
+    h.state_mut().settings.zoom.heatmap = Some(70.0);
+    h.run_steps(3);
+    let (drawing, grid) = h.state().views.heatmap.figure().map(|(d, g)| (d.clone(), g)).unwrap();
+    let screen = h.ctx.content_rect();
+    assert!(drawing.height > screen.height() && drawing.width > screen.width(), "the figure is larger than the room");
+    let in_view = |h: &Harness<'static, AttnvizApp>, text: &str| {
+        painted_texts(h).iter().any(|p| p.text == text && screen.contains_rect(p.rect))
+    };
+    // Scrolled to the top: the column labels and their axis title (under the cells, far below the
+    // fold) are kept at the bottom of the view.
+    assert!(in_view(&h, "key (attended to)"), "the column axis is in view");
+    let runs = text_runs(&drawing);
+    let bottom = grid.top + grid.rows as f32 * grid.cell_h;
+    let first_col = runs.iter().find(|t| t.y > bottom && t.x < grid.left + grid.cell_w).unwrap();
+    assert!(in_view(&h, &first_col.text), "the first column's label “{}” is in view", first_col.text);
+    // Scrolled sideways past the row labels: they are kept at the left edge.
+    let first_row = runs.iter().find(|t| t.x < grid.left && !t.up && t.y > grid.top).unwrap().text.clone();
+    h.hover_at(screen.center());
+    for _ in 0..10 {
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(-200.0, 0.0),
+            modifiers: egui::Modifiers::NONE,
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run_steps(2);
+    }
+    h.run_steps(20);
+    assert!(in_view(&h, &first_row), "the first row's label “{first_row}” is in view");
+    let shown = painted_texts(&h).into_iter().find(|p| p.text == first_row).unwrap();
+    assert!(shown.rect.left() < screen.center().x, "at the left edge: {:?}", shown.rect);
 }

@@ -14,7 +14,7 @@ use super::features::Features;
 use super::session::{Asked, KeyClock, Playground, Session, Sources};
 use super::state::{RolloutMode, Settings, Source, ThemeChoice, View};
 use super::tasks::{Background, Tasks};
-use super::views::Views;
+use super::ui::Views;
 use super::worker::Worker;
 
 /// Key of the settings in eframe's storage.
@@ -271,7 +271,7 @@ fn install_fonts(ctx: &egui::Context) {
         .map(|family| InsertFontFamily { family, priority: FontPriority::Lowest })
         .collect();
     // The figures' own family: the head view's labels in the font its layout measured.
-    families.push(InsertFontFamily { family: super::views::figure::figure_font(), priority: FontPriority::Highest });
+    families.push(InsertFontFamily { family: super::widgets::figure::figure_font(), priority: FontPriority::Highest });
     ctx.add_font(FontInsert::new("DejaVuSans", egui::FontData::from_static(crate::render::text::FONT_BYTES), families));
     ctx.set_missing_glyph_policy(egui::MissingGlyphPolicy::Tofu);
     // Hints, captions and the candidates' labels are small text: egui's 9 points are hard to
@@ -280,12 +280,6 @@ fn install_fonts(ctx: &egui::Context) {
         let small = style.text_styles.entry(egui::TextStyle::Small).or_insert_with(|| egui::FontId::proportional(9.0));
         small.size = small.size.max(SMALL_TEXT_PX);
     });
-}
-
-/// The background of panels in this theme (egui's own panel colour; the app's panels are
-/// transparent over a window cleared to it).
-pub fn panel_colour(visuals: &egui::Visuals) -> egui::Color32 {
-    if visuals.dark_mode { egui::Visuals::dark().panel_fill } else { egui::Visuals::light().panel_fill }
 }
 
 impl eframe::App for AttnvizApp {
@@ -380,7 +374,7 @@ impl eframe::App for AttnvizApp {
     /// The panels' colour: panels are transparent (see [`AttnvizApp::new`]), the cleared window
     /// is their background.
     fn clear_color(&self, visuals: &egui::Visuals) -> [f32; 4] {
-        panel_colour(visuals).to_normalized_gamma_f32()
+        super::widgets::panel_colour(visuals).to_normalized_gamma_f32()
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {

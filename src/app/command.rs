@@ -116,42 +116,6 @@ impl Commands {
     }
 }
 
-/// Declares [`Setting`] with one variant per field of [`Settings`], and its `apply` and `changes`
-/// (listed beside `Settings` in `state.rs`).
-macro_rules! settings_fields {
-    ($($field:ident => $variant:ident: $ty:ty),* $(,)?) => {
-        /// A new value for one field of [`Settings`].
-        #[derive(Debug, Clone, PartialEq)]
-        #[allow(missing_docs)]
-        pub enum Setting {
-            $($variant($ty)),*
-        }
-
-        impl Setting {
-            /// Writes the value into `settings`.
-            pub fn apply(self, settings: &mut Settings) {
-                match self {
-                    $(Self::$variant(v) => settings.$field = v),*
-                }
-            }
-
-            /// One setting per field that differs between `old` and `new`, in field order.
-            // Any other value is a change, also for floats (a slider moved by a hair).
-            #[allow(clippy::float_cmp)]
-            pub fn changes(old: &Settings, new: &Settings) -> Vec<Self> {
-                // Every field is listed: a field added to Settings and not here does not compile.
-                let Settings { $($field: _),* } = new;
-                let mut out = Vec::new();
-                $(if old.$field != new.$field {
-                    out.push(Self::$variant(new.$field.clone()));
-                })*
-                out
-            }
-        }
-    };
-}
-pub(crate) use settings_fields;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use super::data::ViewData;
 use super::features::Features;
 use super::session::{NO_TARGET_NOTE, Session};
 use super::state::{Settings, Source, ThemeChoice};
-use super::views::Views;
+use super::ui::Views;
 use crate::analysis::Stack;
 
 /// What the shell keeps of its frames: the theme applied, the frame time, what was saved.

@@ -1,17 +1,14 @@
 //! The features that compute results of their own off the UI thread: each is a folder of
 //! `app/` owning its settings' use, its requests, the computation it asks the worker for
 //! ([`super::worker::Compute`]), its result slots, its view and the figure it exports. This list
-//! is the one place the app's frame asks them for what they need, hands them the worker's
-//! answers, draws their views and asks them for their figures. Adding a feature: its folder, a
-//! line in each list here, and its view and settings beside the others' in `state.rs`.
+//! is the one place the app's frame asks them for what they need and hands them the worker's
+//! answers; `views/features.rs` draws their views and asks them for their figures. Adding a
+//! feature: its folder, a line in each list here and there, and its view and settings beside the
+//! others' in `state.rs`.
 
-use super::command::Commands;
-use super::data::ViewData;
 use super::session::Shown;
-use super::state::View;
 use super::worker::Done;
 use super::{attribution, compare, experts, graph, intervene, lab, lens, patching, rollout};
-use crate::export::Figure;
 
 /// Every feature's own state.
 #[derive(Default)]
@@ -79,57 +76,4 @@ impl Features {
             || self.intervene.is_pending()
             || self.experts.slot.is_pending()
     }
-}
-
-/// The features' views: what each draws is its feature's results (read through [`ViewData`]).
-#[derive(Default)]
-pub struct FeatureViews {
-    /// Rollout and attention flow.
-    pub rollout: rollout::view::RolloutView,
-    /// The comparison: textures and the typed model folder.
-    pub compare: compare::view::CompareView,
-    /// The logit lens: the watch box.
-    pub lens: lens::view::LensView,
-    /// Logit attribution: the grid's texture.
-    pub attribution: attribution::view::AttributionView,
-    /// The contribution graph: the laid-out routes.
-    pub graph: graph::view::GraphView,
-    /// Activation patching: the grid's texture, the token boxes.
-    pub patching: patching::view::PatchingView,
-    /// The experts of a mixture of experts.
-    pub experts: experts::view::ExpertsView,
-}
-
-impl FeatureViews {
-    /// Draws `view` when it is a feature's; whether it is.
-    pub fn ui(&mut self, view: View, ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Commands) -> bool {
-        match view {
-            View::Rollout => self.rollout.ui(ui, data, commands),
-            View::Compare => self.compare.ui(ui, data, commands),
-            View::Lens => self.lens.ui(ui, data, commands),
-            View::Attribution => self.attribution.ui(ui, data, commands),
-            View::Graph => self.graph.ui(ui, data, commands),
-            View::Patching => self.patching.ui(ui, data, commands),
-            View::Experts => self.experts.ui(ui, data, commands),
-            _ => return false,
-        }
-        true
-    }
-}
-
-/// The figure a feature's view exports, made of what it shows (None: `view` is not a feature's
-/// own figure).
-/// `selection`: the layer and heads shown.
-pub fn figure(view: View, data: &ViewData<'_>, selection: (usize, &[usize])) -> Option<Figure> {
-    let features = data.features;
-    Some(match view {
-        View::Rollout => features.flow.figure(data, selection),
-        View::Compare => features.compare.figure(data, selection),
-        View::Lens => features.lens.figure(data),
-        View::Attribution => features.attribution.figure(data),
-        View::Graph => features.graph.figure(data),
-        View::Patching => features.patching.figure(data),
-        View::Experts => features.experts.figure(data),
-        _ => return None,
-    })
 }

@@ -21,7 +21,7 @@ impl AttnvizApp {
             (self.settings.layer_idx, self.settings.selected_heads())
         };
         let data = self.view_data();
-        if let Some(figure) = super::features::figure(self.settings.view, &data, (layer_idx, &heads)) {
+        if let Some(figure) = super::ui::figure(self.settings.view, &data, (layer_idx, &heads)) {
             return figure;
         }
         match self.settings.view {

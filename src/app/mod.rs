@@ -26,7 +26,9 @@ pub mod slot;
 pub mod state;
 pub mod tasks;
 pub mod text;
+pub mod ui;
 pub mod views;
+pub mod widgets;
 pub mod worker;
 
 use std::path::PathBuf;

@@ -144,7 +144,7 @@ pub(crate) struct Sources {
 }
 
 /// What the app knows besides the settings and the features' own results: the model, the shown
-/// run, what is in flight. Views never see it; they get [`super::data::ViewData`].
+/// run, what is in flight. Views never see it: they get a borrowed view of it (`ViewData`, in `data.rs`).
 pub struct Session {
     /// The inference thread.
     pub worker: Worker,

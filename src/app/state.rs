@@ -11,8 +11,11 @@ use crate::render::{Colormap, Side};
 
 pub use super::attribution::settings::AttributionSettings;
 pub use super::compare::settings::{CompareMode, CompareSettings, CompareSource};
+pub use super::experts::settings::ExpertsSettings;
 pub use super::graph::settings::GraphSettings;
+pub use super::intervene::settings::SteerSettings;
 pub use super::lens::settings::{LensMode, LensSettings};
+pub use super::patching::settings::PatchingSettings;
 pub use super::rollout::settings::{RolloutMode, RolloutSettings};
 
 /// The main views.
@@ -177,8 +180,9 @@ pub enum ThemeChoice {
     Light,
 }
 
-/// Each matrix view's cell side in points, or None to fit the whole figure in the room: the
-/// default, and again whenever a new model or text arrives. Zooming one view leaves the others.
+/// Each figure view's zoom, or None to fit the whole figure in the room: the default, and again
+/// whenever a new model or text arrives. Zooming one view leaves the others. The matrix views
+/// keep a cell side in points, the lens and the graph a scale of their default size.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ViewZoom {
@@ -188,14 +192,28 @@ pub struct ViewZoom {
     pub compare: Option<f32>,
     /// Rollout and flow.
     pub rollout: Option<f32>,
+    /// The logit attribution grid.
+    pub attribution: Option<f32>,
+    /// The logit lens (a scale).
+    pub lens: Option<f32>,
+    /// The contribution graph (a scale).
+    pub graph: Option<f32>,
 }
 
 impl ViewZoom {
-    /// Keeps each cell side in the matrix views' range.
+    /// Keeps each cell side in the matrix views' range, each scale in the scaled views'.
     pub fn clamp(&mut self) {
-        let (lo, hi) = crate::app::views::matrix::CELL_RANGE;
-        for z in [&mut self.heatmap, &mut self.compare, &mut self.rollout].into_iter().flatten() {
-            *z = if z.is_finite() { z.clamp(lo, hi) } else { hi };
+        use crate::app::widgets::matrix::{CELL_RANGE, SCALE_RANGE};
+        let keep = |z: &mut Option<f32>, (lo, hi): (f32, f32)| {
+            if let Some(z) = z {
+                *z = if z.is_finite() { z.clamp(lo, hi) } else { hi };
+            }
+        };
+        for z in [&mut self.heatmap, &mut self.compare, &mut self.rollout, &mut self.attribution] {
+            keep(z, CELL_RANGE);
+        }
+        for z in [&mut self.lens, &mut self.graph] {
+            keep(z, SCALE_RANGE);
         }
     }
 }
@@ -287,17 +305,52 @@ pub struct Settings {
     /// The contribution graph's settings.
     pub graph: GraphSettings,
     /// The patching view's settings.
-    pub patching: super::patching::PatchingSettings,
+    pub patching: PatchingSettings,
     /// The Steer panel's settings.
-    pub steer: super::intervene::SteerSettings,
+    pub steer: SteerSettings,
     /// The experts view's settings.
-    pub experts: super::experts::ExpertsSettings,
+    pub experts: ExpertsSettings,
     /// The training lab's settings.
     pub train: crate::train::TrainConfig,
 }
 
+/// Declares [`Setting`] with one variant per field of [`Settings`], and its `apply` and `changes`
+/// (listed beside `Settings` below).
+macro_rules! settings_fields {
+    ($($field:ident => $variant:ident: $ty:ty),* $(,)?) => {
+        /// A new value for one field of [`Settings`].
+        #[derive(Debug, Clone, PartialEq)]
+        #[allow(missing_docs)]
+        pub enum Setting {
+            $($variant($ty)),*
+        }
+
+        impl Setting {
+            /// Writes the value into `settings`.
+            pub fn apply(self, settings: &mut Settings) {
+                match self {
+                    $(Self::$variant(v) => settings.$field = v),*
+                }
+            }
+
+            /// One setting per field that differs between `old` and `new`, in field order.
+            // Any other value is a change, also for floats (a slider moved by a hair).
+            #[allow(clippy::float_cmp)]
+            pub fn changes(old: &Settings, new: &Settings) -> Vec<Self> {
+                // Every field is listed: a field added to Settings and not here does not compile.
+                let Settings { $($field: _),* } = new;
+                let mut out = Vec::new();
+                $(if old.$field != new.$field {
+                    out.push(Self::$variant(new.$field.clone()));
+                })*
+                out
+            }
+        }
+    };
+}
+
 // One `Setting` per field: a field added to `Settings` and not here does not compile.
-super::command::settings_fields! {
+settings_fields! {
     text => Text: String,
     text_pair => TextPair: String,
     pair_enabled => PairEnabled: bool,
@@ -337,9 +390,9 @@ super::command::settings_fields! {
     attribution => Attribution: AttributionSettings,
     stats_role => StatsRole: Option<usize>,
     graph => Graph: GraphSettings,
-    patching => Patching: super::patching::PatchingSettings,
-    steer => Steer: super::intervene::SteerSettings,
-    experts => Experts: super::experts::ExpertsSettings,
+    patching => Patching: PatchingSettings,
+    steer => Steer: SteerSettings,
+    experts => Experts: ExpertsSettings,
     train => Train: crate::train::TrainConfig,
 }
 
@@ -399,9 +452,9 @@ impl Default for Settings {
             attribution: AttributionSettings::default(),
             stats_role: None,
             graph: GraphSettings::default(),
-            patching: super::patching::PatchingSettings::default(),
-            steer: super::intervene::SteerSettings::default(),
-            experts: super::experts::ExpertsSettings::default(),
+            patching: PatchingSettings::default(),
+            steer: SteerSettings::default(),
+            experts: ExpertsSettings::default(),
             train: crate::train::TrainConfig::default(),
         }
     }

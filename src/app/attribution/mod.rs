@@ -103,30 +103,6 @@ pub struct Feature {
 }
 
 impl Feature {
-    /// The figure the attribution view exports: the grid of terms with what it is of.
-    pub fn figure(&self, data: &crate::app::data::ViewData<'_>) -> crate::export::Figure {
-        let table = match self.dla.shown() {
-            Some((_, (Ok(a), _))) => {
-                let name = data.model.map_or("model", |m| m.name.as_str());
-                let label = data.token_run.map(|r| r.label(a.position)).unwrap_or_default();
-                let title = format!(
-                    "{name} · direct logit attribution of {} at position {} “{label}” · Σ terms = {:.3}, logit {:.3}",
-                    target_text(a),
-                    a.position,
-                    a.total(),
-                    a.logit
-                );
-                attribution_table(a, title)
-            }
-            _ => crate::export::Table {
-                title: String::new(),
-                row_labels: Vec::new(),
-                col_labels: Vec::new(),
-                values: Vec::new(),
-            },
-        };
-        crate::export::Figure::Attribution(Arc::new(table))
-    }
     /// Asks the worker for a head's effect unless it is shown or asked for already.
     pub fn request_effect(&mut self, worker: &Worker, key: EffectKey, tokens: Arc<Tokens>, iv: Interventions) {
         if self.effect.want(&key) {

@@ -4,18 +4,24 @@
 //! of each layer as their own columns and the embeddings as their own row. A click selects a head
 //! and lists the tokens its write promotes and suppresses; the selected head opens in the heatmap.
 
-use egui::RichText;
+use std::sync::Arc;
+
+use egui::{RichText, vec2};
 
 use crate::app::attribution::{attribution_table, target_text};
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
-use crate::app::views::matrix::{MatrixSpec, MatrixTexture, matrix_ui, symmetric_range};
+use crate::app::widgets::matrix::{
+    FitCache, MatrixSpec, MatrixTexture, fit_cell, matrix_ui, symmetric_range, zoom_step, zoom_ui,
+};
 use crate::render::Colormap;
 
 /// The attribution view's state: the grid's texture, the boxes being typed.
 #[derive(Default)]
 pub struct AttributionView {
     texture: MatrixTexture,
+    /// The cell side the grid was last fitted at.
+    fit: FitCache,
 }
 
 impl AttributionView {
@@ -25,19 +31,18 @@ impl AttributionView {
                     language-model head: a decoder with its head.";
         let refusal = data.features.lens.refusal.as_deref();
         let position = data.settings.attribution.position;
-        let Some((tokens, position)) = crate::app::views::widgets::readout_tokens(ui, data, (refusal, what), position)
-        else {
+        let Some((tokens, position)) = crate::app::widgets::readout_tokens(ui, data, (refusal, what), position) else {
             return;
         };
         let (settings, n) = (data.settings, tokens.len());
         controls_ui(ui, data, tokens, position, commands);
         let dla = &data.features.attribution.dla;
         let Some((key, (result, ms))) = dla.shown() else {
-            crate::app::views::widgets::computing_ui(ui, "the attribution");
+            crate::app::widgets::computing_ui(ui, "the attribution");
             return;
         };
         if dla.is_pending() {
-            crate::app::views::widgets::computing_ui(ui, "the attribution");
+            crate::app::widgets::computing_ui(ui, "the attribution");
         }
         let a = match result {
             Ok(a) => a,
@@ -91,41 +96,52 @@ impl AttributionView {
             format!("{what}\ncontribution {v:+.6}{share}{click}")
         };
         let name = |r: usize, c: usize| format!("Attribution of {} {}", table.row_labels[r], table.col_labels[c]);
-        let key_hash = crate::app::views::matrix::key_of(&(key, rows, cols));
+        let key_hash = crate::app::widgets::matrix::key_of(&(key, rows, cols));
+        let spec = MatrixSpec {
+            id: "dla",
+            values: &table.values,
+            rows,
+            cols,
+            row_labels: &table.row_labels,
+            col_labels: &table.col_labels,
+            axes: ("layer", "head"),
+            range,
+            colormap: Colormap::RdBu,
+            cell: 0.0,
+            hover: &hover,
+            clickable: Some(&name),
+        };
+        // The grid keeps room for a head's effect under it.
         let grid_h = (ui.available_height() - 170.0).max(120.0);
-        // The whole grid in view when it fits (rows of a 30-layer model shrink to fit).
-        let fit_w = (ui.available_width() - 200.0) / cols.max(1) as f32;
-        let fit_h = (grid_h - 70.0) / rows.max(1) as f32;
-        let cell = fit_w.min(fit_h).clamp(14.0, 56.0);
+        // Fit (the default, until zoomed): the whole grid in the room, 30 layers too.
+        let mut zoom = settings.zoom.attribution;
+        let room = vec2(ui.available_width(), grid_h - 40.0);
+        let fitted = self.fit.get(key_hash, room, || fit_cell(ui, &spec, room));
+        ui.horizontal(|ui| {
+            zoom_ui(ui, &mut zoom, fitted);
+            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
+        });
+        let spec = MatrixSpec { cell: zoom.unwrap_or(fitted), ..spec };
         let mut clicked = None;
         egui::ScrollArea::both().id_salt("dla-grid").max_height(grid_h).auto_shrink([false, true]).show(ui, |ui| {
-            clicked = matrix_ui(
-                ui,
-                &mut self.texture,
-                key_hash,
-                &MatrixSpec {
-                    id: "dla",
-                    values: &table.values,
-                    rows,
-                    cols,
-                    row_labels: &table.row_labels,
-                    col_labels: &table.col_labels,
-                    axes: ("layer", "head"),
-                    range,
-                    colormap: Colormap::RdBu,
-                    cell,
-                    hover: &hover,
-                    clickable: Some(&name),
-                },
-            )
-            .clicked;
+            let shown = matrix_ui(ui, &mut self.texture, key_hash, &spec);
+            // Over the grid (its cells are widgets of their own, hovered on top of it).
+            if shown.response.contains_pointer() {
+                zoom = zoom_step(ui, spec.cell).or(zoom);
+            }
+            clicked = shown.clicked;
         });
+        if zoom != settings.zoom.attribution {
+            let mut z = settings.zoom;
+            z.attribution = zoom;
+            commands.push(Command::Set(Setting::Zoom(z)));
+        }
         if let Some((layer_idx, head_idx)) = clicked.filter(|&(r, c)| r < a.layers && c < heads) {
             commands.push(Command::Set(Setting::Attribution(crate::app::state::AttributionSettings {
                 head: Some((layer_idx, head_idx)),
                 ..settings.attribution.clone()
             })));
-            crate::app::views::widgets::select_head(settings, (layer_idx, head_idx), commands);
+            crate::app::widgets::select_head(settings, (layer_idx, head_idx), commands);
         }
         ui.separator();
         effect_ui(ui, data, (a.layers, heads), commands);
@@ -144,7 +160,7 @@ fn controls_ui(
     ui.horizontal_wrapped(|ui| {
         let labels: Vec<String> = tokens.tokens.iter().map(|t| crate::analysis::tokens::pretty_label(t)).collect();
         let hint = "The position whose next-token prediction is attributed (← / → step)";
-        if let Some(pos) = crate::app::views::widgets::position_ui(ui, "Position", hint, &labels, position) {
+        if let Some(pos) = crate::app::widgets::position_ui(ui, "Position", hint, &labels, position) {
             commands.push(Command::Set(Setting::Attribution(crate::app::state::AttributionSettings {
                 position: Some(pos),
                 ..settings.attribution.clone()
@@ -184,5 +200,32 @@ fn effect_ui(ui: &mut egui::Ui, data: &ViewData<'_>, (layers, heads): (usize, us
     };
     let position = data.features.attribution.dla.shown().map_or(0, |d| d.0.position);
     let title = format!("Layer {layer_idx} head {head_idx}");
-    crate::app::views::widgets::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+    crate::app::widgets::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+}
+
+impl super::Feature {
+    /// The figure the attribution view exports: the grid of terms with what it is of.
+    pub fn figure(&self, data: &ViewData<'_>) -> crate::export::Figure {
+        let table = match self.dla.shown() {
+            Some((_, (Ok(a), _))) => {
+                let name = data.model.map_or("model", |m| m.name.as_str());
+                let label = data.token_run.map(|r| r.label(a.position)).unwrap_or_default();
+                let title = format!(
+                    "{name} · direct logit attribution of {} at position {} “{label}” · Σ terms = {:.3}, logit {:.3}",
+                    target_text(a),
+                    a.position,
+                    a.total(),
+                    a.logit
+                );
+                attribution_table(a, title)
+            }
+            _ => crate::export::Table {
+                title: String::new(),
+                row_labels: Vec::new(),
+                col_labels: Vec::new(),
+                values: Vec::new(),
+            },
+        };
+        crate::export::Figure::Attribution(Arc::new(table))
+    }
 }

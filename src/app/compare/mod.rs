@@ -12,7 +12,6 @@ use crate::analysis::Run;
 use crate::app::session::{RunInput, Session, TokenRun, ViewedFrom, run_spec};
 use crate::app::state::{Settings, Source, View};
 use crate::app::worker::{Job, RunSpec};
-use crate::export::Figure;
 
 /// Run B of the comparison: as it came, as the views show it, and what is asked for.
 #[derive(Default)]
@@ -33,22 +32,6 @@ pub struct Feature {
 }
 
 impl Feature {
-    /// The figure the comparison exports: A beside (or minus) B, or A alone before B arrives.
-    pub fn figure(&self, data: &crate::app::data::ViewData<'_>, (layer_idx, heads): (usize, &[usize])) -> Figure {
-        let head_idxs = heads.to_vec();
-        match &self.run_b {
-            Some(b) => Figure::Compare {
-                layer_idx,
-                head_idxs,
-                other: crate::export::SharedRun(Arc::clone(b)),
-                // As in the view: different token counts fall back to side by side.
-                difference: data.settings.compare.mode == CompareMode::Difference
-                    && data.run.is_some_and(|a| a.tokens.len() == b.tokens.len()),
-            },
-            None => Figure::Heatmap { layer_idx, head_idxs },
-        }
-    }
-
     /// Whether a run B newer than the shown one is on its way.
     pub fn is_pending(&self) -> bool {
         self.requested_compare_id > self.compare_id

@@ -1,14 +1,17 @@
 //! Two runs compared with the same layer and heads: side by side, or B − A as a diverging heatmap.
 //! B is another sentence, the faithful model against the intervened one, or another model folder.
 
+use std::sync::Arc;
+
 use egui::RichText;
 
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
 use crate::app::state::{CompareMode, CompareSource, Settings};
-use crate::app::views::matrix::{
+use crate::app::widgets::matrix::{
     FitCache, MatrixSpec, MatrixTexture, fit_cell, matrix_ui, prepare_matrix, symmetric_range, zoom_step, zoom_ui,
 };
+use crate::export::Figure;
 use crate::render::Colormap;
 
 /// The comparison view's state: textures and the typed model folder.
@@ -153,7 +156,7 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
                 let (av, bv) = (am[i], bm[i]);
                 format!("query “{}” → key “{}”\nA {av:.6}\nB {bv:.6}\nB − A {v:+.6}", labels[r], labels[c])
             };
-            let key = crate::app::views::matrix::key_of(&("diff", &base_key));
+            let key = crate::app::widgets::matrix::key_of(&("diff", &base_key));
             let spec = MatrixSpec {
                 id: "compare-diff",
                 values: &diff,
@@ -252,7 +255,7 @@ fn side_by_side_ui(
     // Fit: both matrices next to each other, each under its title line.
     let spacing = ui.spacing().item_spacing.x;
     let half = egui::vec2((room.x - spacing) / 2.0, room.y - 24.0);
-    let key = crate::app::views::matrix::key_of(&("side by side", base_key));
+    let key = crate::app::widgets::matrix::key_of(&("side by side", base_key));
     let fitted = fit.get(key, room, || specs.iter().map(|s| fit_cell(ui, s, half)).fold(f32::INFINITY, f32::min));
     let cell = zoom.unwrap_or(fitted);
     let specs: Vec<MatrixSpec<'_>> = specs.into_iter().map(|s| MatrixSpec { cell, ..s }).collect();
@@ -262,7 +265,7 @@ fn side_by_side_ui(
         .zip(textures.iter_mut())
         .enumerate()
         .map(|(i, (spec, tex))| {
-            prepare_matrix(ui, tex, crate::app::views::matrix::key_of(&(runs[i].0, base_key)), spec).x
+            prepare_matrix(ui, tex, crate::app::widgets::matrix::key_of(&(runs[i].0, base_key)), spec).x
         })
         .collect();
     let fits = widths.iter().sum::<f32>() + spacing <= ui.available_width();
@@ -271,7 +274,7 @@ fn side_by_side_ui(
         for (i, (spec, tex)) in specs.iter().zip(textures).enumerate() {
             ui.vertical(|ui| {
                 ui.add(egui::Label::new(RichText::new(&prepared[i].0).strong()).extend());
-                let shown = matrix_ui(ui, tex, crate::app::views::matrix::key_of(&(runs[i].0, base_key)), spec);
+                let shown = matrix_ui(ui, tex, crate::app::widgets::matrix::key_of(&(runs[i].0, base_key)), spec);
                 if shown.response.hovered() {
                     zoomed = zoom_step(ui, cell);
                 }
@@ -284,4 +287,22 @@ fn side_by_side_ui(
         ui.vertical(draw);
     }
     zoomed
+}
+
+impl super::Feature {
+    /// The figure the comparison exports: A beside (or minus) B, or A alone before B arrives.
+    pub fn figure(&self, data: &ViewData<'_>, (layer_idx, heads): (usize, &[usize])) -> Figure {
+        let head_idxs = heads.to_vec();
+        match &self.run_b {
+            Some(b) => Figure::Compare {
+                layer_idx,
+                head_idxs,
+                other: crate::export::SharedRun(Arc::clone(b)),
+                // As in the view: different token counts fall back to side by side.
+                difference: data.settings.compare.mode == CompareMode::Difference
+                    && data.run.is_some_and(|a| a.tokens.len() == b.tokens.len()),
+            },
+            None => Figure::Heatmap { layer_idx, head_idxs },
+        }
+    }
 }

@@ -76,21 +76,6 @@ impl Feature {
             Err(other) => Some(other),
         }
     }
-
-    /// The figure the experts view exports: layers × tokens, each cell the chosen experts and
-    /// their weights, coloured by the first; its numbers every chosen expert and weight.
-    pub fn figure(&self, data: &crate::app::data::ViewData<'_>) -> Figure {
-        let labels: Vec<String> = data
-            .token_run
-            .map(|r| r.tokens.tokens.iter().map(|x| crate::analysis::tokens::pretty_label(x)).collect())
-            .unwrap_or_default();
-        let name = data.model.map_or("model", |m| m.name.as_str());
-        let routes = match self.slot.shown() {
-            Some((_, Ok(r))) => Some(r.as_ref()),
-            _ => None,
-        };
-        experts_figure(routes, &labels, name)
-    }
 }
 
 /// A cell's text: the chosen experts with their weights, largest first ("#2 .62  #0 .38").

@@ -9,7 +9,8 @@ use crate::analysis::experts::{LayerRoutes, Routes};
 use crate::analysis::tokens::pretty_label;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
-use crate::app::experts::{ExpertsSettings, cell_text};
+use crate::app::experts::{ExpertsSettings, cell_text, experts_figure};
+use crate::export::Figure;
 
 /// The experts view (it keeps nothing between frames: the routes are the feature's).
 #[derive(Default)]
@@ -203,5 +204,22 @@ fn grid_ui(ui: &mut egui::Ui, routes: &Routes, labels: &[String], selected: Opti
                 ui.label(words);
             });
         }
+    }
+}
+
+impl super::Feature {
+    /// The figure the experts view exports: layers × tokens, each cell the chosen experts and
+    /// their weights, coloured by the first; its numbers every chosen expert and weight.
+    pub fn figure(&self, data: &ViewData<'_>) -> Figure {
+        let labels: Vec<String> = data
+            .token_run
+            .map(|r| r.tokens.tokens.iter().map(|x| crate::analysis::tokens::pretty_label(x)).collect())
+            .unwrap_or_default();
+        let name = data.model.map_or("model", |m| m.name.as_str());
+        let routes = match self.slot.shown() {
+            Some((_, Ok(r))) => Some(r.as_ref()),
+            _ => None,
+        };
+        experts_figure(routes, &labels, name)
     }
 }

@@ -53,35 +53,6 @@ pub struct Feature {
 }
 
 impl Feature {
-    /// The figure the graph view exports: the routes to the traced prediction.
-    pub fn figure(&self, data: &crate::app::data::ViewData<'_>) -> crate::export::Figure {
-        let settings = &data.settings.graph;
-        let labels: Vec<String> = data
-            .token_run
-            .map(|r| r.tokens.tokens.iter().map(|x| crate::analysis::tokens::pretty_label(x)).collect())
-            .unwrap_or_default();
-        let n = labels.len();
-        let position = settings.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
-        let name = data.model.map_or("model", |m| m.name.as_str());
-        let figure = match self.slot.shown() {
-            Some((_, (Ok(graph), _))) => {
-                let title = format!(
-                    "{name} · contribution graph to the prediction at position {position} “{}” · threshold {:.2}",
-                    labels.get(position).map_or("", String::as_str),
-                    settings.threshold
-                );
-                graph_figure(graph, &labels, (position, settings.threshold), title).0
-            }
-            _ => crate::export::GraphFigure {
-                title: format!("{name} · contribution graph (not computed)"),
-                tokens: labels,
-                layers: 0,
-                nodes: Vec::new(),
-                edges: Vec::new(),
-            },
-        };
-        crate::export::Figure::Graph(Arc::new(figure))
-    }
     /// Takes the graph the worker computed (another feature's answer is given back).
     pub fn take(&mut self, answer: Answer) -> Option<Answer> {
         match answer.take::<Computed>() {

@@ -33,8 +33,7 @@ impl GraphView {
         let what = "The graph splits each block's write into its parts: a decoder whose blocks add to the stream.";
         let refusal = data.features.graph.refusal.as_deref();
         let (settings, position) = (data.settings, data.settings.graph.position);
-        let Some((tokens, position)) = crate::app::views::widgets::readout_tokens(ui, data, (refusal, what), position)
-        else {
+        let Some((tokens, position)) = crate::app::widgets::readout_tokens(ui, data, (refusal, what), position) else {
             return;
         };
         let n = tokens.len();
@@ -48,7 +47,7 @@ impl GraphView {
                 return;
             }
             _ => {
-                crate::app::views::widgets::computing_ui(ui, &format!("the contribution graph of {n} tokens"));
+                crate::app::widgets::computing_ui(ui, &format!("the contribution graph of {n} tokens"));
                 return;
             }
         };
@@ -97,7 +96,7 @@ fn controls_ui(
     commands: &mut Commands,
 ) {
     ui.horizontal_wrapped(|ui| {
-        if let Some(pos) = crate::app::views::widgets::position_ui(
+        if let Some(pos) = crate::app::widgets::position_ui(
             ui,
             "Prediction at",
             "The output position traced (← / →)",
@@ -160,13 +159,13 @@ fn graph_ui(
     for node in &figure.nodes {
         let p = at(node.column, node.level);
         painter.circle_filled(p, 3.0, text);
-        let galley = crate::app::views::matrix::fitted_label(&painter, &node.label, &font, text, col_w * 0.6);
+        let galley = crate::app::widgets::matrix::fitted_label(&painter, &node.label, &font, text, col_w * 0.6);
         painter.galley(pos2(p.x + 5.0, p.y - galley.size().y - 1.0), galley, text);
     }
     for (i, token) in figure.tokens.iter().enumerate() {
         let p = at(i as f32, 0.0);
         let galley =
-            crate::app::views::matrix::fitted_label(&painter, token, &FontId::proportional(12.0), text, col_w - 4.0);
+            crate::app::widgets::matrix::fitted_label(&painter, token, &FontId::proportional(12.0), text, col_w - 4.0);
         painter.galley(pos2(p.x - galley.size().x / 2.0, bottom + row_h / 2.0), galley, text);
     }
     // A dot in the middle of each attention edge: hover names it, a click selects its head.
@@ -193,7 +192,7 @@ fn graph_ui(
                 head: Some(*head),
                 ..settings.graph.clone()
             })));
-            crate::app::views::widgets::select_head(settings, (head.0, head.1), commands);
+            crate::app::widgets::select_head(settings, (head.0, head.1), commands);
         }
         resp.on_hover_text_at_pointer(format!(
             "{}\nproportion {:.4}\nClick to select this head",
@@ -219,5 +218,37 @@ fn head_ui(ui: &mut egui::Ui, data: &ViewData<'_>, graph: &GraphShown, labels: &
         return;
     };
     let title = format!("Layer {layer_idx} head {head_idx}, writing into “{}”", labels[position]);
-    crate::app::views::widgets::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+    crate::app::widgets::head_effect_ui(ui, data, (layer_idx, head_idx, position), &title, commands);
+}
+
+impl super::Feature {
+    /// The figure the graph view exports: the routes to the traced prediction.
+    pub fn figure(&self, data: &ViewData<'_>) -> crate::export::Figure {
+        let settings = &data.settings.graph;
+        let labels: Vec<String> = data
+            .token_run
+            .map(|r| r.tokens.tokens.iter().map(|x| crate::analysis::tokens::pretty_label(x)).collect())
+            .unwrap_or_default();
+        let n = labels.len();
+        let position = settings.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+        let name = data.model.map_or("model", |m| m.name.as_str());
+        let figure = match self.slot.shown() {
+            Some((_, (Ok(graph), _))) => {
+                let title = format!(
+                    "{name} · contribution graph to the prediction at position {position} “{}” · threshold {:.2}",
+                    labels.get(position).map_or("", String::as_str),
+                    settings.threshold
+                );
+                graph_figure(graph, &labels, (position, settings.threshold), title).0
+            }
+            _ => crate::export::GraphFigure {
+                title: format!("{name} · contribution graph (not computed)"),
+                tokens: labels,
+                layers: 0,
+                nodes: Vec::new(),
+                edges: Vec::new(),
+            },
+        };
+        crate::export::Figure::Graph(Arc::new(figure))
+    }
 }

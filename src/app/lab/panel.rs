@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use egui::{RichText, Ui};
 use egui_plot::{Legend, Line, Plot, PlotPoints, Points};
 
-use crate::app::views::widgets::round_marks;
+use crate::app::widgets::round_marks;
 
 use crate::app::command::{Command, Commands, TrainCommand};
 use crate::app::data::ViewData;

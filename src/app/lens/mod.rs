@@ -212,18 +212,6 @@ pub struct Feature {
 }
 
 impl Feature {
-    /// The figure the lens view exports: the grid computed so far.
-    pub fn figure(&self, data: &crate::app::data::ViewData<'_>) -> crate::export::Figure {
-        let labels: Vec<String> =
-            data.token_run.map(|r| (0..r.tokens.len()).map(|i| r.label(i)).collect()).unwrap_or_default();
-        let n = labels.len();
-        let settings = &data.settings.lens;
-        let selected = settings.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
-        let name = data.model.map_or("model", |m| m.name.as_str());
-        let figure = self.state.figure(&labels, name, (settings.mode, settings.rank_of), selected);
-        crate::export::Figure::Lens(std::sync::Arc::new(figure))
-    }
-
     /// Why the logit lens does not apply to what is shown now (None: it does).
     fn refusal(shown: &Shown<'_>) -> Option<String> {
         let settings = shown.settings;

@@ -34,7 +34,7 @@ impl LensView {
         if let Some(why) = data.features.lens.refusal.as_deref() {
             let what = "The logit lens reads each layer's residual stream through the model's final norm and its \
                         language-model head (its unembedding): a decoder with its head.";
-            crate::app::views::widgets::refusal_ui(ui, why, what);
+            crate::app::widgets::refusal_ui(ui, why, what);
             return;
         }
         let Some(tokens) = data.token_run.map(|r| &r.tokens) else { return };
@@ -197,7 +197,7 @@ impl LensView {
                         painter.rect_filled(cell.shrink(0.5), 0.0, fill);
                         let [tr, tg, tb] = cell_text_rgb([red, green, blue]);
                         let color = Color32::from_rgb(tr, tg, tb);
-                        let galley = crate::app::views::matrix::fitted_label(&painter, label, &font, color, cw - 4.0);
+                        let galley = crate::app::widgets::matrix::fitted_label(&painter, label, &font, color, cw - 4.0);
                         let at = pos2(cell.center().x - galley.size().x / 2.0, cell.center().y - galley.size().y / 2.0);
                         painter.galley(at, galley, color);
                     }
@@ -231,7 +231,7 @@ impl LensView {
         // The headers stay in view while the grid scrolls: the tokens along the top, the streams'
         // names down the left, each over a strip of the background (drawn after the cells, so the
         // cells scroll under them).
-        let bg = crate::app::app::panel_colour(ui.visuals());
+        let bg = crate::app::widgets::panel_colour(ui.visuals());
         let head_top = rect.top().max(clip.top());
         let names_left = rect.left().max(clip.left());
         let names =
@@ -258,7 +258,7 @@ impl LensView {
             let name = format!("Position {c}: {}", labels[c]);
             resp.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, &name));
             let strong = c == selected || resp.hovered();
-            let label = crate::app::views::matrix::fitted_label(&painter, &labels[c], &font, text, cw - 4.0);
+            let label = crate::app::widgets::matrix::fitted_label(&painter, &labels[c], &font, text, cw - 4.0);
             let at = pos2(head.center().x - label.size().x / 2.0, head.center().y - label.size().y / 2.0);
             painter.galley(at, label, text);
             if strong {
@@ -355,7 +355,7 @@ fn watch_plot_ui(ui: &mut egui::Ui, lens: &LensState, mode: LensMode, labels: &[
         .strong(),
     );
     if lens.find(selected).is_none() {
-        crate::app::views::widgets::computing_ui(ui, "the selected position");
+        crate::app::widgets::computing_ui(ui, "the selected position");
         return;
     }
     Plot::new("lens-watch")
@@ -382,4 +382,18 @@ fn watch_plot_ui(ui: &mut egui::Ui, lens: &LensState, mode: LensMode, labels: &[
                 plot.line(Line::new(name, PlotPoints::from(points)));
             }
         });
+}
+
+impl super::Feature {
+    /// The figure the lens view exports: the grid computed so far.
+    pub fn figure(&self, data: &ViewData<'_>) -> crate::export::Figure {
+        let labels: Vec<String> =
+            data.token_run.map(|r| (0..r.tokens.len()).map(|i| r.label(i)).collect()).unwrap_or_default();
+        let n = labels.len();
+        let settings = &data.settings.lens;
+        let selected = settings.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
+        let name = data.model.map_or("model", |m| m.name.as_str());
+        let figure = self.state.figure(&labels, name, (settings.mode, settings.rank_of), selected);
+        crate::export::Figure::Lens(std::sync::Arc::new(figure))
+    }
 }

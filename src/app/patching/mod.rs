@@ -15,7 +15,7 @@ use crate::app::session::Shown;
 use crate::app::slot::Slot;
 use crate::app::state::{Source, View};
 use crate::app::worker::{Answer, Compute, Job};
-use crate::export::{Figure, Table};
+use crate::export::Table;
 use crate::model::patch::{Reuse, SweepControl, SweepProgress};
 use crate::model::{Interventions, LoadedModel};
 
@@ -166,18 +166,6 @@ impl Feature {
                 None
             }
             Err(other) => Some(other),
-        }
-    }
-
-    /// The figure the patching view exports: the grid shown, as signed values centred on 0.
-    pub fn figure(&self, data: &crate::app::data::ViewData<'_>) -> Figure {
-        let Some((_, Ok(p))) = self.slot.shown() else {
-            return Figure::Signed { table: Arc::new(Table::default()), axes: ("layer", "position") };
-        };
-        let name = data.model.map_or("model", |m| m.name.as_str());
-        Figure::Signed {
-            table: Arc::new(grid_table(&p.patching, name, data.settings.patching.normalized)),
-            axes: ("layer", if p.patching.site.per_head() { "head" } else { "position" }),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! corrupted run with that one activation of the clean run put in (diverging colours centred on
 //! 0; the value on hover). A click on a head of the head sweep opens it in the attention views.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use egui::RichText;
@@ -11,7 +12,8 @@ use crate::analysis::patching::PatchSite;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::patching::{PatchingSettings, grid_table};
-use crate::app::views::matrix::{MatrixSpec, MatrixTexture, key_of, matrix_ui, symmetric_range};
+use crate::app::widgets::matrix::{MatrixSpec, MatrixTexture, key_of, matrix_ui, symmetric_range};
+use crate::export::{Figure, Table};
 use crate::render::Colormap;
 
 /// The patching view's state: the grid's texture and the token boxes being typed.
@@ -135,7 +137,7 @@ impl PatchingView {
         });
         if let Some(head) = clicked.filter(|_| per_head) {
             // The head on both inputs: the comparison of the clean sentence A with the corrupted B.
-            crate::app::views::widgets::select_head(data.settings, head, commands);
+            crate::app::widgets::select_head(data.settings, head, commands);
             let compare = crate::app::compare::CompareSettings {
                 source: crate::app::compare::CompareSource::Sentence,
                 text_b: data.settings.text_pair.clone(),
@@ -181,6 +183,20 @@ impl PatchingView {
         if !ui.memory(|m| m.focused().is_some()) {
             // Not typing: the boxes follow the settings (changed elsewhere, or by another model).
             self.typed = None;
+        }
+    }
+}
+
+impl super::Feature {
+    /// The figure the patching view exports: the grid shown, as signed values centred on 0.
+    pub fn figure(&self, data: &ViewData<'_>) -> Figure {
+        let Some((_, Ok(p))) = self.slot.shown() else {
+            return Figure::Signed { table: Arc::new(Table::default()), axes: ("layer", "position") };
+        };
+        let name = data.model.map_or("model", |m| m.name.as_str());
+        Figure::Signed {
+            table: Arc::new(grid_table(&p.patching, name, data.settings.patching.normalized)),
+            axes: ("layer", if p.patching.site.per_head() { "head" } else { "position" }),
         }
     }
 }

@@ -13,7 +13,6 @@ use std::time::Instant;
 
 use crate::analysis::Run;
 use crate::app::slot::Slot;
-use crate::export::Figure;
 
 /// What an attention-flow result was computed for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,15 +80,5 @@ impl Feature {
     /// The flow of `key`, if computed.
     pub fn of(&self, key: &FlowKey) -> Option<&Flow> {
         self.slot.shown_for(key)
-    }
-
-    /// The figure the rollout view exports: the rollout of the chosen layer and heads, or the
-    /// attention flow when that is shown.
-    pub fn figure(&self, data: &crate::app::data::ViewData<'_>, (layer_idx, heads): (usize, &[usize])) -> Figure {
-        let flow = match self.of(&data.flow_key()) {
-            Some(f) if data.settings.rollout.mode == RolloutMode::Flow => Some(Arc::clone(&f.values)),
-            _ => None,
-        };
-        Figure::Rollout { layer_idx, head_idxs: heads.to_vec(), flow }
     }
 }

@@ -1,6 +1,8 @@
 //! Attention rollout and attention flow (Abnar & Zuidema 2020) through the layers up to the chosen
 //! one, averaging the selected heads, as a heatmap with exact values on hover.
 
+use std::sync::Arc;
+
 use egui::RichText;
 
 use crate::app::command::Commands;
@@ -8,7 +10,8 @@ use crate::app::data::ViewData;
 use crate::app::derive::DeriveKey;
 use crate::app::rollout::FlowKey;
 use crate::app::state::{RolloutMode, Settings, View};
-use crate::app::views::matrix::{FitCache, MatrixSpec, MatrixTexture, data_range, fit_cell, matrix_ui, zoom_step};
+use crate::app::widgets::matrix::{FitCache, MatrixSpec, MatrixTexture, data_range, fit_cell, matrix_ui, zoom_step};
+use crate::export::Figure;
 
 /// The rollout view's state: the texture (rollout is derived off the UI thread, flow on a thread
 /// of its own).
@@ -62,7 +65,7 @@ fn rollout_view_ui(
         };
         ui.label(RichText::new(format!("layers 0–{layer_idx} · {heads_text}")).strong());
         if let Some(run) = data.run {
-            crate::app::views::widgets::pooled_note(
+            crate::app::widgets::pooled_note(
                 ui,
                 run,
                 "This is the rollout (or flow) of the pooled matrices — the product of pooled matrices is not the \
@@ -114,11 +117,10 @@ fn rollout_view_ui(
     let values: Vec<f32> = match settings.rollout.mode {
         RolloutMode::Rollout => {
             let key = DeriveKey::Rollout { view_id: data.view_id, heads: heads.clone() };
-            let layers = crate::app::views::widgets::derived_or_ask(data, commands, &key, |d| {
-                d.rollout(data.view_id, &heads).cloned()
-            });
+            let layers =
+                crate::app::widgets::derived_or_ask(data, commands, &key, |d| d.rollout(data.view_id, &heads).cloned());
             let Some(layers) = layers else {
-                crate::app::views::widgets::computing_ui(ui, &format!("the rollout through {} layers", a.layers()));
+                crate::app::widgets::computing_ui(ui, &format!("the rollout through {} layers", a.layers()));
                 return;
             };
             layers[layer_idx].clone()
@@ -158,7 +160,7 @@ fn rollout_view_ui(
     let hover = |r: usize, c: usize, v: f32| {
         format!("“{}” (#{r}) after layer {layer_idx}\nfrom input “{}” (#{c})\n{what} {v:.6}", labels[r], labels[c])
     };
-    let key = crate::app::views::matrix::key_of(&(data.view_id, &heads, layer_idx, settings.rollout.mode));
+    let key = crate::app::widgets::matrix::key_of(&(data.view_id, &heads, layer_idx, settings.rollout.mode));
     let spec = MatrixSpec {
         id: "rollout",
         values: &values,
@@ -185,4 +187,16 @@ fn rollout_view_ui(
             settings.zoom.rollout = Some(cell);
         }
     });
+}
+
+impl super::Feature {
+    /// The figure the rollout view exports: the rollout of the chosen layer and heads, or the
+    /// attention flow when that is shown.
+    pub fn figure(&self, data: &ViewData<'_>, (layer_idx, heads): (usize, &[usize])) -> Figure {
+        let flow = match self.of(&data.flow_key()) {
+            Some(f) if data.settings.rollout.mode == RolloutMode::Flow => Some(Arc::clone(&f.values)),
+            _ => None,
+        };
+        Figure::Rollout { layer_idx, head_idxs: heads.to_vec(), flow }
+    }
 }

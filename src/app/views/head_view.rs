@@ -4,7 +4,6 @@
 
 use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, TextureHandle, TextureOptions, pos2, vec2};
 
-use super::widgets::head_color;
 use crate::analysis::Run;
 use crate::analysis::select::PairFilter;
 use crate::app::command::{Command, Commands, Setting};
@@ -12,6 +11,7 @@ use crate::app::data::ViewData;
 use crate::app::derive::{BAND_PAD, DeriveKey, HeadLinesKey, HeadMatrices, LINE_WIDTH, head_view_room};
 use crate::app::intervene::knockout;
 use crate::app::state::{Settings, View};
+use crate::app::widgets::head_color;
 use crate::render::{
     BodyLabels, Drawing, HeadViewLayout, Side, Theme, head_view_label_box, head_view_labels, head_view_layout_fit,
 };
@@ -156,10 +156,10 @@ impl HeadView {
         let (heads, n_heads) = if rollout.is_some() { (vec![0], 1) } else { (selected, run.attention.heads()) };
         let matrices_key =
             DeriveKey::HeadMatrices { view_id: data.view_id, layer_idx, hide_special: settings.hide_special, rollout };
-        let Some(m) =
-            super::widgets::derived_or_ask(data, commands, &matrices_key, |d| d.head_matrices(&matrices_key).cloned())
-        else {
-            super::widgets::computing_ui(
+        let Some(m) = crate::app::widgets::derived_or_ask(data, commands, &matrices_key, |d| {
+            d.head_matrices(&matrices_key).cloned()
+        }) else {
+            crate::app::widgets::computing_ui(
                 ui,
                 if settings.rollout.in_head_view { "the rollout" } else { "the layer's lines" },
             );
@@ -386,7 +386,7 @@ impl HeadView {
                 if cache.lines_pending {
                     // Rasterized off the UI thread; the texture is uploaded once when it arrives.
                     if let Some(picture) =
-                        super::widgets::derived_or_ask(data, commands, &key, |d| d.head_lines(&key).cloned())
+                        crate::app::widgets::derived_or_ask(data, commands, &key, |d| d.head_lines(&key).cloned())
                     {
                         let image = egui::ColorImage::from_rgba_premultiplied(picture.size, &picture.rgba);
                         match &mut cache.lines {
@@ -442,7 +442,7 @@ impl HeadView {
             // its display list (laid out again only when the tokens, the room, the selected row
             // or the theme change).
             let selected_row = selection.and_then(|(side, pos)| row_of(side, pos).map(|row| (side, row)));
-            let theme = super::figure::theme_of(ui);
+            let theme = crate::app::widgets::figure::theme_of(ui);
             let labels_key = (matrices_key.clone(), room, selected_row, theme);
             if cache.labels.as_ref().is_none_or(|(k, _)| *k != labels_key) {
                 let shown_segments: [Vec<u8>; 2] = [
@@ -460,7 +460,13 @@ impl HeadView {
                 cache.labels = Some((labels_key, drawing));
             }
             if let Some((_, drawing)) = &cache.labels {
-                super::figure::paint_visible(&painter, drawing, layout.origin, clip.intersect(rect), None);
+                crate::app::widgets::figure::paint_visible(
+                    &painter,
+                    drawing,
+                    layout.origin,
+                    clip.intersect(rect),
+                    None,
+                );
             }
             // Knocked-out entries of this layer: dashed and crossed out (zero by intervention).
             if knock.is_ok() {

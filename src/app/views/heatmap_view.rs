@@ -3,12 +3,12 @@
 
 use egui::RichText;
 
-use super::matrix::{FitCache, MatrixSpec, MatrixTexture, fit_cell, matrix_ui, zoom_step, zoom_ui};
 use crate::analysis::Run;
 use crate::analysis::select::{mask_hidden, submatrix_rect, visible_tokens};
 use crate::app::command::Commands;
 use crate::app::data::ViewData;
 use crate::app::intervene::knockout;
+use crate::app::widgets::matrix::{FitCache, MatrixSpec, MatrixTexture, fit_cell, matrix_ui, zoom_step, zoom_ui};
 use crate::render::Colormap;
 
 /// What the texture depends on.
@@ -180,12 +180,14 @@ fn heatmap_view_ui(
         hover: &hover,
         clickable: None,
     };
-    let texture_key =
-        super::matrix::key_of(&cache.key.as_ref().map(|k| (k.run_id, k.layer_idx, &k.heads, k.hide_special)));
+    let texture_key = crate::app::widgets::matrix::key_of(
+        &cache.key.as_ref().map(|k| (k.run_id, k.layer_idx, &k.heads, k.hide_special)),
+    );
     // Fit: the whole figure in the room (the default, until zoomed).
     let room = ui.available_size() - egui::vec2(2.0, 2.0);
-    let fitted =
-        cache.fit.get(texture_key ^ super::matrix::key_of(&settings.colormap), room, || fit_cell(ui, &spec, room));
+    let fitted = cache
+        .fit
+        .get(texture_key ^ crate::app::widgets::matrix::key_of(&settings.colormap), room, || fit_cell(ui, &spec, room));
     let spec = MatrixSpec { cell: settings.zoom.heatmap.unwrap_or(fitted), ..spec };
     let mut zoomed = None;
     let (keep, keep_keys) = (keep.clone(), keep_keys.clone());

@@ -52,14 +52,14 @@ impl ModelView {
                 .small(),
             );
         }
-        super::widgets::pooled_note(ui, run, "");
+        crate::app::widgets::pooled_note(ui, run, "");
         let key = (data.view_id, settings.colormap);
         if self.key != Some(key) {
             let derive = DeriveKey::Thumbnails { view_id: data.view_id, colormap: settings.colormap };
             let thumbs =
-                super::widgets::derived_or_ask(data, commands, &derive, |d| d.thumbnails(key.0, key.1).cloned());
+                crate::app::widgets::derived_or_ask(data, commands, &derive, |d| d.thumbnails(key.0, key.1).cloned());
             let Some(thumbs) = thumbs else {
-                super::widgets::computing_ui(ui, "the thumbnails");
+                crate::app::widgets::computing_ui(ui, "the thumbnails");
                 return;
             };
             let side = thumbs.side;

@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 
 use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
 
-use super::matrix::symmetric_range;
 use super::side_panel::contrast_text;
 use crate::analysis::run::NeuronBreakdown;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
+use crate::app::widgets::matrix::symmetric_range;
 use crate::render::{Colormap, cell_rgb};
 
 /// Height of one key row.

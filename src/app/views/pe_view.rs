@@ -11,7 +11,7 @@ use crate::analysis::select::submatrix;
 use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::state::{PeFigure, Settings};
-use crate::app::views::widgets::round_marks;
+use crate::app::widgets::round_marks;
 use crate::app::worker::PositionSimilarity;
 use crate::render::{Colormap, cells_rgba};
 

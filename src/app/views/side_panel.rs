@@ -4,10 +4,10 @@ use std::path::PathBuf;
 
 use egui::{Color32, RichText, Sense, Stroke, TextEdit};
 
-use super::widgets::head_color;
 use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::state::{Settings, Source, ThemeChoice};
+use crate::app::widgets::head_color;
 use crate::render::Colormap;
 
 /// The side panel's state: the typed model folder and the playground's typed numbers.

@@ -5,19 +5,19 @@
 
 use egui::RichText;
 
-use super::matrix::{MatrixSpec, MatrixTexture, data_range, matrix_ui};
 use crate::analysis::roles::{HeadScores, SCORE_NAMES};
 use crate::analysis::{HeadStats, Statistic};
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::derive::DeriveKey;
+use crate::app::widgets::matrix::{MatrixSpec, MatrixTexture, data_range, matrix_ui};
 
 /// The statistics view's state: the grid's texture (the statistics are derived off the UI thread).
 #[derive(Default)]
 pub struct StatsView {
     texture: MatrixTexture,
     /// The cell side that fits the room.
-    fit: super::matrix::FitCache,
+    fit: crate::app::widgets::matrix::FitCache,
 }
 
 impl StatsView {
@@ -70,9 +70,9 @@ impl StatsView {
             );
         }
         let key = DeriveKey::Stats { view_id: data.view_id };
-        let Some(stats) = super::widgets::derived_or_ask(data, commands, &key, |d| d.stats(data.view_id).cloned())
+        let Some(stats) = crate::app::widgets::derived_or_ask(data, commands, &key, |d| d.stats(data.view_id).cloned())
         else {
-            super::widgets::computing_ui(ui, "the head statistics");
+            crate::app::widgets::computing_ui(ui, "the head statistics");
             return;
         };
         let roles = match settings.stats_role {
@@ -83,9 +83,9 @@ impl StatsView {
             Some(role) => {
                 let key = DeriveKey::Roles { view_id: data.view_id };
                 let Some(scores) =
-                    super::widgets::derived_or_ask(data, commands, &key, |d| d.roles(data.view_id).cloned())
+                    crate::app::widgets::derived_or_ask(data, commands, &key, |d| d.roles(data.view_id).cloned())
                 else {
-                    super::widgets::computing_ui(ui, "the head-role scores");
+                    crate::app::widgets::computing_ui(ui, "the head-role scores");
                     return;
                 };
                 match scores {
@@ -125,7 +125,7 @@ impl StatsView {
             }
         }
         if let Some(run) = data.run {
-            super::widgets::pooled_note(
+            crate::app::widgets::pooled_note(
                 ui,
                 run,
                 "The statistics are of these pooled rows: entropy over spans, “itself” is the row's own span, \
@@ -179,7 +179,7 @@ impl StatsView {
             format!("Layer {l} head {h}\n{stat_name}: {shown}{role_lines}\n\n{all}\n\nClick to open this head")
         };
         let name = |l: usize, h: usize| format!("Statistics of layer {l} head {h}");
-        let key = super::matrix::key_of(&(data.view_id, stat, roles.map(|(r, _)| r)));
+        let key = crate::app::widgets::matrix::key_of(&(data.view_id, stat, roles.map(|(r, _)| r)));
         let mut clicked = None;
         let spec = MatrixSpec {
             id: "head-stats",
@@ -198,7 +198,7 @@ impl StatsView {
         // Every layer and head in the room (30 layers of SmolLM2 without scrolling), cells no
         // larger than 56 points and no smaller than 12 (then the grid scrolls).
         let room = ui.available_size() - egui::vec2(2.0, 2.0);
-        let fitted = cache.fit.get(key, room, || super::matrix::fit_cell(ui, &spec, room));
+        let fitted = cache.fit.get(key, room, || crate::app::widgets::matrix::fit_cell(ui, &spec, room));
         let spec = MatrixSpec { cell: fitted.clamp(12.0, 56.0), ..spec };
         egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
             clicked = matrix_ui(ui, &mut cache.texture, key, &spec).clicked;

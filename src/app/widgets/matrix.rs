@@ -52,12 +52,28 @@ struct Figure {
     numbers: Vec<(usize, usize)>,
     /// Where each row's numbers start in `numbers` (one more entry than rows).
     row_starts: Vec<usize>,
+    /// The row labels and the row axis's title (left of the cells): kept in view when the
+    /// matrix is scrolled sideways.
+    row_heads: Vec<usize>,
+    /// The column labels and the column axis's title (under the cells): kept in view when the
+    /// matrix is scrolled up past them.
+    col_heads: Vec<usize>,
 }
 
 impl Figure {
     fn new(key: u64, drawing: Drawing, grid: CellGrid) -> Self {
         let (mut others, mut numbers, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut row_heads, mut col_heads) = (Vec::new(), Vec::new());
+        let bottom = grid.top + grid.rows as f32 * grid.cell_h;
+        let right = grid.left + grid.cols as f32 * grid.cell_w;
         for (i, item) in drawing.items.iter().enumerate() {
+            if let Item::Text(t) = item {
+                if t.x < grid.left && t.y >= grid.top {
+                    row_heads.push(i);
+                } else if t.y > bottom && (grid.left..=right).contains(&t.x) {
+                    col_heads.push(i);
+                }
+            }
             match item {
                 Item::Text(t) if !t.up => match grid.cell_at(t.x, t.y) {
                     Some((row, col)) => {
@@ -77,7 +93,41 @@ impl Figure {
         for r in 0..grid.rows {
             row_starts[r + 1] += row_starts[r];
         }
-        Self { key, drawing, grid, others, numbers, row_starts }
+        Self { key, drawing, grid, others, numbers, row_starts, row_heads, col_heads }
+    }
+
+    /// Paints the row labels at the left edge of `visible` when the matrix is scrolled sideways
+    /// past them, and the column labels at its bottom edge when they are scrolled out of view
+    /// below, each over a band of the figure's background (screen coordinates; the figure is at
+    /// `origin`). Which were painted: (rows, columns).
+    fn paint_sticky(&self, painter: &egui::Painter, origin: egui::Pos2, visible: Rect) -> (bool, bool) {
+        let g = &self.grid;
+        let band = super::figure::color(self.drawing.background);
+        let shift_x = visible.left() - origin.x;
+        // How far the column labels' band (from the cells' bottom to the figure's) lies below view.
+        let bottom = g.top + g.rows as f32 * g.cell_h;
+        let band_h = self.drawing.height - bottom;
+        let shift_y = (visible.bottom() - (origin.y + self.drawing.height)).max(visible.top() - (origin.y + bottom));
+        let rows = shift_x > 0.5 && !self.row_heads.is_empty();
+        let cols = shift_y < -0.5 && !self.col_heads.is_empty() && band_h < visible.height() / 2.0;
+        let heads = |list: &[usize]| list.iter().map(|&i| &self.drawing.items[i]).collect::<Vec<_>>();
+        if cols {
+            let top = origin.y + bottom + shift_y;
+            painter.rect_filled(
+                Rect::from_min_max(pos2(visible.left(), top), pos2(visible.right(), top + band_h)),
+                0.0,
+                band,
+            );
+            let at = origin + vec2(0.0, shift_y);
+            super::figure::paint_items(painter, heads(&self.col_heads).into_iter(), at, visible, None);
+        }
+        if rows {
+            let strip = Rect::from_min_max(visible.left_top(), pos2(visible.left() + g.left, visible.bottom()));
+            painter.rect_filled(strip, 0.0, band);
+            let at = origin + vec2(shift_x, 0.0);
+            super::figure::paint_items(painter, heads(&self.row_heads).into_iter(), at, visible, None);
+        }
+        (rows, cols)
     }
 
     /// The items that can show within `visible` (figure pixels): all but the numbers, and the
@@ -181,28 +231,54 @@ impl FitCache {
     }
 }
 
+/// Smallest and largest scale of the views drawn at a scale of their default size (the logit
+/// lens, the contribution graph).
+pub const SCALE_RANGE: (f32, f32) = (0.2, 2.0);
+
 /// The cell side after this frame's Ctrl+scroll (or pinch) over the view: one step of 10 % in or
 /// out of `cell`; None when there was none.
 pub fn zoom_step(ui: &egui::Ui, cell: f32) -> Option<f32> {
+    zoom_step_in(ui, cell, CELL_RANGE)
+}
+
+/// `value` after this frame's Ctrl+scroll (or pinch): one step of 10 % in or out, kept in `range`;
+/// None when there was none.
+pub fn zoom_step_in(ui: &egui::Ui, value: f32, (lo, hi): (f32, f32)) -> Option<f32> {
     let delta = ui.input(egui::InputState::zoom_delta);
     if (delta - 1.0).abs() < 1e-3 {
         return None;
     }
     let step = if delta > 1.0 { 1.1 } else { 1.0 / 1.1 };
-    Some((cell * step).clamp(CELL_RANGE.0, CELL_RANGE.1))
+    Some((value * step).clamp(lo, hi))
 }
 
 /// The zoom control of a matrix view: *Fit* (the whole figure in the room) or a cell size.
 /// `zoom`: None fits; `fitted`: the cell size that fits.
 pub fn zoom_ui(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32) {
+    zoom_ui_in(ui, zoom, fitted, (CELL_RANGE, "cell size"));
+}
+
+/// The zoom control of a view drawn at a scale: *Fit* or a scale of its default size.
+pub fn scale_ui(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32) {
+    zoom_ui_in(ui, zoom, fitted, (SCALE_RANGE, "scale"));
+}
+
+fn zoom_ui_in(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32, ((lo, hi), what): ((f32, f32), &str)) {
     if ui.selectable_label(zoom.is_none(), "Fit").on_hover_text("The whole figure in the room").clicked() {
         *zoom = None;
     }
-    let mut cell = zoom.unwrap_or(fitted);
-    let slider = egui::Slider::new(&mut cell, CELL_RANGE.0..=CELL_RANGE.1).text("cell size").logarithmic(true);
+    let mut value = zoom.unwrap_or(fitted);
+    let slider = egui::Slider::new(&mut value, lo..=hi).text(what).logarithmic(true);
     if ui.add(slider).changed() {
-        *zoom = Some(cell);
+        *zoom = Some(value);
     }
+}
+
+/// The scale at which a figure of `size` (at scale 1) fits `room`, at most 1 (the default size
+/// is the largest a fitted view is drawn at) and at least [`SCALE_RANGE`]'s smallest.
+pub fn fit_scale(size: Vec2, room: Vec2) -> f32 {
+    let s = (room.x / size.x.max(1.0)).min(room.y / size.y.max(1.0));
+    if s.is_finite() { s.clamp(SCALE_RANGE.0, 1.0) } else { 1.0 }
 }
 
 /// The range of the finite values (0..1 when there are none).
@@ -243,6 +319,9 @@ pub struct MatrixResponse {
     pub hovered: Option<(usize, usize)>,
     /// Where the cells are on screen (None: nothing drawn).
     pub cells: Option<CellGrid>,
+    /// Whether the row labels and the column labels were painted kept in view (the matrix
+    /// scrolled past them).
+    pub sticky: (bool, bool),
     /// The whole widget's response (hover, drag).
     pub response: egui::Response,
 }
@@ -292,12 +371,12 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
     let (rows, cols) = (spec.rows, spec.cols);
     if rows == 0 || cols == 0 {
         let response = ui.label("Nothing to show.");
-        return MatrixResponse { clicked: None, hovered: None, cells: None, response };
+        return MatrixResponse { clicked: None, hovered: None, cells: None, sticky: (false, false), response };
     }
     let size = prepare_matrix(ui, tex, key, spec);
     let (rect, response) = ui.allocate_exact_size(size, Sense::click_and_drag());
     let Some(figure) = &tex.figure else {
-        return MatrixResponse { clicked: None, hovered: None, cells: None, response };
+        return MatrixResponse { clicked: None, hovered: None, cells: None, sticky: (false, false), response };
     };
     let grid = &figure.grid;
     let painter = ui.painter_at(rect);
@@ -306,6 +385,7 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
     // Only the numbers of the cells in view: a 512-token matrix has a quarter million.
     let items = figure.items_near(visible.translate(-rect.min.to_vec2()));
     super::figure::paint_items(&painter, items, rect.min, visible, texture);
+    let sticky = figure.paint_sticky(&painter, rect.min, visible);
     // The figure's cells on screen: hover and clicks find their cell here.
     let cells = CellGrid { left: grid.left + rect.min.x, top: grid.top + rect.min.y, ..*grid };
     let cell_rect = |r: usize, c: usize| {
@@ -313,7 +393,13 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
         Rect::from_min_size(pos2(x, y), vec2(cells.cell_w, cells.cell_h))
     };
     let mut clicked = None;
-    let hovered = response.hover_pos().and_then(|p| cells.cell_at(p.x, p.y));
+    // Not under a label kept in view over the cells.
+    let under_heads = |p: egui::Pos2| {
+        (sticky.0 && p.x < visible.left() + grid.left)
+            || (sticky.1
+                && p.y > visible.bottom() - (figure.drawing.height - grid.top - grid.rows as f32 * grid.cell_h))
+    };
+    let hovered = response.hover_pos().filter(|&p| !under_heads(p)).and_then(|p| cells.cell_at(p.x, p.y));
     let outline = Stroke::new(2.0, ui.visuals().strong_text_color());
     if let Some(name) = spec.clickable {
         // Each cell is a widget of its own, so it can be found and clicked by name.
@@ -337,7 +423,7 @@ pub fn matrix_ui(ui: &mut egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &Ma
         painter.rect_stroke(cell_rect(r, c), 0.0, outline, egui::StrokeKind::Outside);
         response.clone().on_hover_text_at_pointer((spec.hover)(r, c, spec.values[r * cols + c]));
     }
-    MatrixResponse { clicked, hovered, cells: Some(cells), response }
+    MatrixResponse { clicked, hovered, cells: Some(cells), sticky, response }
 }
 
 #[cfg(test)]

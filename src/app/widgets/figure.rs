@@ -17,7 +17,8 @@ pub fn figure_font_id(px: f32) -> FontId {
     FontId::new(crate::render::text::em_size(px), figure_font())
 }
 
-fn color([r, g, b, a]: [u8; 4]) -> Color32 {
+/// A display list's colour as egui's.
+pub fn color([r, g, b, a]: [u8; 4]) -> Color32 {
     Color32::from_rgba_unmultiplied(r, g, b, a)
 }
 

@@ -2,11 +2,20 @@
 //! head colours, the pooled-input note. Imports no view, so every view (and every feature's view)
 //! can use it.
 
+pub mod figure;
+pub mod matrix;
+
 use egui::{Color32, RichText};
 
 use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::text::capitalised;
+
+/// The background of panels in this theme (egui's own panel colour; the app's panels are
+/// transparent over a window cleared to it).
+pub fn panel_colour(visuals: &egui::Visuals) -> egui::Color32 {
+    if visuals.dark_mode { egui::Visuals::dark().panel_fill } else { egui::Visuals::light().panel_fill }
+}
 
 /// Says why a readout view does not apply to the model shown (`what` the view needs, weakly).
 pub fn refusal_ui(ui: &mut egui::Ui, why: &str, what: &str) {

@@ -3625,6 +3625,9 @@ fn the_lens_token_header_stays_in_view_while_its_blocks_scroll() {
     let mut h = smollm2_app("The capital of France is");
     h.get_by_label("Logit lens").click();
     settled(&mut h);
+    // At its full size (Fit would show every stream at once).
+    h.state_mut().settings.zoom.lens = Some(1.0);
+    h.run_steps(2);
     // Scrolled to the last blocks (31 streams are taller than the grid's room).
     for _ in 0..20 {
         let cells =
@@ -3687,4 +3690,53 @@ fn a_zoomed_matrix_keeps_its_row_and_column_labels_in_view_while_it_scrolls() {
     assert!(in_view(&h, &first_row), "the first row's label “{first_row}” is in view");
     let shown = painted_texts(&h).into_iter().find(|p| p.text == first_row).unwrap();
     assert!(shown.rect.left() < screen.center().x, "at the left edge: {:?}", shown.rect);
+}
+
+#[test]
+fn the_lens_the_attribution_and_the_graph_fit_thirty_layers_and_zoom_on_their_own() {
+    let mut h = smollm2_app("The capital of France is");
+    let screen = h.ctx.content_rect();
+    let in_view = |h: &Harness<'static, AttnvizApp>, label: &str| {
+        h.query_by_label(label).is_some_and(|n| screen.contains_rect(n.rect()))
+    };
+    // The lens: every stream of every position in view, without scrolling.
+    h.get_by_label("Logit lens").click();
+    settled(&mut h);
+    h.run_steps(4);
+    let last = h.state().session.run.as_ref().unwrap().tokens.len() - 1;
+    assert_eq!(h.state().settings.zoom.lens, None, "Fit is the default");
+    for label in ["Lens embeddings at position 0".to_string(), format!("Lens block 30 (output) at position {last}")] {
+        assert!(in_view(&h, &label), "{label} in view");
+    }
+    // Ctrl+scroll over the grid: one step of 10 % in, for the lens alone.
+    let cell = h.get_by_label("Lens block 15 at position 2").rect();
+    h.hover_at(cell.center());
+    h.run_steps(1);
+    h.event(egui::Event::Zoom(1.5));
+    h.run_steps(2);
+    let zoom = h.state().settings.zoom;
+    let lens = zoom.lens.expect("zoomed");
+    assert!((0.2..=1.1).contains(&lens), "{lens}");
+    assert_eq!((zoom.attribution, zoom.graph), (None, None));
+    // The attribution grid: the embeddings row and layer 29's MLP in view.
+    h.get_by_label("Logit attribution").click();
+    settled(&mut h);
+    h.run_steps(4);
+    for label in ["Attribution of L0 H0", "Attribution of L29 MLP", "Attribution of embeddings H0"] {
+        let node = h.query_by_label(label).map(|n| n.rect());
+        assert!(node.is_some_and(|r| screen.contains_rect(r)), "{label} in view: {node:?}");
+    }
+    // The graph: its first and last tokens' columns in view at once.
+    h.get_by_label("Contribution graph").click();
+    settled(&mut h);
+    h.run_steps(10);
+    let figure = match h.state().current_figure() {
+        attnviz::export::Figure::Graph(g) => g,
+        other => panic!("{other:?}"),
+    };
+    let edges: Vec<String> = figure.edges.iter().map(|e| format!("Edge {}", e.name)).collect();
+    let shown = edges.iter().filter(|name| in_view(&h, name)).count();
+    assert_eq!(shown, edges.iter().filter(|name| h.query_by_label(name).is_some()).count());
+    assert_eq!(h.state().settings.zoom.graph, None);
+    assert_eq!(h.state().settings.zoom.lens, Some(lens), "each view keeps its own zoom");
 }

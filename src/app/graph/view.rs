@@ -11,6 +11,7 @@ use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::graph::{EdgeHead, GraphShown, graph_figure};
+use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, scale_ui, zoom_step_in};
 use crate::export::GraphFigure;
 use crate::render::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width};
 
@@ -73,15 +74,31 @@ impl GraphView {
             .weak(),
         );
         let graph_h = (ui.available_height() - 90.0).max(160.0);
+        // Fit (the default, until zoomed): the whole graph in its room.
+        let fitted = fit_scale(graph_size(&figure, 1.0), vec2(ui.available_width() - 8.0, graph_h - 30.0));
+        let mut zoom = settings.zoom.graph;
+        ui.horizontal(|ui| {
+            scale_ui(ui, &mut zoom, fitted);
+            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
+        });
+        let scale = zoom.unwrap_or(fitted);
         let centre = self.centred != Some(key);
         self.centred = Some(key);
         egui::ScrollArea::both().id_salt("graph").max_height(graph_h).auto_shrink([false, true]).show(ui, |ui| {
-            let prediction = graph_ui(ui, settings, &figure, &heads, commands);
+            let (prediction, over) = graph_ui(ui, settings, (&figure, &heads, scale), commands);
             // A new graph opens on the prediction's routes, not on the first tokens' empty space.
             if centre && let Some(at) = prediction {
                 ui.scroll_to_rect(at, Some(egui::Align::Center));
             }
+            if over {
+                zoom = zoom_step_in(ui, scale, SCALE_RANGE).or(zoom);
+            }
         });
+        if zoom != settings.zoom.graph {
+            let mut z = settings.zoom;
+            z.graph = zoom;
+            commands.push(Command::Set(Setting::Zoom(z)));
+        }
         ui.separator();
         head_ui(ui, data, graph, &labels, commands);
     }
@@ -123,27 +140,35 @@ fn controls_ui(
     });
 }
 
-/// Draws the laid-out graph; a click on an attention edge's dot selects its strongest head.
+/// The width of the layers' names left of the graph.
+const LEFT_W: f32 = 60.0;
+
+/// The size of the graph drawn at `scale` of its default size.
+fn graph_size(figure: &GraphFigure, scale: f32) -> egui::Vec2 {
+    let (col_w, row_h) = (GRAPH_CELL.0 * scale, GRAPH_CELL.1 * scale);
+    vec2(LEFT_W + figure.tokens.len() as f32 * col_w, (2.0 * figure.layers as f32 + 1.0) * row_h + 24.0)
+}
+
+/// Draws the laid-out graph at `scale` of its default size; a click on an attention edge's dot
+/// selects its strongest head. Where the prediction's routes are, and whether the pointer is
+/// over the graph.
 fn graph_ui(
     ui: &mut egui::Ui,
     settings: &crate::app::state::Settings,
-    figure: &GraphFigure,
-    heads: &[Option<EdgeHead>],
+    (figure, heads, scale): (&GraphFigure, &[Option<EdgeHead>], f32),
     commands: &mut Commands,
-) -> Option<Rect> {
+) -> (Option<Rect>, bool) {
     let selected = settings.graph.head;
-    let (col_w, row_h) = GRAPH_CELL;
-    let left_w = 60.0;
+    let (col_w, row_h) = (GRAPH_CELL.0 * scale, GRAPH_CELL.1 * scale);
+    let left_w = LEFT_W;
     let levels = 2 * figure.layers;
-    let n = figure.tokens.len();
-    let size = vec2(left_w + n as f32 * col_w, (levels as f32 + 1.0) * row_h + 24.0);
-    let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
+    let (rect, graph) = ui.allocate_exact_size(graph_size(figure, scale), Sense::hover());
     let painter = ui.painter_at(rect);
     let text = ui.visuals().text_color();
     let muted = ui.visuals().weak_text_color();
     let bottom = rect.top() + levels as f32 * row_h + row_h / 2.0;
     let at = |column: f32, level: f32| pos2(rect.left() + left_w + (column + 0.5) * col_w, bottom - level * row_h);
-    let font = FontId::proportional(10.0);
+    let font = FontId::proportional((10.0 * scale).clamp(5.0, 10.0));
     for l in 0..figure.layers {
         let p = at(0.0, 2.0 * l as f32 + 2.0);
         painter.text(pos2(rect.left() + 4.0, p.y), egui::Align2::LEFT_CENTER, format!("L{l}"), font.clone(), muted);
@@ -162,10 +187,10 @@ fn graph_ui(
         let galley = crate::app::widgets::matrix::fitted_label(&painter, &node.label, &font, text, col_w * 0.6);
         painter.galley(pos2(p.x + 5.0, p.y - galley.size().y - 1.0), galley, text);
     }
+    let token_font = FontId::proportional((12.0 * scale).clamp(5.0, 12.0));
     for (i, token) in figure.tokens.iter().enumerate() {
         let p = at(i as f32, 0.0);
-        let galley =
-            crate::app::widgets::matrix::fitted_label(&painter, token, &FontId::proportional(12.0), text, col_w - 4.0);
+        let galley = crate::app::widgets::matrix::fitted_label(&painter, token, &token_font, text, col_w - 4.0);
         painter.galley(pos2(p.x - galley.size().x / 2.0, bottom + row_h / 2.0), galley, text);
     }
     // A dot in the middle of each attention edge: hover names it, a click selects its head.
@@ -201,11 +226,12 @@ fn graph_ui(
     }
     // Where the prediction is: the routes' topmost node (the last block's output at its position),
     // with the room of a few columns and levels around it.
-    figure
+    let prediction = figure
         .nodes
         .iter()
         .max_by(|a, b| a.level.total_cmp(&b.level))
-        .map(|top| Rect::from_center_size(at(top.column, top.level), vec2(col_w * 3.0, row_h * 3.0)))
+        .map(|top| Rect::from_center_size(at(top.column, top.level), vec2(col_w * 3.0, row_h * 3.0)));
+    (prediction, graph.contains_pointer())
 }
 
 /// The head selected on an edge: open it in the heatmap, what its write promotes.

@@ -14,10 +14,15 @@ use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::lens::{LensState, stream_name};
 use crate::app::state::LensMode;
+use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, scale_ui, zoom_step_in};
 use crate::render::{cell_rgb, cell_text_rgb};
 
 /// Cell width and height in points.
 const CELL: (f32, f32) = (66.0, 20.0);
+/// The width of the streams' names.
+const ROW_W: f32 = 120.0;
+/// The height of the tokens' header.
+const HEAD_H: f32 = 22.0;
 
 /// The lens view's state: the token being typed into the watch list, what the pointer is over.
 #[derive(Debug, Default)]
@@ -53,9 +58,25 @@ impl LensView {
         }
         let labels: Vec<String> = (0..n).map(|i| crate::analysis::tokens::pretty_label(&tokens.tokens[i])).collect();
         let grid_h = (ui.available_height() - 230.0).max(120.0);
-        egui::ScrollArea::both().id_salt("lens-grid").max_height(grid_h).auto_shrink([false, true]).show(ui, |ui| {
-            self.grid_ui(ui, data, &labels, selected, commands);
+        // Fit (the default, until zoomed): every stream and position in the grid's room.
+        let full = vec2(n as f32 * CELL.0, lens.streams as f32 * CELL.1);
+        let fitted = fit_scale(full, vec2(ui.available_width() - ROW_W - 8.0, grid_h - 30.0 - HEAD_H));
+        let mut zoom = settings.zoom.lens;
+        ui.horizontal(|ui| {
+            scale_ui(ui, &mut zoom, fitted);
+            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
         });
+        let scale = zoom.unwrap_or(fitted);
+        egui::ScrollArea::both().id_salt("lens-grid").max_height(grid_h).auto_shrink([false, true]).show(ui, |ui| {
+            if self.grid_ui(ui, data, &labels, (selected, scale), commands) {
+                zoom = zoom_step_in(ui, scale, SCALE_RANGE).or(zoom);
+            }
+        });
+        if zoom != settings.zoom.lens {
+            let mut z = settings.zoom;
+            z.lens = zoom;
+            commands.push(Command::Set(Setting::Zoom(z)));
+        }
         ui.separator();
         watch_plot_ui(ui, lens, settings.lens.mode, &labels, selected);
         // ← / → move the selected position (when no text box has the keyboard).
@@ -153,26 +174,28 @@ impl LensView {
         }
     }
 
-    /// The grid: stream rows, position columns; a click selects a column.
+    /// The grid at `scale` of its default size: stream rows, position columns; a click selects a
+    /// column. Whether the pointer is over it.
     fn grid_ui(
         &mut self,
         ui: &mut egui::Ui,
         data: &ViewData<'_>,
         labels: &[String],
-        selected: usize,
+        (selected, scale): (usize, f32),
         commands: &mut Commands,
-    ) {
+    ) -> bool {
         let settings = data.settings;
         let lens = &data.features.lens.state;
         let (rows, cols) = (lens.streams, labels.len());
-        let (cw, ch) = CELL;
-        let row_w = 120.0;
-        let head_h = 22.0;
+        let (cw, ch) = (CELL.0 * scale, CELL.1 * scale);
+        let (row_w, head_h) = (ROW_W, HEAD_H);
         let size = vec2(row_w + cols as f32 * cw + 4.0, head_h + rows as f32 * ch + 4.0);
-        let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
+        let (rect, grid) = ui.allocate_exact_size(size, Sense::hover());
         let painter = ui.painter_at(rect);
         let text = ui.visuals().text_color();
         let font = FontId::proportional(12.0);
+        // The cells' text shrinks with them (the headers keep their size).
+        let cell_font = FontId::proportional((12.0 * scale).clamp(5.0, 12.0));
         let cells = Rect::from_min_size(rect.min + vec2(row_w, head_h), vec2(cols as f32 * cw, rows as f32 * ch));
         let clip = ui.clip_rect();
         let first_col = (((clip.left() - cells.left()) / cw).floor().max(0.0) as usize).min(cols);
@@ -197,7 +220,8 @@ impl LensView {
                         painter.rect_filled(cell.shrink(0.5), 0.0, fill);
                         let [tr, tg, tb] = cell_text_rgb([red, green, blue]);
                         let color = Color32::from_rgb(tr, tg, tb);
-                        let galley = crate::app::widgets::matrix::fitted_label(&painter, label, &font, color, cw - 4.0);
+                        let galley =
+                            crate::app::widgets::matrix::fitted_label(&painter, label, &cell_font, color, cw - 4.0);
                         let at = pos2(cell.center().x - galley.size().x / 2.0, cell.center().y - galley.size().y / 2.0);
                         painter.galley(at, galley, color);
                     }
@@ -273,6 +297,7 @@ impl LensView {
             resp.on_hover_text_at_pointer(format!("Position {c}: “{}” — click to select", labels[c]));
         }
         self.hovered = hovered;
+        grid.contains_pointer()
     }
 }
 

@@ -59,8 +59,7 @@ xdotool key Escape
 click 403 76
 shot model-view
 click 693 451
-# Ctrl+scroll zooms out a little so that the whole figure fits: the key labels are below the cells.
-xdotool mousemove 700 500 keydown ctrl click 5 keyup ctrl
+# (Fit, the default: the whole figure in the room.)
 xdotool mousemove 1300 800
 shot heatmap
 # Head statistics (entropy), rollout through layer 3, the comparison with another sentence.
@@ -70,10 +69,7 @@ shot head-stats
 click 781 76
 xdotool mousemove 1300 800
 shot rollout
-# (Compare draws A and B next to each other only when both fit the width: the heatmap's cell size,
-# zoomed out once more first.)
-click 486 76
-xdotool mousemove 700 400 keydown ctrl click 5 keyup ctrl
+# (Compare fits A and B next to each other in the width.)
 click 871 76
 xdotool mousemove 1300 800
 shot compare 2
@@ -210,23 +206,21 @@ click 98 676 1
 click 500 560
 xdotool mousemove 1300 800
 shot long-window 1
-# What heads do, on SmolLM2 (the tab bar's second row): the logit lens of "The capital of France
-# is", scrolled to the last blocks with block 29 at "is" hovered (" Paris" third there, first at the
-# output); the logit attribution of " Paris" with head 23.4 clicked (what its write promotes); the
+# What heads do, on SmolLM2: the logit lens of "The capital of France is", fitted (all 31 streams),
+# with block 29 at "is" hovered (" Paris" third there, first at the output); the logit attribution
+# of " Paris" (tab bar's second row), fitted, with head 23.4 clicked (what its write promotes); the
 # contribution graph of the prediction; the head roles on the probe, coloured by induction.
 relaunch --model smollm2 --text "The capital of France is"
 sleep 4
 nudge 3
-click 314 99 2
+click 1087 76 2
 nudge 3
-xdotool mousemove 560 450
-for _ in $(seq 8); do xdotool click 5; sleep 0.1; done
-xdotool mousemove 695 565
+xdotool mousemove 553 574
 shot lens 1
-click 413 99 2
-click 450 558 1.5
+click 333 99 2
+click 433 487 1.5
 shot attribution 1
-click 540 99 4
+click 460 99 4
 nudge 6
 xdotool mousemove 1300 800
 shot contribution-graph 2

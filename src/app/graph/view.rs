@@ -26,6 +26,8 @@ pub struct GraphView {
     pub layouts: usize,
     /// The routes last scrolled into view (a new graph opens centred on its prediction).
     centred: Option<LayoutKey>,
+    /// The scale the graph was last drawn at (of its default size).
+    pub scale: f32,
 }
 
 impl GraphView {
@@ -82,6 +84,7 @@ impl GraphView {
             ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
         });
         let scale = zoom.unwrap_or(fitted);
+        self.scale = scale;
         let centre = self.centred != Some(key);
         self.centred = Some(key);
         egui::ScrollArea::both().id_salt("graph").max_height(graph_h).auto_shrink([false, true]).show(ui, |ui| {

@@ -180,6 +180,27 @@ pub struct MatrixSpec<'a> {
     pub clickable: Option<&'a dyn Fn(usize, usize) -> String>,
 }
 
+impl MatrixSpec<'_> {
+    /// The exported heatmap figure of these cells, untitled, at 1×, numbers in the cells.
+    fn figure(&self, theme: crate::render::Theme) -> HeatmapSpec<'_> {
+        HeatmapSpec {
+            values: self.values,
+            rows: self.rows,
+            cols: self.cols,
+            row_labels: self.row_labels,
+            col_labels: self.col_labels,
+            row_axis: self.axes.0,
+            col_axis: self.axes.1,
+            title: "",
+            range: Some(self.range),
+            colormap: self.colormap,
+            theme,
+            scale: 1.0,
+            show_values: true,
+        }
+    }
+}
+
 /// Hashes anything into a texture key.
 pub fn key_of(value: &impl Hash) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -193,21 +214,7 @@ pub const CELL_RANGE: (f32, f32) = (2.0, 80.0);
 /// The cell side at which `spec`'s figure (its `cell` ignored) fits `room` whole, in
 /// [`CELL_RANGE`] (a view's *Fit*).
 pub fn fit_cell(ui: &egui::Ui, spec: &MatrixSpec<'_>, room: Vec2) -> f32 {
-    let figure = HeatmapSpec {
-        values: spec.values,
-        rows: spec.rows,
-        cols: spec.cols,
-        row_labels: spec.row_labels,
-        col_labels: spec.col_labels,
-        row_axis: spec.axes.0,
-        col_axis: spec.axes.1,
-        title: "",
-        range: Some(spec.range),
-        colormap: spec.colormap,
-        theme: super::figure::theme_of(ui),
-        scale: 1.0,
-        show_values: true,
-    };
+    let figure = spec.figure(super::figure::theme_of(ui));
     crate::render::heatmap_fit_cell(&figure, (room.x, room.y), CELL_RANGE)
 }
 
@@ -241,15 +248,38 @@ pub fn zoom_step(ui: &egui::Ui, cell: f32) -> Option<f32> {
     zoom_step_in(ui, cell, CELL_RANGE)
 }
 
-/// `value` after this frame's Ctrl+scroll (or pinch): one step of 10 % in or out, kept in `range`;
-/// None when there was none.
+/// `value` after this frame's Ctrl+scroll (or pinch): 10 % in or out per notch of the wheel (a
+/// trackpad's points counted as lines of 40), per pinch event, kept in `range`; None when there
+/// was none. Counted from the frame's raw events: egui's own zoom factor spreads one notch over
+/// the frames of its smoothing, which would take a 10 % step in each.
 pub fn zoom_step_in(ui: &egui::Ui, value: f32, (lo, hi): (f32, f32)) -> Option<f32> {
-    let delta = ui.input(egui::InputState::zoom_delta);
-    if (delta - 1.0).abs() < 1e-3 {
+    let steps: f32 = ui.input(|i| {
+        i.events
+            .iter()
+            .map(|e| match e {
+                egui::Event::MouseWheel { unit, delta, modifiers, .. } if modifiers.command || modifiers.ctrl => {
+                    let d = delta.x + delta.y;
+                    match unit {
+                        egui::MouseWheelUnit::Point => d / 40.0,
+                        egui::MouseWheelUnit::Line => d,
+                        egui::MouseWheelUnit::Page => d * 3.0,
+                    }
+                }
+                egui::Event::Zoom(f) if (f - 1.0).abs() > 1e-3 => {
+                    if *f > 1.0 {
+                        1.0
+                    } else {
+                        -1.0
+                    }
+                }
+                _ => 0.0,
+            })
+            .sum()
+    });
+    if steps.abs() < 1e-3 {
         return None;
     }
-    let step = if delta > 1.0 { 1.1 } else { 1.0 / 1.1 };
-    Some((value * step).clamp(lo, hi))
+    Some((value * 1.1f32.powf(steps)).clamp(lo, hi))
 }
 
 /// The zoom control of a matrix view: *Fit* (the whole figure in the room) or a cell size.
@@ -274,11 +304,16 @@ fn zoom_ui_in(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32, ((lo, hi),
     }
 }
 
-/// The scale at which a figure of `size` (at scale 1) fits `room`, at most 1 (the default size
-/// is the largest a fitted view is drawn at) and at least [`SCALE_RANGE`]'s smallest.
+/// The smallest scale *Fit* draws a text figure at (the lens, the graph): below half its size
+/// its words are too small to read, so a larger figure is drawn at half size and scrolls (the
+/// slider and Ctrl+scroll still go down to [`SCALE_RANGE`]'s smallest).
+pub const FIT_SCALE_FLOOR: f32 = 0.5;
+
+/// The scale at which a figure of `size` (at scale 1) fits `room`: at most 1 (the default size
+/// is the largest a fitted view is drawn at), at least [`FIT_SCALE_FLOOR`].
 pub fn fit_scale(size: Vec2, room: Vec2) -> f32 {
     let s = (room.x / size.x.max(1.0)).min(room.y / size.y.max(1.0));
-    if s.is_finite() { s.clamp(SCALE_RANGE.0, 1.0) } else { 1.0 }
+    if s.is_finite() { s.clamp(FIT_SCALE_FLOOR, 1.0) } else { 1.0 }
 }
 
 /// The range of the finite values (0..1 when there are none).
@@ -343,21 +378,7 @@ pub fn prepare_matrix(ui: &egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &M
     let figure_key =
         key_of(&(full_key, cell.to_bits(), theme, spec.axes, spec.row_labels, spec.col_labels, spec.values.len()));
     if tex.figure.as_ref().is_none_or(|f| f.key != figure_key) {
-        let figure = HeatmapSpec {
-            values: spec.values,
-            rows,
-            cols,
-            row_labels: spec.row_labels,
-            col_labels: spec.col_labels,
-            row_axis: spec.axes.0,
-            col_axis: spec.axes.1,
-            title: "",
-            range: Some(spec.range),
-            colormap: spec.colormap,
-            theme,
-            scale: 1.0,
-            show_values: true,
-        };
+        let figure = spec.figure(theme);
         let (drawing, grid) = heatmap_drawing_with_cells(&figure, cell);
         tex.figure = Some(Figure::new(figure_key, drawing, grid));
         tex.layouts += 1;

@@ -3758,3 +3758,50 @@ fn the_lens_the_attribution_and_the_graph_fit_thirty_layers_and_zoom_on_their_ow
     assert_eq!(h.state().settings.zoom.graph, None);
     assert_eq!(h.state().settings.zoom.lens, Some(lens), "each view keeps its own zoom");
 }
+
+#[test]
+fn the_model_view_fits_thirty_layers_and_keeps_its_head_names_in_view_when_zoomed() {
+    let mut h = smollm2_app("The capital of France is");
+    h.get_by_label("Model view").click();
+    settled(&mut h);
+    h.run_steps(4);
+    let screen = h.ctx.content_rect();
+    let in_view = |h: &Harness<'static, AttnvizApp>, label: &str| {
+        h.query_by_label(label).is_some_and(|n| screen.contains_rect(n.rect()))
+    };
+    // Fit: every layer and head in view at once.
+    assert!(in_view(&h, "Layer 0 head 0") && in_view(&h, "Layer 29 head 8"));
+    // Zoomed in (Ctrl+scroll over the grid) and scrolled to the last layers: the heads' names stay
+    // at the top of the view.
+    let cell = h.get_by_label("Layer 10 head 4").rect();
+    h.hover_at(cell.center());
+    for _ in 0..30 {
+        h.event(egui::Event::Zoom(1.5));
+        h.run_steps(1);
+    }
+    let zoomed = h.state().settings.zoom.model.expect("zoomed");
+    assert!(zoomed > 100.0, "{zoomed}");
+    for _ in 0..10 {
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -300.0),
+            modifiers: egui::Modifiers::NONE,
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Wheel,
+        });
+        h.run_steps(2);
+    }
+    h.run_steps(30);
+    assert!(!in_view(&h, "Layer 0 head 0"), "scrolled past the first layer");
+    let top = h.query_all_by(|n| n.label().is_some_and(|l| l.starts_with("Layer "))).map(|n| n.rect().top());
+    let first_in_view = top.fold(f32::INFINITY, f32::min);
+    // (The side panel's head chips are named H0 … too: the grid's is right of them.)
+    let grid_left = h
+        .query_all_by(|n| n.label().is_some_and(|l| l.starts_with("Layer ")))
+        .map(|n| n.rect().left())
+        .fold(f32::INFINITY, f32::min);
+    let h0 = painted_texts(&h).into_iter().find(|p| p.text == "H0" && p.rect.left() > grid_left - 10.0).expect("H0");
+    assert!(screen.contains_rect(h0.rect), "H0 in view: {:?}", h0.rect);
+    // At the top of the grid's room, over the first thumbnails still in view.
+    assert!(h0.rect.top() < first_in_view + 30.0, "{:?} above {first_in_view}", h0.rect);
+}

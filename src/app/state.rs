@@ -182,7 +182,8 @@ pub enum ThemeChoice {
 
 /// Each figure view's zoom, or None to fit the whole figure in the room: the default, and again
 /// whenever a new model or text arrives. Zooming one view leaves the others. The matrix views
-/// keep a cell side in points, the lens and the graph a scale of their default size.
+/// keep a cell side in points, the lens and the graph a scale of their default size, the model
+/// view a thumbnail's side.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ViewZoom {
@@ -198,12 +199,14 @@ pub struct ViewZoom {
     pub lens: Option<f32>,
     /// The contribution graph (a scale).
     pub graph: Option<f32>,
+    /// The model view (a thumbnail's side in points).
+    pub model: Option<f32>,
 }
 
 impl ViewZoom {
     /// Keeps each cell side in the matrix views' range, each scale in the scaled views'.
     pub fn clamp(&mut self) {
-        use crate::app::widgets::matrix::{CELL_RANGE, SCALE_RANGE};
+        use crate::app::widgets::matrix::{CELL_RANGE, SCALE_RANGE, THUMB_RANGE};
         let keep = |z: &mut Option<f32>, (lo, hi): (f32, f32)| {
             if let Some(z) = z {
                 *z = if z.is_finite() { z.clamp(lo, hi) } else { hi };
@@ -215,6 +218,7 @@ impl ViewZoom {
         for z in [&mut self.lens, &mut self.graph] {
             keep(z, SCALE_RANGE);
         }
+        keep(&mut self.model, THUMB_RANGE);
     }
 }
 

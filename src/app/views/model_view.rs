@@ -6,6 +6,7 @@ use egui::{Color32, RichText, Sense, Stroke, TextureHandle, TextureOptions, pos2
 use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::derive::DeriveKey;
+use crate::app::widgets::matrix::THUMB_RANGE;
 use crate::render::Colormap;
 
 /// The model view's state: one texture per layer × head.
@@ -76,33 +77,29 @@ impl ModelView {
             self.key = Some(key);
             self.builds += 1;
         }
-        let axis_w = 36.0;
-        let thumb = ((ui.available_width() - axis_w - 20.0) / heads as f32 - 4.0).clamp(36.0, 160.0);
+        let (axis_w, head_h) = (36.0, 22.0);
+        // Fit (the default, until zoomed): every layer and head in the room, thumbnails of at
+        // least THUMB_RANGE's smallest side.
+        let room = ui.available_size() - vec2(axis_w + 20.0, head_h + 40.0);
+        let fitted = (room.x / heads.max(1) as f32 - 4.0).min(room.y / layers.max(1) as f32 - 4.0);
+        let fitted = if fitted.is_finite() { fitted.clamp(THUMB_RANGE.0, THUMB_RANGE.1) } else { THUMB_RANGE.1 };
+        let mut zoom = settings.zoom.model;
+        ui.horizontal(|ui| {
+            crate::app::widgets::matrix::zoom_ui_in(ui, &mut zoom, fitted, (THUMB_RANGE, "thumbnail size"));
+            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
+        });
+        let thumb = zoom.unwrap_or(fitted);
         egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
-            let size = vec2(axis_w + heads as f32 * (thumb + 4.0), 22.0 + layers as f32 * (thumb + 4.0));
-            let (rect, _) = ui.allocate_exact_size(size, Sense::hover());
+            let size = vec2(axis_w + heads as f32 * (thumb + 4.0), head_h + layers as f32 * (thumb + 4.0));
+            let (rect, grid) = ui.allocate_exact_size(size, Sense::hover());
+            if grid.contains_pointer() {
+                zoom = crate::app::widgets::matrix::zoom_step_in(ui, thumb, THUMB_RANGE).or(zoom);
+            }
             let painter = ui.painter_at(rect);
             let text = ui.visuals().text_color();
             let font = egui::FontId::proportional(12.0);
-            for h in 0..heads {
-                let x = rect.left() + axis_w + h as f32 * (thumb + 4.0) + thumb / 2.0;
-                painter.text(
-                    pos2(x, rect.top() + 9.0),
-                    egui::Align2::CENTER_CENTER,
-                    format!("H{h}"),
-                    font.clone(),
-                    text,
-                );
-            }
             for l in 0..layers {
-                let y = rect.top() + 22.0 + l as f32 * (thumb + 4.0);
-                painter.text(
-                    pos2(rect.left() + axis_w - 6.0, y + thumb / 2.0),
-                    egui::Align2::RIGHT_CENTER,
-                    format!("L{l}"),
-                    font.clone(),
-                    text,
-                );
+                let y = rect.top() + head_h + l as f32 * (thumb + 4.0);
                 for h in 0..heads {
                     let cell = egui::Rect::from_min_size(
                         pos2(rect.left() + axis_w + h as f32 * (thumb + 4.0), y),
@@ -147,6 +144,36 @@ impl ModelView {
                     }
                 }
             }
+            // The heads' names along the top and the layers' down the left stay in view while the
+            // grid scrolls, each over a strip of the panel's colour (the thumbnails scroll under).
+            let clip = ui.clip_rect();
+            let bg = crate::app::widgets::panel_colour(ui.visuals());
+            let top = rect.top().max(clip.top());
+            let left = rect.left().max(clip.left());
+            painter.rect_filled(egui::Rect::from_min_max(pos2(left, top), pos2(left + axis_w, clip.bottom())), 0.0, bg);
+            for l in 0..layers {
+                let y = rect.top() + head_h + l as f32 * (thumb + 4.0) + thumb / 2.0;
+                let at = pos2(left + axis_w - 6.0, y);
+                painter.text(at, egui::Align2::RIGHT_CENTER, format!("L{l}"), font.clone(), text);
+            }
+            painter.rect_filled(
+                egui::Rect::from_min_max(pos2(clip.left(), top), pos2(clip.right(), top + head_h)),
+                0.0,
+                bg,
+            );
+            for h in 0..heads {
+                let x = rect.left() + axis_w + h as f32 * (thumb + 4.0) + thumb / 2.0;
+                if x < left + axis_w {
+                    continue; // under the layers' names
+                }
+                let at = pos2(x, top + 9.0);
+                painter.text(at, egui::Align2::CENTER_CENTER, format!("H{h}"), font.clone(), text);
+            }
         });
+        if zoom != settings.zoom.model {
+            let mut z = settings.zoom;
+            z.model = zoom;
+            commands.push(Command::Set(crate::app::command::Setting::Zoom(z)));
+        }
     }
 }

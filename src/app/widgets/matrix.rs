@@ -238,6 +238,9 @@ impl FitCache {
     }
 }
 
+/// Smallest and largest thumbnail side in points the model view zooms to.
+pub const THUMB_RANGE: (f32, f32) = (16.0, 160.0);
+
 /// Smallest and largest scale of the views drawn at a scale of their default size (the logit
 /// lens, the contribution graph).
 pub const SCALE_RANGE: (f32, f32) = (0.2, 2.0);
@@ -293,7 +296,8 @@ pub fn scale_ui(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32) {
     zoom_ui_in(ui, zoom, fitted, (SCALE_RANGE, "scale"));
 }
 
-fn zoom_ui_in(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32, ((lo, hi), what): ((f32, f32), &str)) {
+/// The zoom control of a view: *Fit* or a value in `range`, the slider named `what`.
+pub fn zoom_ui_in(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32, ((lo, hi), what): ((f32, f32), &str)) {
     if ui.selectable_label(zoom.is_none(), "Fit").on_hover_text("The whole figure in the room").clicked() {
         *zoom = None;
     }

@@ -46,11 +46,10 @@ fn wait_until(h: &mut Harness<'static, AttnvizApp>, what: &str, cond: impl Fn(&A
     h.step();
 }
 
-/// The app after a small induction run of `steps` trained from the lab's panel to its end.
-fn trained_to_the_end(steps: usize) -> Harness<'static, AttnvizApp> {
-    let mut h = harness();
-    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
-    h.state_mut().settings.train = TrainConfig {
+/// The settings a student would have typed for a small induction run of `steps` (quick in a debug
+/// build).
+fn small_run(steps: usize) -> TrainConfig {
+    TrainConfig {
         layers: 1,
         heads: 2,
         d_model: 16,
@@ -61,7 +60,14 @@ fn trained_to_the_end(steps: usize) -> Harness<'static, AttnvizApp> {
         eval_every: 10,
         checkpoint_every: 10,
         ..TrainConfig::for_task(TaskKind::Induction)
-    };
+    }
+}
+
+/// The app after a small induction run of `steps` trained from the lab's panel to its end.
+fn trained_to_the_end(steps: usize) -> Harness<'static, AttnvizApp> {
+    let mut h = harness();
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.state_mut().settings.train = small_run(steps);
     h.get_by_label("Playground").click();
     h.run_steps(2);
     h.get_by_label("Train a transformer…").click();
@@ -81,19 +87,7 @@ fn lab_step(a: &AttnvizApp) -> usize {
 fn train_pause_scrub_save_and_close_from_the_panel() {
     let mut h = harness();
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
-    // A small run (the settings a student would have typed), so the test is quick in a debug build.
-    h.state_mut().settings.train = TrainConfig {
-        layers: 1,
-        heads: 2,
-        d_model: 16,
-        vocab: 12,
-        context: 16,
-        batch: 8,
-        steps: 400,
-        eval_every: 10,
-        checkpoint_every: 10,
-        ..TrainConfig::for_task(TaskKind::Induction)
-    };
+    h.state_mut().settings.train = small_run(400);
     h.get_by_label("Playground").click();
     h.run_steps(2);
     h.get_by_label("Train a transformer…").click();

@@ -23,10 +23,13 @@ const ROWS_PER_TASK: usize = 64;
 /// sequence's length masked when `lengths` is given (one per sequence). The output is the heads'
 /// values side by side, `[rows · len, d]`.
 ///
-/// One task per sequence over its heads, each head's q, k and v read in place in the q|k|v rows:
-/// none of the `[rows, heads, len, len]` scores or probabilities is ever a tensor (the backward
-/// pass computes the probabilities again from q and k, as flash attention does), and no q/k/v is
-/// permuted into a tensor of its own. In f32 the products and the softmax are the engine's.
+/// One task per sequence over its heads, each head's q, k and v read in place in the q|k|v rows
+/// (in f32 its keys — and in the backward pass its values, queries and output gradient — copied
+/// transposed into the task's small `head_dim × len` buffers, so that every product runs on
+/// broadcast multiply–adds): none of the `[rows, heads, len, len]` scores or probabilities is
+/// ever a tensor (the backward pass computes the probabilities again from q and k, as flash
+/// attention does), and no q/k/v is permuted into a tensor of its own. In f32 the products and
+/// the softmax are the engine's.
 #[derive(Debug, Clone)]
 pub struct Attention {
     /// Heads.

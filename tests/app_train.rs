@@ -1,7 +1,7 @@
 //! The training lab in the app, driven headless with `egui_kittest`: open it from the playground,
 //! Train, watch the views follow the network, Pause, scrub back through the checkpoints, Save, and
 //! Close back to the model it replaced.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::float_cmp)] // the exported numbers equal the run's, bit for bit
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -46,6 +46,39 @@ fn wait_until(h: &mut Harness<'static, AttnvizApp>, what: &str, cond: impl Fn(&A
     h.step();
 }
 
+/// The settings a student would have typed for a small induction run of `steps` (quick in a debug
+/// build).
+fn small_run(steps: usize) -> TrainConfig {
+    TrainConfig {
+        layers: 1,
+        heads: 2,
+        d_model: 16,
+        vocab: 12,
+        context: 16,
+        batch: 8,
+        steps,
+        eval_every: 10,
+        checkpoint_every: 10,
+        ..TrainConfig::for_task(TaskKind::Induction)
+    }
+}
+
+/// The app after a small induction run of `steps` trained from the lab's panel to its end.
+fn trained_to_the_end(steps: usize) -> Harness<'static, AttnvizApp> {
+    let mut h = harness();
+    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
+    h.state_mut().settings.train = small_run(steps);
+    h.get_by_label("Playground").click();
+    h.run_steps(2);
+    h.get_by_label("Train a transformer…").click();
+    h.run_steps(2);
+    h.get_by_label("▶ Train").click();
+    wait_until(&mut h, "the end of the run", |a| {
+        a.features.lab.lab.as_ref().is_some_and(|l| l.state == LabState::Finished)
+    });
+    h
+}
+
 fn lab_step(a: &AttnvizApp) -> usize {
     a.features.lab.lab.as_ref().map_or(0, |l| l.step)
 }
@@ -54,19 +87,7 @@ fn lab_step(a: &AttnvizApp) -> usize {
 fn train_pause_scrub_save_and_close_from_the_panel() {
     let mut h = harness();
     wait_until(&mut h, "the first run", |a| a.session.run.is_some());
-    // A small run (the settings a student would have typed), so the test is quick in a debug build.
-    h.state_mut().settings.train = TrainConfig {
-        layers: 1,
-        heads: 2,
-        d_model: 16,
-        vocab: 12,
-        context: 16,
-        batch: 8,
-        steps: 400,
-        eval_every: 10,
-        checkpoint_every: 10,
-        ..TrainConfig::for_task(TaskKind::Induction)
-    };
+    h.state_mut().settings.train = small_run(400);
     h.get_by_label("Playground").click();
     h.run_steps(2);
     h.get_by_label("Train a transformer…").click();
@@ -212,28 +233,7 @@ fn invalid_settings_are_explained_and_train_is_disabled() {
 /// turned into `[UNK]`), and text outside its vocabulary gets a notice naming the words it reads.
 #[test]
 fn a_saved_network_opens_on_its_probe_and_names_its_vocabulary() {
-    let mut h = harness();
-    wait_until(&mut h, "the first run", |a| a.session.run.is_some());
-    h.state_mut().settings.train = TrainConfig {
-        layers: 1,
-        heads: 2,
-        d_model: 16,
-        vocab: 12,
-        context: 16,
-        batch: 8,
-        steps: 20,
-        eval_every: 10,
-        checkpoint_every: 10,
-        ..TrainConfig::for_task(TaskKind::Induction)
-    };
-    h.get_by_label("Playground").click();
-    h.run_steps(2);
-    h.get_by_label("Train a transformer…").click();
-    h.run_steps(2);
-    h.get_by_label("▶ Train").click();
-    wait_until(&mut h, "the end of the run", |a| {
-        a.features.lab.lab.as_ref().is_some_and(|l| l.state == LabState::Finished)
-    });
+    let mut h = trained_to_the_end(20);
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("saved");
     h.get_by_label("Save to").focus();
@@ -276,4 +276,84 @@ fn a_saved_network_opens_on_its_probe_and_names_its_vocabulary() {
     assert_eq!(words.len(), 13, "12 syllables and [UNK]");
     let expected = format!("⚠ 3 words outside this model's vocabulary became [UNK]: it reads only {alphabet}");
     assert!(notice(&h, &expected), "the notice names the words it reads: {expected}");
+}
+
+/// The lab's plots export as every figure does: *Export plots…* opens the export dialog on them
+/// (its own default name), a CSV holds the run's numbers (every step's loss, each evaluation's
+/// held-out loss and scores), an SVG draws them with labelled axes, and *Copy image* copies them;
+/// *Export…* on the views goes back to the view's figure.
+#[test]
+fn the_lab_plots_export_as_pictures_and_numbers() {
+    let mut h = trained_to_the_end(40);
+    assert_eq!(h.state().features.lab.lab.as_ref().unwrap().evaluations.len(), 5, "steps 0, 10, 20, 30, 40");
+    h.get_by_label("Export plots…").click();
+    h.run_steps(2);
+    assert!(h.state().views.export.open && h.state().views.export.lab_plots);
+    let home_default = h.state().views.export.path_input.clone();
+    assert!(home_default.ends_with("attnviz-training-induction.png"), "{home_default}");
+    h.get_by_label_contains("the training lab's plots");
+
+    let dir = tempfile::tempdir().unwrap();
+    let save = |h: &mut Harness<'static, AttnvizApp>, path: &std::path::Path| {
+        if !h.state().views.export.open {
+            // The dialog closes after each export.
+            h.get_by_label("Export plots…").click();
+            h.run_steps(2);
+        }
+        h.get_by_label("Export path").focus();
+        h.step();
+        h.key_press_modifiers(egui::Modifiers::COMMAND, Key::A);
+        h.get_by_label("Export path").type_text(path.to_str().unwrap());
+        h.run_steps(2);
+        h.state_mut().session.status = None;
+        // The export dialog's Save (the lab's own Save is disabled: no folder typed).
+        h.query_by(|n| n.label().as_deref() == Some("Save") && !n.is_disabled()).unwrap().click();
+        wait_until(h, "the export", |a| a.session.tasks.exporting.is_none() && a.session.status.is_some());
+        let status = h.state().session.status.clone().unwrap();
+        assert!(!status.is_error && status.text.contains("Exported"), "{status:?}");
+    };
+    let csv = dir.path().join("lab.csv");
+    save(&mut h, &csv);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lab = h.state().features.lab.lab.as_ref().unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "\"\",training loss,held-out loss (repeated half),induction score (best head),L0 H0,L0 H1"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 41, "step 0 (evaluated) and steps 1 to 40");
+    let value = |s: &str| if s.is_empty() { None } else { Some(f64::from(s.parse::<f32>().unwrap())) };
+    for row in &rows {
+        let step: usize = row[0].parse().unwrap();
+        assert_eq!(value(row[1]), lab.losses.iter().find(|p| p[0] == step as f64).map(|p| p[1]), "loss at {step}");
+        let e = lab.evaluations.iter().find(|e| e.step == step);
+        assert_eq!(value(row[2]), e.map(|e| f64::from(e.held_out_loss)));
+        assert_eq!(value(row[3]), e.map(|e| f64::from(e.metric)));
+        assert_eq!(value(row[5]), e.map(|e| f64::from(e.head_scores[1])));
+    }
+
+    let svg = dir.path().join("lab.svg");
+    save(&mut h, &svg);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    attnviz::render::parse_svg(&svg).unwrap();
+    for label in ["step", "loss (cross-entropy)", "induction score", "L0 H1", ">40<"] {
+        assert!(svg.contains(label), "{label} is drawn");
+    }
+    h.get_by_label("Export plots…").click();
+    h.run_steps(2);
+    h.get_by_label("Copy image").click();
+    wait_until(&mut h, "the copy", |a| a.session.status.as_ref().is_some_and(|s| s.text.starts_with("Copied")));
+
+    // Export… on the views: the view's figure and name again.
+    h.key_press(Key::Escape);
+    h.run_steps(2);
+    assert!(!h.state().views.export.open, "Escape closes the dialog");
+    // Export… wants a run shown (the trained network's, installed after the last evaluation).
+    wait_until(&mut h, "the trained network's run", |a| a.session.run.is_some() && !a.is_busy());
+    h.get_by_label("Export…").click();
+    h.run_steps(2);
+    assert!(h.state().views.export.open, "{:?}", h.state().session.status);
+    assert!(!h.state().views.export.lab_plots);
+    assert!(h.state().views.export.path_input.ends_with("attnviz-head-view-layer0.png"));
 }

@@ -340,9 +340,12 @@ fn the_command_line_trains_reports_and_saves() {
         "10",
         "--seed",
         "3",
-        "-o",
+        "--plots",
     ];
-    let run = common::output_sandboxed(std::process::Command::new(bin).args(args).arg(&out));
+    let (csv, pdf) = (tmp.path().join("plots.csv"), tmp.path().join("plots.pdf"));
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args(args).arg(&csv).arg("--plots").arg(&pdf).arg("-o").arg(&out);
+    let run = common::output_sandboxed(&mut cmd);
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
     let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("step ")).collect();
@@ -363,6 +366,22 @@ fn the_command_line_trains_reports_and_saves() {
         serde_json::from_slice(&std::fs::read(out.join("training.json")).unwrap()).unwrap();
     assert_eq!(training["config"]["task"], "Sort");
     assert_eq!(training["evaluations"].as_array().unwrap().len(), 3);
+    // The plots: a PDF, and the numbers, whose evaluations are the saved folder's.
+    assert!(std::fs::read(&pdf).unwrap().starts_with(b"%PDF-1."));
+    let (header, rows) = read_csv(&std::fs::read_to_string(&csv).unwrap());
+    assert_eq!(header, ["training loss", "held-out loss", "held-out accuracy"]);
+    assert_eq!(rows.len(), 30, "one row per step");
+    for e in training["evaluations"].as_array().unwrap() {
+        let step = e["step"].as_u64().unwrap().to_string();
+        let (_, cells) = rows.iter().find(|(label, _)| *label == step).unwrap();
+        for (cell, key) in cells[1..].iter().zip(["held_out_loss", "metric"]) {
+            assert_eq!(cell.parse::<f32>().unwrap(), e[key].as_f64().unwrap() as f32, "{key} at {step}");
+        }
+    }
+    let refused = common::output_sandboxed(std::process::Command::new(bin).args(["train", "--plots", "plots.txt"]));
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--plots plots.txt: end the file in .png"), "{err}");
 
     let bad = common::output_sandboxed(std::process::Command::new(bin).args(["train", "--heads", "3"]));
     assert!(!bad.status.success());
@@ -475,4 +494,76 @@ fn bench_train_prints_the_documented_line() {
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("--steps") && !err.contains("panicked"), "{err}");
+}
+
+/// Reads a CSV written by the export: its header and its rows as (label, cells).
+fn read_csv(text: &str) -> (Vec<String>, Vec<(String, Vec<String>)>) {
+    let mut lines = text.lines();
+    let header = lines.next().unwrap().split(',').skip(1).map(String::from).collect();
+    let rows = lines
+        .map(|l| {
+            let mut cells = l.split(',').map(String::from);
+            (cells.next().unwrap(), cells.collect())
+        })
+        .collect();
+    (header, rows)
+}
+
+/// The lab's plots are written as PNG, SVG and PDF (each decodes) and as CSV, whose numbers are
+/// the run's history: every step's loss, and at each evaluation the held-out loss, the best
+/// head's score and every head's score, bit for bit.
+#[test]
+fn the_lab_plots_are_exported_as_pictures_and_as_the_runs_numbers() {
+    let cfg = TrainConfig { vocab: 12, context: 16, steps: 30, ..small(TaskKind::Induction) };
+    let mut t = Trainer::new(&cfg).unwrap();
+    t.evaluate().unwrap();
+    while !t.finished() {
+        t.step().unwrap();
+        if t.step.is_multiple_of(cfg.eval_every) {
+            t.evaluate().unwrap();
+        }
+    }
+    let losses = attnviz::app::lab::figure::steps_and_losses(&t.losses);
+    let figure = attnviz::app::lab::figure::figure(&cfg, &losses, &t.evaluations);
+    let dir = tempfile::tempdir().unwrap();
+    let style = attnviz::export::Style::default();
+    for ext in ["png", "svg", "pdf", "csv"] {
+        let path = dir.path().join(format!("plots.{ext}"));
+        attnviz::export::export_file(None, &figure, style, &path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        match ext {
+            "png" => {
+                let img = image::load_from_memory(&bytes).unwrap();
+                assert!(img.width() > 500 && img.height() > 3 * 220, "three charts: {}×{}", img.width(), img.height());
+            }
+            "svg" => {
+                let svg = String::from_utf8(bytes).unwrap();
+                attnviz::render::parse_svg(&svg).unwrap();
+                for label in ["step", "loss (cross-entropy)", "induction score", "training loss", "L1 H1", ">30<"] {
+                    assert!(svg.contains(label), "{label} is drawn");
+                }
+            }
+            "pdf" => assert!(bytes.starts_with(b"%PDF-1.") && bytes.len() > 1000),
+            _ => {
+                let (header, rows) = read_csv(&String::from_utf8(bytes).unwrap());
+                let heads = ["L0 H0", "L0 H1", "L1 H0", "L1 H1"];
+                let mut want = vec!["training loss", "held-out loss (repeated half)", "induction score (best head)"];
+                want.extend(heads);
+                assert_eq!(header, want);
+                // Step 0 (the first evaluation) and steps 1 to 30.
+                assert_eq!(rows.len(), 31);
+                let value = |s: &str| if s.is_empty() { None } else { Some(s.parse::<f32>().unwrap()) };
+                for (label, cells) in &rows {
+                    let step: usize = label.parse().unwrap();
+                    assert_eq!(value(&cells[0]), step.checked_sub(1).map(|i| t.losses[i]), "loss at {step}");
+                    let e = t.evaluations.iter().find(|e| e.step == step);
+                    assert_eq!(value(&cells[1]), e.map(|e| e.held_out_loss), "held-out loss at {step}");
+                    assert_eq!(value(&cells[2]), e.map(|e| e.metric), "score at {step}");
+                    for h in 0..4 {
+                        assert_eq!(value(&cells[3 + h]), e.map(|e| e.head_scores[h]), "head {h} at {step}");
+                    }
+                }
+            }
+        }
+    }
 }

@@ -73,6 +73,8 @@ pub enum TrainCommand {
         /// The course's experiment.
         experiment: bool,
     },
+    /// Open the export dialog on the lab's plots (loss, held-out loss, metric, each head's score).
+    ExportPlots,
     /// Pause the run.
     Pause,
     /// Resume it.

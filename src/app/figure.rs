@@ -13,6 +13,12 @@ use crate::render::Theme;
 impl AttnvizApp {
     /// The figure the current view would export.
     pub fn current_figure(&self) -> Figure {
+        // The training lab's plots, when the dialog was opened on them.
+        if self.views.export.lab_plots
+            && let Some(lab) = &self.features.lab.lab
+        {
+            return super::lab::figure::figure(&lab.cfg, &lab.losses, &lab.evaluations);
+        }
         // What the views show: the layer and heads limited to the shown run (an encoder–decoder's
         // decoder may have fewer layers than its encoder).
         let (layer_idx, heads) = if self.session.run.is_some() {

@@ -79,9 +79,10 @@ impl AttnvizApp {
                 Background::PickedExport,
             ),
             Command::Export(path) => self.export(ctx, path),
+            Command::Train(super::command::TrainCommand::ExportPlots) => self.views.export.show(true),
             Command::Train(c) => self.features.lab.command(ctx, c, &mut self.settings, &mut self.session),
             Command::CopyImage => self.copy_image(ctx),
-            Command::OpenExport => self.views.export.open = true,
+            Command::OpenExport => self.views.export.show(false),
             Command::CloseExport => self.views.export.open = false,
             Command::OpenHead { layer_idx, head_idx } => {
                 self.settings.layer_idx = layer_idx;

@@ -334,7 +334,7 @@ fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> 
 }
 
 /// Says on stderr what was written: a picture with its size, or numbers.
-fn report_written(path: &Path, size: Option<(u32, u32)>) {
+pub(crate) fn report_written(path: &Path, size: Option<(u32, u32)>) {
     match size {
         Some((w, h)) => eprintln!("wrote {} ({w}×{h})", path.display()),
         None => eprintln!("wrote {}", path.display()),

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
+use crate::app::lab::figure;
 use crate::model::NormPlacement;
 use crate::model::playground::PeKind;
 use crate::train::{Evaluation, Pooling, TaskKind, TrainConfig, Trainer};
@@ -77,6 +78,11 @@ pub struct TrainArgs {
     /// training.json).
     #[arg(short, long, value_name = "DIR")]
     pub output: Option<PathBuf>,
+    /// Write the run's plots (loss, held-out loss, the task's metric, each head's induction
+    /// score) here: PNG, SVG or PDF by the extension, or their numbers as CSV, JSON or NPZ (one
+    /// row per step). Repeat for several files.
+    #[arg(long, value_name = "FILE")]
+    pub plots: Vec<PathBuf>,
 }
 
 impl TrainArgs {
@@ -210,6 +216,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<()> {
             cfg.task == TaskKind::Sentiment,
             "--experiment is the course's sentiment experiment: add --task sentiment"
         );
+        anyhow::ensure!(args.plots.is_empty(), "--plots writes one run's plots: it does not apply to --experiment");
         let variants = [
             ("mean pooling, no positions", Pooling::Mean, PeKind::None),
             ("mean pooling + sinusoidal PE", Pooling::Mean, PeKind::Interleaved),
@@ -227,7 +234,23 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    // Checked before training, not after minutes of it.
+    let known = |p: &PathBuf| {
+        let ext = p.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+        matches!(ext.as_str(), "png" | "svg" | "pdf" | "csv" | "json" | "npz")
+    };
+    if let Some(p) = args.plots.iter().find(|p| !known(p)) {
+        anyhow::bail!("--plots {}: end the file in .png, .svg, .pdf, .csv, .json or .npz", p.display());
+    }
     let t = train(&cfg, false)?;
+    if !args.plots.is_empty() {
+        let figure = crate::app::lab::figure::figure(&cfg, &figure::steps_and_losses(&t.losses), &t.evaluations);
+        for path in &args.plots {
+            let written = crate::export::export_file(None, &figure, crate::export::Style::default(), path)
+                .with_context(|| format!("writing the plots to {}", path.display()))?;
+            super::export::report_written(path, written);
+        }
+    }
     if let Some(dir) = &args.output {
         let saved = t.save(dir)?;
         println!("saved {}", saved.display());

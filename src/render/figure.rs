@@ -109,6 +109,9 @@ pub enum Figure {
         /// The vertical and the horizontal axis.
         axes: (&'static str, &'static str),
     },
+    /// Line charts one above the other (the training lab's curves); their numbers one row per x
+    /// value, one column per series (empty where a series has no point there).
+    Charts(std::sync::Arc<Vec<render::Chart>>),
 }
 
 /// A node of a drawn graph: its place (token column, level from the bottom) and its label.
@@ -330,6 +333,13 @@ impl Figure {
                 }))
             }
             Figure::Graph(graph) => Ok(render::graph_drawing(graph, theme, scale)),
+            Figure::Charts(charts) => {
+                if charts.iter().all(|c| c.series.iter().all(|s| s.points.is_empty())) {
+                    return Err(FigureError::Unavailable("there is nothing to plot yet".into()));
+                }
+                let parts = charts.iter().map(|c| render::chart_drawing(c, theme, scale)).collect();
+                Ok(Drawing::stack(parts, false, (8.0 * scale).floor(), theme.background()))
+            }
             Figure::Signed { table, axes } => {
                 if table.values.is_empty() {
                     return Err(FigureError::Unavailable("it is not computed yet".into()));
@@ -449,6 +459,7 @@ impl Figure {
     /// The numbers behind the figure: matrices with their token labels, statistics per head.
     pub fn table(&self, run: Option<&Run>) -> Result<Table, FigureError> {
         match self {
+            Figure::Charts(charts) => charts_table(charts),
             Figure::Graph(graph) => Ok(Table {
                 title: graph.title.clone(),
                 row_labels: graph.edges.iter().map(|e| e.name.clone()).collect(),
@@ -644,6 +655,41 @@ pub fn heatmap_axes(run: &Run) -> (&'static str, &'static str) {
     } else {
         ("query (attending)", "key (attended to)")
     }
+}
+
+/// Charts' numbers: one row per x value of any series (in increasing order), one column per
+/// series (named "chart: series" where two charts have a series of one name), NaN where a series
+/// has no point at that x.
+fn charts_table(charts: &[render::Chart]) -> Result<Table, FigureError> {
+    let all = || charts.iter().flat_map(|c| c.series.iter().map(move |s| (c, s)));
+    let mut xs: Vec<f64> = all().flat_map(|(_, s)| s.points.iter().map(|p| p[0])).collect();
+    if xs.is_empty() {
+        return Err(FigureError::Unavailable("there is nothing to plot yet".into()));
+    }
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let names: Vec<&str> = all().map(|(_, s)| s.name.as_str()).collect();
+    let col_labels: Vec<String> = all()
+        .map(|(c, s)| {
+            let twice = names.iter().filter(|n| **n == s.name).count() > 1;
+            if twice { format!("{}: {}", c.title, s.name) } else { s.name.clone() }
+        })
+        .collect();
+    let cols = col_labels.len();
+    let mut values = vec![f32::NAN; xs.len() * cols];
+    for (col, (_, s)) in all().enumerate() {
+        for p in &s.points {
+            if let Ok(row) = xs.binary_search_by(|x| x.total_cmp(&p[0])) {
+                #[allow(clippy::cast_possible_truncation)] // the numbers are f32 (losses, scores)
+                let v = p[1] as f32;
+                values[row * cols + col] = v;
+            }
+        }
+    }
+    let title = charts.iter().map(|c| c.title.as_str()).collect::<Vec<_>>().join(" · ");
+    let row_labels = xs.iter().map(ToString::to_string).collect();
+    let x_axis = charts.first().map_or("x", |c| c.x_axis.as_str());
+    Ok(Table { title: format!("{title} (rows: {x_axis})"), row_labels, col_labels, values })
 }
 
 /// A table drawn as a labelled heatmap.

@@ -5,6 +5,7 @@
 //! Every size is multiplied by a `scale` (clamped to 1..=4) and no image side exceeds [`MAX_SIDE`].
 
 mod canvas;
+mod chart;
 mod colorbar;
 mod colormap;
 mod draw;
@@ -19,6 +20,7 @@ mod svg;
 pub mod text;
 
 pub use canvas::{MAX_SIDE, Segment, Stroke, cell_text_rgb, png_bytes};
+pub use chart::{CHART_POINTS, Chart, Series, chart_drawing, marks_between, round_step, thinned};
 pub use colorbar::{colorbar_drawing, format_cell_value};
 pub use colormap::{Colormap, MASKED_RGB, cell_rgb, cells_rgba, head_colors};
 pub use draw::{Anchor, Cells, Drawing, Item, TextRun};

@@ -702,4 +702,34 @@ mod tests {
         assert!(text.starts_with("layer 0 · head 1"), "{text:?}");
         assert_eq!(text.matches("answer").count(), 2);
     }
+
+    /// A line chart (the training lab's curves) as SVG and PDF: its axis titles, tick labels and
+    /// legend are text, its curve lines.
+    #[test]
+    fn a_line_chart_is_a_vector_figure_with_its_labels_as_text() {
+        use crate::render::{Chart, Series, chart_drawing};
+        let chart = Chart {
+            title: "Loss".into(),
+            x_axis: "step".into(),
+            y_axis: "loss".into(),
+            series: vec![Series {
+                name: "training loss".into(),
+                points: (0..=40).map(|i| [f64::from(i), 3.0 - f64::from(i) / 20.0]).collect(),
+                dots: false,
+            }],
+            x_include: vec![0.0],
+            y_include: vec![0.0],
+        };
+        let drawing = chart_drawing(&chart, Theme::Light, 1.0);
+        let svg = to_svg(&drawing);
+        let doc = usvg::roxmltree::Document::parse(&svg).unwrap();
+        parse_svg(&svg).unwrap();
+        assert!(count(&doc, "line") >= 40, "the curve's 40 segments");
+        let texts = svg_texts(&doc);
+        for want in ["Loss", "step", "loss", "training loss", "0", "20", "40", "3"] {
+            assert!(texts.iter().any(|t| t == want), "{want} in {texts:?}");
+        }
+        let text = pdf_text(&to_pdf(&drawing).unwrap());
+        assert!(text.starts_with("Loss") && text.contains("training loss") && text.contains("step"), "{text:?}");
+    }
 }

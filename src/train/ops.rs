@@ -23,10 +23,13 @@ const ROWS_PER_TASK: usize = 64;
 /// sequence's length masked when `lengths` is given (one per sequence). The output is the heads'
 /// values side by side, `[rows · len, d]`.
 ///
-/// One task per sequence over its heads, each head's q, k and v read in place in the q|k|v rows:
-/// none of the `[rows, heads, len, len]` scores or probabilities is ever a tensor (the backward
-/// pass computes the probabilities again from q and k, as flash attention does), and no q/k/v is
-/// permuted into a tensor of its own. In f32 the products and the softmax are the engine's.
+/// One task per sequence over its heads, each head's q, k and v read in place in the q|k|v rows
+/// (in f32 its keys — and in the backward pass its values, queries and output gradient — copied
+/// transposed into the task's small `head_dim × len` buffers, so that every product runs on
+/// broadcast multiply–adds): none of the `[rows, heads, len, len]` scores or probabilities is
+/// ever a tensor (the backward pass computes the probabilities again from q and k, as flash
+/// attention does), and no q/k/v is permuted into a tensor of its own. In f32 the products and
+/// the softmax are the engine's.
 #[derive(Debug, Clone)]
 pub struct Attention {
     /// Heads.
@@ -91,6 +94,29 @@ impl<T: Float> HeadBlocks<T> {
         let inv = T::one() / sum;
         for o in s.iter_mut() {
             *o = *o * inv;
+        }
+    }
+}
+
+/// The first `rows` rows (`cols` wide, `stride` apart) of `src` transposed into `buf`
+/// (`cols × rows`), as a view: a head's keys or values with their dimensions along the rows, so
+/// that `q · kᵀ` sums each score over the head's dimensions in order with broadcast fused
+/// multiply–adds (the engine's order for self-attention), never a sixteen-lane dot product of a
+/// head's few dimensions with its lanes to add up.
+fn transposed<'a>(buf: &'a mut [f32], src: &[f32], rows: usize, cols: usize, stride: usize) -> MatRef<'a> {
+    for (j, row) in src.chunks(stride).take(rows).enumerate() {
+        for (c, &v) in row[..cols].iter().enumerate() {
+            buf[c * rows + j] = v;
+        }
+    }
+    MatRef::rows(buf, cols, rows, rows)
+}
+
+/// `t` (`cols × rows`) transposed into the first `rows` rows (`cols` wide, `stride` apart) of `dst`.
+fn scatter_transposed(t: &[f32], dst: &mut [f32], rows: usize, cols: usize, stride: usize) {
+    for (j, row) in dst.chunks_mut(stride).take(rows).enumerate() {
+        for (c, o) in row[..cols].iter_mut().enumerate() {
+            *o = t[c * rows + j];
         }
     }
 }
@@ -182,12 +208,12 @@ impl Attention {
         out.par_chunks_mut(len * d).enumerate().for_each(|(b, out)| {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let keys = self.keys(b);
-            let mut p = vec![0f32; len * keys];
+            let (mut p, mut kt) = (vec![0f32; len * keys], vec![0f32; dh * keys]);
             for at in (0..heads).map(|h| h * dh) {
                 let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
-                let k = MatRef::rows(&seq[d + at..], keys, dh, 3 * d);
                 let v = MatRef::rows(&seq[2 * d + at..], keys, dh, 3 * d);
-                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, k.t(), scale, false);
+                let kt = transposed(&mut kt, &seq[d + at..], keys, dh, 3 * d);
+                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, kt, scale, false);
                 kernels::softmax_rows(&mut p, keys, mask, None);
                 let probs = MatRef::rows(&p, len, keys, keys);
                 kernels::matmul(MatMut::rows(&mut out[at..], len, dh, d), probs, v, 1.0, false);
@@ -210,14 +236,17 @@ impl Attention {
             let go = &g[b * len * d..(b + 1) * len * d];
             let keys = self.keys(b);
             let (mut p, mut ds) = (vec![0f32; len * keys], vec![0f32; len * keys]);
+            let (mut kt, mut vt) = (vec![0f32; dh * keys], vec![0f32; dh * keys]);
+            let (mut qt, mut dout_t, mut dt) = (vec![0f32; dh * len], vec![0f32; dh * len], vec![0f32; dh * keys]);
             for at in (0..heads).map(|h| h * dh) {
                 let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
                 let k = MatRef::rows(&seq[d + at..], keys, dh, 3 * d);
-                let v = MatRef::rows(&seq[2 * d + at..], keys, dh, 3 * d);
                 let dout = MatRef::rows(&go[at..], len, dh, d);
-                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, k.t(), scale, false);
+                let kt = transposed(&mut kt, &seq[d + at..], keys, dh, 3 * d);
+                let vt = transposed(&mut vt, &seq[2 * d + at..], keys, dh, 3 * d);
+                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, kt, scale, false);
                 kernels::softmax_rows(&mut p, keys, mask, None);
-                kernels::matmul(MatMut::rows(&mut ds, len, keys, keys), dout, v.t(), 1.0, false);
+                kernels::matmul(MatMut::rows(&mut ds, len, keys, keys), dout, vt, 1.0, false);
                 for (pr, dr) in p.chunks(keys).zip(ds.chunks_mut(keys)) {
                     let dot = pr.iter().zip(dr.iter()).fold(0f32, |s, (&a, &b)| s + a * b);
                     for (o, &pv) in dr.iter_mut().zip(pr) {
@@ -226,8 +255,14 @@ impl Attention {
                 }
                 let (probs, dsm) = (MatRef::rows(&p, len, keys, keys), MatRef::rows(&ds, len, keys, keys));
                 kernels::matmul(MatMut::rows(&mut dx[at..], len, dh, 3 * d), dsm, k, 1.0, false);
-                kernels::matmul(MatMut::rows(&mut dx[d + at..], keys, dh, 3 * d), dsm.t(), q, 1.0, false);
-                kernels::matmul(MatMut::rows(&mut dx[2 * d + at..], keys, dh, 3 * d), probs.t(), dout, 1.0, false);
+                // dKᵀ = Qᵀ dS and dVᵀ = dOᵀ P: the head's few dimensions transposed, not the
+                // `len × keys` matrices; then written into q|k|v's gradient rows.
+                let qt = transposed(&mut qt, &seq[at..], len, dh, 3 * d);
+                kernels::matmul(MatMut::rows(&mut dt, dh, keys, keys), qt, dsm, 1.0, false);
+                scatter_transposed(&dt, &mut dx[d + at..], keys, dh, 3 * d);
+                let dout_t = transposed(&mut dout_t, &go[at..], len, dh, d);
+                kernels::matmul(MatMut::rows(&mut dt, dh, keys, keys), dout_t, probs, 1.0, false);
+                scatter_transposed(&dt, &mut dx[2 * d + at..], keys, dh, 3 * d);
             }
         });
         dx
@@ -483,7 +518,16 @@ impl Product {
         if m == 0 || n == 0 {
             return out;
         }
-        let rhs = if self.b_t { MatRef::rows(b, n, k, k).t() } else { MatRef::rows(b, k, n, n) };
+        // A transposed `b` (a weight in the backward pass, `k · n` values against `m · k · n`
+        // multiply–adds) is copied into rows once: the product then runs on broadcast fused
+        // multiply–adds over rows of `b`, not on sixteen-lane dot products with their lanes to add up.
+        let packed: Vec<f32>;
+        let rhs = if self.b_t {
+            packed = MatRef::rows(b, n, k, k).t().packed();
+            MatRef::rows(&packed, k, n, n)
+        } else {
+            MatRef::rows(b, k, n, n)
+        };
         let tasks = row_tasks(m, k, n);
         let per = m.div_ceil(tasks);
         let run = |(t, dst): (usize, &mut [f32])| {

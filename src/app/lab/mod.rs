@@ -3,6 +3,7 @@
 //! every `eval_every` steps it sends the network as a model, which the app installs in the worker
 //! so that every view shows the network being trained. Paused, the thread blocks: the app is idle.
 
+pub mod figure;
 pub mod panel;
 
 use std::path::PathBuf;
@@ -612,6 +613,8 @@ impl Feature {
                     Err(e) => session.set_status(format!("cannot start the training thread: {e}"), true),
                 }
             }
+            // The app opens the export dialog on the plots.
+            T::ExportPlots => {}
             T::Pause | T::Resume | T::Stop | T::Scrub(_) | T::Live | T::Save(_) => {
                 let Some(lab) = &mut self.lab else { return };
                 lab.send(match c {

@@ -9,6 +9,7 @@ use egui::{RichText, Ui};
 use egui_plot::{Legend, Line, Plot, PlotPoints, Points};
 
 use crate::app::widgets::round_marks;
+use crate::render::thinned;
 
 use crate::app::command::{Command, Commands, TrainCommand};
 use crate::app::data::ViewData;
@@ -23,8 +24,6 @@ pub const WIDTH: f32 = 330.0;
 /// The side panel's width (its default): with it and the lab's panel, the views keep half the
 /// window.
 const SIDE_PANEL: f32 = 270.0;
-/// Most points a curve draws (longer runs are thinned).
-const MAX_POINTS: usize = 1500;
 
 /// The panel's own state: the folder typed for Save.
 #[derive(Debug, Default)]
@@ -104,7 +103,7 @@ fn panel_ui(ui: &mut Ui, data: &ViewData<'_>, save_path: &mut String, commands: 
         }
         ui.separator();
         progress_ui(ui, lab);
-        curves_ui(ui, lab);
+        curves_ui(ui, lab, data.exporting, commands);
         if !lab.experiment {
             scrubber_ui(ui, lab, commands);
         }
@@ -395,61 +394,51 @@ fn progress_ui(ui: &mut Ui, lab: &Lab) {
     }
 }
 
-/// Every `k`-th point so a curve has at most [`MAX_POINTS`].
-fn thinned(points: &[[f64; 2]]) -> Vec<[f64; 2]> {
-    let k = points.len().div_ceil(MAX_POINTS).max(1);
-    points.iter().step_by(k).copied().collect()
-}
-
-fn curves_ui(ui: &mut Ui, lab: &Lab) {
-    let plot = |id: &str, y: &str| {
-        Plot::new(id.to_string())
-            .height(130.0)
-            .legend(Legend::default())
-            .x_axis_label("step")
-            .y_axis_label(y.to_string())
+/// The lab's charts ([`super::figure::charts`], which Export writes too), drawn with `egui_plot`,
+/// and *Export plots…*.
+fn curves_ui(ui: &mut Ui, lab: &Lab, exporting: bool, commands: &mut Commands) {
+    let charts = super::figure::charts(&lab.cfg, &lab.losses, &lab.evaluations);
+    for (i, chart) in charts.iter().enumerate() {
+        ui.label(RichText::new(&chart.title).small());
+        let mut legend = Legend::default();
+        if chart.series.len() > 2 {
+            legend = legend.text_style(egui::TextStyle::Small).position(egui_plot::Corner::LeftTop);
+        }
+        let mut plot = Plot::new(format!("train-chart-{i}"))
+            .height(if chart.series.len() > 2 { 170.0 } else { 130.0 })
+            .legend(legend)
+            .x_axis_label(chart.x_axis.clone())
+            .y_axis_label(chart.y_axis.clone())
             .x_grid_spacer(round_marks(64.0))
             .y_grid_spacer(round_marks(28.0))
             .allow_drag(false)
             .allow_zoom(false)
             .allow_scroll(false)
-            .allow_boxed_zoom(false)
-    };
-    let held: Vec<[f64; 2]> = lab.evaluations.iter().map(|e| [e.step as f64, f64::from(e.held_out_loss)]).collect();
-    plot("train-loss", "loss").show(ui, |p| {
-        p.line(Line::new("training loss", PlotPoints::from(thinned(&lab.losses))));
-        let name = if lab.cfg.task == TaskKind::Induction { "repeated half (held out)" } else { "held out" };
-        p.points(Points::new(name, PlotPoints::from(held.clone())).radius(2.5));
-    });
-    let metric: Vec<[f64; 2]> = lab.evaluations.iter().map(|e| [e.step as f64, f64::from(e.metric)]).collect();
-    let y = if lab.cfg.task == TaskKind::Induction { "induction score" } else { "accuracy" };
-    plot("train-metric", y).include_y(0.0).include_y(1.0).show(ui, |p| {
-        let name = if lab.cfg.task == TaskKind::Induction { "best head" } else { "held out" };
-        p.line(Line::new(name, PlotPoints::from(metric.clone())));
-        let order: Vec<[f64; 2]> =
-            lab.evaluations.iter().filter_map(|e| Some([e.step as f64, f64::from(e.order_accuracy?)])).collect();
-        if !order.is_empty() {
-            p.line(Line::new("order-dependent", PlotPoints::from(order)));
+            .allow_boxed_zoom(false);
+        for &x in &chart.x_include {
+            plot = plot.include_x(x);
         }
-    });
-    if lab.cfg.task == TaskKind::Induction && lab.evaluations.iter().any(|e| !e.head_scores.is_empty()) {
-        ui.label(RichText::new("Each head's induction score (the bump: an induction head forming)").small());
-        let legend = Legend::default().text_style(egui::TextStyle::Small).position(egui_plot::Corner::LeftTop);
-        plot("train-heads", "induction score").height(170.0).legend(legend).include_y(0.0).include_y(1.0).show(
-            ui,
-            |p| {
-                let heads = lab.cfg.heads;
-                let count = lab.evaluations.iter().map(|e| e.head_scores.len()).max().unwrap_or(0);
-                for i in 0..count {
-                    let points: Vec<[f64; 2]> = lab
-                        .evaluations
-                        .iter()
-                        .filter_map(|e| Some([e.step as f64, f64::from(*e.head_scores.get(i)?)]))
-                        .collect();
-                    p.line(Line::new(format!("L{} H{}", i / heads, i % heads), PlotPoints::from(points)));
+        for &y in &chart.y_include {
+            plot = plot.include_y(y);
+        }
+        plot.show(ui, |p| {
+            for series in &chart.series {
+                let points = PlotPoints::from(thinned(&series.points));
+                if series.dots {
+                    p.points(Points::new(series.name.clone(), points).radius(2.5));
+                } else {
+                    p.line(Line::new(series.name.clone(), points));
                 }
-            },
-        );
+            }
+        });
+    }
+    let can = !lab.losses.is_empty() && !exporting;
+    if ui
+        .add_enabled(can, egui::Button::new("Export plots…"))
+        .on_hover_text("Save these plots as PNG, SVG or PDF, or their numbers (one row per step) as CSV / JSON / NPZ")
+        .clicked()
+    {
+        commands.push(Command::Train(TrainCommand::ExportPlots));
     }
 }
 

@@ -22,9 +22,14 @@ pub fn with_extension(path: &str, format: ImageFormat) -> String {
     path.with_file_name(format!("{stem}.{}", format.extension())).display().to_string()
 }
 
-/// A default file name for the current view, in the folder of the last export, else in `home`.
-pub fn default_export_path(settings: &Settings, home: Option<&Path>) -> PathBuf {
-    let name = settings.view.export_name(settings);
+/// A default file name for the current view (or the training lab's plots, `lab_plots`), in the
+/// folder of the last export, else in `home`.
+pub fn default_export_path(settings: &Settings, home: Option<&Path>, lab_plots: bool) -> PathBuf {
+    let name = if lab_plots {
+        crate::app::lab::figure::export_name(&settings.train)
+    } else {
+        settings.view.export_name(settings)
+    };
     let dir = settings.export_dir.clone().or_else(|| home.map(Path::to_path_buf)).unwrap_or_else(|| PathBuf::from("."));
     dir.join(name)
 }
@@ -43,15 +48,28 @@ pub struct ExportDialog {
     pub home: Option<PathBuf>,
     /// A figure drawn for the clipboard, handed to egui on the next frame.
     pub clipboard: Option<egui::ColorImage>,
+    /// The dialog exports the training lab's plots (else the current view).
+    pub lab_plots: bool,
 }
 
 impl ExportDialog {
+    /// Opens the window on the training lab's plots (`lab_plots`) or the current view; the path
+    /// typed for the other one makes way for this one's default name.
+    pub fn show(&mut self, lab_plots: bool) {
+        if self.lab_plots != lab_plots {
+            self.path_input.clear();
+        }
+        self.lab_plots = lab_plots;
+        self.open = true;
+    }
+
     /// Draws the export window.
     pub fn ui(&mut self, ctx: &egui::Context, data: &ViewData<'_>, commands: &mut Commands) {
+        let lab_plots = self.lab_plots && data.features.lab.lab.is_some();
         if self.path_input.is_empty() {
-            self.path_input = default_export_path(data.settings, self.home.as_deref()).display().to_string();
+            self.path_input = default_export_path(data.settings, self.home.as_deref(), lab_plots).display().to_string();
         }
-        export_dialog_ui(ctx, data, &mut self.path_input, &self.work_dir, commands);
+        export_dialog_ui(ctx, data, lab_plots, &mut self.path_input, &self.work_dir, commands);
     }
 }
 
@@ -59,6 +77,7 @@ impl ExportDialog {
 fn export_dialog_ui(
     ctx: &egui::Context,
     data: &ViewData<'_>,
+    lab_plots: bool,
     path_input: &mut String,
     work_dir: &Path,
     commands: &mut Commands,
@@ -67,15 +86,21 @@ fn export_dialog_ui(
     let mut open = true;
     let window = egui::Window::new("Export").open(&mut open).collapsible(false).resizable(false);
     window.anchor(egui::Align2::CENTER_CENTER, [0.0, 0.0]).show(ctx, |ui| {
-        let what = settings.view.export_what(settings, data.pinned.is_some());
+        let what = if lab_plots {
+            "the training lab's plots (loss, held-out loss, the task's metric, each head's score)"
+        } else {
+            settings.view.export_what(settings, data.pinned.is_some())
+        };
         ui.label(format!(
             "Saves {what} as a PNG image, or as an SVG or PDF vector figure (text stays text), laid out the same \
              way as `attnviz export`."
         ));
-        if matches!(
-            settings.view,
-            View::Heatmap | View::Neuron | View::Stats | View::Rollout | View::Compare | View::Lens
-        ) {
+        if lab_plots
+            || matches!(
+                settings.view,
+                View::Heatmap | View::Neuron | View::Stats | View::Rollout | View::Compare | View::Lens
+            )
+        {
             ui.label(RichText::new("End the path in .csv, .json or .npz to save the numbers instead.").small().weak());
         }
         let label = ui.label("Export path");

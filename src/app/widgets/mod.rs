@@ -187,16 +187,11 @@ pub fn pooled_note(ui: &mut egui::Ui, run: &crate::analysis::Run, pooled: &str) 
 pub fn round_marks(spacing: f64) -> impl Fn(egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
     move |input: egui_plot::GridInput| {
         let (lo, hi) = input.bounds;
-        let least = input.base_step_size / 8.0 * spacing;
-        if !(least.is_finite() && least > 0.0 && lo.is_finite() && hi.is_finite() && lo <= hi) {
-            return Vec::new();
-        }
-        let power = 10f64.powf(least.log10().floor());
-        let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * power).find(|&s| s >= least).unwrap_or(10.0 * power);
-        #[allow(clippy::cast_possible_truncation)] // bounded by the plot's range over its step
-        let (first, last) = ((lo / step).ceil() as i64, (hi / step).floor() as i64);
-        #[allow(clippy::cast_precision_loss)] // a few hundred marks at most
-        (first..=last).take(1000).map(|i| egui_plot::GridMark { value: i as f64 * step, step_size: step }).collect()
+        let step = crate::render::round_step(input.base_step_size / 8.0 * spacing);
+        crate::render::marks_between(lo, hi, step)
+            .into_iter()
+            .map(|value| egui_plot::GridMark { value, step_size: step })
+            .collect()
     }
 }
 

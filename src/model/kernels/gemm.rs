@@ -42,6 +42,35 @@ impl<'a> MatRef<'a> {
     pub fn t(self) -> Self {
         Self { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
     }
+
+    /// The view copied into rows (`rows × cols`, row-major), in 16 × 16 blocks so that a
+    /// transposed view is read and written a cache line at a time.
+    pub fn packed(&self) -> Vec<f32> {
+        const BLOCK: usize = 16;
+        let (rows, cols) = (self.rows, self.cols);
+        let mut out = vec![0.0f32; rows * cols];
+        for i0 in (0..rows).step_by(BLOCK) {
+            for j0 in (0..cols).step_by(BLOCK) {
+                let (i1, j1) = ((i0 + BLOCK).min(rows), (j0 + BLOCK).min(cols));
+                if self.row_stride == 1 {
+                    // Down the columns: each source column is contiguous.
+                    for j in j0..j1 {
+                        let column = &self.data[j * self.col_stride + i0..j * self.col_stride + i1];
+                        for (i, &v) in (i0..i1).zip(column) {
+                            out[i * cols + j] = v;
+                        }
+                    }
+                } else {
+                    for i in i0..i1 {
+                        for j in j0..j1 {
+                            out[i * cols + j] = self.data[i * self.row_stride + j * self.col_stride];
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 /// A writable row-major matrix view: element `(i, j)` is `data[i * row_stride + j]`.
@@ -129,7 +158,7 @@ pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, acc
     let a = if lhs.col_stride == 1 {
         Rows { data: lhs.data, stride: lhs.row_stride }
     } else {
-        packed = (0..m * k).map(|e| lhs.data[e / k * lhs.row_stride + e % k * lhs.col_stride]).collect();
+        packed = lhs.packed();
         Rows { data: &packed, stride: k }
     };
     if rhs.row_stride == 1 {
@@ -137,7 +166,7 @@ pub fn matmul(dst: MatMut<'_>, lhs: MatRef<'_>, rhs: MatRef<'_>, scale: f32, acc
     } else if rhs.col_stride == 1 {
         axpy(out, a, Rows { data: rhs.data, stride: rhs.row_stride }, m, n, k);
     } else {
-        let b: Vec<f32> = (0..n * k).map(|e| rhs.data[e % k * rhs.row_stride + e / k * rhs.col_stride]).collect();
+        let b = rhs.t().packed();
         dot(out, a, Rows { data: &b, stride: k }, m, n, k);
     }
 }
@@ -320,6 +349,27 @@ mod tests {
 
     fn naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         (0..m * n).map(|idx| (0..k).map(|p| a[idx / n * k + p] * b[p * n + idx % n]).sum()).collect()
+    }
+
+    /// A view copied into rows holds its elements, for row-major, transposed and other strides
+    /// (sizes that are no multiple of the copy's blocks).
+    #[test]
+    fn packed_views_hold_their_elements() {
+        let data: Vec<f32> = (0..40 * 37).map(|i| i as f32).collect();
+        for view in [
+            MatRef::rows(&data, 19, 35, 37),
+            MatRef::rows(&data, 37, 40, 40).t(),
+            MatRef::new(&data, 18, 17, 2, 80),
+            MatRef::rows(&data, 1, 5, 5).t(),
+        ] {
+            let packed = view.packed();
+            assert_eq!(packed.len(), view.rows * view.cols);
+            for i in 0..view.rows {
+                for j in 0..view.cols {
+                    assert_eq!(packed[i * view.cols + j], data[i * view.row_stride + j * view.col_stride]);
+                }
+            }
+        }
     }
 
     #[test]

@@ -300,7 +300,9 @@ fn role_scores(run: &Run) -> Result<Arc<crate::analysis::roles::HeadScores>, Str
 pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> DerivedValue {
     let a = &run.attention;
     match key {
-        DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, run.keys()))),
+        DeriveKey::Stats { .. } => {
+            DerivedValue::Stats(Arc::new(HeadStats::compute(a, run.keys()).with_sinks(run.sinks.as_ref())))
+        }
         DeriveKey::Roles { .. } => DerivedValue::Roles(role_scores(run)),
         // Not defined for cross-attention (the rollout view says so and never asks): one empty
         // matrix per layer rather than a product of rectangles.

@@ -153,7 +153,8 @@ impl PrefixRun {
             return None;
         }
         let (matrices, n) = (self.layers * self.heads, self.ids.len());
-        let values = (0..matrices).flat_map(|lh| (0..n).map(move |q| (lh, q))).map(|(lh, q)| self.sinks[q * matrices + lh]);
+        let values =
+            (0..matrices).flat_map(|lh| (0..n).map(move |q| (lh, q))).map(|(lh, q)| self.sinks[q * matrices + lh]);
         Some(crate::analysis::Sinks::new(self.layers, self.heads, n, values.collect()))
     }
 
@@ -222,7 +223,9 @@ impl PrefixRun {
             }
             self.hidden.extend_from_slice(&out.last_hidden);
             if self.has_sinks {
-                self.sinks.extend((0..m).flat_map(|q| (0..matrices).map(move |lh| (lh, q))).map(|(lh, q)| out.sinks[lh * m + q]));
+                self.sinks.extend(
+                    (0..m).flat_map(|q| (0..matrices).map(move |lh| (lh, q))).map(|(lh, q)| out.sinks[lh * m + q]),
+                );
             }
         }
         self.ids = ids.to_vec();

@@ -327,6 +327,7 @@ impl Figure {
                     theme,
                     scale,
                     show_values: false,
+                    sink: None,
                 }))
             }
             Figure::Graph(graph) => Ok(render::graph_drawing(graph, theme, scale)),
@@ -361,7 +362,7 @@ impl Figure {
                 scale,
                 bar: grid.bar.as_ref(),
             })),
-            Figure::Heatmap { .. } => {
+            Figure::Heatmap { layer_idx, head_idxs } => {
                 let run = need(run)?;
                 let table = self.table(Some(run))?;
                 let mut title = table.title.clone();
@@ -370,8 +371,28 @@ impl Figure {
                     (true, None) => title.push_str(" · grey: masked (causal)"),
                     (false, None) => {}
                 }
-                let (rows, cols) = heatmap_axes(run);
-                Ok(table_heatmap(&table, &title, Some((0.0, 1.0)), colormap, theme, scale, rows, cols))
+                // A model with attention sinks: each row's share of its sink, as a column apart.
+                let sink = run.sinks.as_ref().map(|s| s.mean_of_heads(*layer_idx, head_idxs));
+                if sink.is_some() {
+                    title.push_str(" · sink: the share no key gets");
+                }
+                let (row_axis, col_axis) = heatmap_axes(run);
+                Ok(render::heatmap_drawing(&HeatmapSpec {
+                    values: &table.values,
+                    rows: table.row_labels.len(),
+                    cols: table.col_labels.len(),
+                    row_labels: &table.row_labels,
+                    col_labels: &table.col_labels,
+                    row_axis,
+                    col_axis,
+                    title: &title,
+                    range: Some((0.0, 1.0)),
+                    colormap,
+                    theme,
+                    scale,
+                    show_values: true,
+                    sink: sink.as_deref(),
+                }))
             }
             Figure::HeadView { layer_idx, head_idxs, selected_token, threshold } => {
                 let run = need(run)?;
@@ -491,7 +512,7 @@ impl Figure {
             Figure::Stats(stat) => {
                 let run = need(run)?;
                 let a = &run.attention;
-                let stats = HeadStats::compute(a, run.keys());
+                let stats = HeadStats::compute(a, run.keys()).with_sinks(run.sinks.as_ref());
                 let title = format!("{} · {} per head: {}", run.display_name(), stat.label(), stat.description());
                 Ok(Table {
                     title,
@@ -672,6 +693,7 @@ fn table_heatmap(
         theme,
         scale,
         show_values: true,
+        sink: None,
     })
 }
 
@@ -724,6 +746,7 @@ fn render_neuron(
                 theme,
                 scale,
                 show_values: cols <= 4,
+                sink: None,
             })
         };
     let query_label = [labels[query_pos].clone()];
@@ -746,6 +769,7 @@ fn render_neuron(
         theme,
         scale,
         show_values: false,
+        sink: None,
     });
     let keys = part(&b.keys, n, d, labels, "key vectors k_j", None, Colormap::RdBu, "dimension");
     let products = part(&b.products, n, d, labels, "q ∘ k_j (row sum = q·k_j)", None, Colormap::RdBu, "dimension");

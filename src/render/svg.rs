@@ -355,6 +355,7 @@ mod tests {
             theme: Theme::Light,
             scale,
             show_values: true,
+            sink: None,
         })
     }
 

@@ -116,6 +116,7 @@ impl AttributionView {
                     cell,
                     hover: &hover,
                     clickable: Some(&name),
+                    sink: None,
                 },
             )
             .clicked;

@@ -16,7 +16,9 @@ use serde_json::Value;
 
 use super::decoder::{kv_heads, pre_norm_decoder, rotary, rotary_max_len, sliding_layers, window};
 use super::moe::experts;
-use super::{BERT_SIZE_KEYS, Family, Keys, Sizes, Tensors, bounded, layer_part, positions, rename_by_table, unsupported};
+use super::{
+    BERT_SIZE_KEYS, Family, Keys, Sizes, Tensors, bounded, layer_part, positions, rename_by_table, unsupported,
+};
 use crate::model::ModelError;
 use crate::model::describe::{Activation, Biases, Description, Gating, Glu};
 
@@ -69,7 +71,13 @@ fn canonical(t: Tensors, _: &Description) -> Result<Tensors, String> {
 /// `gate_up_proj` (`experts × hidden × 2·width`, gate in the even columns, up in the odd ones),
 /// `gate_up_proj_bias` (`experts × 2·width`, the same interleaving), `down_proj`
 /// (`experts × width × hidden`) and `down_proj_bias` (`experts × hidden`).
-fn split_experts(name: &str, layer: &str, leaf: &str, t: &candle_core::Tensor, out: &mut Tensors) -> Result<(), String> {
+fn split_experts(
+    name: &str,
+    layer: &str,
+    leaf: &str,
+    t: &candle_core::Tensor,
+    out: &mut Tensors,
+) -> Result<(), String> {
     let err = |e: candle_core::Error| format!("{name}: {e}");
     let dims = t.dims().to_vec();
     let (part, bias) = match leaf {
@@ -138,7 +146,11 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
     let attention_bias = keys.opt_bool("attention_bias")?.unwrap_or(true);
     let number = |key: &str, default: f64| -> Result<f32, ModelError> {
         let v = keys.opt_f64(key)?.unwrap_or(default);
-        if v.is_finite() && v > 0.0 { Ok(v as f32) } else { Err(unsupported(key, v.to_string(), "must be a positive number")) }
+        if v.is_finite() && v > 0.0 {
+            Ok(v as f32)
+        } else {
+            Err(unsupported(key, v.to_string(), "must be a positive number"))
+        }
     };
     let glu = Glu::Clamped { alpha: number("swiglu_alpha", 1.702)?, limit: number("swiglu_limit", 7.0)? };
     let sparse = vec![true; base.weight_sets()];
@@ -180,7 +192,10 @@ mod tests {
 
     #[test]
     fn quantized_checkpoints_and_broken_clamps_are_refused_by_name() {
-        let q = CONFIG.replace(r#""model_type":"gpt_oss","#, r#""model_type":"gpt_oss","quantization_config":{"quant_method":"mxfp4"},"#);
+        let q = CONFIG.replace(
+            r#""model_type":"gpt_oss","#,
+            r#""model_type":"gpt_oss","quantization_config":{"quant_method":"mxfp4"},"#,
+        );
         let err = super::super::describe(&q).unwrap_err().to_string();
         assert!(err.contains("quantization_config") && err.contains("MXFP4"), "{err}");
         let bad = CONFIG.replace(r#""model_type":"gpt_oss","#, r#""model_type":"gpt_oss","swiglu_limit":-1,"#);

@@ -135,7 +135,16 @@ pub(super) fn experts(
     };
     let count = bounded(count_key, count, 1, MAX_EXPERTS)?;
     let top_k = bounded("num_experts_per_tok", keys.opt_usize("num_experts_per_tok")?.unwrap_or(2), 1, count)?;
-    Ok(Experts { count, top_k, width, renormalise, sparse, gating: Gating::SoftmaxThenTopK, router_bias: false, glu: Glu::Gated })
+    Ok(Experts {
+        count,
+        top_k,
+        width,
+        renormalise,
+        sparse,
+        gating: Gating::SoftmaxThenTopK,
+        router_bias: false,
+        glu: Glu::Gated,
+    })
 }
 
 fn mixtral(keys: &Keys) -> Result<Description, ModelError> {

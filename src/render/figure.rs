@@ -420,6 +420,7 @@ impl Figure {
                     scale,
                     title: &title,
                     segments: run.tokens.is_pair().then(|| (&run.tokens.segments[..], &run.keys().segments[..])),
+                    sinks: run.sinks.as_ref(),
                 }))
             }
             Figure::ModelGrid => {

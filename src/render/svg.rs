@@ -391,6 +391,7 @@ mod tests {
             scale: 1.0,
             title: "layer 0",
             segments: None,
+            sinks: None,
         })
     }
 

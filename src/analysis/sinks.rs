@@ -61,7 +61,9 @@ impl Sinks {
             out.iter_mut().zip(self.head(layer_idx, h)).for_each(|(o, v)| *o += v);
         }
         let count = heads.len().max(1) as f32;
-        out.iter_mut().for_each(|o| *o /= count);
+        for o in &mut out {
+            *o /= count;
+        }
         out
     }
 
@@ -78,6 +80,7 @@ impl Sinks {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // exact values are the point of these tests
 mod tests {
     use super::*;
 

@@ -376,23 +376,9 @@ impl Figure {
                 if sink.is_some() {
                     title.push_str(" · sink: the share no key gets");
                 }
-                let (row_axis, col_axis) = heatmap_axes(run);
-                Ok(render::heatmap_drawing(&HeatmapSpec {
-                    values: &table.values,
-                    rows: table.row_labels.len(),
-                    cols: table.col_labels.len(),
-                    row_labels: &table.row_labels,
-                    col_labels: &table.col_labels,
-                    row_axis,
-                    col_axis,
-                    title: &title,
-                    range: Some((0.0, 1.0)),
-                    colormap,
-                    theme,
-                    scale,
-                    show_values: true,
-                    sink: sink.as_deref(),
-                }))
+                let (rows, cols) = heatmap_axes(run);
+                let spec = table_spec(&table, &title, Some((0.0, 1.0)), colormap, (theme, scale), (rows, cols));
+                Ok(render::heatmap_drawing(&HeatmapSpec { sink: sink.as_deref(), ..spec }))
             }
             Figure::HeadView { layer_idx, head_idxs, selected_token, threshold } => {
                 let run = need(run)?;
@@ -680,7 +666,19 @@ fn table_heatmap(
     row_axis: &str,
     col_axis: &str,
 ) -> Drawing {
-    render::heatmap_drawing(&HeatmapSpec {
+    render::heatmap_drawing(&table_spec(table, title, range, colormap, (theme, scale), (row_axis, col_axis)))
+}
+
+/// A table as a labelled heatmap's spec, its values printed.
+fn table_spec<'a>(
+    table: &'a Table,
+    title: &'a str,
+    range: Option<(f32, f32)>,
+    colormap: Colormap,
+    (theme, scale): (Theme, f32),
+    (row_axis, col_axis): (&'a str, &'a str),
+) -> HeatmapSpec<'a> {
+    HeatmapSpec {
         values: &table.values,
         rows: table.row_labels.len(),
         cols: table.col_labels.len(),
@@ -695,7 +693,7 @@ fn table_heatmap(
         scale,
         show_values: true,
         sink: None,
-    })
+    }
 }
 
 /// The neuron view's numbers for one query, after checking the indices.

@@ -462,27 +462,11 @@ fn figure_of(spec: &HeatmapSpec, lay: &HeatmapLayout) -> Drawing {
 
     // Cells.
     let values = &spec.values[..lay.rows * lay.cols];
-    let grid = pool(values, lay.rows, lay.cols, lay.grid_rows, lay.grid_cols);
-    let rgba = cells_rgba(&grid, lay.lo, lay.hi, spec.colormap);
-    let opaque: Vec<u8> = rgba.chunks_exact(4).flat_map(|c| [c[0], c[1], c[2], 255]).collect();
-    d.items.push(Item::Cells(Cells {
-        x: lay.matrix_x,
-        y: lay.matrix_y,
-        cell_w: lay.grid_px,
-        cell_h: lay.grid_px,
-        cols: lay.grid_cols,
-        rows: lay.grid_rows,
-        rgba: opaque,
-    }));
+    let rgba = push_cells(&mut d, values, (lay.cols, lay.grid_cols), lay, spec.colormap, (lay.matrix_x, lay.grid_px));
     if let Some(px) = lay.value_px {
         for (i, &v) in values.iter().enumerate().filter(|(_, v)| !v.is_nan()) {
             let (row, col) = (i / lay.cols, i % lay.cols);
-            let k = i * 4;
-            let [r, g, b] = cell_text_rgb([rgba[k], rgba[k + 1], rgba[k + 2]]);
-            let (cx, cy) = lay.cell_center(row, col);
-            let text = format_cell_value(v);
-            let color = [r, g, b, 255];
-            d.items.push(Item::Text(TextRun { text, x: cx, y: cy, px, anchor: Anchor::Middle, color, up: false }));
+            value_text(&mut d.items, &rgba[i * 4..], v, lay.cell_center(row, col), px);
         }
     }
     d.frame(lay.matrix_x - 1.0, lay.matrix_y - 1.0, lay.matrix_w + 2.0, lay.matrix_h + 2.0, muted);
@@ -535,41 +519,51 @@ fn figure_of(spec: &HeatmapSpec, lay: &HeatmapLayout) -> Drawing {
     d
 }
 
-/// The sink's column: each row's value in the matrix's colours, framed apart from the keys, its
-/// values printed where the matrix prints its own, "sink" written below it.
-fn sink_column(d: &mut Drawing, spec: &HeatmapSpec, lay: &HeatmapLayout, sink: &[f32]) {
-    let s = lay.scale;
-    let mut values: Vec<f32> = sink.iter().copied().take(lay.rows).collect();
-    values.resize(lay.rows, f32::NAN);
-    let grid = pool(&values, lay.rows, 1, lay.grid_rows, 1);
-    let rgba = cells_rgba(&grid, lay.lo, lay.hi, spec.colormap);
+/// `values` (`rows × cols` of the layout's rows, `cols.0` columns) pooled to its grid rows and
+/// `cols.1` columns, coloured over its range, as a block of cells at `x` (its top), `cell_w` wide;
+/// returns each grid cell's colour (RGBA).
+fn push_cells(
+    d: &mut Drawing,
+    values: &[f32],
+    (cols, grid_cols): (usize, usize),
+    lay: &HeatmapLayout,
+    colormap: Colormap,
+    (x, cell_w): (f32, f32),
+) -> Vec<u8> {
+    let grid = pool(values, lay.rows, cols, lay.grid_rows, grid_cols);
+    let rgba = cells_rgba(&grid, lay.lo, lay.hi, colormap);
     let opaque: Vec<u8> = rgba.chunks_exact(4).flat_map(|c| [c[0], c[1], c[2], 255]).collect();
     d.items.push(Item::Cells(Cells {
-        x: lay.sink_x,
+        x,
         y: lay.matrix_y,
-        cell_w: lay.sink_w,
+        cell_w,
         cell_h: lay.grid_px,
-        cols: 1,
+        cols: grid_cols,
         rows: lay.grid_rows,
         rgba: opaque,
     }));
+    rgba
+}
+
+/// A cell's value printed at its centre `at`, in the colour that reads on the cell's (`rgba`).
+fn value_text(items: &mut Vec<Item>, rgba: &[u8], v: f32, (x, y): (f32, f32), px: f32) {
+    let [r, g, b] = cell_text_rgb([rgba[0], rgba[1], rgba[2]]);
+    let text = format_cell_value(v);
+    items.push(Item::Text(TextRun { text, x, y, px, anchor: Anchor::Middle, color: [r, g, b, 255], up: false }));
+}
+
+/// The sink's column: each row's value in the matrix's colours, framed apart from the keys, its
+/// values printed where the matrix prints its own, "sink" written below it.
+fn sink_column(d: &mut Drawing, spec: &HeatmapSpec, lay: &HeatmapLayout, sink: &[f32]) {
+    let mut values: Vec<f32> = sink.iter().copied().take(lay.rows).collect();
+    values.resize(lay.rows, f32::NAN);
+    let rgba = push_cells(d, &values, (1, 1), lay, spec.colormap, (lay.sink_x, lay.sink_w));
     let muted = spec.theme.muted();
     d.frame(lay.sink_x - 1.0, lay.matrix_y - 1.0, lay.sink_w + 2.0, lay.matrix_h + 2.0, muted);
     if let Some(px) = lay.value_px.filter(|_| lay.sink_w >= lay.grid_px) {
         for (row, &v) in values.iter().enumerate().filter(|(_, v)| !v.is_nan()) {
-            let k = row * 4;
-            let [r, g, b] = cell_text_rgb([rgba[k], rgba[k + 1], rgba[k + 2]]);
-            let (_, cy) = lay.cell_center(row, 0);
-            let (text, x) = (format_cell_value(v), lay.sink_x + lay.sink_w / 2.0);
-            d.items.push(Item::Text(TextRun {
-                text,
-                x,
-                y: cy,
-                px,
-                anchor: Anchor::Middle,
-                color: [r, g, b, 255],
-                up: false,
-            }));
+            let at = (lay.sink_x + lay.sink_w / 2.0, lay.cell_center(row, 0).1);
+            value_text(&mut d.items, &rgba[row * 4..], v, at, px);
         }
     }
     let x = lay.sink_x + lay.sink_w / 2.0;
@@ -580,7 +574,6 @@ fn sink_column(d: &mut Drawing, spec: &HeatmapSpec, lay: &HeatmapLayout, sink: &
     } else {
         d.text(SINK_LABEL, x, top + line_height(lay.label_px) / 2.0, lay.label_px, Anchor::Middle, fg);
     }
-    let _ = s;
 }
 
 #[cfg(test)]

@@ -145,7 +145,13 @@ pub const CELL_RANGE: (f32, f32) = (2.0, 80.0);
 /// The cell side at which `spec`'s figure (its `cell` ignored) fits `room` whole, in
 /// [`CELL_RANGE`] (a view's *Fit*).
 pub fn fit_cell(ui: &egui::Ui, spec: &MatrixSpec<'_>, room: Vec2) -> f32 {
-    let figure = HeatmapSpec {
+    let figure = figure_spec(spec, super::figure::theme_of(ui));
+    crate::render::heatmap_fit_cell(&figure, (room.x, room.y), CELL_RANGE)
+}
+
+/// The exported heatmap figure of `spec` (no title, values printed, at scale 1): what the view draws.
+fn figure_spec<'a>(spec: &MatrixSpec<'a>, theme: crate::render::Theme) -> HeatmapSpec<'a> {
+    HeatmapSpec {
         values: spec.values,
         rows: spec.rows,
         cols: spec.cols,
@@ -156,12 +162,11 @@ pub fn fit_cell(ui: &egui::Ui, spec: &MatrixSpec<'_>, room: Vec2) -> f32 {
         title: "",
         range: Some(spec.range),
         colormap: spec.colormap,
-        theme: super::figure::theme_of(ui),
+        theme,
         scale: 1.0,
         show_values: true,
         sink: spec.sink,
-    };
-    crate::render::heatmap_fit_cell(&figure, (room.x, room.y), CELL_RANGE)
+    }
 }
 
 /// A view's fitted cell side, laid out again only when what it fits or the room changes.
@@ -270,23 +275,7 @@ pub fn prepare_matrix(ui: &egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &M
         (spec.row_labels, spec.col_labels, spec.values.len(), sink_bits),
     ));
     if tex.figure.as_ref().is_none_or(|f| f.key != figure_key) {
-        let figure = HeatmapSpec {
-            values: spec.values,
-            rows,
-            cols,
-            row_labels: spec.row_labels,
-            col_labels: spec.col_labels,
-            row_axis: spec.axes.0,
-            col_axis: spec.axes.1,
-            title: "",
-            range: Some(spec.range),
-            colormap: spec.colormap,
-            theme,
-            scale: 1.0,
-            show_values: true,
-            sink: spec.sink,
-        };
-        let (drawing, grid) = heatmap_drawing_with_cells(&figure, cell);
+        let (drawing, grid) = heatmap_drawing_with_cells(&figure_spec(spec, theme), cell);
         tex.figure = Some(Figure::new(figure_key, drawing, grid));
         tex.layouts += 1;
     }

@@ -796,13 +796,13 @@ impl Network {
             // gpt-oss's eager_attention_forward: the sink joins each row's softmax as a last
             // column (under the same temperature), which is then dropped.
             let logit = logits[h] / ctx.temperature;
+            // (A head no slot records the shares of: computed, then dropped.)
             let mut own = Vec::new();
-            let shares = match sink {
-                Some(s) => s,
-                None => {
-                    own.resize(n, 0.0);
-                    &mut own[..]
-                }
+            let shares = if let Some(s) = sink {
+                s
+            } else {
+                own.resize(n, 0.0);
+                &mut own[..]
             };
             kernels::softmax_rows_with_sink(probs, total, mask, scores, logit, shares);
         } else {

@@ -168,6 +168,7 @@ fn describe(keys: &Keys) -> Result<Description, ModelError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::float_cmp)] // exact values are the point of these tests
 mod tests {
     use crate::model::describe::{Gating, Glu, RopeScaling};
 

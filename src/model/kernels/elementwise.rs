@@ -493,8 +493,9 @@ mod tests {
         let mut gate = [10.0f32, -1.0];
         clamped_swiglu(&mut gate, &[-9.0, 0.5], 1.0, 2.0);
         let sig = |x: f32| 1.0 / (1.0 + (-x).exp());
-        assert!((gate[0] - (-1.0) * 2.0 * sig(2.0)).abs() < 1e-6, "{gate:?}");
-        assert!((gate[1] - 1.5 * (-1.0) * sig(-1.0)).abs() < 1e-6, "{gate:?}");
+        // (up + 1) · gate · sigmoid(gate): up clipped to -2, gate to 2; then up 0.5, gate -1.
+        assert!((gate[0] + 2.0 * sig(2.0)).abs() < 1e-6, "{gate:?}");
+        assert!((gate[1] + 1.5 * sig(-1.0)).abs() < 1e-6, "{gate:?}");
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub struct Cli {
     /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), Gemma 2 (gemma2), Gemma 3 (gemma3_text) and
     /// the text of Gemma 3 checkpoints (gemma3), Phi-3/Phi-4-mini (phi3), OLMo-2 (olmo2), Granite
     /// (granite), SmolLM3 (smollm3), GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral
-    /// (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe), gpt-oss (gpt_oss, with attention sinks);
+    /// (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe), gpt-oss with attention sinks (gpt_oss);
     /// encoder–decoders,
     /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
     #[arg(long, global = true, value_name = "DIR|ID")]

@@ -231,6 +231,18 @@ xdotool mousemove 560 600
 for _ in $(seq 12); do xdotool click 5; sleep 0.1; done
 xdotool mousemove 1300 800
 shot head-roles 1
+# Attention sinks (the tiny gpt-oss fixture): layer 1, head 1 alone (a double click) in the head view,
+# its rows going to the sink drawn apart below the keys.
+relaunch --model "$PWD/tests/fixtures/models/tiny-gpt-oss" --text "The animal didn't cross the street because it was too tired."
+sleep 3
+nudge 3
+click 60 478
+xdotool mousemove 62 576
+xdotool click --repeat 2 --delay 80 1
+nudge 2
+click 316 76 1
+xdotool mousemove 1300 800
+shot gpt-oss-sink 1
 
 # The training lab: the playground's "Train a transformer…", Train with the default induction
 # settings (the PyTorch peer's model); once the loss has dropped (the induction head formed: step

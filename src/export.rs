@@ -59,7 +59,7 @@ pub fn figure_table(run: Option<&Run>, figure: &Figure) -> Result<Table, ExportE
 pub fn export_table(run: Option<&Run>, figure: &Figure, path: &Path) -> Result<(), ExportError> {
     let ext = path.extension().map(|e| e.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     if let (Figure::Stats(_), Some(run)) = (figure, run) {
-        let stats = HeadStats::compute(&run.attention, run.keys());
+        let stats = HeadStats::compute(&run.attention, run.keys()).with_sinks(run.sinks.as_ref());
         let bytes = match ext.as_str() {
             "csv" => Some(stats.to_csv().into_bytes()),
             "json" => Some(serde_json::to_vec_pretty(&stats.rows()).map_err(|e| ExportError::Numbers(e.to_string()))?),

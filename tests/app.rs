@@ -3805,3 +3805,69 @@ fn the_model_view_fits_thirty_layers_and_keeps_its_head_names_in_view_when_zoome
     // At the top of the grid's room, over the first thumbnails still in view.
     assert!(h0.rect.top() < first_in_view + 30.0, "{:?} above {first_in_view}", h0.rect);
 }
+
+#[test]
+fn gpt_oss_shows_its_sinks_in_the_heatmap_head_view_and_statistics_and_routes_and_patches() {
+    use attnviz::analysis::patching::PatchSite;
+    let text = "the cat sat on the mat";
+    let mut h = lens_app("tiny-gpt-oss", text);
+    let run = h.state().session.run.clone().unwrap();
+    let sinks = run.sinks.clone().expect("a gpt-oss run holds its sinks' shares");
+    // Layer 1, head 1: its sink takes most of each row.
+    h.state_mut().settings.layer_idx = 1;
+    h.get_by_label("H1").click();
+    h.step();
+    h.get_by_label("H1").click(); // a double click: that head only
+    h.get_by_label("Heatmap").click();
+    h.state_mut().settings.zoom.heatmap = Some(22.0);
+    settled(&mut h);
+    let painted: Vec<String> = painted_texts(&h).into_iter().map(|p| p.text).collect();
+    assert!(painted.iter().any(|t| t == "sink"), "the heatmap's sink column is labelled: {painted:?}");
+    h.get_by_label_contains("the share of each row that goes to the head's attention sink");
+    // The column holds the library's shares: the figure's cells right of the matrix.
+    let (shown, grid) = h.state().views.heatmap.figure().expect("the heatmap is drawn");
+    let column = shown
+        .items
+        .iter()
+        .filter_map(|i| if let attnviz::render::Item::Cells(c) = i { Some(c) } else { None })
+        .nth(1)
+        .expect("a second block of cells: the sink's column");
+    assert!(column.x > grid.left + grid.cell_w * grid.cols as f32 && column.cols == 1);
+    assert_eq!(column.rows, run.tokens.len());
+    let heads = h.state().settings.selected_heads();
+    assert_eq!(heads, [1]);
+    let mean = sinks.mean_of_heads(1, &heads);
+    assert!(mean.iter().sum::<f32>() / mean.len() as f32 > 0.5, "{mean:?}");
+    // The head view: a target of its own, below the keys, labelled "sink".
+    h.get_by_label("Head view").click();
+    settled(&mut h);
+    head_lines(&mut h);
+    let painted: Vec<String> = painted_texts(&h).into_iter().map(|p| p.text).collect();
+    assert!(painted.iter().any(|t| t == "sink"), "the head view's sink target: {painted:?}");
+    // The statistics: "→ sink", the mean share per head.
+    h.get_by_label("Head statistics").click();
+    settled(&mut h);
+    h.get_by_label("→ sink").click();
+    settled(&mut h);
+    let figure = h.state().current_figure();
+    let table = figure.table(Some(&run)).unwrap();
+    assert!((table.values[4 + 1] - sinks.mean(1, 1)).abs() < 1e-6, "{:?}", table.values);
+    // The experts view opens on the library's routes.
+    h.get_by_label("Experts").click();
+    settled(&mut h);
+    let model = attnviz::model::LoadedModel::load(&fixture("tiny-gpt-oss")).unwrap();
+    let faithful = attnviz::model::Interventions::default();
+    let expected = model.routes(&run.tokens, &faithful).unwrap();
+    let routes = h.state().features.experts.slot.shown().unwrap().1.clone().unwrap();
+    assert_eq!(*routes, expected);
+    // Patching runs: the head sweep is the library's.
+    h.state_mut().settings.pair_enabled = true;
+    h.state_mut().settings.text_pair = "the mat sat on the cat".into();
+    h.get_by_label("Patching").click();
+    settled(&mut h);
+    h.get_by_label(PatchSite::Head.name()).click();
+    settled(&mut h);
+    let p = h.state().features.patching.slot.shown().unwrap().1.clone().unwrap();
+    assert_eq!((p.patching.grid.layers, p.patching.grid.columns), (2, 4));
+    assert!(p.patching.grid.logit_diff.iter().all(|v| v.is_finite()));
+}

@@ -1639,3 +1639,49 @@ fn experts_json_and_npz_hold_the_routes_of_the_reference() {
     let out = attnviz(&["--model", llama.to_str().unwrap(), "experts", "--text", "x"]);
     assert_error(&out, "has no experts");
 }
+
+#[test]
+fn a_gpt_oss_dump_holds_the_sinks_shares_of_the_reference() {
+    #[derive(serde::Deserialize)]
+    struct Reference {
+        text: String,
+        tokens: Vec<String>,
+        attentions: Vec<Vec<Vec<Vec<f32>>>>,
+        sinks: Vec<Vec<Vec<f32>>>,
+    }
+    let model = root().join("tests/fixtures/models/tiny-gpt-oss");
+    let r: Reference =
+        serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/reference/gpt_oss_single.json")).unwrap())
+            .unwrap();
+    let dir = tmp();
+    let json = dir.path().join("dump.json");
+    let out = attnviz(&["dump", "--model", model.to_str().unwrap(), "--text", &r.text, "-o", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["attentions", "model", "segments", "sink", "tokens"]);
+    assert_eq!(v["tokens"], serde_json::json!(r.tokens));
+    let sink: Vec<Vec<Vec<f32>>> = serde_json::from_value(v["sink"].clone()).unwrap();
+    let attentions: Vec<Vec<Vec<Vec<f32>>>> = serde_json::from_value(v["attentions"].clone()).unwrap();
+    for (l, layer) in r.sinks.iter().enumerate() {
+        for (h, head) in layer.iter().enumerate() {
+            for (q, want) in head.iter().enumerate() {
+                assert!((sink[l][h][q] - want).abs() <= 1e-5, "sink {l}/{h}/{q}: {} vs {want}", sink[l][h][q]);
+                let row: f32 = attentions[l][h][q].iter().sum();
+                assert!((row + sink[l][h][q] - 1.0).abs() < 1e-5, "row {l}/{h}/{q} with its sink");
+                let k = q / 2;
+                assert!((attentions[l][h][q][k] - r.attentions[l][h][q][k]).abs() <= 1e-5);
+            }
+        }
+    }
+    // NPZ: layers × heads × queries, the same values.
+    let npz = dir.path().join("dump.npz");
+    let args = ["dump", "--model", model.to_str().unwrap(), "--text", &r.text, "--format", "npz", "-o"];
+    let out = attnviz(&[&args[..], &[npz.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let n = r.tokens.len();
+    let (header, data) = npy_member(&npz, "sink.npy");
+    assert!(header.contains("'descr': '<f4'") && header.contains(&format!("'shape': (2, 4, {n})")), "{header}");
+    let values: Vec<f32> = data.chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(values, sink.iter().flatten().flatten().copied().collect::<Vec<_>>());
+}

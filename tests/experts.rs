@@ -119,6 +119,18 @@ fn olmoe_routes_as_transformers_with_whole_projection_qk_norms() {
 }
 
 #[test]
+fn gpt_oss_routes_as_transformers_with_a_biased_router_and_clamped_experts() {
+    use attnviz::model::describe::{Gating, Glu};
+    let m = load("gpt-oss");
+    let e = m.description().experts.clone().unwrap();
+    assert_eq!((e.count, e.top_k, e.gating, e.router_bias), (4, 2, Gating::TopKThenSoftmax, true));
+    assert_eq!(e.glu, Glu::Clamped { alpha: 1.702, limit: 2.0 });
+    for case in ["gpt_oss_single", "gpt_oss_non_ascii", "gpt_oss_truncated", "gpt_oss_generate"] {
+        check_routes(&m, case);
+    }
+}
+
+#[test]
 fn olmoe_refuses_clipped_qkv_by_name() {
     let cfg = std::fs::read_to_string(root().join("tests/fixtures/models/tiny-olmoe/config.json")).unwrap();
     let cfg = cfg.replace("\"clip_qkv\": null", "\"clip_qkv\": 8.0");
@@ -129,7 +141,8 @@ fn olmoe_refuses_clipped_qkv_by_name() {
 
 #[test]
 fn weights_sum_to_one_only_where_the_family_renormalises() {
-    for (which, renormalised) in [("mixtral", true), ("qwen3-moe", false), ("olmoe", false)] {
+    // gpt-oss's weights are the softmax of the top k logits: they sum to 1.
+    for (which, renormalised) in [("mixtral", true), ("qwen3-moe", false), ("olmoe", false), ("gpt-oss", true)] {
         let m = load(which);
         let (_, routes, _) = m.routes_of_text("Experts share the work.").unwrap();
         for layer in routes.layers.iter().flatten() {

@@ -35,6 +35,8 @@ struct Reference {
     attentions: Option<Vec<Vec<Vec<Vec<f32>>>>>,
     attention_last_rows: Option<Vec<Vec<Vec<f32>>>>,
     last_hidden: Option<Vec<Vec<f32>>>,
+    /// gpt-oss: the sink's share of each row, `[layer][head][query]`.
+    sinks: Option<Vec<Vec<Vec<f32>>>>,
 }
 
 fn root() -> PathBuf {
@@ -66,6 +68,32 @@ fn model(which: &str) -> &'static LoadedModel {
 fn reference(case: &str) -> Reference {
     let path = root().join("tests/fixtures/reference").join(format!("{case}.json"));
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+/// A model with sinks: the sink's share of every row equals transformers' (`want`), and with it
+/// the row sums to 1. Without: no shares, and the rows sum to 1.
+fn check_sinks(run: &Run, want: Option<&Vec<Vec<Vec<f32>>>>, tolerance: f32, case: &str) {
+    let a = &run.attention;
+    let Some(want) = want else {
+        assert!(run.sinks.is_none(), "{case}: sink shares of a model without sinks");
+        assert!(a.max_row_sum_error() < 1e-5, "{case}: rows must sum to 1");
+        return;
+    };
+    let sinks = run.sinks.as_ref().unwrap_or_else(|| panic!("{case}: no sink shares"));
+    assert_eq!((sinks.layers(), sinks.heads(), sinks.seq_len()), (want.len(), want[0].len(), a.seq_len()));
+    let mut largest = 0.0f32;
+    for (l, layer) in want.iter().enumerate() {
+        for (h, head) in layer.iter().enumerate() {
+            for (q, &share) in head.iter().enumerate() {
+                let got = sinks.share(l, h, q);
+                assert!((got - share).abs() <= tolerance, "{case}: sink {l}/{h}/{q}: {got} vs {share}");
+                let sum: f32 = a.row(l, h, q).iter().sum::<f32>() + got;
+                assert!((sum - 1.0).abs() < 1e-5, "{case}: row {l}/{h}/{q} and its sink sum to {sum}");
+                largest = largest.max(got);
+            }
+        }
+    }
+    assert!(largest > 0.5, "{case}: the sinks take a visible share ({largest})");
 }
 
 /// Runs the model on the reference's input and checks tokens, attention and hidden state.
@@ -125,7 +153,7 @@ fn check(which: &str, case: &str) -> Run {
             }
         }
     }
-    assert!(a.max_row_sum_error() < 1e-5, "{case}: rows must sum to 1");
+    check_sinks(&run, r.sinks.as_ref(), ATTENTION_TOLERANCE, case);
     eprintln!("{case}: {} tokens, max |Δ| = {worst:.2e}", a.seq_len());
     run
 }
@@ -473,6 +501,10 @@ decoder_parity! {
     olmoe_single: "olmoe", "olmoe_single";
     olmoe_non_ascii: "olmoe", "olmoe_non_ascii";
     olmoe_truncated: "olmoe", "olmoe_truncated";
+    // gpt-oss: attention sinks, a window on layer 0, YaRN, clamped experts with biases.
+    gpt_oss_single: "gpt-oss", "gpt_oss_single";
+    gpt_oss_non_ascii: "gpt-oss", "gpt_oss_non_ascii";
+    gpt_oss_truncated: "gpt-oss", "gpt_oss_truncated";
 }
 
 #[test]
@@ -537,6 +569,7 @@ struct GenerateReference {
     attentions: Vec<Vec<Vec<Vec<f32>>>>,
     logits_last: Vec<f32>,
     top5_first_step: Vec<(u32, f32)>,
+    sinks: Option<Vec<Vec<Vec<f32>>>>,
 }
 
 fn check_generation(which: &str, case: &str) {
@@ -581,6 +614,7 @@ fn check_generation(which: &str, case: &str) {
                 }
             }
         }
+        check_sinks(&run, r.sinks.as_ref(), attention_tolerance, case);
     }
     let run = g.final_run().unwrap();
     let hidden = m.description().hidden;
@@ -623,6 +657,7 @@ generation_parity! {
     mixtral_generates_as_transformers: "mixtral", "mixtral_generate";
     qwen3_moe_generates_as_transformers: "qwen3-moe", "qwen3_moe_generate";
     olmoe_generates_as_transformers: "olmoe", "olmoe_generate";
+    gpt_oss_generates_as_transformers: "gpt-oss", "gpt_oss_generate";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ fn running_only_what_changed_is_every_full_patched_pass_bit_for_bit() {
         ("tiny-mixtral", Interventions::default()),
         ("tiny-qwen3-moe", Interventions::default()),
         ("tiny-olmoe", Interventions::default()),
+        ("tiny-gpt-oss", Interventions::default()),
         ("tiny-llama-gguf/tiny-llama.Q8_0.gguf", Interventions::default()),
     ] {
         let model = fixture(name);

@@ -173,7 +173,8 @@ fn lens_attribution_and_head_scores_equal_transformers_on_smollm2() {
 /// graph's shares of each token add up to one, and head scores come out for every head.
 #[test]
 fn lens_attribution_graph_and_head_scores_hold_together_on_the_2026_families() {
-    for dir in ["tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-olmo2", "tiny-granite", "tiny-smollm3"] {
+    for dir in ["tiny-gemma2", "tiny-gemma3", "tiny-phi3", "tiny-olmo2", "tiny-granite", "tiny-smollm3", "tiny-gpt-oss"]
+    {
         let model = LoadedModel::load(&root().join("tests/fixtures/models").join(dir)).unwrap();
         let tokens = model.tokenizer.encode("The cat sat on the mat because it was warm.", None).unwrap().tokens;
         let (n, d, faithful) = (tokens.len(), model.description().clone(), Interventions::default());

@@ -12,8 +12,9 @@ use attnviz::model::typing::{PrefixRun, Reused};
 use attnviz::model::{Capture, Interventions, LoadedModel};
 use common::bits;
 
-const DECODERS: [&str; 17] = [
+const DECODERS: [&str; 18] = [
     "tiny-llama",
+    "tiny-gpt-oss",
     "tiny-mixtral",
     "tiny-qwen3-moe",
     "tiny-olmoe",
@@ -42,9 +43,9 @@ fn a_rotary_that_depends_on_the_length_runs_whole() {
     }
 }
 
-fn fresh(m: &LoadedModel, ids: &[u32], iv: &Interventions) -> (Vec<u32>, Vec<u32>) {
+fn fresh(m: &LoadedModel, ids: &[u32], iv: &Interventions) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
     let out = m.net.forward(ids, &vec![0; ids.len()], Capture::Attention, iv).unwrap();
-    (bits(&out.probs), bits(&out.last_hidden))
+    (bits(&out.probs), bits(&out.last_hidden), bits(&out.sinks))
 }
 
 #[test]
@@ -64,9 +65,11 @@ fn every_edit_gives_a_fresh_pass_bit_for_bit_running_only_what_changed() {
         ablated.ablated.insert((0, 1));
         let mut run = PrefixRun::start(&m.net, &ids, &faithful).unwrap().unwrap();
         let check = |run: &PrefixRun, ids: &[u32], iv: &Interventions, what: &str| {
-            let (probs, hidden) = fresh(&m, ids, iv);
+            let (probs, hidden, sinks) = fresh(&m, ids, iv);
             assert_eq!(bits(&run.square_probs()), probs, "{name}, {what}: attention");
             assert_eq!(bits(run.last_hidden()), hidden, "{name}, {what}: last hidden state");
+            let kept = run.sinks().map(|s| bits(s.unwrap().as_slice())).unwrap_or_default();
+            assert_eq!(kept, sinks, "{name}, {what}: the sinks' shares");
         };
         check(&run, &ids, &faithful, "the first input");
         let with = |extra: &[u32]| ids.iter().chain(extra).copied().collect::<Vec<u32>>();

@@ -192,6 +192,7 @@ impl Parts {
             model_name: self.model.filter(|m| !m.trim().is_empty()).unwrap_or_else(|| fallback_name.to_string()),
             tokens,
             attention,
+            sinks: None,
             neuron: None,
             last_hidden: Vec::new(),
             truncation: None,

@@ -85,6 +85,9 @@ pub struct Run {
     pub tokens: Tokens,
     /// Attention probabilities, `[layer][head][query][key]`.
     pub attention: Attention,
+    /// For a model with attention sinks (gpt-oss): the sink's share of each row (the row of
+    /// `attention` sums to 1 minus it). None for the others.
+    pub sinks: Option<super::Sinks>,
     /// Scores, queries and keys, when they were recorded.
     pub neuron: Option<NeuronData>,
     /// Last hidden state, `seq_len × hidden_size`, row-major.

@@ -27,12 +27,24 @@ pub enum Statistic {
     Previous,
     /// Mean share to the next token.
     Next,
+    /// Mean share of each row that goes to the head's attention sink, no token (models with
+    /// sinks: gpt-oss).
+    Sink,
 }
 
 impl Statistic {
-    /// Every statistic, in column order.
-    pub const ALL: [Self; 7] =
-        [Self::Entropy, Self::Cls, Self::Sep, Self::Punctuation, Self::SelfToken, Self::Previous, Self::Next];
+    /// Every statistic, in column order ([`Self::Sink`] only for models with sinks: see
+    /// [`HeadStats::statistics`]).
+    pub const ALL: [Self; 8] = [
+        Self::Entropy,
+        Self::Cls,
+        Self::Sep,
+        Self::Punctuation,
+        Self::SelfToken,
+        Self::Previous,
+        Self::Next,
+        Self::Sink,
+    ];
 
     /// Column name in CSV/JSON.
     pub fn key(self) -> &'static str {
@@ -44,6 +56,7 @@ impl Statistic {
             Self::SelfToken => "self",
             Self::Previous => "previous",
             Self::Next => "next",
+            Self::Sink => "sink",
         }
     }
 
@@ -57,6 +70,7 @@ impl Statistic {
             Self::SelfToken => "→ itself",
             Self::Previous => "→ previous token",
             Self::Next => "→ next token",
+            Self::Sink => "→ sink",
         }
     }
 
@@ -70,6 +84,7 @@ impl Statistic {
             Self::SelfToken => "mean share of attention a token gives itself",
             Self::Previous => "mean share of attention given to the previous token",
             Self::Next => "mean share of attention given to the next token",
+            Self::Sink => "mean share of attention given to the head's learned sink, no token",
         }
     }
 
@@ -86,8 +101,10 @@ pub struct HeadStats {
     heads: usize,
     /// Tokens the averages were taken over.
     pub tokens: usize,
-    /// `[layer][head][statistic]` in [`Statistic::ALL`] order.
-    values: Vec<[f32; 7]>,
+    /// `[layer][head][statistic]` in [`Statistic::ALL`] order (the sink's NaN without sinks).
+    values: Vec<[f32; 8]>,
+    /// The run's model has attention sinks ([`Self::with_sinks`]).
+    sinks: bool,
 }
 
 /// One row of the statistics table (CSV line / JSON object).
@@ -112,6 +129,9 @@ pub struct StatsRow {
     pub previous: f32,
     /// Share to the next token.
     pub next: f32,
+    /// Share to the head's attention sink (models with sinks only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sink: Option<f32>,
 }
 
 impl HeadStats {
@@ -128,7 +148,8 @@ impl HeadStats {
         let mut values = Vec::with_capacity(attention.layers() * attention.heads());
         for l in 0..attention.layers() {
             for h in 0..attention.heads() {
-                let mut sums = [0.0f64; 7];
+                let mut sums = [0.0f64; 8];
+                sums[7] = f64::NAN;
                 for q in 0..n {
                     let row = attention.row(l, h, q);
                     let entropy: f64 = row
@@ -158,7 +179,26 @@ impl HeadStats {
                 values.push(sums.map(|s| (s / count) as f32));
             }
         }
-        Self { layers: attention.layers(), heads: attention.heads(), tokens: n, values }
+        Self { layers: attention.layers(), heads: attention.heads(), tokens: n, values, sinks: false }
+    }
+
+    /// With the mean share each head gives its attention sink ([`Statistic::Sink`]), for a run
+    /// that has sinks (`sinks` None: unchanged).
+    #[must_use]
+    pub fn with_sinks(mut self, sinks: Option<&super::Sinks>) -> Self {
+        let Some(s) = sinks.filter(|s| (s.layers(), s.heads()) == (self.layers, self.heads)) else { return self };
+        for l in 0..self.layers {
+            for h in 0..self.heads {
+                self.values[l * self.heads + h][7] = s.mean(l, h);
+            }
+        }
+        self.sinks = true;
+        self
+    }
+
+    /// The statistics this run has: [`Statistic::ALL`], the sink's only with sinks.
+    pub fn statistics(&self) -> Vec<Statistic> {
+        Statistic::ALL.into_iter().filter(|&s| s != Statistic::Sink || self.sinks).collect()
     }
 
     /// Number of layers.
@@ -187,8 +227,21 @@ impl HeadStats {
         let mut out = Vec::with_capacity(self.values.len());
         for l in 0..self.layers {
             for h in 0..self.heads {
-                let [entropy, cls, sep, punctuation, self_token, previous, next] = self.values[l * self.heads + h];
-                out.push(StatsRow { layer: l, head: h, entropy, cls, sep, punctuation, self_token, previous, next });
+                let [entropy, cls, sep, punctuation, self_token, previous, next, sink] =
+                    self.values[l * self.heads + h];
+                let sink = self.sinks.then_some(sink);
+                out.push(StatsRow {
+                    layer: l,
+                    head: h,
+                    entropy,
+                    cls,
+                    sep,
+                    punctuation,
+                    self_token,
+                    previous,
+                    next,
+                    sink,
+                });
             }
         }
         out
@@ -197,7 +250,8 @@ impl HeadStats {
     /// The table as CSV: a header line, then one line per head.
     pub fn to_csv(&self) -> String {
         let mut out = String::from("layer,head");
-        for s in Statistic::ALL {
+        let columns = if self.sinks { 8 } else { 7 };
+        for s in self.statistics() {
             out.push(',');
             out.push_str(s.key());
         }
@@ -205,7 +259,7 @@ impl HeadStats {
         for l in 0..self.layers {
             for h in 0..self.heads {
                 let _ = write!(out, "{l},{h}");
-                for v in self.values[l * self.heads + h] {
+                for v in &self.values[l * self.heads + h][..columns] {
                     let _ = write!(out, ",{v}");
                 }
                 out.push('\n');
@@ -264,5 +318,13 @@ mod tests {
         let json = serde_json::to_value(s.rows()).unwrap();
         assert_eq!(json[3]["sep"], 1.0);
         assert_eq!(json[0]["self"], 1.0);
+        assert!(json[0].get("sink").is_none() && !s.statistics().contains(&Statistic::Sink));
+        // With sinks: the mean share of each head, in the table and its CSV.
+        let sinks = crate::analysis::Sinks::new(1, 4, n, vec![0.5; 4 * n]).unwrap();
+        let s = s.with_sinks(Some(&sinks));
+        assert_eq!(s.get(0, 2, Statistic::Sink), 0.5);
+        assert_eq!(s.statistics().last(), Some(&Statistic::Sink));
+        assert!(s.to_csv().lines().next().unwrap().ends_with(",next,sink"));
+        assert_eq!(serde_json::to_value(s.rows()).unwrap()[1]["sink"], 0.5);
     }
 }

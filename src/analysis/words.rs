@@ -103,6 +103,19 @@ pub fn merge_tokens(tokens: &Tokens, spans: &[Range<usize>]) -> Tokens {
     }
 }
 
+/// The sinks' shares merged to words: a word's row is the mean of its pieces' rows (as
+/// [`merge_matrix`] pools them), so it still sums to 1 with the sink's share.
+pub fn merge_sinks(sinks: &super::Sinks, spans: &[Range<usize>]) -> super::Sinks {
+    let (layers, heads) = (sinks.layers(), sinks.heads());
+    let mut values = Vec::with_capacity(layers * heads * spans.len());
+    for l in 0..layers {
+        for h in 0..heads {
+            values.extend(super::long::mean_rows(sinks.head(l, h), 1, spans));
+        }
+    }
+    super::Sinks::new(layers, heads, spans.len(), values).expect("merged shape is consistent")
+}
+
 /// Every head of every layer merged to words.
 pub fn merge_attention(attention: &Attention, spans: &[Range<usize>]) -> Attention {
     let (layers, heads, n) = (attention.layers(), attention.heads(), attention.seq_len());
@@ -125,6 +138,7 @@ pub fn merge_run(run: &Run) -> Run {
         model_name: run.model_name.clone(),
         tokens: merge_tokens(&run.tokens, &spans),
         attention: merge_attention(&run.attention, &spans),
+        sinks: run.sinks.as_ref().map(|s| merge_sinks(s, &spans)),
         neuron: None,
         last_hidden,
         truncation: run.truncation.clone(),

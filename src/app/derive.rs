@@ -190,6 +190,9 @@ pub struct HeadMatrices {
     pub keep_keys: Vec<usize>,
     /// One `rows × cols` matrix per head (the shown tokens; one pseudo-head for the rollout).
     pub matrices: Vec<Vec<f32>>,
+    /// A model with attention sinks: per head, each shown query's share of its sink (drawn as
+    /// lines to a target below the keys, [`crate::render::sink_row`]); empty otherwise.
+    pub sinks: Vec<Vec<f32>>,
 }
 
 impl HeadMatrices {
@@ -206,6 +209,20 @@ impl HeadMatrices {
     /// The weight shown query row `q` gives shown key column `k` in matrix `head`.
     pub fn weight(&self, head: usize, q: usize, k: usize) -> f32 {
         self.matrices[head][q * self.cols() + k]
+    }
+
+    /// The labels of the key column: the shown keys, then the sink's target when there are sinks.
+    pub fn key_labels(&self, run: &Run) -> Vec<String> {
+        let mut labels: Vec<String> = self.keep_keys.iter().map(|&p| run.key_label(p)).collect();
+        if !self.sinks.is_empty() {
+            crate::render::with_sink_target(&mut labels);
+        }
+        labels
+    }
+
+    /// The share shown query row `q` gives the sink of matrix `head` (None without sinks).
+    pub fn sink(&self, head: usize, q: usize) -> Option<f32> {
+        self.sinks.get(head).and_then(|s| s.get(q)).copied()
     }
 }
 
@@ -232,7 +249,7 @@ pub enum DerivedValue {
 pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> LinesPicture {
     let (rows, cols) = (m.rows(), m.cols());
     let labels: Vec<String> = m.keep.iter().map(|&p| run.label(p)).collect();
-    let key_labels: Vec<String> = m.keep_keys.iter().map(|&p| run.key_label(p)).collect();
+    let key_labels = m.key_labels(run);
     let body = crate::render::head_view_layout_fit(&labels, &key_labels, (key.room.0 as f32, key.room.1 as f32));
     let min_weight = f32::from_bits(key.min_weight);
     let (segments, key_segments) = (&run.tokens.segments, &run.keys().segments);
@@ -247,6 +264,10 @@ pub fn head_lines_picture(key: &HeadLinesKey, run: &Run, m: &HeadMatrices) -> Li
                 if w >= min_weight && admits(q, k) {
                     lines.push((w, h as u32, q as u32, k as u32));
                 }
+            }
+            // The head's sink, to its target below the keys.
+            if let Some(w) = m.sink(h, q).filter(|&w| w >= min_weight) {
+                lines.push((w, h as u32, q as u32, crate::render::sink_row(cols) as u32));
             }
         }
     }
@@ -300,7 +321,9 @@ fn role_scores(run: &Run) -> Result<Arc<crate::analysis::roles::HeadScores>, Str
 pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> DerivedValue {
     let a = &run.attention;
     match key {
-        DeriveKey::Stats { .. } => DerivedValue::Stats(Arc::new(HeadStats::compute(a, run.keys()))),
+        DeriveKey::Stats { .. } => {
+            DerivedValue::Stats(Arc::new(HeadStats::compute(a, run.keys()).with_sinks(run.sinks.as_ref())))
+        }
         DeriveKey::Roles { .. } => DerivedValue::Roles(role_scores(run)),
         // Not defined for cross-attention (the rollout view says so and never asks): one empty
         // matrix per layer rather than a product of rectangles.
@@ -339,7 +362,14 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
                     .map(|h| submatrix_rect(a.head(*layer_idx, h), a.keys(), &keep, &keep_keys, *hide_special))
                     .collect(),
             };
-            DerivedValue::HeadMatrices(Arc::new(HeadMatrices { keep, keep_keys, matrices }))
+            // The sinks' shares of the shown queries (not of the rollout's pseudo-head).
+            let sinks = match (&run.sinks, rollout) {
+                (Some(s), None) if *layer_idx < s.layers() => {
+                    (0..s.heads()).map(|h| keep.iter().map(|&q| s.share(*layer_idx, h, q)).collect()).collect()
+                }
+                _ => Vec::new(),
+            };
+            DerivedValue::HeadMatrices(Arc::new(HeadMatrices { keep, keep_keys, matrices, sinks }))
         }
         DeriveKey::Words { .. } => DerivedValue::ShownRun(Arc::new(crate::analysis::words::merge_run(run))),
         // Without a decoder side only the encoder is shown (the view says why).

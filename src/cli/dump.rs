@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use anyhow::Context as _;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
@@ -55,6 +56,10 @@ pub struct DumpJson<'a> {
     tokens: &'a [String],
     segments: &'a [u8],
     attentions: crate::analysis::attention::Nested<'a>,
+    /// For a model with attention sinks (gpt-oss): the sink's share of each row,
+    /// `[layer][head][query]` (each row of `attentions` sums to 1 minus it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sink: Option<Vec<Vec<&'a [f32]>>>,
     /// Only for a modified run: how it was modified.
     #[serde(skip_serializing_if = "Option::is_none")]
     intervention: Option<&'a str>,
@@ -79,6 +84,10 @@ impl<'a> DumpJson<'a> {
             tokens: &run.tokens.tokens,
             segments: &run.tokens.segments,
             attentions: run.attention.nested(),
+            sink: run
+                .sinks
+                .as_ref()
+                .map(|s| (0..s.layers()).map(|l| (0..s.heads()).map(|h| s.head(l, h)).collect()).collect()),
             intervention: run.intervention.as_deref(),
             target_tokens: decoder.map(|d| d.tokens.tokens.as_slice()),
             decoder_attentions: decoder.map(|d| d.attention.nested()),
@@ -116,6 +125,9 @@ pub fn write_run_npz(path: &Path, run: &Run) -> anyhow::Result<()> {
             // What `attnviz open` names the file's attention after.
             ("model", NpyArray::Str(&model)),
         ];
+        if let Some(s) = &run.sinks {
+            arrays.push(("sink", NpyArray::F32 { shape: vec![s.layers(), s.heads(), n], data: s.as_slice() }));
+        }
         if !intervention.is_empty() {
             arrays.push(("intervention", NpyArray::Str(&intervention)));
         }
@@ -164,6 +176,17 @@ pub fn run(model_dir: Option<&Path>, args: &DumpArgs) -> anyhow::Result<()> {
     super::note_knockouts(&model, &interventions, encoded.tokens.len());
     if model.decoder.is_some() {
         super::note_encoder_only(&model);
+    }
+    if model.description().attn_sinks {
+        // Dumped from its recorded run: the sinks' shares come with it.
+        let run = model
+            .run_tokens(encoded.tokens, encoded.truncation, crate::model::Capture::Attention, &interventions)
+            .context("running the model")?;
+        super::note_run(&model, run.intervention.as_deref());
+        return match args.format {
+            DumpFormat::Json => write_json(&args.output, &DumpJson::of(&run, model.quantization.as_deref())),
+            DumpFormat::Npz => write_run_npz(&args.output, &run),
+        };
     }
     let dump = Streamed { model: &model, tokens: &encoded.tokens, interventions: &interventions };
     match args.format {

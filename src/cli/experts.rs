@@ -1,4 +1,4 @@
-//! `attnviz experts`: which experts a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) sends each token to,
+//! `attnviz experts`: which experts a mixture of experts (Mixtral, Qwen3-MoE, OLMoE, gpt-oss) sends each token to,
 //! layer by layer, and the weights it multiplies their outputs by.
 
 use std::path::{Path, PathBuf};

@@ -45,7 +45,8 @@ pub struct Cli {
     /// Qwen2 (qwen2), Qwen3 (qwen3), Gemma (gemma), Gemma 2 (gemma2), Gemma 3 (gemma3_text) and
     /// the text of Gemma 3 checkpoints (gemma3), Phi-3/Phi-4-mini (phi3), OLMo-2 (olmo2), Granite
     /// (granite), SmolLM3 (smollm3), GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral
-    /// (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe); encoder–decoders,
+    /// (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe), gpt-oss with attention sinks (gpt_oss);
+    /// encoder–decoders,
     /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
@@ -63,7 +64,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Write every layer's and head's attention for a sentence as JSON or NPZ.
+    /// Write every layer's and head's attention for a sentence as JSON or NPZ (and, for a model
+    /// with attention sinks, each row's share of its head's sink).
     Dump(dump::DumpArgs),
     /// Draw a view (--view heatmap, heads, model, pe, pe-dot, neuron, stats, rollout, flow, roles,
     /// lens, dla, graph) as PNG, SVG or PDF, or write its numbers as CSV / JSON / NPZ (the file's
@@ -90,7 +92,7 @@ pub enum Command {
     /// for every layer × position (or layer × head), and write the logit difference answer − wrong
     /// at the last position (and its share of the way from corrupted to clean) as JSON or NPZ.
     Patch(patch::PatchArgs),
-    /// Which experts a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) sends each token to, layer by layer,
+    /// Which experts a mixture of experts (Mixtral, Qwen3-MoE, OLMoE, gpt-oss) sends each token to, layer by layer,
     /// and the weights it multiplies their outputs by, as JSON or NPZ.
     Experts(experts::ExpertsArgs),
     /// Score every head as previous-token, duplicate-token, induction and first-token head, on a

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
+use crate::analysis::HeadStats;
 use crate::analysis::npz::NpyArray;
-use crate::analysis::{HeadStats, Statistic};
 
 /// Output format of `stats`.
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -47,13 +47,14 @@ pub struct StatsArgs {
 pub fn run(model_dir: Option<&Path>, args: &StatsArgs) -> anyhow::Result<()> {
     let run = args.model.run(model_dir, &args.text, args.text_pair.as_deref())?;
     let run = if args.words { crate::analysis::words::merge_run(&run) } else { run };
-    let stats = HeadStats::compute(&run.attention, &run.tokens);
+    let stats = HeadStats::compute(&run.attention, &run.tokens).with_sinks(run.sinks.as_ref());
     let text = match args.format {
         StatsFormat::Csv => stats.to_csv(),
         StatsFormat::Json => serde_json::to_string_pretty(&stats.rows())? + "\n",
         StatsFormat::Npz => {
             let (layers, heads) = (run.attention.layers(), run.attention.heads());
-            let matrices: Vec<(&str, Vec<f32>)> = Statistic::ALL.iter().map(|&s| (s.key(), stats.matrix(s))).collect();
+            let matrices: Vec<(&str, Vec<f32>)> =
+                stats.statistics().into_iter().map(|s| (s.key(), stats.matrix(s))).collect();
             let arrays = matrices
                 .iter()
                 .map(|(name, m)| (*name, NpyArray::F32 { shape: vec![layers, heads], data: m }))

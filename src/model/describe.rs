@@ -75,7 +75,7 @@ pub enum FeedForward {
 /// when `renormalise`), and each token's output is the sum, over its chosen experts in ascending
 /// id order, of `weight · expert(x)`, each expert a gated feed-forward (`gate`, `up`, `down`) of
 /// `width`. Only the chosen experts run for a token.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Experts {
     /// Experts per layer (`num_local_experts`, `num_experts`).
     pub count: usize,
@@ -89,6 +89,38 @@ pub struct Experts {
     /// Per weight set: whether its feed-forward is the experts (else a dense one of
     /// `Description::intermediate`: Qwen3-MoE's `mlp_only_layers`, `decoder_sparse_step`).
     pub sparse: Vec<bool>,
+    /// How the router's scores become the chosen experts' weights.
+    pub gating: Gating,
+    /// The router has a bias (`router.bias`: gpt-oss).
+    pub router_bias: bool,
+    /// What each expert computes between `gate_up` and `down`.
+    pub glu: Glu,
+}
+
+/// How a router's scores become the chosen experts' weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Gating {
+    /// The softmax over every expert, then the top k of it (renormalised when
+    /// [`Experts::renormalise`]): Mixtral, Qwen3-MoE, `OLMoE`.
+    SoftmaxThenTopK,
+    /// The top k of the raw scores, then the softmax over those k (`GptOssTopKRouter`). The
+    /// router's distribution a view shows is still the softmax over every expert.
+    TopKThenSoftmax,
+}
+
+/// What an expert computes from its gate and up projections.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Glu {
+    /// `act(gate) · up`, with the description's activation.
+    Gated,
+    /// gpt-oss's clamped `SwiGLU` (`GptOssExperts._apply_gate`): `gate` clamped above at `limit`,
+    /// `up` to `±limit`, then `(up + 1) · gate · sigmoid(alpha · gate)`.
+    Clamped {
+        /// `swiglu_alpha` (1.702).
+        alpha: f32,
+        /// `swiglu_limit` (7.0).
+        limit: f32,
+    },
 }
 
 impl Experts {
@@ -351,6 +383,10 @@ pub struct Description {
     /// Scores become `cap · tanh(score / cap)` after the scale, before the mask (Gemma 2's
     /// `attn_logit_softcapping`).
     pub attn_softcap: Option<f32>,
+    /// Each head has a learned sink logit (`layer.{w}.sinks`, one per head: gpt-oss's
+    /// `self_attn.sinks`) that joins every row's softmax as a column that is no key: the
+    /// attention over the real keys sums to 1 − the sink's share, and nothing is read from it.
+    pub attn_sinks: bool,
     /// Logits become `cap · tanh(logit / cap)` (Gemma 2's `final_logit_softcapping`).
     pub final_softcap: Option<f32>,
     /// A pre-LN block normalises each sub-block's input (`attn_norm`, `ffn_norm`); OLMo-2's

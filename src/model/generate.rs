@@ -61,6 +61,8 @@ pub struct Generator<'m> {
     truncation: Option<String>,
     /// Per layer and head, the rows so far: row `i` holds keys `0..=i`.
     rows: Vec<Vec<f32>>,
+    /// Per layer and head, the attention sink's share of each row so far (models with sinks).
+    sinks: Vec<Vec<f32>>,
     /// Logits of the last position.
     logits: Vec<f32>,
     /// The `top_k` candidates of each step, in order (step `i` chose token `prompt_len + i`).
@@ -163,9 +165,11 @@ impl<'m> Generator<'m> {
                 rows[lh].extend_from_slice(&row[..=q]);
             }
         }
+        let sinks = out.sinks.chunks(n).take(heads).map(<[f32]>::to_vec).collect();
         let last = &out.last_hidden[(n - 1) * desc.hidden..n * desc.hidden];
         let logits = net.logits(last).unwrap_or_default();
         Ok(Self {
+            sinks,
             model,
             cache,
             prompt_len: n,
@@ -234,6 +238,9 @@ impl<'m> Generator<'m> {
         for (rows, row) in self.rows.iter_mut().zip(out.probs.chunks(total)) {
             rows.extend_from_slice(row);
         }
+        for (sinks, &share) in self.sinks.iter_mut().zip(&out.sinks) {
+            sinks.push(share);
+        }
         self.logits = self.model.net.logits(&out.last_hidden).unwrap_or_default();
         if self.model.eos.contains(&id) {
             self.stop = Some(Stop::EndOfSequence);
@@ -260,7 +267,11 @@ impl<'m> Generator<'m> {
         }
         let layers = self.rows.len() / desc.heads.max(1);
         let attention = Attention::new(layers, desc.heads, n, data).expect("rows assembled to shape");
+        let sinks = (!self.sinks.is_empty()).then(|| {
+            crate::analysis::Sinks::new(layers, desc.heads, n, self.sinks.concat()).expect("rows assembled to shape")
+        });
         Run {
+            sinks,
             model_name: self.model.name.clone(),
             tokens: self.tokens.clone(),
             attention,

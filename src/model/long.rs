@@ -91,6 +91,8 @@ impl LoadedModel {
                     model_name: self.name.clone(),
                     tokens: span_tokens(tokens, &pooled.spans),
                     attention,
+                    // (Pooled heads keep no sink shares: a long input's views show the keys.)
+                    sinks: None,
                     neuron: None,
                     last_hidden: crate::analysis::long::mean_rows(last_hidden, desc.hidden, &pooled.spans),
                     truncation: truncation.map(str::to_string),

@@ -167,7 +167,7 @@ pub enum ModelError {
     },
     /// Routes asked of a model without experts.
     #[error(
-        "{model} ({family}) has no experts: only a mixture of experts (Mixtral, Qwen3-MoE, OLMoE) routes its tokens"
+        "{model} ({family}) has no experts: only a mixture of experts (Mixtral, Qwen3-MoE, OLMoE, gpt-oss) routes its tokens"
     )]
     NoExperts {
         /// The model's name.

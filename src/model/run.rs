@@ -11,6 +11,14 @@ use super::typing::{PrefixRun, Reused};
 use crate::alloc::memory_budget;
 use crate::analysis::{Attention, DecoderRun, HeadVectors, Run, Tokens};
 
+/// What a pass recorded, for [`LoadedModel::recorded_run`].
+struct Recorded {
+    attention: Attention,
+    sinks: Option<crate::analysis::Sinks>,
+    neuron: Option<crate::analysis::run::NeuronData>,
+    last_hidden: Vec<f32>,
+}
+
 impl LoadedModel {
     /// Tokenizes and runs one input (sentence B optional), recording everything per head.
     pub fn run(&self, text: &str, pair: Option<&str>) -> Result<Run, ModelError> {
@@ -249,7 +257,11 @@ impl LoadedModel {
         } else {
             None
         };
-        Ok(self.recorded_run(tokens, truncation, interventions, attention, neuron, out.last_hidden))
+        let sinks = (!out.sinks.is_empty())
+            .then(|| crate::analysis::Sinks::new(layers, heads, seq_len, out.sinks))
+            .transpose()?;
+        let recorded = Recorded { attention, sinks, neuron, last_hidden: out.last_hidden };
+        Ok(self.recorded_run(tokens, truncation, interventions, recorded))
     }
 
     /// Like [`Self::run_with`] for one sentence, reusing `prefix` — the previous input's run, kept
@@ -304,7 +316,9 @@ impl LoadedModel {
             rotated: d.rotary.is_some(),
         };
         let last_hidden = p.last_hidden().to_vec();
-        Ok((self.recorded_run(tokens, truncation, interventions, p.attention()?, Some(neuron), last_hidden), reused))
+        let recorded =
+            Recorded { attention: p.attention()?, sinks: p.sinks().transpose()?, neuron: Some(neuron), last_hidden };
+        Ok((self.recorded_run(tokens, truncation, interventions, recorded), reused))
     }
 
     /// A run of `tokens` from what was recorded.
@@ -313,15 +327,15 @@ impl LoadedModel {
         tokens: Tokens,
         truncation: Option<String>,
         interventions: &Interventions,
-        attention: Attention,
-        neuron: Option<crate::analysis::run::NeuronData>,
-        last_hidden: Vec<f32>,
+        recorded: Recorded,
     ) -> Run {
         let desc = self.description();
+        let Recorded { attention, sinks, neuron, last_hidden } = recorded;
         Run {
             model_name: self.name.clone(),
             tokens,
             attention,
+            sinks,
             neuron,
             last_hidden,
             truncation,

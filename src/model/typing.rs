@@ -37,6 +37,11 @@ pub struct PrefixRun {
     vectors: Option<[RowBlocks; 2]>,
     /// `n × hidden`.
     hidden: Vec<f32>,
+    /// The attention sink's share of each row, `[query][layer × head]` (models with sinks; else
+    /// empty).
+    sinks: Vec<f32>,
+    /// The model has attention sinks.
+    has_sinks: bool,
     layers: usize,
     heads: usize,
     /// Most tokens one step runs ([`STEP_TOKENS`]).
@@ -87,6 +92,8 @@ impl PrefixRun {
             scores: (capture == Capture::Full).then(|| RowBlocks::new(f32::NEG_INFINITY)),
             vectors: (capture == Capture::Full).then(|| [RowBlocks::new(0.0), RowBlocks::new(0.0)]),
             hidden: Vec::new(),
+            sinks: Vec::new(),
+            has_sinks: net.description().attn_sinks,
             layers: 0,
             heads: net.description().heads,
             step_tokens: STEP_TOKENS,
@@ -137,6 +144,20 @@ impl PrefixRun {
         Some((|| Ok([q.vectors(shape)?, k.vectors(shape)?]))())
     }
 
+    /// For a model with attention sinks, the sink's share of each row, `[layer][head][query]`.
+    ///
+    /// # Errors
+    /// None in practice (the shares are kept for this shape).
+    pub fn sinks(&self) -> Option<Result<crate::analysis::Sinks, ShapeError>> {
+        if !self.has_sinks {
+            return None;
+        }
+        let (matrices, n) = (self.layers * self.heads, self.ids.len());
+        let values =
+            (0..matrices).flat_map(|lh| (0..n).map(move |q| (lh, q))).map(|(lh, q)| self.sinks[q * matrices + lh]);
+        Some(crate::analysis::Sinks::new(self.layers, self.heads, n, values.collect()))
+    }
+
     /// The recorded attention laid out `[layer][head][query][key]`, as a fresh pass's output
     /// holds it (`layers × heads × n²` values written).
     pub fn square_probs(&self) -> Vec<f32> {
@@ -176,6 +197,7 @@ impl PrefixRun {
             blocks.truncate(kept);
         }
         self.hidden.truncate(kept * hidden);
+        self.sinks.truncate(kept * self.layers * heads);
         // A long suffix (a first input) runs [`STEP_TOKENS`] at a time: each step's recorded rows
         // are copied into the blocks and its buffers reused, so the memory is the blocks'.
         for first in (kept..n).step_by(self.step_tokens) {
@@ -200,6 +222,11 @@ impl PrefixRun {
                 keys.push_vectors(at, &out.keys, |lh, q| (lh * m + q - first) * head_dim);
             }
             self.hidden.extend_from_slice(&out.last_hidden);
+            if self.has_sinks {
+                self.sinks.extend(
+                    (0..m).flat_map(|q| (0..matrices).map(move |lh| (lh, q))).map(|(lh, q)| out.sinks[lh * m + q]),
+                );
+            }
         }
         self.ids = ids.to_vec();
         Ok(Reused { kept, ran: n - kept })
@@ -217,6 +244,7 @@ impl PrefixRun {
             blocks.clear();
         }
         self.hidden.clear();
+        self.sinks.clear();
         self.cache.truncate(0);
     }
 }

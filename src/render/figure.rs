@@ -330,6 +330,7 @@ impl Figure {
                     theme,
                     scale,
                     show_values: false,
+                    sink: None,
                 }))
             }
             Figure::Graph(graph) => Ok(render::graph_drawing(graph, theme, scale)),
@@ -371,7 +372,7 @@ impl Figure {
                 scale,
                 bar: grid.bar.as_ref(),
             })),
-            Figure::Heatmap { .. } => {
+            Figure::Heatmap { layer_idx, head_idxs } => {
                 let run = need(run)?;
                 let table = self.table(Some(run))?;
                 let mut title = table.title.clone();
@@ -380,8 +381,14 @@ impl Figure {
                     (true, None) => title.push_str(" · grey: masked (causal)"),
                     (false, None) => {}
                 }
+                // A model with attention sinks: each row's share of its sink, as a column apart.
+                let sink = run.sinks.as_ref().map(|s| s.mean_of_heads(*layer_idx, head_idxs));
+                if sink.is_some() {
+                    title.push_str(" · sink: the share no key gets");
+                }
                 let (rows, cols) = heatmap_axes(run);
-                Ok(table_heatmap(&table, &title, Some((0.0, 1.0)), colormap, theme, scale, rows, cols))
+                let spec = table_spec(&table, &title, Some((0.0, 1.0)), colormap, (theme, scale), (rows, cols));
+                Ok(render::heatmap_drawing(&HeatmapSpec { sink: sink.as_deref(), ..spec }))
             }
             Figure::HeadView { layer_idx, head_idxs, selected_token, threshold } => {
                 let run = need(run)?;
@@ -409,6 +416,7 @@ impl Figure {
                     scale,
                     title: &title,
                     segments: run.tokens.is_pair().then(|| (&run.tokens.segments[..], &run.keys().segments[..])),
+                    sinks: run.sinks.as_ref(),
                 }))
             }
             Figure::ModelGrid => {
@@ -502,7 +510,7 @@ impl Figure {
             Figure::Stats(stat) => {
                 let run = need(run)?;
                 let a = &run.attention;
-                let stats = HeadStats::compute(a, run.keys());
+                let stats = HeadStats::compute(a, run.keys()).with_sinks(run.sinks.as_ref());
                 let title = format!("{} · {} per head: {}", run.display_name(), stat.label(), stat.description());
                 Ok(Table {
                     title,
@@ -704,7 +712,19 @@ fn table_heatmap(
     row_axis: &str,
     col_axis: &str,
 ) -> Drawing {
-    render::heatmap_drawing(&HeatmapSpec {
+    render::heatmap_drawing(&table_spec(table, title, range, colormap, (theme, scale), (row_axis, col_axis)))
+}
+
+/// A table as a labelled heatmap's spec, its values printed.
+fn table_spec<'a>(
+    table: &'a Table,
+    title: &'a str,
+    range: Option<(f32, f32)>,
+    colormap: Colormap,
+    (theme, scale): (Theme, f32),
+    (row_axis, col_axis): (&'a str, &'a str),
+) -> HeatmapSpec<'a> {
+    HeatmapSpec {
         values: &table.values,
         rows: table.row_labels.len(),
         cols: table.col_labels.len(),
@@ -718,7 +738,8 @@ fn table_heatmap(
         theme,
         scale,
         show_values: true,
-    })
+        sink: None,
+    }
 }
 
 /// The neuron view's numbers for one query, after checking the indices.
@@ -770,6 +791,7 @@ fn render_neuron(
                 theme,
                 scale,
                 show_values: cols <= 4,
+                sink: None,
             })
         };
     let query_label = [labels[query_pos].clone()];
@@ -792,6 +814,7 @@ fn render_neuron(
         theme,
         scale,
         show_values: false,
+        sink: None,
     });
     let keys = part(&b.keys, n, d, labels, "key vectors k_j", None, Colormap::RdBu, "dimension");
     let products = part(&b.products, n, d, labels, "q ∘ k_j (row sum = q·k_j)", None, Colormap::RdBu, "dimension");

@@ -8,7 +8,7 @@ use super::draw::{Anchor, Drawing, Item};
 use super::heatmap::thinned;
 use super::text::{fit_text, line_height, text_width};
 use super::{LABEL_PX, NOTE_PX, TITLE_PX, Theme, clamp_scale, label_or_index};
-use crate::analysis::Attention;
+use crate::analysis::{Attention, Sinks};
 
 /// Which column of the head view a selected token is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -47,6 +47,20 @@ pub struct HeadViewSpec<'a> {
     /// The sentence (0 = A, 1 = B) of each query token and of each key token, for a sentence
     /// pair: sentence B's labels are drawn in [`Theme::second_sentence`]. None: one colour.
     pub segments: Option<(&'a [u8], &'a [u8])>,
+    /// A model with attention sinks: each query's share of its head's sink, drawn as lines to a
+    /// target of its own below the keys (a row apart), labelled "sink".
+    pub sinks: Option<&'a Sinks>,
+}
+
+/// The key column's labels with the sink's target after them: an empty row (the gap that sets
+/// it apart from the tokens), then "sink". Its row is [`sink_row`].
+pub fn with_sink_target(key_labels: &mut Vec<String>) {
+    key_labels.extend([String::new(), super::heatmap::SINK_LABEL.to_string()]);
+}
+
+/// The key column's row of the sink's target, for `keys` key tokens.
+pub fn sink_row(keys: usize) -> usize {
+    keys + 1
 }
 
 /// Positions of the head view's rows and columns in pixels, relative to the diagram body (title and legend excluded).
@@ -302,10 +316,13 @@ pub(crate) fn head_view_frame(spec: &HeadViewSpec) -> HeadViewFrame {
     let att = spec.attention;
     let n = att.seq_len();
     let labels: Vec<String> = (0..n).map(|i| label_or_index(spec.labels, i)).collect();
-    let key_labels: Vec<String> = match spec.key_labels {
+    let mut key_labels: Vec<String> = match spec.key_labels {
         Some(keys) => (0..att.keys()).map(|i| label_or_index(keys, i)).collect(),
         None => labels.clone(),
     };
+    if spec.sinks.is_some() {
+        with_sink_target(&mut key_labels);
+    }
     let layout = head_view_layout_sides(&labels, &key_labels, s);
     let mut heads: Vec<usize> = spec.heads.iter().copied().filter(|&h| h < att.heads()).collect();
     heads.sort_unstable();
@@ -428,6 +445,15 @@ fn head_view_lines(spec: &HeadViewSpec, selected: Option<(Side, usize)>) -> View
                     lines.push((weight, slot, query_pos, key_pos));
                 }
             }
+            // The share of the head's sink, to its target below the keys.
+            let sink =
+                spec.sinks.filter(|s| spec.layer_idx < s.layers() && head_idx < s.heads() && query_pos < s.seq_len());
+            if let Some(s) = sink.filter(|_| !selected.is_some_and(|(side, _)| side == Side::Key)) {
+                let weight = s.share(spec.layer_idx, head_idx, query_pos);
+                if weight >= min_weight {
+                    lines.push((weight, slot, query_pos, sink_row(att.keys())));
+                }
+            }
         }
     }
     let candidates = lines.len();
@@ -544,7 +570,27 @@ mod tests {
             scale: 1.0,
             title: "Layer 0",
             segments: None,
+            sinks: None,
         }
+    }
+
+    #[test]
+    fn a_sink_is_a_target_of_its_own_below_the_keys() {
+        let n = 4;
+        let att = shifted(n, 2);
+        let names = labels(n);
+        let sinks = Sinks::new(1, 2, n, vec![0.0, 0.0, 0.0, 0.0, 0.9, 0.0, 0.0, 0.0]).unwrap();
+        let with = HeadViewSpec { sinks: Some(&sinks), ..spec(&att, &names, &[1]) };
+        let frame = head_view_frame(&with);
+        assert_eq!(frame.key_labels.len(), n + 2, "a row apart, then the sink");
+        assert_eq!(frame.key_labels[sink_row(n)], "sink");
+        let d = head_view_drawing(&with);
+        assert!(d.items.iter().any(|i| matches!(i, Item::Text(t) if t.text == "sink")));
+        // Query 0 of head 1 gives 0.9 to the sink: a line to its row.
+        let (lines, _) = head_view_lines(&with, None);
+        assert!(lines.contains(&(0.9, 0, 0, sink_row(n))), "{lines:?}");
+        let (plain, _) = head_view_lines(&spec(&att, &names, &[1]), None);
+        assert_eq!(lines.len(), plain.len() + 1, "one sink line above the threshold");
     }
 
     #[test]

@@ -38,7 +38,13 @@ pub struct HeatmapSpec<'a> {
     pub scale: f32,
     /// Print each value in its cell when the cell is big enough.
     pub show_values: bool,
+    /// One value per row drawn as a column of its own right of the matrix, apart from the
+    /// keys and labelled "sink" (an attention sink's share of each row), or None.
+    pub sink: Option<&'a [f32]>,
 }
+
+/// The label of the sink's column.
+pub const SINK_LABEL: &str = "sink";
 
 /// Largest cell side before scaling, in pixels.
 const MAX_CELL: f32 = 22.0;
@@ -84,6 +90,9 @@ pub(crate) struct HeatmapLayout {
     pub colorbar_h: f32,
     /// Font size for cell values, when they are shown.
     pub value_px: Option<f32>,
+    /// Left edge of the sink's column (when the spec has one) and its width.
+    pub sink_x: f32,
+    pub sink_w: f32,
 }
 
 impl HeatmapLayout {
@@ -281,14 +290,19 @@ fn heatmap_layout_with(spec: &HeatmapSpec, cell_px: Option<f32>) -> HeatmapLayou
     let colorbar_h = matrix_h.max(100.0 * s);
     let colorbar = (!empty).then(|| Colorbar::new(nice_ticks(lo, hi, Colorbar::max_ticks(colorbar_h, s)), s));
     let colorbar_w = colorbar.as_ref().map_or(0.0, |c| 16.0 * s + c.width());
+    // The sink's column: a gap, then one grid cell wide (at least wide enough to read).
+    let sink_gap = (10.0 * s).round();
+    let sink_w = if spec.sink.is_some() && !empty { grid_px.max((6.0 * s).round()) } else { 0.0 };
+    let sink_block = if sink_w > 0.0 { sink_gap + sink_w } else { 0.0 };
+    let sink_label_w = if sink_w > 0.0 { text_width(SINK_LABEL, label_px) } else { 0.0 };
 
     let left = (margin + row_axis_w + row_label_w + gap + tick_len).round();
-    let content_w = left + matrix_w + colorbar_w + margin;
+    let content_w = left + matrix_w + sink_block + colorbar_w + margin;
     let title_w = text_width(spec.title, title_px) + 2.0 * margin;
     let (width, matrix_x) =
         if title_w > content_w { (title_w, left + ((title_w - content_w) / 2.0).round()) } else { (content_w, left) };
     let matrix_y = (margin + title_h).round();
-    let below = tick_len + gap + col_label_h + col_axis_h + margin;
+    let below = tick_len + gap + col_label_h.max(sink_label_w) + col_axis_h + margin;
     let height = (matrix_y + matrix_h + below).max(matrix_y + colorbar_h + margin);
     let (width, height) = if empty { (width.max(240.0 * s), height.max(matrix_y + 60.0 * s)) } else { (width, height) };
 
@@ -322,9 +336,11 @@ fn heatmap_layout_with(spec: &HeatmapSpec, cell_px: Option<f32>) -> HeatmapLayou
         tick_len,
         gap,
         colorbar,
-        colorbar_x: matrix_x + matrix_w + 16.0 * s,
+        colorbar_x: matrix_x + matrix_w + sink_block + 16.0 * s,
         colorbar_h,
         value_px,
+        sink_x: matrix_x + matrix_w + sink_gap,
+        sink_w,
     }
 }
 
@@ -446,30 +462,17 @@ fn figure_of(spec: &HeatmapSpec, lay: &HeatmapLayout) -> Drawing {
 
     // Cells.
     let values = &spec.values[..lay.rows * lay.cols];
-    let grid = pool(values, lay.rows, lay.cols, lay.grid_rows, lay.grid_cols);
-    let rgba = cells_rgba(&grid, lay.lo, lay.hi, spec.colormap);
-    let opaque: Vec<u8> = rgba.chunks_exact(4).flat_map(|c| [c[0], c[1], c[2], 255]).collect();
-    d.items.push(Item::Cells(Cells {
-        x: lay.matrix_x,
-        y: lay.matrix_y,
-        cell_w: lay.grid_px,
-        cell_h: lay.grid_px,
-        cols: lay.grid_cols,
-        rows: lay.grid_rows,
-        rgba: opaque,
-    }));
+    let rgba = push_cells(&mut d, values, (lay.cols, lay.grid_cols), lay, spec.colormap, (lay.matrix_x, lay.grid_px));
     if let Some(px) = lay.value_px {
         for (i, &v) in values.iter().enumerate().filter(|(_, v)| !v.is_nan()) {
             let (row, col) = (i / lay.cols, i % lay.cols);
-            let k = i * 4;
-            let [r, g, b] = cell_text_rgb([rgba[k], rgba[k + 1], rgba[k + 2]]);
-            let (cx, cy) = lay.cell_center(row, col);
-            let text = format_cell_value(v);
-            let color = [r, g, b, 255];
-            d.items.push(Item::Text(TextRun { text, x: cx, y: cy, px, anchor: Anchor::Middle, color, up: false }));
+            value_text(&mut d.items, &rgba[i * 4..], v, lay.cell_center(row, col), px);
         }
     }
     d.frame(lay.matrix_x - 1.0, lay.matrix_y - 1.0, lay.matrix_w + 2.0, lay.matrix_h + 2.0, muted);
+    if let Some(sink) = spec.sink.filter(|_| lay.sink_w > 0.0) {
+        sink_column(&mut d, spec, lay, sink);
+    }
 
     // Row ticks and labels on the left.
     let tick_w = (s).round().max(1.0);
@@ -516,6 +519,63 @@ fn figure_of(spec: &HeatmapSpec, lay: &HeatmapLayout) -> Drawing {
     d
 }
 
+/// `values` (`rows × cols` of the layout's rows, `cols.0` columns) pooled to its grid rows and
+/// `cols.1` columns, coloured over its range, as a block of cells at `x` (its top), `cell_w` wide;
+/// returns each grid cell's colour (RGBA).
+fn push_cells(
+    d: &mut Drawing,
+    values: &[f32],
+    (cols, grid_cols): (usize, usize),
+    lay: &HeatmapLayout,
+    colormap: Colormap,
+    (x, cell_w): (f32, f32),
+) -> Vec<u8> {
+    let grid = pool(values, lay.rows, cols, lay.grid_rows, grid_cols);
+    let rgba = cells_rgba(&grid, lay.lo, lay.hi, colormap);
+    let opaque: Vec<u8> = rgba.chunks_exact(4).flat_map(|c| [c[0], c[1], c[2], 255]).collect();
+    d.items.push(Item::Cells(Cells {
+        x,
+        y: lay.matrix_y,
+        cell_w,
+        cell_h: lay.grid_px,
+        cols: grid_cols,
+        rows: lay.grid_rows,
+        rgba: opaque,
+    }));
+    rgba
+}
+
+/// A cell's value printed at its centre `at`, in the colour that reads on the cell's (`rgba`).
+fn value_text(items: &mut Vec<Item>, rgba: &[u8], v: f32, (x, y): (f32, f32), px: f32) {
+    let [r, g, b] = cell_text_rgb([rgba[0], rgba[1], rgba[2]]);
+    let text = format_cell_value(v);
+    items.push(Item::Text(TextRun { text, x, y, px, anchor: Anchor::Middle, color: [r, g, b, 255], up: false }));
+}
+
+/// The sink's column: each row's value in the matrix's colours, framed apart from the keys, its
+/// values printed where the matrix prints its own, "sink" written below it.
+fn sink_column(d: &mut Drawing, spec: &HeatmapSpec, lay: &HeatmapLayout, sink: &[f32]) {
+    let mut values: Vec<f32> = sink.iter().copied().take(lay.rows).collect();
+    values.resize(lay.rows, f32::NAN);
+    let rgba = push_cells(d, &values, (1, 1), lay, spec.colormap, (lay.sink_x, lay.sink_w));
+    let muted = spec.theme.muted();
+    d.frame(lay.sink_x - 1.0, lay.matrix_y - 1.0, lay.sink_w + 2.0, lay.matrix_h + 2.0, muted);
+    if let Some(px) = lay.value_px.filter(|_| lay.sink_w >= lay.grid_px) {
+        for (row, &v) in values.iter().enumerate().filter(|(_, v)| !v.is_nan()) {
+            let at = (lay.sink_x + lay.sink_w / 2.0, lay.cell_center(row, 0).1);
+            value_text(&mut d.items, &rgba[row * 4..], v, at, px);
+        }
+    }
+    let x = lay.sink_x + lay.sink_w / 2.0;
+    let top = lay.matrix_y + lay.matrix_h + 1.0 + lay.tick_len + lay.gap;
+    let fg = spec.theme.foreground();
+    if lay.col_vertical {
+        d.text_up(SINK_LABEL, x, top, lay.label_px, Anchor::End, fg);
+    } else {
+        d.text(SINK_LABEL, x, top + line_height(lay.label_px) / 2.0, lay.label_px, Anchor::Middle, fg);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,7 +604,27 @@ mod tests {
             theme: Theme::Light,
             scale: 1.0,
             show_values: false,
+            sink: None,
         }
+    }
+
+    #[test]
+    fn a_sink_is_a_column_apart_from_the_keys_labelled_sink() {
+        let values = [1.0f32, 0.0, 0.25, 0.25];
+        let sink = [0.0f32, 0.5];
+        let names = labels(2);
+        let plain = spec(&values, 2, 2, &names);
+        let with = HeatmapSpec { sink: Some(&sink), range: Some((0.0, 1.0)), ..plain };
+        let (a, b) = (heatmap_layout(&plain), heatmap_layout(&with));
+        assert!(b.width > a.width, "the column takes room");
+        assert!(b.sink_x > b.matrix_x + b.matrix_w, "apart from the keys");
+        assert!(texts(&heatmap_drawing(&with)).iter().any(|t| t.0 == SINK_LABEL));
+        assert!(!texts(&heatmap_drawing(&plain)).iter().any(|t| t.0 == SINK_LABEL));
+        // Its cells have the colour of their value.
+        let img = heatmap(&with);
+        let y = b.cell_center(1, 0).1;
+        let expected = Colormap::Viridis.lut()[super::super::colormap::lut_index(0.5, 0.0, 1.0)];
+        assert_eq!(img.get_pixel((b.sink_x + b.sink_w / 2.0) as u32, y as u32).0[..3], expected);
     }
 
     fn labels(n: usize) -> Vec<String> {

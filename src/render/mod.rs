@@ -31,10 +31,11 @@ pub use graph::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width, graph, graph_drawi
 pub use head_view::{
     BodyLabels, HeadLines, HeadViewLayout, HeadViewSpec, LINE_BUDGET, Side, draw_lines, head_view, head_view_drawing,
     head_view_label_box, head_view_labels, head_view_layout, head_view_layout_fit, head_view_layout_sides,
-    keep_strongest, line_budget_notice, transparent_image,
+    keep_strongest, line_budget_notice, sink_row, transparent_image, with_sink_target,
 };
 pub use heatmap::{
-    CellGrid, HeatmapSpec, heatmap, heatmap_drawing, heatmap_drawing_with_cells, heatmap_fit_cell, symmetric_range,
+    CellGrid, HeatmapSpec, SINK_LABEL, heatmap, heatmap_drawing, heatmap_drawing_with_cells, heatmap_fit_cell,
+    symmetric_range,
 };
 pub use lens::{GridBar, TextGridSpec, text_grid, text_grid_drawing};
 pub use model_grid::{ModelGridSpec, model_grid, model_grid_drawing};

@@ -27,6 +27,7 @@ pub fn pe_encoding(pe: &PositionalEncoding, theme: Theme, scale: f32) -> Drawing
         theme,
         scale,
         show_values: false,
+        sink: None,
     })
 }
 
@@ -48,6 +49,7 @@ pub fn pe_dot(pe: &PositionalEncoding, theme: Theme, scale: f32) -> Drawing {
         theme,
         scale,
         show_values: false,
+        sink: None,
     })
 }
 

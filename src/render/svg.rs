@@ -355,6 +355,7 @@ mod tests {
             theme: Theme::Light,
             scale,
             show_values: true,
+            sink: None,
         })
     }
 
@@ -390,6 +391,7 @@ mod tests {
             scale: 1.0,
             title: "layer 0",
             segments: None,
+            sinks: None,
         })
     }
 

@@ -110,6 +110,7 @@ impl AttributionView {
             cell: 0.0,
             hover: &hover,
             clickable: Some(&name),
+            sink: None,
         };
         // The grid keeps room for a head's effect under it.
         let grid_h = (ui.available_height() - 170.0).max(120.0);

@@ -170,6 +170,7 @@ fn compare_view_ui(ui: &mut egui::Ui, settings: &mut Settings, data: &ViewData<'
                 cell: 0.0,
                 hover: &hover,
                 clickable: None,
+                sink: None,
             };
             let room = room - egui::vec2(0.0, 40.0); // the lines above the matrix
             let fitted = cache.fit.get(key, room, || fit_cell(ui, &spec, room));
@@ -250,6 +251,7 @@ fn side_by_side_ui(
             cell: 0.0,
             hover: hover.as_ref(),
             clickable: None,
+            sink: None,
         })
         .collect();
     // Fit: both matrices next to each other, each under its title line.

@@ -42,7 +42,7 @@ impl Feature {
         } else if settings.source == Source::Playground {
             Some("The playground is a dense encoder: the experts view reads a mixture of experts.".into())
         } else if shown.model.is_some_and(|m| m.experts.is_none()) {
-            Some("This model has no experts: open a mixture of experts (Mixtral, Qwen3-MoE, OLMoE).".into())
+            Some("This model has no experts: open a mixture of experts (Mixtral, Qwen3-MoE, OLMoE, gpt-oss).".into())
         } else if shown.token_run.is_some_and(|t| t.run.long.is_some()) {
             Some(format!(
                 "This input is longer than “Record up to” ({} tokens) and is shown pooled: the experts view reads \

@@ -131,6 +131,7 @@ impl PatchingView {
                     cell,
                     hover: &hover,
                     clickable: per_head.then_some(&name as &dyn Fn(usize, usize) -> String),
+                    sink: None,
                 },
             )
             .clicked;

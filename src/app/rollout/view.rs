@@ -174,6 +174,7 @@ fn rollout_view_ui(
         cell: 0.0,
         hover: &hover,
         clickable: None,
+        sink: None,
     };
     // Fit: the whole figure in the room (the default, until zoomed with Ctrl+scroll).
     let room = ui.available_size() - egui::vec2(2.0, 2.0);

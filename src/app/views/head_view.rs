@@ -195,7 +195,7 @@ impl HeadView {
         // cross-attention (target tokens left, source tokens right).
         let (rows, cols) = (m.rows(), m.cols());
         let labels: Vec<String> = m.keep.iter().map(|&p| run.label(p)).collect();
-        let key_labels: Vec<String> = m.keep_keys.iter().map(|&p| run.key_label(p)).collect();
+        let key_labels = m.key_labels(run);
         // The shown position and label of row `row` of a column, if that column has one.
         let token_at = |side: Side, row: usize| match side {
             Side::Query => m.keep.get(row).map(|&p| (p, &labels[row])),
@@ -288,11 +288,11 @@ impl HeadView {
                         let per_head: Vec<crate::render::HeadLines> = heads
                             .iter()
                             .map(|&h| {
-                                let m = &m.matrices[h];
-                                let lines = (0..others)
+                                let matrix = &m.matrices[h];
+                                let mut lines: Vec<crate::render::Segment> = (0..others)
                                     .filter_map(|other| {
                                         let (q, k) = if side == Side::Query { (row, other) } else { (other, row) };
-                                        let w = m[q * cols + k];
+                                        let w = matrix[q * cols + k];
                                         (w >= min_weight && admits(q, k)).then(|| crate::render::Segment {
                                             from: to_px(layout.line_x0, layout.row_y(q)),
                                             to: to_px(layout.line_x1, layout.row_y(k)),
@@ -300,6 +300,15 @@ impl HeadView {
                                         })
                                     })
                                     .collect();
+                                // A selected query's share of the sink, to its target.
+                                let sink = m.sink(h, row).filter(|&w| side == Side::Query && w >= min_weight);
+                                if let Some(w) = sink {
+                                    lines.push(crate::render::Segment {
+                                        from: to_px(layout.line_x0, layout.row_y(row)),
+                                        to: to_px(layout.line_x1, layout.row_y(crate::render::sink_row(cols))),
+                                        alpha: w.min(1.0),
+                                    });
+                                }
                                 crate::render::HeadLines { color: colors[h], lines }
                             })
                             .collect();

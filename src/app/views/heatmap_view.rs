@@ -127,6 +127,13 @@ fn heatmap_view_ui(
         if knockable.is_ok() {
             ui.label(RichText::new("· right-click or Alt+click a cell to knock it out").small().weak());
         }
+        if run.sinks.is_some() {
+            ui.label(
+                RichText::new("· sink: the share of each row that goes to the head's attention sink, no token")
+                    .small()
+                    .weak(),
+            );
+        }
     });
     if let Some(e) = &cache.knockout_error {
         ui.label(RichText::new(e).small().color(ui.visuals().error_fg_color));
@@ -166,6 +173,11 @@ fn heatmap_view_ui(
             labels[q], keep[q], key_labels[k], keep_keys[k]
         )
     };
+    // A model with attention sinks: each shown row's share of the heads' sinks, a column apart.
+    let sink: Option<Vec<f32>> = run.sinks.as_ref().zip(cache.key.as_ref()).map(|(s, k)| {
+        let mean = s.mean_of_heads(k.layer_idx, &k.heads);
+        keep.iter().map(|&q| mean[q]).collect()
+    });
     let spec = MatrixSpec {
         id: "heatmap",
         values: &cache.values,
@@ -179,6 +191,7 @@ fn heatmap_view_ui(
         cell: 0.0,
         hover: &hover,
         clickable: None,
+        sink: sink.as_deref(),
     };
     let texture_key = crate::app::widgets::matrix::key_of(
         &cache.key.as_ref().map(|k| (k.run_id, k.layer_idx, &k.heads, k.hide_special)),

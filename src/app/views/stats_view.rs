@@ -33,7 +33,8 @@ impl StatsView {
         let settings = data.settings;
         ui.horizontal_wrapped(|ui| {
             ui.label(RichText::new("Colour by").strong());
-            for stat in Statistic::ALL {
+            let has_sinks = data.run.is_some_and(|r| r.sinks.is_some());
+            for stat in Statistic::ALL.into_iter().filter(|&s| s != Statistic::Sink || has_sinks) {
                 let on = settings.stat == stat && settings.stats_role.is_none();
                 if ui.selectable_label(on, stat.label()).on_hover_text(stat.description()).clicked() {
                     commands.push(Command::Set(Setting::Stat(stat)));
@@ -158,9 +159,10 @@ impl StatsView {
         let row_labels: Vec<String> = (0..stats.layers()).map(|l| format!("L{l}")).collect();
         let col_labels: Vec<String> = (0..stats.heads()).map(|h| format!("H{h}")).collect();
         let hover = |l: usize, h: usize, v: f32| {
-            let all = Statistic::ALL
-                .iter()
-                .map(|&s| format!("{}: {:.4}", s.label(), stats.get(l, h, s)))
+            let all = stats
+                .statistics()
+                .into_iter()
+                .map(|s| format!("{}: {:.4}", s.label(), stats.get(l, h, s)))
                 .collect::<Vec<_>>()
                 .join("\n");
             let role_lines = roles.map_or_else(String::new, |(_, scores)| {
@@ -194,6 +196,7 @@ impl StatsView {
             cell: 0.0,
             hover: &hover,
             clickable: Some(&name),
+            sink: None,
         };
         // Every layer and head in the room (30 layers of SmolLM2 without scrolling), cells no
         // larger than 56 points and no smaller than 12 (then the grid scrolls).

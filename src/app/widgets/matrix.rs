@@ -178,6 +178,8 @@ pub struct MatrixSpec<'a> {
     pub hover: &'a dyn Fn(usize, usize, f32) -> String,
     /// Accessible name of each cell, when cells are clickable (None: not clickable).
     pub clickable: Option<&'a dyn Fn(usize, usize) -> String>,
+    /// One value per row drawn as a column apart, labelled "sink" (an attention sink's share).
+    pub sink: Option<&'a [f32]>,
 }
 
 impl MatrixSpec<'_> {
@@ -197,6 +199,7 @@ impl MatrixSpec<'_> {
             theme,
             scale: 1.0,
             show_values: true,
+            sink: self.sink,
         }
     }
 }
@@ -379,8 +382,11 @@ pub fn prepare_matrix(ui: &egui::Ui, tex: &mut MatrixTexture, key: u64, spec: &M
     }
     let theme = super::figure::theme_of(ui);
     let cell = spec.cell.floor().max(1.0);
-    let figure_key =
-        key_of(&(full_key, cell.to_bits(), theme, spec.axes, spec.row_labels, spec.col_labels, spec.values.len()));
+    let sink_bits: Option<Vec<u32>> = spec.sink.map(|s| s.iter().map(|v| v.to_bits()).collect());
+    let figure_key = key_of(&(
+        (full_key, cell.to_bits(), theme, spec.axes),
+        (spec.row_labels, spec.col_labels, spec.values.len(), sink_bits),
+    ));
     if tex.figure.as_ref().is_none_or(|f| f.key != figure_key) {
         let figure = spec.figure(theme);
         let (drawing, grid) = heatmap_drawing_with_cells(&figure, cell);
@@ -488,6 +494,7 @@ mod tests {
             theme: crate::render::Theme::Dark,
             scale: 1.0,
             show_values: true,
+            sink: None,
         };
         let (drawing, grid) = heatmap_drawing_with_cells(&spec, 30.0);
         let all = drawing.items.len();

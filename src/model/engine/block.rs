@@ -69,6 +69,8 @@ pub(super) struct Layer {
     pub(super) cross: Option<CrossAttention>,
     /// A mixture of experts in place of `up` and `down` (which are then empty).
     pub(super) moe: Option<Moe>,
+    /// Each head's attention sink logit (gpt-oss's `self_attn.sinks`), or None.
+    sinks: Option<Vec<f32>>,
 }
 
 /// A decoder layer's attention to the encoder: queries from the decoder, keys and values (fused)
@@ -126,7 +128,9 @@ impl Layer {
         } else {
             None
         };
+        let sinks = if d.attn_sinks { Some(w.take(&format!("{p}.sinks"), &[d.heads])?) } else { None };
         Ok(Self {
+            sinks,
             cross,
             qkv,
             q_norm: qk_norm(w, "q_norm", attn)?,
@@ -191,6 +195,8 @@ pub(super) struct HeadRecords<'a> {
     pub(super) terms: Vec<&'a mut [f32]>,
     pub(super) queries: Option<&'a mut [f32]>,
     pub(super) keys: Option<&'a mut [f32]>,
+    /// The sink's share of each row (`n` values), for a layer with sinks.
+    pub(super) sink: Option<&'a mut [f32]>,
 }
 
 /// One head's share of a layer's outputs: its probabilities go to its slice of the recorded
@@ -642,7 +648,8 @@ impl Network {
         };
         let mask = ctx.mask(layer_idx);
         let rows = QkRows { qkv, row, n, k_all, kv_stride, total, blocked, mask };
-        let LayerSlots { probs, scores, terms, queries, keys, visit_head, .. } = slots;
+        let LayerSlots { probs, scores, terms, queries, keys, sinks, visit_head, .. } = slots;
+        let mut sinks = sinks.map(|s| s.chunks_mut(n));
         let mut probs = probs.map(|p| p.chunks_mut(n * total));
         let mut scores = scores.map(|s| s.chunks_mut(n * total));
         let mut queries = queries.map(|q| q.chunks_mut(n * d));
@@ -660,6 +667,7 @@ impl Network {
                     terms: terms.iter_mut().filter_map(Iterator::next).collect(),
                     queries: queries.as_mut().and_then(Iterator::next),
                     keys: keys.as_mut().and_then(Iterator::next),
+                    sink: sinks.as_mut().and_then(Iterator::next),
                 },
             })
             .collect();
@@ -737,7 +745,7 @@ impl Network {
         let g = self.desc.kv_head_of(h);
         let q = MatRef::rows(&qkv[h * d..], n, d, row);
         let k = MatRef::rows(&k_all[g * d..], total, d, kv_stride);
-        let HeadRecords { scores, mut terms, queries, keys } = records;
+        let HeadRecords { scores, mut terms, queries, keys, sink } = records;
         if ctx.relative.is_none() {
             // Only the keys some query of each block of rows sees: a causal mask or a window
             // hides the rest, and the softmax below overwrites those cells with -inf before it
@@ -784,7 +792,22 @@ impl Network {
                 probs[(q - first) * total + k] = f32::NEG_INFINITY;
             }
         }
-        kernels::softmax_rows(probs, total, mask, scores);
+        if let Some(logits) = &layer.sinks {
+            // gpt-oss's eager_attention_forward: the sink joins each row's softmax as a last
+            // column (under the same temperature), which is then dropped.
+            let logit = logits[h] / ctx.temperature;
+            // (A head no slot records the shares of: computed, then dropped.)
+            let mut own = Vec::new();
+            let shares = if let Some(s) = sink {
+                s
+            } else {
+                own.resize(n, 0.0);
+                &mut own[..]
+            };
+            kernels::softmax_rows_with_sink(probs, total, mask, scores, logit, shares);
+        } else {
+            kernels::softmax_rows(probs, total, mask, scores);
+        }
         if let Some(recorded) = queries {
             for (dst, src) in recorded.chunks_mut(d).zip(qkv.chunks(row)) {
                 dst.copy_from_slice(&src[h * d..(h + 1) * d]);

@@ -104,6 +104,8 @@ pub struct LayerSlots<'a> {
     pub queries: Option<&'a mut [f32]>,
     /// Key vectors, `heads × keys × head_dim`.
     pub keys: Option<&'a mut [f32]>,
+    /// The attention sink's share of each row, `heads × seq_len` (models with sinks).
+    pub sinks: Option<&'a mut [f32]>,
     /// Cross-attention probabilities, `heads × seq_len × source_len` (decoders of
     /// encoder–decoders; computed in scratch when `None`).
     pub cross: Option<&'a mut [f32]>,

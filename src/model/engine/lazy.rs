@@ -234,6 +234,7 @@ impl LayerAttention<'_> {
             terms: detail.terms.iter_mut().map(Vec::as_mut_slice).collect(),
             queries: Some(&mut detail.queries),
             keys: Some(&mut detail.keys),
+            sink: None,
         };
         self.compute(head_idx, &mut detail.probs, records);
         detail

@@ -32,6 +32,9 @@ pub struct ForwardOutput {
     /// Cross-attention probabilities of a decoder run on an encoder's output,
     /// `[layer][head][query][source]` (empty otherwise).
     pub cross: Vec<f32>,
+    /// The attention sink's share of each row, `[layer][head][query]` (models with sinks; empty
+    /// otherwise): each row of `probs` sums to 1 minus it.
+    pub sinks: Vec<f32>,
 }
 
 /// Records every layer's probabilities (and with [`Capture::Full`] the scores, their terms,
@@ -76,6 +79,7 @@ impl Listener for Record {
             queries: vectors(shape.seq_len),
             keys: vectors(shape.seq_len),
             cross: vec![0.0; shape.heads * shape.seq_len * shape.source_len * layers],
+            sinks: if shape.sinks { vec![0.0; shape.heads * shape.seq_len * layers] } else { Vec::new() },
         };
         self.shape = Some(*shape);
     }
@@ -85,7 +89,7 @@ impl Listener for Record {
         let per_layer = shape.layer_len();
         let vectors = shape.heads * shape.head_dim;
         let term_block = per_layer * shape.layers;
-        let ForwardOutput { probs, scores, terms, queries, keys, cross, .. } = &mut self.out;
+        let ForwardOutput { probs, scores, terms, queries, keys, cross, sinks, .. } = &mut self.out;
         LayerSlots {
             probs: one(probs, layer, per_layer),
             scores: one(scores, layer, per_layer),
@@ -96,6 +100,7 @@ impl Listener for Record {
             queries: one(queries, layer, vectors * shape.seq_len),
             keys: one(keys, layer, vectors * shape.seq_len),
             cross: one(cross, layer, shape.heads * shape.seq_len * shape.source_len),
+            sinks: one(sinks, layer, shape.heads * shape.seq_len),
             visit_head: None,
             edit: None,
         }

@@ -11,7 +11,7 @@ use super::activation::activate;
 use super::error::Result;
 use super::linear::Linear;
 use super::weights::Weights;
-use crate::model::describe::{Description, Experts};
+use crate::model::describe::{Description, Experts, Gating, Glu};
 use crate::model::kernels;
 
 /// One expert: a gated feed-forward (gate and up fused, then down).
@@ -50,7 +50,7 @@ impl Moe {
     /// `{p}.router.weight` and `{p}.expert.{e}.{gate,up,down}.*` of weight set `p`.
     pub(super) fn load(w: &mut Weights, d: &Description, p: &str, e: &Experts) -> Result<Self> {
         let (h, i) = (d.hidden, e.width);
-        let router = Linear::load(w, &format!("{p}.router"), h, e.count, false)?;
+        let router = Linear::load(w, &format!("{p}.router"), h, e.count, e.router_bias)?;
         let experts = (0..e.count)
             .map(|x| {
                 let q = format!("{p}.expert.{x}");
@@ -92,33 +92,43 @@ impl Moe {
             if rows.is_empty() {
                 continue;
             }
-            let y = expert.forward(x, &rows, h, e.width, d);
+            let y = expert.forward(x, &rows, (h, e.width), e.glu, d);
             for ((&t, &wt), y) in rows.iter().zip(&weights).zip(y.chunks(h)) {
                 out[t * h..(t + 1) * h].iter_mut().zip(y).for_each(|(o, v)| *o += v * wt);
             }
         }
     }
 
-    /// The router's distribution, the top k and their weights.
+    /// The router's distribution, the top k and their weights: the top k of the softmax
+    /// (renormalised where the family does), or the softmax of the top k logits (gpt-oss).
     fn route(&self, x: &[f32], n: usize, e: &Experts, route: &mut Route) {
         let (count, k) = (e.count, e.top_k);
-        route.probs = self.router.forward(x);
+        let logits = self.router.forward(x);
+        route.probs.clone_from(&logits);
         kernels::softmax_rows(&mut route.probs, count, kernels::Mask::default(), None);
         route.chosen.clear();
         route.weights.clear();
         let mut order: Vec<u32> = Vec::with_capacity(count);
-        for row in route.probs.chunks(count).take(n) {
+        let ranked = match e.gating {
+            Gating::SoftmaxThenTopK => &route.probs,
+            Gating::TopKThenSoftmax => &logits,
+        };
+        for row in ranked.chunks(count).take(n) {
             order.clear();
             order.extend(0..count as u32);
-            // Largest first; equal probabilities keep the lower id first.
+            // Largest first; equal values keep the lower id first.
             order.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
             let top = &order[..k];
             let mut w: Vec<f32> = top.iter().map(|&c| row[c as usize]).collect();
-            if e.renormalise {
-                let sum: f32 = w.iter().sum();
-                for v in &mut w {
-                    *v /= sum;
+            match e.gating {
+                Gating::SoftmaxThenTopK if e.renormalise => {
+                    let sum: f32 = w.iter().sum();
+                    for v in &mut w {
+                        *v /= sum;
+                    }
                 }
+                Gating::SoftmaxThenTopK => {}
+                Gating::TopKThenSoftmax => kernels::softmax_rows(&mut w, k, kernels::Mask::default(), None),
             }
             route.chosen.extend_from_slice(top);
             route.weights.extend(w);
@@ -127,8 +137,8 @@ impl Moe {
 }
 
 impl Expert {
-    /// `down(act(gate(x)) · up(x))` on rows `rows` of `x`, `rows.len() × hidden`.
-    fn forward(&self, x: &[f32], rows: &[usize], h: usize, width: usize, d: &Description) -> Vec<f32> {
+    /// `down(glu(gate(x), up(x)))` on rows `rows` of `x`, `rows.len() × hidden`.
+    fn forward(&self, x: &[f32], rows: &[usize], (h, width): (usize, usize), glu: Glu, d: &Description) -> Vec<f32> {
         let m = rows.len();
         let mut gathered = Vec::with_capacity(m * h);
         for &t in rows {
@@ -138,9 +148,18 @@ impl Expert {
         let mut inner = vec![0.0; m * 2 * width];
         self.gate_up.forward_into(&gathered, None, &mut scratch, &mut inner);
         let mut gated: Vec<f32> = inner.chunks(2 * width).flat_map(|r| r[..width].iter().copied()).collect();
-        activate(d.activation, &mut gated);
-        for (g, r) in gated.chunks_mut(width).zip(inner.chunks(2 * width)) {
-            g.iter_mut().zip(&r[width..]).for_each(|(g, u)| *g *= u);
+        match glu {
+            Glu::Gated => {
+                activate(d.activation, &mut gated);
+                for (g, r) in gated.chunks_mut(width).zip(inner.chunks(2 * width)) {
+                    g.iter_mut().zip(&r[width..]).for_each(|(g, u)| *g *= u);
+                }
+            }
+            Glu::Clamped { alpha, limit } => {
+                for (g, r) in gated.chunks_mut(width).zip(inner.chunks(2 * width)) {
+                    kernels::clamped_swiglu(g, &r[width..], alpha, limit);
+                }
+            }
         }
         let mut out = vec![0.0; m * h];
         self.down.forward_into(&gated, None, &mut scratch, &mut out);

@@ -36,6 +36,9 @@ pub struct PassShape {
     pub source_len: usize,
     /// Terms each score sums ([`Network::score_terms`]; 0 for plain `q·k` scores).
     pub terms: usize,
+    /// The heads have attention sinks ([`crate::model::describe::Description::attn_sinks`]): a
+    /// share of each row goes to no key, and [`LayerSlots::sinks`] can record it.
+    pub sinks: bool,
 }
 
 impl PassShape {
@@ -481,6 +484,7 @@ impl Network {
             keys: past + n,
             source_len: encoder.map_or(0, |e| e.len() / d.hidden.max(1)),
             terms: self.score_terms().len(),
+            sinks: d.attn_sinks,
         };
         listener.start(&shape);
         let wants = listener.wants();

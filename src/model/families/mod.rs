@@ -15,6 +15,7 @@ mod distilbert;
 mod gemma;
 mod gpt2;
 mod gpt_neox;
+mod gpt_oss;
 mod llama;
 mod modern;
 mod moe;
@@ -94,6 +95,7 @@ const FAMILIES: &[&Family] = &[
     &moe::MIXTRAL,
     &moe::QWEN3_MOE,
     &moe::OLMOE,
+    &gpt_oss::GPT_OSS,
     &gemma::GEMMA2,
     &gemma::GEMMA3,
     &modern::PHI3,
@@ -399,6 +401,7 @@ pub fn post_ln_encoder(s: &Sizes, activation: Activation, norm_eps: f32, rows: u
         local_rotary: None,
         rope_layers: Vec::new(),
         attn_softcap: None,
+        attn_sinks: false,
         final_softcap: None,
         input_norms: true,
         output_norms: false,

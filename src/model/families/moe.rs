@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::{Family, Keys, Tensors, bounded, layer_part, rename_by_table, unsupported};
 use crate::model::ModelError;
-use crate::model::describe::{Description, Experts, QkNorm};
+use crate::model::describe::{Description, Experts, Gating, Glu, QkNorm};
 
 /// Most experts a layer may have (far above released models: Qwen3-MoE has 128).
 const MAX_EXPERTS: usize = 4096;
@@ -113,7 +113,7 @@ pub static QWEN3_MOE: Family = Family { decoder: None, model_types: &["qwen3_moe
 
 /// The experts a config describes: `count_keys` (the first present), `num_experts_per_tok`,
 /// each expert `width` wide, renormalised or not, in the weight sets `sparse` says.
-fn experts(
+pub(super) fn experts(
     keys: &Keys,
     count_keys: &[&str],
     default_count: Option<usize>,
@@ -135,7 +135,16 @@ fn experts(
     };
     let count = bounded(count_key, count, 1, MAX_EXPERTS)?;
     let top_k = bounded("num_experts_per_tok", keys.opt_usize("num_experts_per_tok")?.unwrap_or(2), 1, count)?;
-    Ok(Experts { count, top_k, width, renormalise, sparse })
+    Ok(Experts {
+        count,
+        top_k,
+        width,
+        renormalise,
+        sparse,
+        gating: Gating::SoftmaxThenTopK,
+        router_bias: false,
+        glu: Glu::Gated,
+    })
 }
 
 fn mixtral(keys: &Keys) -> Result<Description, ModelError> {

@@ -266,6 +266,30 @@ fn softmax_in_place(p: &mut [f32]) {
     }
 }
 
+/// [`softmax_in_place`] with one more column that is no key (an attention sink's logit): the row
+/// becomes `exp(p − m) / (Σ exp(p − m) + exp(sink − m))` with `m` the largest of the row and the
+/// sink, and the sink's share of the row is returned.
+#[inline(always)]
+fn softmax_with_sink_in_place(p: &mut [f32], sink: f32) -> f32 {
+    let mut lanes = [sink; LANES];
+    let mut chunks = p.chunks_exact(LANES);
+    for c in &mut chunks {
+        for j in 0..LANES {
+            lanes[j] = if c[j] > lanes[j] { c[j] } else { lanes[j] };
+        }
+    }
+    let max = chunks.remainder().iter().chain(&lanes).fold(sink, |m, &v| if v > m { v } else { m });
+    for v in p.iter_mut() {
+        *v = exp_f32(*v - max);
+    }
+    let sink = exp_f32(sink - max);
+    let inv = 1.0 / (lane_sum(p, |v| v) + sink);
+    for v in p.iter_mut() {
+        *v *= inv;
+    }
+    sink * inv
+}
+
 /// Which keys each query of a block of rows may see: with `causal`, none after it; with a
 /// `window` of `w`, none `w` or more positions before it (Mistral's sliding window). Row `r` is the
 /// query at position `first + r` (after `first` cached tokens).
@@ -294,6 +318,30 @@ impl Mask {
 /// becomes its softmax, in place (hidden keys get exactly 0). Single-threaded: the caller runs
 /// heads in parallel.
 pub fn softmax_rows(probs: &mut [f32], keys: usize, mask: Mask, scores: Option<&mut [f32]>) {
+    softmax_rows_with(probs, keys, mask, scores, None);
+}
+
+/// [`softmax_rows`] where each row's softmax also spans an attention sink: a logit `sink` that
+/// is no key (gpt-oss's `sinks`, `eager_attention_forward`'s extra column). The rows keep the
+/// keys' probabilities (summing to 1 − the sink's share); `shares` (one per row) gets the sink's.
+pub fn softmax_rows_with_sink(
+    probs: &mut [f32],
+    keys: usize,
+    mask: Mask,
+    scores: Option<&mut [f32]>,
+    sink: f32,
+    shares: &mut [f32],
+) {
+    softmax_rows_with(probs, keys, mask, scores, Some((sink, shares)));
+}
+
+fn softmax_rows_with(
+    probs: &mut [f32],
+    keys: usize,
+    mask: Mask,
+    scores: Option<&mut [f32]>,
+    sink: Option<(f32, &mut [f32])>,
+) {
     if let Some(s) = scores.as_deref() {
         assert_eq!(s.len(), probs.len());
     }
@@ -301,7 +349,10 @@ pub fn softmax_rows(probs: &mut [f32], keys: usize, mask: Mask, scores: Option<&
         return;
     }
     assert_eq!(probs.len() % keys, 0);
-    Simd::detect().vectorised(SoftmaxRows { probs, scores, keys, mask });
+    if let Some((_, shares)) = &sink {
+        assert_eq!(shares.len(), probs.len() / keys);
+    }
+    Simd::detect().vectorised(SoftmaxRows { probs, scores, keys, mask, sink });
 }
 
 /// The rows of [`softmax_rows`], as a vectorised loop: `run` is compiled for the instruction set
@@ -311,6 +362,8 @@ struct SoftmaxRows<'a> {
     scores: Option<&'a mut [f32]>,
     keys: usize,
     mask: Mask,
+    /// An attention sink's logit and where each row's share of it goes.
+    sink: Option<(f32, &'a mut [f32])>,
 }
 
 impl Vectorised for SoftmaxRows<'_> {
@@ -318,7 +371,7 @@ impl Vectorised for SoftmaxRows<'_> {
 
     #[inline(always)]
     fn run<L: Unpack>(self) {
-        let Self { probs, mut scores, keys, mask } = self;
+        let Self { probs, mut scores, keys, mask, mut sink } = self;
         for (query, p) in probs.chunks_mut(keys).enumerate() {
             let seen = mask.visible(query, keys);
             p[..seen.start].fill(f32::NEG_INFINITY);
@@ -326,7 +379,10 @@ impl Vectorised for SoftmaxRows<'_> {
             if let Some(s) = scores.as_deref_mut() {
                 s[query * keys..(query + 1) * keys].copy_from_slice(p);
             }
-            softmax_in_place(p);
+            match &mut sink {
+                Some((logit, shares)) => shares[query] = softmax_with_sink_in_place(p, *logit),
+                None => softmax_in_place(p),
+            }
         }
     }
 }
@@ -402,6 +458,17 @@ pub fn silu_in_place(values: &mut [f32]) {
     );
 }
 
+/// gpt-oss's clamped `SwiGLU` (`GptOssExperts._apply_gate`) in place on `gate`: `gate` clamped
+/// above at `limit`, `up` to `±limit`, then `(up + 1) · gate · sigmoid(alpha · gate)`.
+pub fn clamped_swiglu(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(limit);
+        let u = u.clamp(-limit, limit);
+        let sigmoid = 1.0 / (1.0 + exp_f32(-(x * alpha)));
+        *g = (u + 1.0) * (x * sigmoid);
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::float_cmp)] // exact values are the point of these tests
 mod tests {
@@ -409,6 +476,26 @@ mod tests {
 
     fn rel(a: f32, b: f64) -> f64 {
         ((f64::from(a) - b) / b.abs().max(1e-30)).abs()
+    }
+
+    #[test]
+    fn a_sink_takes_its_share_of_the_row() {
+        // Row 0 sees key 0 (score 0) and the sink (ln 3): [1, 3] / 4. Row 1 sees scores 0 and
+        // ln 2 and the sink: [1, 2, 3] / 6.
+        let mut p = vec![0.0, 5.0, 0.0, 2f32.ln()];
+        let mut shares = [0.0; 2];
+        let mask = Mask { causal: true, window: None, first: 0 };
+        softmax_rows_with_sink(&mut p, 2, mask, None, 3f32.ln(), &mut shares);
+        assert!((p[0] - 0.25).abs() < 1e-6 && p[1] == 0.0 && (shares[0] - 0.75).abs() < 1e-6, "{p:?} {shares:?}");
+        assert!((p[2] - 1.0 / 6.0).abs() < 1e-6 && (p[3] - 2.0 / 6.0).abs() < 1e-6, "{p:?}");
+        assert!((shares[1] - 0.5).abs() < 1e-6);
+        // The clamp clips gate above and up on both sides.
+        let mut gate = [10.0f32, -1.0];
+        clamped_swiglu(&mut gate, &[-9.0, 0.5], 1.0, 2.0);
+        let sig = |x: f32| 1.0 / (1.0 + (-x).exp());
+        // (up + 1) · gate · sigmoid(gate): up clipped to -2, gate to 2; then up 0.5, gate -1.
+        assert!((gate[0] + 2.0 * sig(2.0)).abs() < 1e-6, "{gate:?}");
+        assert!((gate[1] + 1.5 * sig(-1.0)).abs() < 1e-6, "{gate:?}");
     }
 
     #[test]

@@ -11,7 +11,8 @@ mod simd;
 
 pub use blocks::{BlockKind, widen};
 pub use elementwise::{
-    LANES, Mask, add_panels, dot, dot_finish, erf_f32, exp_f32, gelu_erf_in_place, gelu_tanh_in_place, layer_norm_rows,
-    norm_scales, relu_in_place, rms_norm_rows, silu_in_place, softcap_in_place, softmax_rows,
+    LANES, Mask, add_panels, clamped_swiglu, dot, dot_finish, erf_f32, exp_f32, gelu_erf_in_place, gelu_tanh_in_place,
+    layer_norm_rows, norm_scales, relu_in_place, rms_norm_rows, silu_in_place, softcap_in_place, softmax_rows,
+    softmax_rows_with_sink,
 };
 pub use gemm::{BLOCK_ROWS, MatMut, MatRef, block_dots, block_product, matmul};

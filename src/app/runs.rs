@@ -254,6 +254,7 @@ impl AttnvizApp {
     /// The training lab's network is the loaded model: the same model, further trained (its run
     /// is replaced when the new one arrives), or a new shape (the old run is dropped).
     fn on_installed(&mut self, info: ModelInfo) {
+        self.features.lens.model_changed();
         self.settings.fit_model(info.layers, info.heads);
         // Interventions set on the lab's network stay with it from one evaluation to the next;
         // any others are reset (with a notice), as for a loaded model.
@@ -296,6 +297,7 @@ impl AttnvizApp {
                 return;
             }
         };
+        self.features.lens.model_changed();
         let reset = self.settings.interventions_meet(dir, info.layers, info.heads);
         // A model the user just loaded is the one they want to see.
         if std::mem::take(&mut self.session.switch_on_load) && self.settings.source != Source::Pretrained {

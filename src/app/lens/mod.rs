@@ -269,6 +269,12 @@ impl Feature {
         shown.worker.send(Job::Lens { id, key, tokens, column, chunks, interventions });
     }
 
+    /// A new model is loaded: the worker forgets a lens it had not finished (it is not resumed on
+    /// another model), so none is waited for; the lens view asks again.
+    pub fn model_changed(&mut self) {
+        self.state.in_flight = None;
+    }
+
     /// Takes a part of a lens from the worker (dropped when it is of an older input).
     pub fn on_part(&mut self, (id, key): (u64, LensKey), answer: crate::app::worker::LensAnswer) {
         let lens = &mut self.state;

@@ -535,8 +535,13 @@ impl Inference {
                 Err(TryRecvError::Disconnected) => return Err(Gone),
             }
         }
-        batch.run = batch.run.or(self.owed.take().filter(|_| batch.generate.is_none() && batch.load.is_none()));
-        batch.lens = batch.lens.or(self.owed_lens.take().filter(|_| batch.load.is_none()));
+        // What a newer job interrupted is owed: taken up again once no load comes first (a load
+        // that succeeds forgets it, one that fails leaves it owed: its asker still waits); a
+        // generation replaces an interrupted run.
+        if batch.load.is_none() {
+            batch.run = batch.run.or(self.owed.take().filter(|_| batch.generate.is_none()));
+            batch.lens = batch.lens.or(self.owed_lens.take());
+        }
         Ok(batch)
     }
 
@@ -587,6 +592,7 @@ impl Inference {
                 let info = ModelInfo::of(&model);
                 self.model = Some(model);
                 self.prefix = None;
+                (self.owed, self.owed_lens) = (None, None);
                 self.answer(Done::Installed { id, info })
             }
             Job::Load { id, dir } => {
@@ -596,6 +602,8 @@ impl Inference {
                         info.hints = crate::train::hints(&dir).map(Arc::new);
                         self.model = Some(Arc::new(m));
                         self.prefix = None;
+                        // The app asks again of the new model (its lens included).
+                        (self.owed, self.owed_lens) = (None, None);
                         Ok(info)
                     }
                     Err(e) => Err(e.to_string()),

@@ -3871,3 +3871,16 @@ fn gpt_oss_shows_its_sinks_in_the_heatmap_head_view_and_statistics_and_routes_an
     assert_eq!((p.patching.grid.layers, p.patching.grid.columns), (2, 4));
     assert!(p.patching.grid.logit_diff.iter().all(|v| v.is_finite()));
 }
+
+#[test]
+fn a_graph_of_an_older_shorter_text_is_laid_out_within_its_own_tokens() {
+    let mut h = long_text_in_a_small_window(6);
+    let figure = open_the_graph(&mut h);
+    let graph = h.state().features.graph.slot.shown().unwrap().1.0.clone().unwrap();
+    // Laid out for a longer text's last position (the text changed, its own graph not come yet):
+    // the graph's own last position, not a position past its tokens.
+    let longer: Vec<String> = (0..40).map(|i| format!("t{i}")).collect();
+    let (shown, _) = attnviz::app::graph::graph_figure(&graph, &longer, (39, 0.04), String::new());
+    assert_eq!(shown.nodes.len(), figure.nodes.len());
+    assert_eq!(shown.edges.len(), figure.edges.len());
+}

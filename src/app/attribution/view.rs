@@ -210,7 +210,11 @@ impl super::Feature {
         let table = match self.dla.shown() {
             Some((_, (Ok(a), _))) => {
                 let name = data.model.map_or("model", |m| m.name.as_str());
-                let label = data.token_run.map(|r| r.label(a.position)).unwrap_or_default();
+                let label = data
+                    .token_run
+                    .filter(|r| a.position < r.tokens.len())
+                    .map(|r| r.label(a.position))
+                    .unwrap_or_default();
                 let title = format!(
                     "{name} · direct logit attribution of {} at position {} “{label}” · Σ terms = {:.3}, logit {:.3}",
                     target_text(a),

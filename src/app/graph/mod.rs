@@ -139,6 +139,9 @@ pub fn graph_figure(
 ) -> (crate::export::GraphFigure, Vec<Option<EdgeHead>>) {
     use crate::analysis::contrib::Node;
     use crate::export::{EdgeKind, GraphEdge, GraphFigure, GraphNode};
+    // The position within the graph's own tokens (a text that changed since it was computed may
+    // be longer).
+    let position = position.min(graph.run.graph.tokens.saturating_sub(1));
     let routes = graph.run.graph.routes(position, threshold);
     let mut index: std::collections::BTreeMap<Node, usize> = std::collections::BTreeMap::new();
     let mut nodes = Vec::new();

@@ -15,6 +15,9 @@ impl GraphShown {
     pub fn node_top(&self, node: crate::analysis::contrib::Node) -> Option<(u32, f32)> {
         use crate::analysis::contrib::Node;
         let n = self.run.graph.tokens;
+        if node.token() as usize >= n {
+            return None;
+        }
         match node {
             Node::Embedding(t) => self.run.lens.as_ref()?.cell(0, t as usize).next(),
             Node::Out(l, t) | Node::Mlp(l, t) => self.run.lens.as_ref()?.cell(usize::from(l) + 1, t as usize).next(),

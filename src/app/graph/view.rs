@@ -262,7 +262,8 @@ impl super::Feature {
         let position = settings.position.unwrap_or(n.saturating_sub(1)).min(n.saturating_sub(1));
         let name = data.model.map_or("model", |m| m.name.as_str());
         let figure = match self.slot.shown() {
-            Some((_, (Ok(graph), _))) => {
+            // Of the tokens shown (not of a text since changed, until its own graph comes).
+            Some((_, (Ok(graph), _))) if graph.run.graph.tokens == n => {
                 let title = format!(
                     "{name} · contribution graph to the prediction at position {position} “{}” · threshold {:.2}",
                     labels.get(position).map_or("", String::as_str),

@@ -118,6 +118,24 @@ fn olmoe_routes_as_transformers_with_whole_projection_qk_norms() {
     }
 }
 
+/// The mixtures of experts from llama.cpp files (`tests/fixtures/make_gguf_families.py`): the same
+/// routes as transformers on the dequantised weights, with the renormalisation llama.cpp uses for
+/// each architecture (Mixtral as `llama` and `qwen3moe` renormalise, `olmoe` does not).
+#[test]
+fn gguf_mixtures_route_as_transformers_on_their_dequantised_weights() {
+    for (family, renormalise) in [("mixtral", true), ("qwen3-moe", true), ("olmoe", false)] {
+        let path = root().join(format!("tests/fixtures/models/tiny-{family}-gguf/tiny-{family}.gguf"));
+        let m = LoadedModel::load(&path).unwrap();
+        let e = m.description().experts.clone().unwrap();
+        assert_eq!((e.count, e.top_k, e.renormalise), (4, 2, renormalise), "{family}");
+        assert!(e.sparse.iter().all(|&s| s), "{family}: every layer has experts");
+        let prefix = format!("gguf_{}", family.replace('-', "_"));
+        for case in ["single", "generate"] {
+            check_routes(&m, &format!("{prefix}_{case}"));
+        }
+    }
+}
+
 #[test]
 fn gpt_oss_routes_as_transformers_with_a_biased_router_and_clamped_experts() {
     use attnviz::model::describe::{Gating, Glu};

@@ -56,6 +56,11 @@ fn model(which: &str) -> &'static LoadedModel {
         "gguf-q8" => root().join("tests/fixtures/models/tiny-llama-gguf/tiny-llama.Q8_0.gguf"),
         "gguf-q4" => root().join("tests/fixtures/models/tiny-llama-gguf/tiny-llama.Q4.gguf"),
         "smollm2" => root().join("assets/models/SmolLM2-135M-Instruct"),
+        // The 2024–2026 families as llama.cpp files (tests/fixtures/make_gguf_families.py).
+        other if other.starts_with("gguf-") => {
+            let family = &other["gguf-".len()..];
+            root().join(format!("tests/fixtures/models/tiny-{family}-gguf/tiny-{family}.gguf"))
+        }
         other => root().join("tests/fixtures/models").join(format!("tiny-{other}")),
     };
     let mut models = MODELS.get_or_init(Mutex::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -670,6 +675,32 @@ decoder_parity! {
     gguf_q8_single: "gguf-q8", "gguf_q8_single";
     gguf_q4_single: "gguf-q4", "gguf_q4_single";
     smollm2_single: "smollm2", "smollm2_single";
+}
+
+// The 2024–2026 families from llama.cpp files (its converter, then Q8_0 / Q4_1 by gguf-py),
+// against transformers on the dequantised weights (tests/fixtures/make_gguf_families.py).
+decoder_parity! {
+    gguf_gemma2_single: "gguf-gemma2", "gguf_gemma2_single";
+    gguf_gemma3_single: "gguf-gemma3", "gguf_gemma3_single";
+    gguf_phi3_single: "gguf-phi3", "gguf_phi3_single";
+    gguf_olmo2_single: "gguf-olmo2", "gguf_olmo2_single";
+    gguf_granite_single: "gguf-granite", "gguf_granite_single";
+    gguf_smollm3_single: "gguf-smollm3", "gguf_smollm3_single";
+    gguf_qwen3_moe_single: "gguf-qwen3-moe", "gguf_qwen3_moe_single";
+    gguf_olmoe_single: "gguf-olmoe", "gguf_olmoe_single";
+    gguf_mixtral_single: "gguf-mixtral", "gguf_mixtral_single";
+}
+
+generation_parity! {
+    gguf_gemma2_generates_as_transformers: "gguf-gemma2", "gguf_gemma2_generate";
+    gguf_gemma3_generates_as_transformers: "gguf-gemma3", "gguf_gemma3_generate";
+    gguf_phi3_generates_as_transformers: "gguf-phi3", "gguf_phi3_generate";
+    gguf_olmo2_generates_as_transformers: "gguf-olmo2", "gguf_olmo2_generate";
+    gguf_granite_generates_as_transformers: "gguf-granite", "gguf_granite_generate";
+    gguf_smollm3_generates_as_transformers: "gguf-smollm3", "gguf_smollm3_generate";
+    gguf_qwen3_moe_generates_as_transformers: "gguf-qwen3-moe", "gguf_qwen3_moe_generate";
+    gguf_olmoe_generates_as_transformers: "gguf-olmoe", "gguf_olmoe_generate";
+    gguf_mixtral_generates_as_transformers: "gguf-mixtral", "gguf_mixtral_generate";
 }
 
 generation_parity! {

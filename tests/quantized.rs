@@ -66,6 +66,22 @@ fn every_block_type_runs_bit_for_bit_as_its_dequantisation_in_the_files_bytes() 
     }
 }
 
+/// The 2024–2026 families' GGUF fixtures (`Q8_0`, `Q4_1`, F16 and F32 tensors; experts stacked,
+/// Phi-3's q/k/v and gate/up fused): kept in blocks, each expert and fused part a byte range of its
+/// tensor, they run bit for bit as the same file dequantised and split as tensors.
+#[test]
+fn stacked_experts_and_fused_rows_kept_in_blocks_run_as_their_dequantisation() {
+    for family in ["gemma2", "gemma3", "phi3", "olmo2", "granite", "smollm3", "qwen3-moe", "olmoe", "mixtral"] {
+        let path = common::root().join(format!("tests/fixtures/models/tiny-{family}-gguf/tiny-{family}.gguf"));
+        let kept = LoadedModel::load_with(&path, Some(WeightStorage::Stored)).unwrap();
+        let wide = LoadedModel::load_with(&path, Some(WeightStorage::F32)).unwrap();
+        assert!(kept.quantization.as_deref().unwrap().contains("Q4_1"), "{family}");
+        let (a, b) = (kept.run(SENTENCE, None).unwrap(), wide.run(SENTENCE, None).unwrap());
+        assert_eq!(bits(a.attention.as_slice()), bits(b.attention.as_slice()), "{family}: attention");
+        assert_eq!(bits(&a.last_hidden), bits(&b.last_hidden), "{family}: last hidden state");
+    }
+}
+
 #[test]
 fn the_memory_check_counts_the_bytes_held_and_names_them() {
     // The K-quant fixture: ~0.4 MB of blocks, 2.4 MB as f32. A 1 MB limit lets the blocks in and

@@ -46,8 +46,9 @@ pub struct Cli {
     /// the text of Gemma 3 checkpoints (gemma3), Phi-3/Phi-4-mini (phi3), OLMo-2 (olmo2), Granite
     /// (granite), SmolLM3 (smollm3), GPT-NeoX/Pythia (gpt_neox); mixtures of experts Mixtral
     /// (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe), gpt-oss with attention sinks (gpt_oss);
-    /// encoder–decoders,
-    /// with cross-attention: BART (bart), mBART (mbart), Marian (marian), T5/Flan-T5 (t5).
+    /// encoder–decoders, with cross-attention: BART (bart), mBART (mbart), Marian (marian),
+    /// T5/Flan-T5 (t5). GGUF architectures (general.architecture): llama (Llama, Mistral, Mixtral),
+    /// gemma2, gemma3, phi3, olmo2, granite, smollm3, qwen3moe, olmoe.
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
     /// Sentence to start the app with.

@@ -1,7 +1,10 @@
-//! llama.cpp GGUF files: metadata → the Llama family's description, matrices kept in their blocks
-//! (or, with `ATTNVIZ_WEIGHTS=f32` and for the types attnviz does not widen itself, dequantised to
-//! f32 through Candle's `quantized::gguf_file`), q and k un-permuted from llama.cpp's rotary layout, and
-//! the tokenizer rebuilt from the file's vocabulary and merges (as transformers'
+//! llama.cpp GGUF files: metadata → the `config.json` of the family each architecture maps onto
+//! (one [`Arch`] per architecture: a table), matrices kept in their blocks (or, with
+//! `ATTNVIZ_WEIGHTS=f32` and for the types attnviz does not widen itself, dequantised to f32 through
+//! Candle's `quantized::gguf_file`), undoing what llama.cpp's `convert_hf_to_gguf.py` changed: q
+//! and k rows un-permuted from its interleaved rotary layout (Llama-style architectures), Gemma's
+//! norms stored as `1 + weight`, experts stacked in one tensor per layer, Phi-3's fused q/k/v and
+//! gate/up rows. The tokenizer is rebuilt from the file's vocabulary and merges (as transformers'
 //! `integrations/gguf/gguf_tokenizer_mapping.py` does) unless a `tokenizer.json` sits beside it.
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,8 +23,103 @@ use super::engine::{BlockKind, Quantized, Region, WeightStorage};
 use super::families::{self, Tensors};
 use super::files::{check_memory_of, first_line, regular_file};
 
-/// The architectures read (llama.cpp writes Llama, Mistral, `SmolLM` and most fine-tunes as "llama").
-const ARCHITECTURES: &[&str] = &["llama"];
+/// A llama.cpp architecture (`general.architecture`) and how its files differ from the
+/// checkpoints of the family it maps onto.
+#[allow(clippy::struct_excessive_bools)] // a row of a table: independent facts of each architecture
+struct Arch {
+    /// `general.architecture`.
+    name: &'static str,
+    /// The `model_type` whose description it maps onto (`llama` with experts: Mixtral's).
+    model_type: &'static str,
+    /// q and k rows stored permuted for llama.cpp's interleaved rotation (the converter's
+    /// `LlamaModel` and its subclasses; the others rotate halves, as transformers does).
+    permuted: bool,
+    /// Norm weights stored as `1 + weight` (the converter's Gemma classes add the one Gemma's
+    /// `RMSNorm` adds).
+    norms_plus_one: bool,
+    /// `ffn_up` holds gate and up rows (Phi-3's `gate_up_proj`).
+    fused_gate_up: bool,
+    /// The chosen experts' weights renormalised (llama.cpp's `build_moe_ffn` `norm_w` for the
+    /// architecture).
+    renormalise: bool,
+}
+
+/// The architectures read (llama.cpp writes Llama, Mistral, `SmolLM`, Mixtral and most fine-tunes
+/// as "llama").
+const ARCHITECTURES: &[Arch] = &[
+    Arch {
+        name: "llama",
+        model_type: "llama",
+        permuted: true,
+        norms_plus_one: false,
+        fused_gate_up: false,
+        renormalise: true,
+    },
+    Arch {
+        name: "gemma2",
+        model_type: "gemma2",
+        permuted: false,
+        norms_plus_one: true,
+        fused_gate_up: false,
+        renormalise: false,
+    },
+    Arch {
+        name: "gemma3",
+        model_type: "gemma3_text",
+        permuted: false,
+        norms_plus_one: true,
+        fused_gate_up: false,
+        renormalise: false,
+    },
+    Arch {
+        name: "phi3",
+        model_type: "phi3",
+        permuted: false,
+        norms_plus_one: false,
+        fused_gate_up: true,
+        renormalise: false,
+    },
+    Arch {
+        name: "olmo2",
+        model_type: "olmo2",
+        permuted: false,
+        norms_plus_one: false,
+        fused_gate_up: false,
+        renormalise: false,
+    },
+    Arch {
+        name: "granite",
+        model_type: "granite",
+        permuted: true,
+        norms_plus_one: false,
+        fused_gate_up: false,
+        renormalise: false,
+    },
+    Arch {
+        name: "smollm3",
+        model_type: "smollm3",
+        permuted: true,
+        norms_plus_one: false,
+        fused_gate_up: false,
+        renormalise: false,
+    },
+    Arch {
+        name: "qwen3moe",
+        model_type: "qwen3_moe",
+        permuted: false,
+        norms_plus_one: false,
+        fused_gate_up: false,
+        renormalise: true,
+    },
+    Arch {
+        name: "olmoe",
+        model_type: "olmoe",
+        permuted: false,
+        norms_plus_one: false,
+        fused_gate_up: false,
+        renormalise: false,
+    },
+];
 
 use families::MAX_TENSOR_ELEMENTS;
 
@@ -230,40 +328,169 @@ impl Meta<'_> {
     }
 }
 
-/// The `config.json` transformers derives from a llama GGUF (`gguf_config_mapping.py`).
-fn config_of(meta: &Meta<'_>, arch: &str, vocab: usize, tied: bool) -> Result<String, ModelError> {
-    let key = |k: &str| format!("{arch}.{k}");
+/// What the metadata alone does not say: Phi-3's long-rope factors (tensors
+/// `rope_factors_short` / `rope_factors_long`) and the layers without a router.
+struct FromTensors {
+    short_factor: Option<Vec<f32>>,
+    long_factor: Option<Vec<f32>>,
+    dense_layers: Vec<usize>,
+}
+
+/// The `config.json` a GGUF file stands for (transformers' `gguf_config_mapping.py` for the keys
+/// they share, llama.cpp's `llama-model.cpp` for what its loader assumes of each architecture).
+fn config_of(
+    meta: &Meta<'_>,
+    arch: &Arch,
+    vocab: usize,
+    tied: bool,
+    from_tensors: &FromTensors,
+) -> Result<String, ModelError> {
+    let name = arch.name;
+    let key = |k: &str| format!("{name}.{k}");
     let need = |k: &str| -> Result<u64, ModelError> {
         meta.count(&key(k))?.ok_or_else(|| ModelError::Config(format!("GGUF metadata lacks \"{}\"", key(k))))
     };
     let mut cfg = Map::new();
-    cfg.insert("model_type".into(), json!("llama"));
+    let experts = meta.count(&key("expert_count"))?.unwrap_or(0);
+    let model_type = if arch.name == "llama" && experts > 0 { "mixtral" } else { arch.model_type };
+    cfg.insert("model_type".into(), json!(model_type));
     cfg.insert("vocab_size".into(), json!(meta.count(&key("vocab_size"))?.unwrap_or(vocab as u64)));
-    cfg.insert("hidden_size".into(), json!(need("embedding_length")?));
-    cfg.insert("num_hidden_layers".into(), json!(need("block_count")?));
+    let hidden = need("embedding_length")?;
+    cfg.insert("hidden_size".into(), json!(hidden));
+    let layers = need("block_count")?;
+    cfg.insert("num_hidden_layers".into(), json!(layers));
     let heads = need("attention.head_count")?;
     cfg.insert("num_attention_heads".into(), json!(heads));
     cfg.insert("num_key_value_heads".into(), json!(meta.count(&key("attention.head_count_kv"))?.unwrap_or(heads)));
     cfg.insert("intermediate_size".into(), json!(need("feed_forward_length")?));
     cfg.insert("max_position_embeddings".into(), json!(meta.count(&key("context_length"))?.unwrap_or(2048)));
-    if let Some(d) = meta.count(&key("attention.key_length"))? {
+    let head_dim = meta.count(&key("attention.key_length"))?;
+    if let Some(d) = head_dim {
         cfg.insert("head_dim".into(), json!(d));
     }
+    let head_dim = head_dim.unwrap_or(hidden.checked_div(heads).unwrap_or(0));
     if let Some(eps) = meta.number(&key("attention.layer_norm_rms_epsilon"))? {
         cfg.insert("rms_norm_eps".into(), json!(eps));
     }
-    cfg.insert("rope_theta".into(), json!(meta.number(&key("rope.freq_base"))?.unwrap_or(10_000.0)));
-    let scaling = meta.string(&key("rope.scaling.type"))?;
-    if let Some(kind) = scaling.filter(|k| *k != "none") {
-        let mut s = Map::new();
-        s.insert("rope_type".into(), json!(kind));
+    let theta = meta.number(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+    cfg.insert("rope_theta".into(), json!(theta));
+    let scaling = meta.string(&key("rope.scaling.type"))?.filter(|k| *k != "none");
+    let mut rope_scaling = Map::new();
+    if let Some(kind) = scaling {
+        rope_scaling.insert("rope_type".into(), json!(kind));
         if let Some(f) = meta.number(&key("rope.scaling.factor"))? {
-            s.insert("factor".into(), json!(f));
+            rope_scaling.insert("factor".into(), json!(f));
         }
         if let Some(o) = meta.count(&key("rope.scaling.original_context_length"))? {
-            s.insert("original_max_position_embeddings".into(), json!(o));
+            rope_scaling.insert("original_max_position_embeddings".into(), json!(o));
         }
-        cfg.insert("rope_scaling".into(), serde_json::Value::Object(s));
+    }
+    if let Some(window) = meta.count(&key("attention.sliding_window"))?.filter(|&w| w > 0) {
+        cfg.insert("sliding_window".into(), json!(window));
+    } else {
+        cfg.insert("sliding_window".into(), serde_json::Value::Null);
+    }
+    if let Some(cap) = meta.number(&key("final_logit_softcapping"))? {
+        cfg.insert("final_logit_softcapping".into(), json!(cap));
+    }
+    if let Some(scale) = meta.number(&key("expert_weights_scale"))?.filter(|s| ![0.0, 1.0].contains(s)) {
+        return Err(ModelError::Unsupported {
+            field: key("expert_weights_scale"),
+            value: scale.to_string(),
+            why: "experts' weights scaled after the router are not supported".into(),
+        });
+    }
+    // The families' rotary width is the whole head unless the family reads a partial one.
+    if let Some(dims) = meta.count(&key("rope.dimension_count"))?.filter(|&d| d != head_dim) {
+        if arch.name != "phi3" {
+            return Err(ModelError::Unsupported {
+                field: key("rope.dimension_count"),
+                value: dims.to_string(),
+                why: format!("only rotation over whole heads ({head_dim}) is supported for {name}"),
+            });
+        }
+        cfg.insert("partial_rotary_factor".into(), json!(dims as f64 / head_dim as f64));
+    }
+    match arch.name {
+        "gemma2" | "gemma3" => {
+            if let Some(cap) = meta.number(&key("attn_logit_softcapping"))? {
+                cfg.insert("attn_logit_softcapping".into(), json!(cap));
+            } else {
+                cfg.insert("attn_logit_softcapping".into(), serde_json::Value::Null);
+            }
+            if !cfg.contains_key("final_logit_softcapping") {
+                cfg.insert("final_logit_softcapping".into(), serde_json::Value::Null);
+            }
+            // llama.cpp: scores × 1/√head_dim, except the 27B models (46 blocks of Gemma 2, 62 of
+            // Gemma 3), which scale by 1/√(hidden / heads) as their query_pre_attn_scalar says.
+            let big = (arch.name == "gemma2" && layers == 46) || (arch.name == "gemma3" && layers == 62);
+            let scalar = if big { hidden.checked_div(heads).unwrap_or(head_dim) } else { head_dim };
+            cfg.insert("query_pre_attn_scalar".into(), json!(scalar));
+            if arch.name == "gemma3" {
+                // llama.cpp: every sixth layer full, the others sliding and rotated with base
+                // 10 000 (or `rope.freq_base_swa`), unscaled.
+                let local = meta.number(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+                let mut full = rope_scaling.clone();
+                full.entry("rope_type").or_insert(json!("default"));
+                full.insert("rope_theta".into(), json!(theta));
+                cfg.insert(
+                    "rope_parameters".into(),
+                    json!({"full_attention": full,
+                           "sliding_attention": {"rope_type": "default", "rope_theta": local}}),
+                );
+                let pattern = meta.count(&key("attention.sliding_window_pattern"))?.unwrap_or(6);
+                cfg.insert("sliding_window_pattern".into(), json!(pattern));
+                if cfg.get("sliding_window") == Some(&serde_json::Value::Null) {
+                    cfg.insert("sliding_window_pattern".into(), json!(1));
+                }
+                rope_scaling.clear();
+            }
+        }
+        "phi3" => {
+            if let (Some(short), Some(long)) = (&from_tensors.short_factor, &from_tensors.long_factor) {
+                let original = meta.count(&key("rope.scaling.original_context_length"))?.ok_or_else(|| {
+                    ModelError::Config(format!(
+                        "GGUF metadata lacks \"{}\"",
+                        key("rope.scaling.original_context_length")
+                    ))
+                })?;
+                rope_scaling = Map::new();
+                rope_scaling.insert("rope_type".into(), json!("longrope"));
+                rope_scaling.insert("short_factor".into(), json!(short));
+                rope_scaling.insert("long_factor".into(), json!(long));
+                rope_scaling.insert("original_max_position_embeddings".into(), json!(original));
+                cfg.insert("original_max_position_embeddings".into(), json!(original));
+            }
+        }
+        "granite" => {
+            for (gguf_key, config_key) in [
+                ("attention.scale", "attention_multiplier"),
+                ("embedding_scale", "embedding_multiplier"),
+                ("residual_scale", "residual_multiplier"),
+                ("logit_scale", "logits_scaling"),
+            ] {
+                if let Some(v) = meta.number(&key(gguf_key))? {
+                    cfg.insert(config_key.into(), json!(v));
+                }
+            }
+        }
+        _ => {}
+    }
+    if experts > 0 {
+        let used = meta.count(&key("expert_used_count"))?.unwrap_or(2);
+        let count_key = if model_type == "mixtral" { "num_local_experts" } else { "num_experts" };
+        cfg.insert(count_key.into(), json!(experts));
+        cfg.insert("num_experts_per_tok".into(), json!(used));
+        let renormalise = meta.flag(&key("expert_weights_norm")).unwrap_or(arch.renormalise);
+        cfg.insert("norm_topk_prob".into(), json!(renormalise));
+        if model_type == "qwen3_moe" {
+            let width = meta.count(&key("expert_feed_forward_length"))?;
+            cfg.insert("moe_intermediate_size".into(), json!(width.unwrap_or(need("feed_forward_length")?)));
+            cfg.insert("mlp_only_layers".into(), json!(from_tensors.dense_layers));
+        }
+    }
+    if !rope_scaling.is_empty() {
+        cfg.insert("rope_scaling".into(), serde_json::Value::Object(rope_scaling));
     }
     cfg.insert("tie_word_embeddings".into(), json!(tied));
     Ok(serde_json::Value::Object(cfg).to_string())
@@ -423,24 +650,27 @@ impl BlockKind {
     }
 }
 
-/// The kind a tensor is kept in with [`WeightStorage::Stored`]: a matrix of a type widened by the
-/// engine (F32 ones too are read as rows, not converted); None for vectors and other types, which
+/// The kind a tensor is kept in with [`WeightStorage::Stored`]: a matrix (or a stack of experts'
+/// matrices) of a type widened by the engine (F32 ones too are read as rows, not converted); None for vectors and other types, which
 /// are dequantised to f32 on load.
 fn kept_kind(info: &candle_core::quantized::gguf_file::TensorInfo, storage: WeightStorage) -> Option<BlockKind> {
     let dims = info.shape.dims();
     let kind = BlockKind::of(info.ggml_dtype)?;
-    (storage == WeightStorage::Stored && dims.len() == 2 && kind.row_bytes(dims[1]).is_some()).then_some(kind)
+    let cols = dims.last().copied().unwrap_or(0);
+    (storage == WeightStorage::Stored && matches!(dims.len(), 2 | 3) && kind.row_bytes(cols).is_some()).then_some(kind)
 }
 
-/// A matrix's raw blocks, read from the file into `out` (its length: the matrix's bytes).
+/// A matrix's raw blocks from `skip` bytes into a tensor, read from the file into `out` (its
+/// length: the matrix's bytes).
 fn raw_blocks(
     reader: &mut BufReader<File>,
     content: &Content,
     info: &candle_core::quantized::gguf_file::TensorInfo,
+    skip: usize,
     out: &mut [u8],
 ) -> std::io::Result<()> {
     use std::io::{Seek, SeekFrom};
-    let start = content.tensor_data_offset.saturating_add(info.offset);
+    let start = content.tensor_data_offset.saturating_add(info.offset).saturating_add(skip as u64);
     let end = reader.seek(SeekFrom::End(0))?;
     if end.saturating_sub(start) < out.len() as u64 {
         return Err(std::io::Error::new(
@@ -456,7 +686,8 @@ fn raw_blocks(
     reader.read_exact(out)
 }
 
-/// GGUF tensor names → canonical ones (`blk.N.attn_q.weight` → `layer.N.q.weight`, …).
+/// GGUF tensor names → canonical ones (`blk.N.attn_q.weight` → `layer.N.q.weight`, …; a layer's
+/// stacked experts → `layer.N.experts.gate.weight`, split by [`pieces`]).
 fn canonical_name(name: &str) -> Option<String> {
     let fixed = match name {
         "token_embd.weight" => Some("embed.tokens.weight"),
@@ -477,15 +708,83 @@ fn canonical_name(name: &str) -> Option<String> {
         "attn_q" => "q",
         "attn_k" => "k",
         "attn_v" => "v",
+        "attn_qkv" => "qkv",
         "attn_output" => "o",
         "attn_norm" => "attn_norm",
         "ffn_norm" => "ffn_norm",
+        "post_attention_norm" => "attn_out_norm",
+        "post_ffw_norm" => "ffn_out_norm",
+        "attn_q_norm" => "q_norm",
+        "attn_k_norm" => "k_norm",
         "ffn_gate" => "gate",
         "ffn_up" => "up",
         "ffn_down" => "down",
+        "ffn_gate_inp" => "router",
+        "ffn_gate_exps" => "experts.gate",
+        "ffn_up_exps" => "experts.up",
+        "ffn_down_exps" => "experts.down",
         _ => return None,
     };
     Some(format!("layer.{layer}.{target}.{leaf}"))
+}
+
+/// A canonical tensor inside a GGUF one: rows `start..start + rows` of the tensor seen as rows of
+/// its last dimension (an expert of a stacked tensor, q, k or v of a fused one, or all of it).
+struct Piece {
+    canon: String,
+    start: usize,
+    rows: usize,
+}
+
+/// The canonical tensors a GGUF tensor of shape `dims` holds (None: one the network does not read).
+fn pieces(name: &str, dims: &[usize], arch: &Arch, desc: &Description) -> Option<Vec<Piece>> {
+    let canon = canonical_name(name)?;
+    let whole = dims[..dims.len().saturating_sub(1)].iter().product::<usize>().max(usize::from(dims.len() == 1));
+    let rows = if dims.len() == 1 { dims[0] } else { whole };
+    let split = |stem: &str, parts: &[(&str, usize)]| {
+        let mut start = 0;
+        parts
+            .iter()
+            .map(|&(part, rows)| {
+                let piece = Piece { canon: format!("{stem}.{part}.weight"), start, rows };
+                start += rows;
+                piece
+            })
+            .collect()
+    };
+    if let Some(stem) = canon.strip_suffix(".qkv.weight") {
+        let (q, kv) = (desc.query_width(), desc.kv_width());
+        return Some(split(stem, &[("q", q), ("k", kv), ("v", kv)]));
+    }
+    if let Some(stem) = canon.strip_suffix(".up.weight").filter(|_| arch.fused_gate_up) {
+        let i = desc.intermediate;
+        return Some(split(stem, &[("gate", i), ("up", i)]));
+    }
+    if let Some((stem, part)) = canon.strip_suffix(".weight").and_then(|c| c.split_once(".experts.")) {
+        let (experts, per) = match dims {
+            [e, r, _] => (*e, *r),
+            _ => return Some(Vec::new()),
+        };
+        let parts: Vec<(String, usize)> = (0..experts).map(|e| (format!("expert.{e}.{part}"), per)).collect();
+        let parts: Vec<(&str, usize)> = parts.iter().map(|(n, r)| (n.as_str(), *r)).collect();
+        return Some(split(stem, &parts));
+    }
+    Some(vec![Piece { canon, start: 0, rows }])
+}
+
+/// A vector tensor of the file dequantised to f32 (Phi-3's rope factors), None when absent.
+fn vector_of(
+    reader: &mut BufReader<File>,
+    content: &Content,
+    path: &Path,
+    name: &str,
+) -> Result<Option<Vec<f32>>, ModelError> {
+    if !content.tensor_infos.contains_key(name) {
+        return Ok(None);
+    }
+    let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {}", first_line(&e)));
+    let t = content.tensor(reader, name, &Device::Cpu).map_err(failed)?.dequantize(&Device::Cpu).map_err(failed)?;
+    t.flatten_all().and_then(|t| t.to_vec1()).map(Some).map_err(failed)
 }
 
 /// Reads a GGUF file: description, tensors (kept in their blocks with [`WeightStorage::Stored`],
@@ -493,31 +792,34 @@ fn canonical_name(name: &str) -> Option<String> {
 pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError> {
     let content = read_content(path)?;
     let meta = Meta(&content.metadata);
-    let arch = meta.string("general.architecture")?.unwrap_or("(missing)");
-    if !ARCHITECTURES.contains(&arch) {
+    let arch_name = meta.string("general.architecture")?.unwrap_or("(missing)");
+    let Some(arch) = ARCHITECTURES.iter().find(|a| a.name == arch_name) else {
+        let names: Vec<&str> = ARCHITECTURES.iter().map(|a| a.name).collect();
         return Err(ModelError::Unsupported {
             field: "general.architecture".into(),
-            value: arch.into(),
-            why: format!("attnviz reads GGUF files of: {}", ARCHITECTURES.join(", ")),
+            value: arch_name.into(),
+            why: format!("attnviz reads GGUF files of: {}", names.join(", ")),
         });
-    }
+    };
     let vocab = meta.strings("tokenizer.ggml.tokens")?.map_or(0, |t| t.len());
     let tied = !content.tensor_infos.contains_key("output.weight");
-    let (_, desc) = families::describe(&config_of(&meta, arch, vocab, tied)?)?;
-    if let Some(dims) = meta.count(&format!("{arch}.rope.dimension_count"))?
-        && dims as usize != desc.head_dim
-    {
-        return Err(ModelError::Unsupported {
-            field: format!("{arch}.rope.dimension_count"),
-            value: dims.to_string(),
-            why: format!("only rotation over whole heads ({}) is supported", desc.head_dim),
-        });
-    }
+    let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+    let mut reader = BufReader::new(file);
+    let blocks = meta.count(&format!("{arch_name}.block_count"))?.unwrap_or(0);
+    let from_tensors = FromTensors {
+        short_factor: vector_of(&mut reader, &content, path, "rope_factors_short.weight")?,
+        long_factor: vector_of(&mut reader, &content, path, "rope_factors_long.weight")?,
+        dense_layers: (0..usize::try_from(blocks).unwrap_or(usize::MAX).min(1 << 16))
+            .filter(|l| !content.tensor_infos.contains_key(&format!("blk.{l}.ffn_gate_inp.weight")))
+            .collect(),
+    };
+    let (_, desc) = families::describe(&config_of(&meta, arch, vocab, tied, &from_tensors)?)?;
     // Check every tensor's size, and the shape of each the network reads, before reading any.
     let expected: HashMap<String, Vec<usize>> =
         super::engine::expected_tensors(&desc).into_iter().map(|e| (e.name, e.shape)).collect();
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     let mut held_bytes = 0u64;
+    let mut placed: Vec<(&String, Vec<Piece>)> = Vec::new();
     for (name, info) in &content.tensor_infos {
         let dims = info.shape.dims();
         let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
@@ -529,15 +831,34 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
         if count == Some(0) {
             return Err(bad(path, format!("tensor {name} has no elements (shape {dims:?})")));
         }
-        let Some(canon) = canonical_name(name) else { continue };
-        if let Some(shape) = expected.get(&canon).filter(|shape| shape.as_slice() != dims) {
-            return Err(bad(path, format!("tensor {name} has shape {dims:?}, but the metadata implies {shape:?}")));
+        let Some(parts) = pieces(name, dims, arch, &desc) else { continue };
+        let cols = dims[dims.len() - 1];
+        let view_rows = if dims.len() == 1 { dims[0] } else { count.unwrap_or(0) / cols };
+        let covered: usize = parts.iter().map(|p| p.rows).sum();
+        if parts.is_empty() || covered != view_rows {
+            return Err(bad(
+                path,
+                format!("tensor {name} has shape {dims:?}, which the metadata does not divide into its parts"),
+            ));
+        }
+        for piece in &parts {
+            let shape: Vec<usize> = if dims.len() == 1 { vec![piece.rows] } else { vec![piece.rows, cols] };
+            if let Some(want) = expected.get(&piece.canon).filter(|want| **want != shape) {
+                return Err(bad(
+                    path,
+                    format!(
+                        "tensor {name} holds {} of shape {shape:?}, but the metadata implies {want:?}",
+                        piece.canon
+                    ),
+                ));
+            }
         }
         *kinds.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
         held_bytes += match kept_kind(info, storage) {
-            Some(kind) => kind.row_bytes(dims[1]).unwrap_or(0) as u64 * dims[0] as u64,
+            Some(kind) => kind.row_bytes(cols).unwrap_or(0) as u64 * view_rows as u64,
             None => count.unwrap_or(0) as u64 * 4,
         };
+        placed.push((name, parts));
     }
     // The memory check counts the weights as they will be held: their blocks, or f32.
     let held = if storage == WeightStorage::Stored { "as stored (GGUF blocks)" } else { "as f32" };
@@ -554,34 +875,38 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
         let more = if present > needed { "more" } else { "fewer" };
         return Err(bad(path, format!("the file has {more} blocks ({present}) than its metadata says ({needed})")));
     }
-    let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
-    let mut reader = BufReader::new(file);
+    // The heads a q or k matrix's rows are permuted over, for the architectures that permute.
+    let permuted_heads = |canon: &str| {
+        if !arch.permuted {
+            None
+        } else if canon.ends_with(".q.weight") {
+            Some(desc.heads)
+        } else if canon.ends_with(".k.weight") {
+            Some(desc.kv_heads)
+        } else {
+            None
+        }
+    };
     let mut tensors = HashMap::new();
     // Matrices kept in their blocks are read straight into one region in 2 MB pages, in the order
     // of their names (a layer's matrices side by side), rows of q and k put in rotary order.
-    let mut kept: Vec<(&String, String, BlockKind, usize, usize)> = content
-        .tensor_infos
-        .iter()
-        .filter_map(|(name, info)| {
-            let kind = kept_kind(info, storage)?;
-            Some((name, canonical_name(name)?, kind, info.shape.dims()[0], info.shape.dims()[1]))
-        })
-        .collect();
-    kept.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut kept: Vec<(&String, &Piece, BlockKind, usize)> = Vec::new();
+    for (name, parts) in &placed {
+        let info = &content.tensor_infos[*name];
+        if let Some(kind) = kept_kind(info, storage) {
+            let cols = info.shape.dims()[info.shape.dims().len() - 1];
+            kept.extend(parts.iter().map(|p| (*name, p, kind, cols)));
+        }
+    }
+    kept.sort_by(|a, b| a.1.canon.cmp(&b.1.canon));
     let row_bytes = |kind: BlockKind, cols: usize| kind.row_bytes(cols).unwrap_or(0);
-    let mut region = Region::new(kept.iter().map(|&(_, _, kind, rows, cols)| row_bytes(kind, cols) * rows).sum());
+    let mut region = Region::new(kept.iter().map(|&(_, piece, kind, cols)| row_bytes(kind, cols) * piece.rows).sum());
     let mut places = Vec::with_capacity(kept.len());
-    for &(name, ref canon, kind, rows, cols) in &kept {
-        let row = row_bytes(kind, cols);
-        let unpermuted = if canon.ends_with(".q.weight") {
-            Some(unpermuted_rows(rows, desc.heads))
-        } else if canon.ends_with(".k.weight") {
-            Some(unpermuted_rows(rows, desc.kv_heads))
-        } else {
-            None
-        };
+    for &(name, piece, kind, cols) in &kept {
+        let (row, rows) = (row_bytes(kind, cols), piece.rows);
+        let unpermuted = permuted_heads(&piece.canon).map(|heads| unpermuted_rows(rows, heads));
         let mut read = |out: &mut [u8]| -> Result<(), ModelError> {
-            raw_blocks(&mut reader, &content, &content.tensor_infos[name], out)
+            raw_blocks(&mut reader, &content, &content.tensor_infos[name], piece.start * row, out)
                 .map_err(|e| bad(path, format!("tensor {name}: {e}")))
         };
         if unpermuted.as_ref().is_some_and(|from| from.len() != rows) {
@@ -602,25 +927,39 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
     }
     let region = region.finish();
     let mut quantized = HashMap::new();
-    for (&(name, ref canon, kind, rows, cols), at) in kept.iter().zip(places) {
-        let q = Quantized::in_region(kind, (rows, cols), &region, at)
+    for (&(name, piece, kind, cols), at) in kept.iter().zip(places) {
+        let q = Quantized::in_region(kind, (piece.rows, cols), &region, at)
             .map_err(|e| bad(path, format!("tensor {name}: {e}")))?;
-        quantized.insert(canon.clone(), q);
+        quantized.insert(piece.canon.clone(), q);
     }
-    for (name, info) in &content.tensor_infos {
-        let Some(canon) = canonical_name(name) else { continue };
+    for (name, parts) in &placed {
+        let info = &content.tensor_infos[*name];
         if kept_kind(info, storage).is_some() {
             continue;
         }
         let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {}", first_line(&e)));
         let q = content.tensor(&mut reader, name, &Device::Cpu).map_err(failed)?;
-        let mut t = q.dequantize(&Device::Cpu).map_err(failed)?;
-        if canon.ends_with(".q.weight") {
-            t = unpermute(&t, desc.heads).map_err(failed)?;
-        } else if canon.ends_with(".k.weight") {
-            t = unpermute(&t, desc.kv_heads).map_err(failed)?;
+        let mut whole = q.dequantize(&Device::Cpu).map_err(failed)?;
+        let dims = info.shape.dims();
+        if dims.len() > 2 {
+            let cols = dims[dims.len() - 1];
+            whole = whole.reshape((whole.elem_count() / cols, cols)).map_err(failed)?;
         }
-        tensors.insert(canon, t);
+        for piece in parts {
+            let mut t = if parts.len() == 1 {
+                whole.clone()
+            } else {
+                whole.narrow(0, piece.start, piece.rows).map_err(failed)?
+            };
+            if let Some(heads) = permuted_heads(&piece.canon) {
+                t = unpermute(&t, heads).map_err(failed)?;
+            }
+            // Gemma's converter stores `1 + weight`; the family's norms add the one themselves.
+            if arch.norms_plus_one && piece.canon.ends_with("norm.weight") {
+                t = t.affine(1.0, -1.0).map_err(failed)?;
+            }
+            tensors.insert(piece.canon.clone(), t);
+        }
     }
     let eos = meta.count("tokenizer.ggml.eos_token_id")?.and_then(|e| u32::try_from(e).ok()).into_iter().collect();
     let listed: Vec<String> = {
@@ -660,5 +999,64 @@ mod tests {
         assert_eq!(got, want);
         let table = byte_alphabet();
         assert_eq!((table[b' ' as usize], table[b'a' as usize], table[b'\n' as usize]), ('Ġ', 'a', 'Ċ'));
+    }
+
+    fn arch(name: &str) -> &'static Arch {
+        ARCHITECTURES.iter().find(|a| a.name == name).unwrap()
+    }
+
+    #[test]
+    fn metadata_that_changes_the_maths_unread_is_refused_by_name() {
+        let none = FromTensors { short_factor: None, long_factor: None, dense_layers: Vec::new() };
+        let base = |arch: &str| -> HashMap<String, Value> {
+            [
+                ("embedding_length", 32u32),
+                ("block_count", 2),
+                ("attention.head_count", 4),
+                ("feed_forward_length", 48),
+                ("expert_count", 4),
+            ]
+            .into_iter()
+            .map(|(k, v)| (format!("{arch}.{k}"), Value::U32(v)))
+            .collect()
+        };
+        let mut m = base("olmoe");
+        assert!(config_of(&Meta(&m), arch("olmoe"), 64, true, &none).is_ok());
+        m.insert("olmoe.expert_weights_scale".into(), Value::F32(2.5));
+        let err = config_of(&Meta(&m), arch("olmoe"), 64, true, &none).unwrap_err().to_string();
+        assert!(err.contains("olmoe.expert_weights_scale"), "{err}");
+        // Rotation over part of each head: Phi-3's partial rotary, refused elsewhere.
+        let mut m = base("granite");
+        m.insert("granite.rope.dimension_count".into(), Value::U32(4));
+        let err = config_of(&Meta(&m), arch("granite"), 64, true, &none).unwrap_err().to_string();
+        assert!(err.contains("granite.rope.dimension_count"), "{err}");
+        let mut m = base("phi3");
+        m.insert("phi3.rope.dimension_count".into(), Value::U32(4));
+        let cfg = config_of(&Meta(&m), arch("phi3"), 64, true, &none).unwrap();
+        assert!(cfg.contains("\"partial_rotary_factor\":0.5"), "{cfg}");
+    }
+
+    #[test]
+    fn fused_and_stacked_tensors_are_split_into_canonical_pieces() {
+        let cfg = r#"{"model_type":"phi3","vocab_size":64,"hidden_size":32,"num_hidden_layers":1,
+            "num_attention_heads":4,"num_key_value_heads":2,"intermediate_size":48}"#;
+        let (_, desc) = families::describe(cfg).unwrap();
+        let names = |p: Vec<Piece>| p.into_iter().map(|p| (p.canon, p.start, p.rows)).collect::<Vec<_>>();
+        let qkv = pieces("blk.0.attn_qkv.weight", &[64, 32], arch("phi3"), &desc).unwrap();
+        assert_eq!(
+            names(qkv),
+            [
+                ("layer.0.q.weight".to_string(), 0, 32),
+                ("layer.0.k.weight".to_string(), 32, 16),
+                ("layer.0.v.weight".to_string(), 48, 16)
+            ]
+        );
+        let up = pieces("blk.0.ffn_up.weight", &[96, 32], arch("phi3"), &desc).unwrap();
+        assert_eq!(names(up)[1], ("layer.0.up.weight".to_string(), 48, 48));
+        let plain = pieces("blk.0.ffn_up.weight", &[48, 32], arch("olmo2"), &desc).unwrap();
+        assert_eq!(names(plain), [("layer.0.up.weight".to_string(), 0, 48)]);
+        let experts = pieces("blk.3.ffn_down_exps.weight", &[4, 32, 16], arch("olmoe"), &desc).unwrap();
+        assert_eq!(names(experts)[2], ("layer.3.expert.2.down.weight".to_string(), 64, 32));
+        assert_eq!(canonical_name("blk.1.post_ffw_norm.weight").as_deref(), Some("layer.1.ffn_out_norm.weight"));
     }
 }

@@ -229,9 +229,15 @@ mod tests {
             BlockKind::Q4_0 | BlockKind::Q5_0 | BlockKind::Q8_0 => &[0],
             BlockKind::Q4_1 | BlockKind::Q5_1 | BlockKind::Q4K | BlockKind::Q5K => &[0, 2],
             BlockKind::Q6K => &[208],
-            BlockKind::F16 | BlockKind::Bf16 | BlockKind::F32 => &[],
+            BlockKind::F16 | BlockKind::Bf16 | BlockKind::F32 | BlockKind::Mxfp4 => &[],
         };
         let finite = |r: u64| f16::from_f32(((r % 2001) as f32 - 1000.0) / 4096.0).to_le_bytes();
+        if kind == BlockKind::Mxfp4 {
+            // E8M0 scales 2^-18 … 2^11 (halved: 2^(e − 128)).
+            for block in bytes.chunks_mut(size) {
+                block[0] = 110 + (next() % 30) as u8;
+            }
+        }
         for block in bytes.chunks_mut(size) {
             for &at in scale_offsets {
                 block[at..at + 2].copy_from_slice(&finite(next()));
@@ -290,6 +296,40 @@ mod tests {
         }
     }
 
+    /// `MXFP4` (not a type Candle reads): its blocks widen, bit for bit, to what gguf-py's
+    /// `quants.MXFP4.dequantize_blocks` gives (`tests/fixtures/blocks/mxfp4.json`, written by
+    /// `tests/fixtures/make_gguf_families.py --mxfp4`: subnormal to large scales, every value).
+    #[test]
+    fn mxfp4_widens_bit_for_bit_as_gguf_py_dequantises() {
+        #[derive(serde::Deserialize)]
+        struct Reference {
+            blocks_hex: String,
+            values_f32_bits: Vec<u32>,
+        }
+        let r: Reference = serde_json::from_str(include_str!("../../../tests/fixtures/blocks/mxfp4.json")).unwrap();
+        let bytes: Vec<u8> = (0..r.blocks_hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&r.blocks_hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(BlockKind::Mxfp4.block(), (32, 17));
+        let values = r.values_f32_bits.len();
+        assert_eq!(bytes.len(), values / 32 * 17);
+        // Four rows of four blocks, widened whole and from the middle of a row.
+        let q = Quantized::new(BlockKind::Mxfp4, 4, values / 4, bytes).unwrap();
+        let mut got = vec![0.0; values];
+        q.widen_into(0..values, &mut got);
+        let bits: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, r.values_f32_bits);
+        let mut part = vec![0.0; 100];
+        q.widen_into(45..145, &mut part);
+        assert_eq!(part.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), r.values_f32_bits[45..145]);
+        // Block 10 has e = 128 (scale 1): its values are ggml's doubled E2M1 numbers themselves.
+        let kvalues = [0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0];
+        assert!(got[320..352].iter().all(|v| kvalues.contains(&v.abs())), "{:?}", &got[320..352]);
+        // Block 0 (e = 0) is subnormal: at most 12 · 2^-128, not all zero.
+        assert!(got[..32].iter().all(|v| v.abs() <= 12.0 * 2f32.powi(-128)) && got[..32].iter().any(|v| *v != 0.0));
+    }
+
     #[test]
     fn blocks_multiplied_in_registers_are_the_widened_rows_product() {
         use crate::model::kernels::{BLOCK_ROWS, MatMut, MatRef, block_dots, block_product, matmul};
@@ -309,7 +349,7 @@ mod tests {
             false
         };
         let mut fused = Vec::new();
-        for (kind, _) in ALL {
+        for kind in ALL.map(|(kind, _)| kind).into_iter().chain([BlockKind::Mxfp4]) {
             if kind.is_float() {
                 continue;
             }
@@ -350,7 +390,8 @@ mod tests {
             }
         }
         let blocks = [BlockKind::Q4_0, BlockKind::Q4_1, BlockKind::Q5_0, BlockKind::Q5_1, BlockKind::Q8_0];
-        assert_eq!(fused, [&blocks[..], &[BlockKind::Q4K, BlockKind::Q5K, BlockKind::Q6K]].concat());
+        let k_quants = [BlockKind::Q4K, BlockKind::Q5K, BlockKind::Q6K, BlockKind::Mxfp4];
+        assert_eq!(fused, [&blocks[..], &k_quants].concat());
         // Rows of a stacked matrix are handed out only within one part, with its kind.
         let a = Quantized::new(BlockKind::Q4_1, 2, 32, random_blocks(BlockKind::Q4_1, 2, 32, 1)).unwrap();
         let b = Quantized::new(BlockKind::Q8_0, 2, 32, random_blocks(BlockKind::Q8_0, 2, 32, 2)).unwrap();

@@ -38,6 +38,8 @@ pub enum BlockKind {
     Q5K,
     /// 256 values: an f16 scale, sixteen 8-bit sub-block scales, 6-bit values − 32.
     Q6K,
+    /// 32 values: an E8M0 scale (a power of two), 4-bit E2M1 values (gpt-oss's experts).
+    Mxfp4,
 }
 
 impl BlockKind {
@@ -54,6 +56,7 @@ impl BlockKind {
             Self::Q4K => (256, 144),
             Self::Q5K => (256, 176),
             Self::Q6K => (256, 210),
+            Self::Mxfp4 => (32, 17),
         }
     }
 
@@ -82,6 +85,7 @@ macro_rules! by_block_kind {
             $crate::model::kernels::BlockKind::Q4K => $m!($crate::model::kernels::blocks::Q4K),
             $crate::model::kernels::BlockKind::Q5K => $m!($crate::model::kernels::blocks::Q5K),
             $crate::model::kernels::BlockKind::Q6K => $m!($crate::model::kernels::blocks::Q6K),
+            $crate::model::kernels::BlockKind::Mxfp4 => $m!($crate::model::kernels::blocks::Mxfp4),
             $crate::model::kernels::BlockKind::F32
             | $crate::model::kernels::BlockKind::F16
             | $crate::model::kernels::BlockKind::Bf16 => $floats,
@@ -379,6 +383,55 @@ impl Block for Q6K {
     }
 }
 
+/// `MXFP4` (llama.cpp's `block_mxfp4`): 32 values, an E8M0 scale byte `e`, then 16 bytes whose
+/// low nibbles are values 0–15 and high nibbles 16–31, each an E2M1 number: a sign bit over
+/// 0, 0.5, 1, 1.5, 2, 3, 4, 6. As ggml stores them doubled (`kvalues_mxfp4`: 0, 1, 2, 3, 4, 6, 8,
+/// 12), the scale is halved: `ggml_e8m0_to_fp32_half(e)` = 2^(e − 128), the bits `(e − 1) << 23`
+/// (`0x0020_0000 << e` for the subnormal `e` < 2).
+pub(super) struct Mxfp4;
+
+impl Mxfp4 {
+    /// `ggml_e8m0_to_fp32_half`.
+    #[inline(always)]
+    fn half_scale(e: u8) -> f32 {
+        let bits = if e < 2 { 0x0020_0000u32 << e } else { (u32::from(e) - 1) << 23 };
+        f32::from_bits(bits)
+    }
+
+    /// `kvalues_mxfp4[q]` for 4-bit `q` in lanes, without a table: the magnitude `m = q & 7` is
+    /// `m` for `m` < 4, else `(2 + (m & 1)) << ((m >> 1) − 1)`, here `(8 + 4 (m & 1)) >> (3 − (m >>
+    /// 1))` cleared for `m` = 0; the sign bit 3 negates it. Every value is an exact
+    /// small integer, and times the power-of-two scale an exact f32, as ggml's table lookup gives.
+    #[inline(always)]
+    fn values<L: Unpack>(q: L::Ints, d: L) -> L {
+        let (one, three) = (L::Ints::splat(1), L::Ints::splat(3));
+        let m = q.and(L::Ints::splat(7));
+        let big = L::Ints::splat(8).or(m.and(one).shl::<2>()).shr_by(three.sub(m.shr::<1>()));
+        // (m + 7) >> 3 is 1 for m ≥ 1, 0 for m = 0; 0 − it, all ones or none, keeps `big` or clears it.
+        let nonzero = m.sub(L::Ints::splat(-7)).shr::<3>();
+        let magnitude = big.and(L::Ints::splat(0).sub(nonzero));
+        // The sign as an integer (−m, never −0: code 8 is +0 in ggml's table): m where s = 0, 0 − m
+        // where s = 1, chosen by the masks s − 1 and 0 − s.
+        let (zero, s) = (L::Ints::splat(0), q.shr::<3>().and(one));
+        let signed = magnitude.and(s.sub(one)).or(zero.sub(magnitude).and(zero.sub(s)));
+        L::float(signed).mul(d)
+    }
+}
+
+impl Block for Mxfp4 {
+    const VALUES: usize = 32;
+    const BYTES: usize = 17;
+
+    /// `kvalues_mxfp4[q] · 2^(e − 128)`: low nibbles, then high.
+    #[inline(always)]
+    fn decode<L: Unpack, O: Put<L> + ?Sized>(b: &[u8], out: &mut O) {
+        let d = L::splat(Self::half_scale(b[0]));
+        let q = L::Ints::bytes(&b[1..17]);
+        out.put(0, Self::values::<L>(q.and(L::Ints::splat(0x0F)), d));
+        out.put(1, Self::values::<L>(q.shr::<4>(), d));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +466,7 @@ mod tests {
             BlockKind::Q4K,
             BlockKind::Q5K,
             BlockKind::Q6K,
+            BlockKind::Mxfp4,
         ];
         for kind in kinds {
             let (values, size) = kind.block();

@@ -3884,3 +3884,35 @@ fn a_graph_of_an_older_shorter_text_is_laid_out_within_its_own_tokens() {
     assert_eq!(shown.nodes.len(), figure.nodes.len());
     assert_eq!(shown.edges.len(), figure.edges.len());
 }
+
+#[test]
+fn the_experts_view_fits_its_grid_and_zooms_on_its_own() {
+    let text = (0..40).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+    let mut h = lens_app("tiny-qwen3-moe", &text);
+    h.get_by_label("Experts").click();
+    settled(&mut h);
+    h.run_steps(4);
+    assert_eq!(h.state().settings.zoom.experts, None, "Fit is the default");
+    // Ctrl+wheel over the grid: one 10 % step in, for this view alone.
+    // The grid lies under the tokens' buttons ("0: w0" …) and the zoom row.
+    let tokens_bottom = h
+        .query_all_by(|n| n.label().is_some_and(|l| l.starts_with("0: ") || l.starts_with("39: ")))
+        .map(|n| n.rect().bottom())
+        .fold(0.0, f32::max);
+    let fit = h.get_by_label("Fit").rect();
+    let grid_top = tokens_bottom.max(fit.bottom()) + 8.0;
+    h.hover_at(egui::pos2(fit.left() + 40.0, grid_top + 8.0));
+    h.run_steps(1);
+    h.event(egui::Event::MouseWheel {
+        unit: egui::MouseWheelUnit::Line,
+        delta: egui::vec2(0.0, 1.0),
+        modifiers: egui::Modifiers::COMMAND,
+        phase: egui::TouchPhase::Move,
+        source: egui::MouseWheelSource::Wheel,
+    });
+    h.run_steps(30);
+    let zoom = h.state().settings.zoom;
+    let experts = zoom.experts.expect("zoomed");
+    assert!((0.5..=1.1).contains(&experts), "{experts}");
+    assert_eq!((zoom.heatmap, zoom.lens, zoom.patching), (None, None, None));
+}

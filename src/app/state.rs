@@ -195,12 +195,16 @@ pub struct ViewZoom {
     pub rollout: Option<f32>,
     /// The logit attribution grid.
     pub attribution: Option<f32>,
+    /// The activation patching grid.
+    pub patching: Option<f32>,
     /// The logit lens (a scale).
     pub lens: Option<f32>,
     /// The contribution graph (a scale).
     pub graph: Option<f32>,
     /// The model view (a thumbnail's side in points).
     pub model: Option<f32>,
+    /// The experts view (a scale).
+    pub experts: Option<f32>,
 }
 
 impl ViewZoom {
@@ -212,10 +216,10 @@ impl ViewZoom {
                 *z = if z.is_finite() { z.clamp(lo, hi) } else { hi };
             }
         };
-        for z in [&mut self.heatmap, &mut self.compare, &mut self.rollout, &mut self.attribution] {
+        for z in [&mut self.heatmap, &mut self.compare, &mut self.rollout, &mut self.attribution, &mut self.patching] {
             keep(z, CELL_RANGE);
         }
-        for z in [&mut self.lens, &mut self.graph] {
+        for z in [&mut self.lens, &mut self.graph, &mut self.experts] {
             keep(z, SCALE_RANGE);
         }
         keep(&mut self.model, THUMB_RANGE);

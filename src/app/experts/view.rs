@@ -10,6 +10,7 @@ use crate::analysis::tokens::pretty_label;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::experts::{ExpertsSettings, cell_text, experts_figure};
+use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, scale_ui, zoom_step_in};
 use crate::export::Figure;
 
 /// The experts view (it keeps nothing between frames: the routes are the feature's).
@@ -111,29 +112,55 @@ impl ExpertsView {
             );
         }
         ui.add_space(4.0);
-        egui::ScrollArea::both().id_salt("experts-grid").auto_shrink([false, true]).show(ui, |ui| {
-            grid_ui(ui, routes, &labels[..n], selected);
+        // Fit (the default, until zoomed): every layer and token in the room, at half size at least.
+        let fitted = fit_scale(grid_size(routes, n, 1.0), ui.available_size() - vec2(8.0, 40.0));
+        let mut zoom = data.settings.zoom.experts;
+        ui.horizontal(|ui| {
+            scale_ui(ui, &mut zoom, fitted);
+            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
         });
+        let scale = zoom.unwrap_or(fitted);
+        egui::ScrollArea::both().id_salt("experts-grid").auto_shrink([false, true]).show(ui, |ui| {
+            if grid_ui(ui, routes, (&labels[..n], selected), scale) {
+                zoom = zoom_step_in(ui, scale, SCALE_RANGE).or(zoom);
+            }
+        });
+        if zoom != data.settings.zoom.experts {
+            let mut z = data.settings.zoom;
+            z.experts = zoom;
+            commands.push(Command::Set(Setting::Zoom(z)));
+        }
     }
 }
 
-/// The grid of cells, and the load histogram beside each row.
-fn grid_ui(ui: &mut egui::Ui, routes: &Routes, labels: &[String], selected: Option<usize>) {
-    let n = labels.len();
+/// The grid's parts at `scale` of their default size: row height, header height, a cell's
+/// width, the load histogram's width, the row labels' width (histogram included).
+fn grid_parts(routes: &Routes, scale: f32) -> (f32, f32, f32, f32, f32) {
     let experts = routes.experts().max(1);
     let top_k = routes.layers.iter().flatten().map(|l| l.top_k).max().unwrap_or(1);
-    let (row_h, head_h) = (22.0, 18.0);
-    let cell_w = (40.0 * top_k as f32).clamp(70.0, 180.0);
-    let hist_w = (experts as f32 * 6.0).clamp(48.0, 240.0);
+    let (row_h, head_h) = (22.0 * scale, 18.0 * scale);
+    let cell_w = (40.0 * top_k as f32).clamp(70.0, 180.0) * scale;
+    let hist_w = (experts as f32 * 6.0).clamp(48.0, 240.0) * scale;
+    (row_h, head_h, cell_w, hist_w, 64.0 * scale + hist_w + 12.0 * scale)
+}
+
+/// The size of the grid of `n` tokens at `scale`.
+fn grid_size(routes: &Routes, n: usize, scale: f32) -> egui::Vec2 {
+    let (row_h, head_h, cell_w, _, label_w) = grid_parts(routes, scale);
+    vec2(label_w + cell_w * n as f32, head_h + row_h * routes.layers.len() as f32)
+}
+
+/// The grid of cells at `scale` of its default size, and the load histogram beside each row;
+/// whether the pointer is over it.
+fn grid_ui(ui: &mut egui::Ui, routes: &Routes, (labels, selected): (&[String], Option<usize>), scale: f32) -> bool {
+    let n = labels.len();
     // Row labels, then each layer's load histogram, then the cells.
-    let label_w = 64.0 + hist_w + 12.0;
-    let hist_x = 64.0;
-    let rows = routes.layers.len();
-    let size = vec2(label_w + cell_w * n as f32, head_h + row_h * rows as f32);
-    let (rect, response) = ui.allocate_exact_size(size, Sense::hover());
+    let (row_h, head_h, cell_w, hist_w, label_w) = grid_parts(routes, scale);
+    let hist_x = 64.0 * scale;
+    let (rect, response) = ui.allocate_exact_size(grid_size(routes, n, scale), Sense::hover());
     let painter = ui.painter_at(rect);
     let text = ui.visuals().text_color();
-    let font = egui::FontId::proportional(11.0);
+    let font = egui::FontId::proportional((11.0 * scale).clamp(5.0, 11.0));
     let origin = rect.min;
     let load_title = egui::Align2::CENTER_CENTER;
     painter.text(
@@ -187,7 +214,7 @@ fn grid_ui(ui: &mut egui::Ui, routes: &Routes, labels: &[String], selected: Opti
         && let Some(layer) = &routes.layers[l]
     {
         let words = distribution_text(layer, l, t, &labels[t]);
-        response.on_hover_ui_at_pointer(|ui| {
+        response.clone().on_hover_ui_at_pointer(|ui| {
             ui.label(words);
         });
     } else if response.hovered()
@@ -200,11 +227,12 @@ fn grid_ui(ui: &mut egui::Ui, routes: &Routes, labels: &[String], selected: Opti
         {
             let load: Vec<String> = layer.load().iter().enumerate().map(|(e, c)| format!("expert {e}: {c}")).collect();
             let words = format!("Layer {l}: tokens choosing each expert\n{}", load.join("\n"));
-            response.on_hover_ui_at_pointer(|ui| {
+            response.clone().on_hover_ui_at_pointer(|ui| {
                 ui.label(words);
             });
         }
     }
+    response.contains_pointer()
 }
 
 impl super::Feature {

@@ -12,7 +12,9 @@ use crate::analysis::patching::PatchSite;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::patching::{PatchingSettings, grid_table};
-use crate::app::widgets::matrix::{MatrixSpec, MatrixTexture, key_of, matrix_ui, symmetric_range};
+use crate::app::widgets::matrix::{
+    FitCache, MatrixSpec, MatrixTexture, fit_cell, key_of, matrix_ui, symmetric_range, zoom_step, zoom_ui,
+};
 use crate::export::{Figure, Table};
 use crate::render::Colormap;
 
@@ -22,6 +24,8 @@ pub struct PatchingView {
     texture: MatrixTexture,
     /// The answer and wrong boxes as typed (applied when committed: Enter or focus lost).
     typed: Option<(String, String)>,
+    /// The cell side the grid was last fitted at.
+    fit: FitCache,
 }
 
 impl PatchingView {
@@ -109,33 +113,44 @@ impl PatchingView {
         let name = |r: usize, c: usize| format!("Patch L{r} {}", table.col_labels[c]);
         // The sweep shown is one `Arc` until another arrives: its address keys the texture.
         let key = key_of(&(std::sync::Arc::as_ptr(p) as usize, normalized));
-        let fit_w = (ui.available_width() - 160.0) / cols.max(1) as f32;
-        let fit_h = (ui.available_height() - 90.0) / rows.max(1) as f32;
-        let cell = fit_w.min(fit_h).clamp(10.0, 56.0);
+        let spec = MatrixSpec {
+            id: "patching",
+            values: &table.values,
+            rows,
+            cols,
+            row_labels: &table.row_labels,
+            col_labels: &table.col_labels,
+            axes: ("layer", if per_head { "head" } else { "position" }),
+            range: symmetric_range(&table.values),
+            colormap: Colormap::RdBu,
+            cell: 0.0,
+            hover: &hover,
+            clickable: per_head.then_some(&name as &dyn Fn(usize, usize) -> String),
+            sink: None,
+        };
+        // Fit (the default, until zoomed): the whole grid in the room.
+        let mut zoom = data.settings.zoom.patching;
+        let room = ui.available_size() - egui::vec2(4.0, 40.0);
+        let fitted = self.fit.get(key, room, || fit_cell(ui, &spec, room));
+        ui.horizontal(|ui| {
+            zoom_ui(ui, &mut zoom, fitted);
+            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
+        });
+        let spec = MatrixSpec { cell: zoom.unwrap_or(fitted), ..spec };
         let mut clicked = None;
         egui::ScrollArea::both().id_salt("patch-grid").auto_shrink([false, true]).show(ui, |ui| {
-            clicked = matrix_ui(
-                ui,
-                &mut self.texture,
-                key,
-                &MatrixSpec {
-                    id: "patching",
-                    values: &table.values,
-                    rows,
-                    cols,
-                    row_labels: &table.row_labels,
-                    col_labels: &table.col_labels,
-                    axes: ("layer", if per_head { "head" } else { "position" }),
-                    range: symmetric_range(&table.values),
-                    colormap: Colormap::RdBu,
-                    cell,
-                    hover: &hover,
-                    clickable: per_head.then_some(&name as &dyn Fn(usize, usize) -> String),
-                    sink: None,
-                },
-            )
-            .clicked;
+            let shown = matrix_ui(ui, &mut self.texture, key, &spec);
+            // Over the grid (a per-head grid's cells are widgets of their own, on top of it).
+            if shown.response.contains_pointer() {
+                zoom = zoom_step(ui, spec.cell).or(zoom);
+            }
+            clicked = shown.clicked;
         });
+        if zoom != data.settings.zoom.patching {
+            let mut z = data.settings.zoom;
+            z.patching = zoom;
+            commands.push(Command::Set(Setting::Zoom(z)));
+        }
         if let Some(head) = clicked.filter(|_| per_head) {
             // The head on both inputs: the comparison of the clean sentence A with the corrupted B.
             crate::app::widgets::select_head(data.settings, head, commands);

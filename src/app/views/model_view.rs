@@ -9,12 +9,15 @@ use crate::app::derive::DeriveKey;
 use crate::app::widgets::matrix::THUMB_RANGE;
 use crate::render::Colormap;
 
-/// The model view's state: one texture per layer × head.
+/// The model view's state: the thumbnails of every layer × head, packed into as few textures as
+/// the GPU allows (one draw call each: a software renderer pays per texture drawn).
 #[derive(Default)]
 pub struct ModelView {
     key: Option<(u64, Colormap)>,
-    /// Textures, `[layer * heads + head]`.
-    textures: Vec<TextureHandle>,
+    /// The packed textures.
+    atlases: Vec<TextureHandle>,
+    /// Where thumbnail `[layer * heads + head]` is: its texture and its rectangle there (UV).
+    places: Vec<(usize, egui::Rect)>,
     /// How many times the textures were built (tests check they are not rebuilt every frame).
     pub builds: usize,
 }
@@ -63,17 +66,8 @@ impl ModelView {
                 crate::app::widgets::computing_ui(ui, "the thumbnails");
                 return;
             };
-            let side = thumbs.side;
-            self.textures = thumbs
-                .rgba
-                .iter()
-                .enumerate()
-                .map(|(i, rgba)| {
-                    let image = egui::ColorImage::from_rgba_unmultiplied([side, side], rgba);
-                    let name = format!("model-view-{}-{}", i / heads.max(1), i % heads.max(1));
-                    ui.ctx().load_texture(name, image, TextureOptions::NEAREST)
-                })
-                .collect();
+            let max_side = ui.ctx().input(|i| i.max_texture_side);
+            (self.atlases, self.places) = pack(ui.ctx(), &thumbs.rgba, thumbs.side, max_side);
             self.key = Some(key);
             self.builds += 1;
         }
@@ -113,13 +107,8 @@ impl ModelView {
                     response.widget_info(|| {
                         egui::WidgetInfo::labeled(egui::Role::Button, true, format!("Layer {l} head {h}"))
                     });
-                    if let Some(texture) = self.textures.get(l * heads + h) {
-                        painter.image(
-                            texture.id(),
-                            cell,
-                            egui::Rect::from_min_max(pos2(0.0, 0.0), pos2(1.0, 1.0)),
-                            Color32::WHITE,
-                        );
+                    if let Some(&(atlas, uv)) = self.places.get(l * heads + h) {
+                        painter.image(self.atlases[atlas].id(), cell, uv, Color32::WHITE);
                     }
                     let selected = l == settings.layer_idx && settings.heads.get(h).copied().unwrap_or(false);
                     if response.hovered() {
@@ -176,4 +165,39 @@ impl ModelView {
             commands.push(Command::Set(crate::app::command::Setting::Zoom(z)));
         }
     }
+}
+
+/// Packs square thumbnails of `side` texels into textures of at most `max_side` texels a side, in
+/// rows; where each went (its texture, its UV rectangle).
+fn pack(
+    ctx: &egui::Context,
+    thumbs: &[Vec<u8>],
+    side: usize,
+    max_side: usize,
+) -> (Vec<TextureHandle>, Vec<(usize, egui::Rect)>) {
+    let side = side.max(1);
+    let per_row = (max_side / side).max(1);
+    let per_atlas = per_row * per_row;
+    let mut atlases = Vec::new();
+    let mut places = Vec::with_capacity(thumbs.len());
+    for (a, chunk) in thumbs.chunks(per_atlas).enumerate() {
+        // Near square: as many columns as rows.
+        let cols = (chunk.len() as f64).sqrt().ceil() as usize;
+        let rows = chunk.len().div_ceil(cols);
+        let (w, h) = (cols * side, rows * side);
+        let mut rgba = vec![0u8; w * h * 4];
+        for (i, thumb) in chunk.iter().enumerate() {
+            let (x0, y0) = ((i % cols) * side, (i / cols) * side);
+            for y in 0..side {
+                let from = &thumb[y * side * 4..(y + 1) * side * 4];
+                let at = ((y0 + y) * w + x0) * 4;
+                rgba[at..at + side * 4].copy_from_slice(from);
+            }
+            let uv = |x: usize, y: usize| pos2(x as f32 / w as f32, y as f32 / h as f32);
+            places.push((a, egui::Rect::from_min_max(uv(x0, y0), uv(x0 + side, y0 + side))));
+        }
+        let image = egui::ColorImage::from_rgba_unmultiplied([w, h], &rgba);
+        atlases.push(ctx.load_texture(format!("model-view-{a}"), image, TextureOptions::NEAREST));
+    }
+    (atlases, places)
 }

@@ -243,6 +243,15 @@ nudge 2
 click 316 76 1
 xdotool mousemove 1300 800
 shot gpt-oss-sink 1
+# The experts of a mixture of experts (the tiny random Qwen3-MoE fixture): each token's two experts
+# per layer, fitted; token 3's route through the layers.
+relaunch --model "$PWD/tests/fixtures/models/tiny-qwen3-moe" --text "The animal didn't cross the street because it was too tired."
+sleep 3
+nudge 3
+click 636 99 1
+click 515 183 1
+xdotool mousemove 1300 800
+shot experts 1
 
 # The training lab: the playground's "Train a transformer…", Train with the default induction
 # settings (the PyTorch peer's model); once the loss has dropped (the induction head formed: step

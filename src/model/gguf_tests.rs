@@ -1,0 +1,85 @@
+//! Unit tests of `gguf.rs`, in a file of their own.
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+#[test]
+fn names_map_and_unpermute_inverts_llama_cpp() {
+    assert_eq!(canonical_name("blk.12.attn_q.weight").as_deref(), Some("layer.12.q.weight"));
+    assert_eq!(canonical_name("output.weight").as_deref(), Some("lm_head.weight"));
+    assert_eq!(canonical_name("blk.x.attn_q.weight"), None);
+    assert_eq!(canonical_name("rope_freqs.weight"), None);
+    // llama.cpp: w.reshape(heads, 2, d/2, in).swapaxes(1, 2): rows [0,1,2,3] of one head of 4
+    // are stored as [0,2,1,3].
+    let stored = Tensor::from_vec(vec![0f32, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0], (8, 1), &Device::Cpu).unwrap();
+    let rows: Vec<f32> = unpermute(&stored, 2).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(rows, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+    // The same permutation on whole rows (kept blocks), for a larger head too.
+    assert_eq!(unpermuted_rows(8, 2), [0, 2, 1, 3, 4, 6, 5, 7]);
+    let stored: Vec<f32> = (0..24).map(|i| i as f32).collect();
+    let t = Tensor::from_vec(stored.clone(), (24, 1), &Device::Cpu).unwrap();
+    let want: Vec<f32> = unpermute(&t, 2).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let got: Vec<f32> = unpermuted_rows(24, 2).into_iter().map(|r| stored[r]).collect();
+    assert_eq!(got, want);
+    let table = byte_alphabet();
+    assert_eq!((table[b' ' as usize], table[b'a' as usize], table[b'\n' as usize]), ('Ġ', 'a', 'Ċ'));
+}
+
+fn arch(name: &str) -> &'static Arch {
+    ARCHITECTURES.iter().find(|a| a.name == name).unwrap()
+}
+
+#[test]
+fn metadata_that_changes_the_maths_unread_is_refused_by_name() {
+    let none = FromTensors { short_factor: None, long_factor: None, dense_layers: Vec::new() };
+    let base = |arch: &str| -> HashMap<String, Value> {
+        [
+            ("embedding_length", 32u32),
+            ("block_count", 2),
+            ("attention.head_count", 4),
+            ("feed_forward_length", 48),
+            ("expert_count", 4),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("{arch}.{k}"), Value::U32(v)))
+        .collect()
+    };
+    let mut m = base("olmoe");
+    assert!(config_of(&Meta(&m), arch("olmoe"), 64, true, &none).is_ok());
+    m.insert("olmoe.expert_weights_scale".into(), Value::F32(2.5));
+    let err = config_of(&Meta(&m), arch("olmoe"), 64, true, &none).unwrap_err().to_string();
+    assert!(err.contains("olmoe.expert_weights_scale"), "{err}");
+    // Rotation over part of each head: Phi-3's partial rotary, refused elsewhere.
+    let mut m = base("granite");
+    m.insert("granite.rope.dimension_count".into(), Value::U32(4));
+    let err = config_of(&Meta(&m), arch("granite"), 64, true, &none).unwrap_err().to_string();
+    assert!(err.contains("granite.rope.dimension_count"), "{err}");
+    let mut m = base("phi3");
+    m.insert("phi3.rope.dimension_count".into(), Value::U32(4));
+    let cfg = config_of(&Meta(&m), arch("phi3"), 64, true, &none).unwrap();
+    assert!(cfg.contains("\"partial_rotary_factor\":0.5"), "{cfg}");
+}
+
+#[test]
+fn fused_and_stacked_tensors_are_split_into_canonical_pieces() {
+    let cfg = r#"{"model_type":"phi3","vocab_size":64,"hidden_size":32,"num_hidden_layers":1,
+        "num_attention_heads":4,"num_key_value_heads":2,"intermediate_size":48}"#;
+    let (_, desc) = families::describe(cfg).unwrap();
+    let names = |p: Vec<Piece>| p.into_iter().map(|p| (p.canon, p.start, p.rows)).collect::<Vec<_>>();
+    let qkv = pieces("blk.0.attn_qkv.weight", &[64, 32], arch("phi3"), &desc).unwrap();
+    assert_eq!(
+        names(qkv),
+        [
+            ("layer.0.q.weight".to_string(), 0, 32),
+            ("layer.0.k.weight".to_string(), 32, 16),
+            ("layer.0.v.weight".to_string(), 48, 16)
+        ]
+    );
+    let up = pieces("blk.0.ffn_up.weight", &[96, 32], arch("phi3"), &desc).unwrap();
+    assert_eq!(names(up)[1], ("layer.0.up.weight".to_string(), 48, 48));
+    let plain = pieces("blk.0.ffn_up.weight", &[48, 32], arch("olmo2"), &desc).unwrap();
+    assert_eq!(names(plain), [("layer.0.up.weight".to_string(), 0, 48)]);
+    let experts = pieces("blk.3.ffn_down_exps.weight", &[4, 32, 16], arch("olmoe"), &desc).unwrap();
+    assert_eq!(names(experts)[2], ("layer.3.expert.2.down.weight".to_string(), 64, 32));
+    assert_eq!(canonical_name("blk.1.post_ffw_norm.weight").as_deref(), Some("layer.1.ffn_out_norm.weight"));
+}

@@ -212,7 +212,16 @@ fn heatmap_view_ui(
         let Ok(layers) = knockable else { return };
         // Knocked-out entries are crossed out: zero by intervention, not by what the model computed.
         if let Some(cells) = shown.cells {
-            let painter = ui.painter_at(shown.response.rect);
+            // Not over the labels kept in view at the left and bottom edges.
+            let rect = shown.response.rect;
+            let mut clip = ui.clip_rect().intersect(rect);
+            if shown.sticky.0 {
+                clip.min.x += cells.left - rect.left();
+            }
+            if shown.sticky.1 {
+                clip.max.y -= rect.bottom() - (cells.top + cells.rows as f32 * cells.cell_h);
+            }
+            let painter = ui.painter_at(clip);
             let color = ui.visuals().error_fg_color;
             for e in settings.interventions.knockout.iter().filter(|e| e.at(layer)) {
                 let (Some(r), Some(c)) =

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use egui::{RichText, Ui};
 use egui_plot::{Legend, Line, Plot, PlotPoints, Points};
 
-use crate::app::widgets::round_marks;
+use crate::app::widgets::{round_label, round_marks};
 use crate::render::thinned;
 
 use crate::app::command::{Command, Commands, TrainCommand};
@@ -411,6 +411,8 @@ fn curves_ui(ui: &mut Ui, lab: &Lab, exporting: bool, commands: &mut Commands) {
             .y_axis_label(chart.y_axis.clone())
             .x_grid_spacer(round_marks(64.0))
             .y_grid_spacer(round_marks(28.0))
+            .x_axis_formatter(round_label)
+            .y_axis_formatter(round_label)
             .allow_drag(false)
             .allow_zoom(false)
             .allow_scroll(false)

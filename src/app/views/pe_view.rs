@@ -11,7 +11,7 @@ use crate::analysis::select::submatrix;
 use crate::app::command::{Command, Commands};
 use crate::app::data::ViewData;
 use crate::app::state::{PeFigure, Settings};
-use crate::app::widgets::round_marks;
+use crate::app::widgets::{round_label, round_marks};
 use crate::app::worker::PositionSimilarity;
 use crate::render::{Colormap, cells_rgba};
 
@@ -330,6 +330,8 @@ fn plots_ui(ui: &mut egui::Ui, settings: &mut Settings, enc: &PositionalEncoding
                 .x_axis_label("position")
                 .x_grid_spacer(round_marks(48.0))
                 .y_grid_spacer(round_marks(28.0))
+                .x_axis_formatter(round_label)
+                .y_axis_formatter(round_label)
                 .allow_scroll(false)
                 .show(ui, |plot| {
                     for &d in settings.pe_plot_dims.iter().filter(|&&d| d < d_model) {
@@ -351,6 +353,8 @@ fn plots_ui(ui: &mut egui::Ui, settings: &mut Settings, enc: &PositionalEncoding
                 .x_axis_label("position j")
                 .x_grid_spacer(round_marks(48.0))
                 .y_grid_spacer(round_marks(28.0))
+                .x_axis_formatter(round_label)
+                .y_axis_formatter(round_label)
                 .allow_scroll(false);
             plot.show(ui, |plot| {
                 let points: Vec<[f64; 2]> =

@@ -195,12 +195,29 @@ pub fn round_marks(spacing: f64) -> impl Fn(egui_plot::GridInput) -> Vec<egui_pl
     }
 }
 
+/// The label of a mark [`round_marks`] placed: as many decimals as its step needs (0.5 reads
+/// "0.5", not `egui_plot`'s "0").
+pub fn round_label(mark: egui_plot::GridMark, _range: &std::ops::RangeInclusive<f64>) -> String {
+    let decimals = (-mark.step_size.log10().floor()).clamp(0.0, 6.0) as usize;
+    format!("{:.*}", decimals, mark.value)
+}
+
 #[cfg(test)]
 #[allow(clippy::float_cmp)] // round marks are exact
 mod tests {
     use super::*;
 
     /// Marks fall on round values inside the bounds, at least the asked spacing apart.
+    #[test]
+    fn round_labels_show_the_decimals_their_step_needs() {
+        let label = |value: f64, step_size: f64| round_label(egui_plot::GridMark { value, step_size }, &(0.0..=1.0));
+        assert_eq!(label(0.5, 0.5), "0.5");
+        assert_eq!(label(1.0, 0.5), "1.0");
+        assert_eq!(label(0.25, 0.05), "0.25");
+        assert_eq!(label(1000.0, 500.0), "1000");
+        assert_eq!(label(2.0, 1.0), "2");
+    }
+
     #[test]
     fn round_marks_are_round_and_spaced() {
         // A loss axis of 0 to 4.4 over 90 points: 8 points are 0.39; 28 points 1.37, so steps of 2.

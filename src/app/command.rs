@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 pub use super::state::Setting;
-use super::state::{Settings, TokenSelection};
+use super::state::{Settings, TokenSelection, ViewZoom};
 
 /// Something a widget asks for; handled once per frame by the app.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +105,16 @@ impl Commands {
     /// a copy of the settings with ordinary egui widgets, then reports what changed).
     pub fn set_changed(&mut self, old: &Settings, new: &Settings) {
         self.0.extend(Setting::changes(old, new).into_iter().map(Command::Set));
+    }
+
+    /// Raises [`Setting::Zoom`] when `zoom`, one view's zoom (`field` of the settings' zooms),
+    /// differs from the settings'.
+    pub fn set_zoom(&mut self, settings: &Settings, field: fn(&mut ViewZoom) -> &mut Option<f32>, zoom: Option<f32>) {
+        let mut zooms = settings.zoom;
+        if *field(&mut zooms) != zoom {
+            *field(&mut zooms) = zoom;
+            self.push(Command::Set(Setting::Zoom(zooms)));
+        }
     }
 
     /// Takes every command raised so far.

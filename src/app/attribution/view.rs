@@ -12,7 +12,7 @@ use crate::app::attribution::{attribution_table, target_text};
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::widgets::matrix::{
-    FitCache, MatrixSpec, MatrixTexture, fit_cell, matrix_ui, symmetric_range, zoom_step, zoom_ui,
+    CELL_RANGE, FitCache, MatrixSpec, MatrixTexture, fit_cell, matrix_ui, symmetric_range, zoom_row, zoom_step,
 };
 use crate::render::Colormap;
 
@@ -118,10 +118,7 @@ impl AttributionView {
         let mut zoom = settings.zoom.attribution;
         let room = vec2(ui.available_width(), grid_h - 40.0);
         let fitted = self.fit.get(key_hash, room, || fit_cell(ui, &spec, room));
-        ui.horizontal(|ui| {
-            zoom_ui(ui, &mut zoom, fitted);
-            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
-        });
+        zoom_row(ui, &mut zoom, fitted, (CELL_RANGE, "cell size"));
         let spec = MatrixSpec { cell: zoom.unwrap_or(fitted), ..spec };
         let mut clicked = None;
         egui::ScrollArea::both().id_salt("dla-grid").max_height(grid_h).auto_shrink([false, true]).show(ui, |ui| {
@@ -132,11 +129,7 @@ impl AttributionView {
             }
             clicked = shown.clicked;
         });
-        if zoom != settings.zoom.attribution {
-            let mut z = settings.zoom;
-            z.attribution = zoom;
-            commands.push(Command::Set(Setting::Zoom(z)));
-        }
+        commands.set_zoom(settings, |z| &mut z.attribution, zoom);
         if let Some((layer_idx, head_idx)) = clicked.filter(|&(r, c)| r < a.layers && c < heads) {
             commands.push(Command::Set(Setting::Attribution(crate::app::state::AttributionSettings {
                 head: Some((layer_idx, head_idx)),

@@ -10,7 +10,7 @@ use crate::analysis::tokens::pretty_label;
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::experts::{ExpertsSettings, cell_text, experts_figure};
-use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, scale_ui, zoom_step_in};
+use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, zoom_row, zoom_step_in};
 use crate::export::Figure;
 
 /// The experts view (it keeps nothing between frames: the routes are the feature's).
@@ -115,21 +115,14 @@ impl ExpertsView {
         // Fit (the default, until zoomed): every layer and token in the room, at half size at least.
         let fitted = fit_scale(grid_size(routes, n, 1.0), ui.available_size() - vec2(8.0, 40.0));
         let mut zoom = data.settings.zoom.experts;
-        ui.horizontal(|ui| {
-            scale_ui(ui, &mut zoom, fitted);
-            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
-        });
+        zoom_row(ui, &mut zoom, fitted, (SCALE_RANGE, "scale"));
         let scale = zoom.unwrap_or(fitted);
         egui::ScrollArea::both().id_salt("experts-grid").auto_shrink([false, true]).show(ui, |ui| {
             if grid_ui(ui, routes, (&labels[..n], selected), scale) {
                 zoom = zoom_step_in(ui, scale, SCALE_RANGE).or(zoom);
             }
         });
-        if zoom != data.settings.zoom.experts {
-            let mut z = data.settings.zoom;
-            z.experts = zoom;
-            commands.push(Command::Set(Setting::Zoom(z)));
-        }
+        commands.set_zoom(data.settings, |z| &mut z.experts, zoom);
     }
 }
 

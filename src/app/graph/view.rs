@@ -11,7 +11,7 @@ use egui::{Color32, FontId, Rect, RichText, Sense, Stroke, pos2, vec2};
 use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::graph::{EdgeHead, GraphShown, graph_figure};
-use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, scale_ui, zoom_step_in};
+use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, zoom_row, zoom_step_in};
 use crate::export::GraphFigure;
 use crate::render::{GRAPH_CELL, edge_alpha, edge_rgb, edge_width};
 
@@ -79,10 +79,7 @@ impl GraphView {
         // Fit (the default, until zoomed): the whole graph in its room.
         let fitted = fit_scale(graph_size(&figure, 1.0), vec2(ui.available_width() - 8.0, graph_h - 30.0));
         let mut zoom = settings.zoom.graph;
-        ui.horizontal(|ui| {
-            scale_ui(ui, &mut zoom, fitted);
-            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
-        });
+        zoom_row(ui, &mut zoom, fitted, (SCALE_RANGE, "scale"));
         let scale = zoom.unwrap_or(fitted);
         self.scale = scale;
         let centre = self.centred != Some(key);
@@ -97,11 +94,7 @@ impl GraphView {
                 zoom = zoom_step_in(ui, scale, SCALE_RANGE).or(zoom);
             }
         });
-        if zoom != settings.zoom.graph {
-            let mut z = settings.zoom;
-            z.graph = zoom;
-            commands.push(Command::Set(Setting::Zoom(z)));
-        }
+        commands.set_zoom(settings, |z| &mut z.graph, zoom);
         ui.separator();
         head_ui(ui, data, graph, &labels, commands);
     }

@@ -14,7 +14,7 @@ use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::lens::{LensState, stream_name};
 use crate::app::state::LensMode;
-use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, scale_ui, zoom_step_in};
+use crate::app::widgets::matrix::{SCALE_RANGE, fit_scale, zoom_row, zoom_step_in};
 use crate::render::{cell_rgb, cell_text_rgb};
 
 /// Cell width and height in points.
@@ -62,21 +62,14 @@ impl LensView {
         let full = vec2(n as f32 * CELL.0, lens.streams as f32 * CELL.1);
         let fitted = fit_scale(full, vec2(ui.available_width() - ROW_W - 8.0, grid_h - 30.0 - HEAD_H));
         let mut zoom = settings.zoom.lens;
-        ui.horizontal(|ui| {
-            scale_ui(ui, &mut zoom, fitted);
-            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
-        });
+        zoom_row(ui, &mut zoom, fitted, (SCALE_RANGE, "scale"));
         let scale = zoom.unwrap_or(fitted);
         egui::ScrollArea::both().id_salt("lens-grid").max_height(grid_h).auto_shrink([false, true]).show(ui, |ui| {
             if self.grid_ui(ui, data, &labels, (selected, scale), commands) {
                 zoom = zoom_step_in(ui, scale, SCALE_RANGE).or(zoom);
             }
         });
-        if zoom != settings.zoom.lens {
-            let mut z = settings.zoom;
-            z.lens = zoom;
-            commands.push(Command::Set(Setting::Zoom(z)));
-        }
+        commands.set_zoom(settings, |z| &mut z.lens, zoom);
         ui.separator();
         watch_plot_ui(ui, lens, settings.lens.mode, &labels, selected);
         // ← / → move the selected position (when no text box has the keyboard).

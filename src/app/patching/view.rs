@@ -13,7 +13,7 @@ use crate::app::command::{Command, Commands, Setting};
 use crate::app::data::ViewData;
 use crate::app::patching::{PatchingSettings, grid_table};
 use crate::app::widgets::matrix::{
-    FitCache, MatrixSpec, MatrixTexture, fit_cell, key_of, matrix_ui, symmetric_range, zoom_step, zoom_ui,
+    CELL_RANGE, FitCache, MatrixSpec, MatrixTexture, fit_cell, key_of, matrix_ui, symmetric_range, zoom_row, zoom_step,
 };
 use crate::export::{Figure, Table};
 use crate::render::Colormap;
@@ -132,10 +132,7 @@ impl PatchingView {
         let mut zoom = data.settings.zoom.patching;
         let room = ui.available_size() - egui::vec2(4.0, 40.0);
         let fitted = self.fit.get(key, room, || fit_cell(ui, &spec, room));
-        ui.horizontal(|ui| {
-            zoom_ui(ui, &mut zoom, fitted);
-            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
-        });
+        zoom_row(ui, &mut zoom, fitted, (CELL_RANGE, "cell size"));
         let spec = MatrixSpec { cell: zoom.unwrap_or(fitted), ..spec };
         let mut clicked = None;
         egui::ScrollArea::both().id_salt("patch-grid").auto_shrink([false, true]).show(ui, |ui| {
@@ -146,11 +143,7 @@ impl PatchingView {
             }
             clicked = shown.clicked;
         });
-        if zoom != data.settings.zoom.patching {
-            let mut z = data.settings.zoom;
-            z.patching = zoom;
-            commands.push(Command::Set(Setting::Zoom(z)));
-        }
+        commands.set_zoom(data.settings, |z| &mut z.patching, zoom);
         if let Some(head) = clicked.filter(|_| per_head) {
             // The head on both inputs: the comparison of the clean sentence A with the corrupted B.
             crate::app::widgets::select_head(data.settings, head, commands);

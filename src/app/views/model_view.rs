@@ -78,10 +78,7 @@ impl ModelView {
         let fitted = (room.x / heads.max(1) as f32 - 4.0).min(room.y / layers.max(1) as f32 - 4.0);
         let fitted = if fitted.is_finite() { fitted.clamp(THUMB_RANGE.0, THUMB_RANGE.1) } else { THUMB_RANGE.1 };
         let mut zoom = settings.zoom.model;
-        ui.horizontal(|ui| {
-            crate::app::widgets::matrix::zoom_ui_in(ui, &mut zoom, fitted, (THUMB_RANGE, "thumbnail size"));
-            ui.label(RichText::new("Ctrl+scroll zooms").small().weak());
-        });
+        crate::app::widgets::matrix::zoom_row(ui, &mut zoom, fitted, (THUMB_RANGE, "thumbnail size"));
         let thumb = zoom.unwrap_or(fitted);
         egui::ScrollArea::both().auto_shrink([false, false]).show(ui, |ui| {
             let size = vec2(axis_w + heads as f32 * (thumb + 4.0), head_h + layers as f32 * (thumb + 4.0));
@@ -159,11 +156,7 @@ impl ModelView {
                 painter.text(at, egui::Align2::CENTER_CENTER, format!("H{h}"), font.clone(), text);
             }
         });
-        if zoom != settings.zoom.model {
-            let mut z = settings.zoom;
-            z.model = zoom;
-            commands.push(Command::Set(crate::app::command::Setting::Zoom(z)));
-        }
+        commands.set_zoom(settings, |z| &mut z.model, zoom);
     }
 }
 

@@ -294,13 +294,16 @@ pub fn zoom_ui(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32) {
     zoom_ui_in(ui, zoom, fitted, (CELL_RANGE, "cell size"));
 }
 
-/// The zoom control of a view drawn at a scale: *Fit* or a scale of its default size.
-pub fn scale_ui(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32) {
-    zoom_ui_in(ui, zoom, fitted, (SCALE_RANGE, "scale"));
+/// A view's zoom row: [`zoom_ui_in`] and the Ctrl+scroll hint.
+pub fn zoom_row(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32, range_what: ((f32, f32), &str)) {
+    ui.horizontal(|ui| {
+        zoom_ui_in(ui, zoom, fitted, range_what);
+        ui.label(egui::RichText::new("Ctrl+scroll zooms").small().weak());
+    });
 }
 
 /// The zoom control of a view: *Fit* or a value in `range`, the slider named `what`.
-pub fn zoom_ui_in(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32, ((lo, hi), what): ((f32, f32), &str)) {
+fn zoom_ui_in(ui: &mut egui::Ui, zoom: &mut Option<f32>, fitted: f32, ((lo, hi), what): ((f32, f32), &str)) {
     if ui.selectable_label(zoom.is_none(), "Fit").on_hover_text("The whole figure in the room").clicked() {
         *zoom = None;
     }

@@ -1482,6 +1482,41 @@ fn comparison_of_two_sentences_and_of_the_faithful_model_against_an_intervened_o
     assert!(largest > 1e-4, "ablating a layer-0 head changes layer 1");
 }
 
+/// Gemma 2 alternates sliding (window 4) and full layers: the heatmap masks the window's hidden
+/// keys in a sliding layer only, and a full layer's far keys are weights, not masked cells.
+#[test]
+fn a_sliding_layer_masks_its_window_and_a_full_layer_does_not() {
+    let mut h = lens_app("tiny-gemma2", "The cat sat on the mat because it was warm.");
+    h.get_by_label("Heatmap").click();
+    for (layer, window) in [(0, Some(4)), (1, None)] {
+        h.state_mut().settings.layer_idx = layer;
+        settled(&mut h);
+        let run = h.state().session.run.clone().unwrap();
+        assert_eq!(run.window_of(layer), window, "layer {layer}");
+        let cache = &h.state().views.heatmap;
+        let m = cache.keep.len();
+        assert!(m > 6, "the text is longer than the window");
+        let mut far = 0;
+        for q in 0..m {
+            for k in 0..m {
+                let (tq, tk) = (cache.keep[q], cache.keep[k]);
+                let hidden = tk > tq || window.is_some_and(|w| tq - tk >= w);
+                assert_eq!(cache.value(q, k).is_nan(), hidden, "layer {layer}: cell ({q}, {k})");
+                far += usize::from(tq >= tk + 4);
+            }
+        }
+        assert!(far > 0, "some keys lie outside the window");
+        if window.is_none() {
+            let shown: f32 = (0..m)
+                .flat_map(|q| (0..m).map(move |k| (q, k)))
+                .filter(|&(q, k)| cache.keep[q] >= cache.keep[k] + 4)
+                .map(|(q, k)| cache.value(q, k))
+                .sum();
+            assert!(shown > 0.0, "a full layer gives far keys weight");
+        }
+    }
+}
+
 #[test]
 fn a_gpt2_model_draws_its_masked_triangle_as_masked() {
     let gpt2 = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/models/tiny-gpt2");

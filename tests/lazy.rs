@@ -98,7 +98,7 @@ fn check_case(name: &str, net: &Network, ids: &[u32], type_ids: &[u32], iv: &Int
     // Streaming, one head at a time (from the pool's threads, in any order within a layer).
     let heads_seen = Mutex::new(vec![0.0f32; full.probs.len()]);
     let count = Mutex::new(0usize);
-    let visit = |l, h, probs: &[f32]| {
+    let visit = |l, h, probs: &[f32], _: Option<&[f32]>| {
         let at = l * per_layer + h * per_head;
         heads_seen.lock().unwrap()[at..at + per_head].copy_from_slice(probs);
         *count.lock().unwrap() += 1;
@@ -142,10 +142,12 @@ fn tiny_llama_with_positions(positions: usize) -> tempfile::TempDir {
 #[test]
 fn a_long_input_pooled_as_it_runs_equals_the_recorded_attention_pooled() {
     use attnviz::analysis::long::{LongView, OVERVIEW_SPANS, WINDOW_TOKENS, mean_rows, overview_spans, window_spans};
-    use attnviz::analysis::words::merge_attention;
+    use attnviz::analysis::words::{merge_attention, merge_sinks};
     let cases = [
         ("tiny-llama", "max_position_embeddings", 700, None),
         ("tiny-mistral", "max_position_embeddings", 600, Some(100)),
+        // Attention sinks: each span of rows keeps its mean share of the sink.
+        ("tiny-gpt-oss", "max_position_embeddings", 600, Some(50)),
         ("tiny-t5", "n_positions", 650, Some(300)),
     ];
     for (name, key, n, window_start) in cases {
@@ -187,8 +189,20 @@ fn a_long_input_pooled_as_it_runs_equals_the_recorded_attention_pooled() {
             let expected = merge_attention(&recorded.attention, &spans);
             assert_eq!(bits(run.attention.as_slice()), bits(expected.as_slice()), "{name} {view:?}");
             assert_eq!(bits(&run.last_hidden), bits(&mean_rows(&recorded.last_hidden, d.hidden, &spans)), "{name}");
-            for row in run.attention.as_slice().chunks(spans.len()) {
-                assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-4, "{name} {view:?}: rows sum to 1");
+            let sinks = recorded.sinks.as_ref().map(|s| merge_sinks(s, &spans));
+            assert_eq!(
+                run.sinks.as_ref().map(|s| bits(s.as_slice())),
+                sinks.as_ref().map(|s| bits(s.as_slice())),
+                "{name} {view:?}"
+            );
+            let shares = sinks
+                .as_ref()
+                .map_or_else(|| vec![0.0; run.attention.as_slice().len() / spans.len()], |s| s.as_slice().to_vec());
+            for (row, sink) in run.attention.as_slice().chunks(spans.len()).zip(shares) {
+                assert!(
+                    (row.iter().sum::<f32>() + sink - 1.0).abs() < 1e-4,
+                    "{name} {view:?}: rows and the sink sum to 1"
+                );
             }
         }
         // In the window, single tokens keep their exact probability.
@@ -201,10 +215,10 @@ fn a_long_input_pooled_as_it_runs_equals_the_recorded_attention_pooled() {
             assert_eq!(bits(partial), bits(&runs.window.attention.as_slice()[..partial.len()]), "{name}: layer {l}");
         }
         // Masked spans: Mistral's window of 4 hides everything before the window from its last token.
-        if d.sliding_window.is_some() {
+        if runs.window.window_of(0).is_some() {
             let last = runs.window.tokens.len() - 1;
-            assert!(runs.window.is_masked(last, 0) && runs.window.attention.get(0, 0, last, 0) == 0.0);
-            assert!(!runs.window.is_masked(1, 0), "the window's first token still sees the tokens before it");
+            assert!(runs.window.is_masked(0, last, 0) && runs.window.attention.get(0, 0, last, 0) == 0.0);
+            assert!(!runs.window.is_masked(0, 1, 0), "the window's first token still sees the tokens before it");
         }
         // A stop after the first layer ends the pass without a result.
         let stopped = model.run_long(&tokens, None, &iv, window_start, &mut |_| false).unwrap();

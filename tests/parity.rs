@@ -259,7 +259,7 @@ fn check_gpt2(case: &str) -> Run {
             for q in 0..a.seq_len() {
                 for k in q + 1..a.seq_len() {
                     assert_eq!(a.get(l, h, q, k), 0.0);
-                    assert!(run.is_masked(q, k));
+                    assert!(run.is_masked(l, q, k));
                 }
             }
         }
@@ -415,16 +415,15 @@ fn check_decoder(which: &str, case: &str) -> Run {
     assert!(run.causal, "{case}: a decoder run is causal");
     let a = &run.attention;
     let desc = model(which).description();
-    // The views mask a window only when every layer has it (Gemma 2 and 3 alternate).
-    assert_eq!(run.window, desc.uniform_window());
+    // The views mask each layer's own window (Gemma 2 and 3 alternate sliding and full layers).
     for l in 0..a.layers() {
         let window = desc.window(l);
+        assert_eq!(run.window_of(l), window, "{case}: layer {l}'s window");
         for h in 0..a.heads() {
             for q in 0..a.seq_len() {
                 for k in 0..a.seq_len() {
                     let hidden = k > q || window.is_some_and(|w| q - k >= w);
-                    let shown = k > q || run.window.is_some_and(|w| q - k >= w);
-                    assert_eq!(run.is_masked(q, k), shown, "{case}: mask at {q},{k}");
+                    assert_eq!(run.is_masked(l, q, k), hidden, "{case}: mask at {l}: {q},{k}");
                     if hidden {
                         assert_eq!(a.get(l, h, q, k), 0.0, "{case}: masked weight at {l}/{h}/{q}/{k}");
                     }

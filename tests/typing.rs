@@ -128,7 +128,7 @@ fn run_bits(run: &attnviz::analysis::Run) -> (Vec<u32>, Vec<u32>, Vec<u32>, Vec<
         run.truncation,
         run.intervention,
         run.causal,
-        run.window,
+        (run.window, &run.sliding_layers),
         neuron.terms.len()
     );
     (bits(a.as_slice()), bits(neuron.scores.as_slice()), vectors, bits(&run.last_hidden), about)

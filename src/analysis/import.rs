@@ -200,6 +200,7 @@ impl Parts {
             playground: false,
             causal,
             window: None,
+            sliding_layers: Vec::new(),
             prompt_len,
             decoder,
             key_tokens,

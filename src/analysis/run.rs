@@ -103,8 +103,11 @@ pub struct Run {
     /// views draw that triangle as masked, not as zero weight.
     pub causal: bool,
     /// A sliding window (Mistral): keys this many positions or more before the query were hidden
-    /// too, and are drawn as masked.
+    /// too, and are drawn as masked — in the layers `sliding_layers` names.
     pub window: Option<usize>,
+    /// Per layer, whether `window` applies (Gemma 2 and 3, gpt-oss: sliding and full layers
+    /// alternate); empty: every layer slides.
+    pub sliding_layers: Vec<bool>,
     /// For a generated text: how many tokens the prompt had (the rest were written by the model).
     pub prompt_len: Option<usize>,
     /// For an encoder–decoder run with a target: the decoder's side (`tokens` and `attention`
@@ -122,12 +125,19 @@ pub struct Run {
 }
 
 impl Run {
-    /// Whether key `key_pos` was hidden from query `query_pos` by the causal mask or the window.
-    pub fn is_masked(&self, query_pos: usize, key_pos: usize) -> bool {
+    /// The sliding window of layer `layer`: `window` where that layer slides, else None.
+    pub fn window_of(&self, layer: usize) -> Option<usize> {
+        self.window.filter(|_| self.sliding_layers.get(layer).copied().unwrap_or(true))
+    }
+
+    /// Whether key `key_pos` was hidden from query `query_pos` in layer `layer` by the causal
+    /// mask or that layer's window.
+    pub fn is_masked(&self, layer: usize, query_pos: usize, key_pos: usize) -> bool {
+        let window = self.window_of(layer);
         if let Some(long) = &self.long {
-            return long.is_masked(query_pos, key_pos, self.causal, self.window);
+            return long.is_masked(query_pos, key_pos, self.causal, window);
         }
-        super::long::spans_masked(&(query_pos..query_pos + 1), &(key_pos..key_pos + 1), self.causal, self.window)
+        super::long::spans_masked(&(query_pos..query_pos + 1), &(key_pos..key_pos + 1), self.causal, window)
     }
 
     /// The label views draw for token `pos`: [`Tokens::label`], marked with ✎ when the model
@@ -161,14 +171,14 @@ impl Run {
         self.causal || self.window.is_some()
     }
 
-    /// A copy of an `n × n` matrix of this run with the masked cells as NaN.
-    pub fn masked(&self, matrix: &[f32]) -> Vec<f32> {
+    /// A copy of an `n × n` matrix of layer `layer` of this run with the masked cells as NaN.
+    pub fn masked(&self, layer: usize, matrix: &[f32]) -> Vec<f32> {
         let n = self.attention.keys();
         let mut out = matrix.to_vec();
         if self.has_mask() {
             for (q, row) in out.chunks_mut(n.max(1)).enumerate() {
                 for (k, v) in row.iter_mut().enumerate() {
-                    if self.is_masked(q, k) {
+                    if self.is_masked(layer, q, k) {
                         *v = f32::NAN;
                     }
                 }
@@ -179,7 +189,7 @@ impl Run {
 
     /// The mean of `heads` of one layer as views show it: masked cells are NaN.
     pub fn shown_mean(&self, layer_idx: usize, heads: &[usize]) -> Vec<f32> {
-        self.masked(&self.attention.mean_of_heads(layer_idx, heads))
+        self.masked(layer_idx, &self.attention.mean_of_heads(layer_idx, heads))
     }
 }
 

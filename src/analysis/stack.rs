@@ -110,6 +110,7 @@ pub fn stack_run(run: &Run, stack: Stack) -> Result<Run, String> {
         playground: run.playground,
         causal,
         window: None,
+        sliding_layers: Vec::new(),
         // A generated target: everything after the start token was written by the model.
         prompt_len: run.prompt_len.map(|_| 1),
         decoder: None,
@@ -155,6 +156,7 @@ pub(crate) mod fixture {
             playground: false,
             causal: false,
             window: None,
+            sliding_layers: Vec::new(),
             prompt_len: None,
             decoder: Some(DecoderRun {
                 tokens: test_tokens(&["</s>", "Hallo"]),
@@ -199,8 +201,8 @@ mod tests {
     fn decoder_is_causal_and_encoder_is_the_run() {
         let run = seq2seq_run();
         let dec = stack_run(&run, Stack::Decoder).unwrap();
-        assert!(dec.causal && dec.is_masked(0, 1) && !dec.is_masked(1, 0));
-        assert!(dec.masked(dec.attention.head(0, 0))[1].is_nan());
+        assert!(dec.causal && dec.is_masked(0, 0, 1) && !dec.is_masked(0, 1, 0));
+        assert!(dec.masked(0, dec.attention.head(0, 0))[1].is_nan());
         assert_eq!(dec.keys(), &dec.tokens);
         let enc = stack_run(&run, Stack::Encoder).unwrap();
         assert_eq!(enc.tokens, run.tokens);

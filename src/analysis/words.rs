@@ -148,6 +148,7 @@ pub fn merge_run(run: &Run) -> Run {
         // A window counts tokens; merged words have no single distance, so their cells show
         // the (zero) weights the window left.
         window: None,
+        sliding_layers: Vec::new(),
         // The prompt ends at the first word holding a generated piece.
         prompt_len: run.prompt_len.map(|p| spans.iter().take_while(|s| s.end <= p).count()),
         // Word merging covers the source; the decoder side stays at token level.

@@ -338,7 +338,7 @@ pub fn compute(key: &DeriveKey, run: &Run, matrices: Option<&HeadMatrices>) -> D
                 .map(|(l, h)| {
                     // Cross-attention (targets × sources) is stretched into a square picture.
                     let (cells, s) = if run.has_mask() {
-                        square_max(&run.masked(a.head(l, h)), a.seq_len(), a.keys(), THUMB_TEXELS)
+                        square_max(&run.masked(l, a.head(l, h)), a.seq_len(), a.keys(), THUMB_TEXELS)
                     } else {
                         square_max(a.head(l, h), a.seq_len(), a.keys(), THUMB_TEXELS)
                     };

@@ -363,7 +363,7 @@ fn produce(
         }
         BenchMode::Heads => {
             let checked: Mutex<candle_core::Result<usize>> = Mutex::new(Ok(0));
-            let visit = |_, _, probs: &[f32]| {
+            let visit = |_, _, probs: &[f32], _: Option<&[f32]>| {
                 let rows = check_rows(probs, n);
                 if let Ok(mut c) = checked.lock() {
                     *c = match (std::mem::replace(&mut *c, Ok(0)), rows) {

@@ -477,12 +477,6 @@ impl Description {
         self.sliding_window.filter(|_| self.sliding_layers.get(layer).copied().unwrap_or(true))
     }
 
-    /// The window every layer attends through (None when some layer attends to every key): what
-    /// a run's views mask as hidden.
-    pub fn uniform_window(&self) -> Option<usize> {
-        self.sliding_window.filter(|_| self.sliding_layers.iter().all(|&s| s))
-    }
-
     /// Whether layer `layer` rotates q and k (when the description has rotary positions).
     pub fn rotates(&self, layer: usize) -> bool {
         self.rope_layers.get(layer).copied().unwrap_or(true)
@@ -526,11 +520,10 @@ mod tests {
     fn a_window_applies_to_the_layers_that_slide() {
         let s = Sizes { vocab: 10, hidden: 8, layers: 3, heads: 2, intermediate: 16 };
         let mut d = post_ln_encoder(&s, super::Activation::Gelu, 1e-5, 32);
-        assert_eq!((d.window(0), d.uniform_window()), (None, None));
+        assert_eq!(d.window(0), None);
         d.sliding_window = Some(4);
-        assert_eq!((d.window(2), d.uniform_window()), (Some(4), Some(4)), "no list: every layer slides");
+        assert_eq!(d.window(2), Some(4), "no list: every layer slides");
         d.sliding_layers = vec![true, false, true];
         assert_eq!([d.window(0), d.window(1), d.window(2)], [Some(4), None, Some(4)]);
-        assert_eq!(d.uniform_window(), None, "a full layer sees every earlier key");
     }
 }

@@ -9,10 +9,10 @@ use std::sync::Mutex;
 use super::engine::{EachHead, EngineError, Input};
 use super::{Interventions, LoadedModel, ModelError};
 use crate::analysis::long::{
-    LongInput, LongView, OVERVIEW_SPANS, WINDOW_TOKENS, overview_spans, pool_matrix_into, span_tokens, window_at,
-    window_spans,
+    LongInput, LongView, OVERVIEW_SPANS, WINDOW_TOKENS, mean_rows, overview_spans, pool_matrix_into, span_tokens,
+    window_at, window_spans,
 };
-use crate::analysis::{Attention, Run, Tokens};
+use crate::analysis::{Attention, Run, Sinks, Tokens};
 
 /// The two pooled runs of a long input ([`LoadedModel::run_long`]).
 #[derive(Debug, Clone)]
@@ -23,23 +23,26 @@ pub struct LongRuns {
     pub window: Run,
 }
 
-/// One pooled run being filled: a buffer per head (written from the pool's threads).
+/// One pooled run being filled: a buffer per head (written from the pool's threads), and for a
+/// model with attention sinks the sink's share of each span of rows (their mean, as the word
+/// merge takes it).
 struct Pooled {
     spans: Vec<Range<usize>>,
     heads: Vec<Mutex<Vec<f32>>>,
+    sinks: Vec<Mutex<Vec<f32>>>,
 }
 
 impl Pooled {
-    fn new(spans: Vec<Range<usize>>, layers: usize, heads: usize) -> Self {
+    fn new(spans: Vec<Range<usize>>, layers: usize, heads: usize, sinks: bool) -> Self {
         let w = spans.len();
-        Self { heads: (0..layers * heads).map(|_| Mutex::new(vec![0.0; w * w])).collect(), spans }
+        let buffers = |len: usize| (0..layers * heads).map(|_| Mutex::new(vec![0.0; len])).collect();
+        Self { heads: buffers(w * w), sinks: if sinks { buffers(w) } else { Vec::new() }, spans }
     }
 
-    /// The first `layers` layers, `[layer][head][row][column]`.
-    fn data(&self, layers: usize, heads: usize) -> Vec<f32> {
-        let w = self.spans.len();
-        let mut out = Vec::with_capacity(layers * heads * w * w);
-        for cell in &self.heads[..layers * heads] {
+    /// The first `layers` layers of `buffers`, `[layer][head][…]`.
+    fn data(buffers: &[Mutex<Vec<f32>>], layers: usize, heads: usize) -> Vec<f32> {
+        let mut out = Vec::new();
+        for cell in &buffers[..layers * heads] {
             out.extend_from_slice(&cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         }
         out
@@ -75,31 +78,40 @@ impl LoadedModel {
         let layers = interventions.first_layers.unwrap_or(desc.layers);
         let causal = self.net.is_causal() || interventions.causal;
         let window = window_at(n, window_start, WINDOW_TOKENS);
-        let overview = Pooled::new(overview_spans(n, OVERVIEW_SPANS), layers, heads);
-        let zoomed = Pooled::new(window_spans(n, window.clone()), layers, heads);
-        let visit = |l: usize, h: usize, probs: &[f32]| {
+        let overview = Pooled::new(overview_spans(n, OVERVIEW_SPANS), layers, heads, desc.attn_sinks);
+        let zoomed = Pooled::new(window_spans(n, window.clone()), layers, heads, desc.attn_sinks);
+        let visit = |l: usize, h: usize, probs: &[f32], sink: Option<&[f32]>| {
             for pooled in [&overview, &zoomed] {
                 let mut cell = pooled.heads[l * heads + h].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 pool_matrix_into(probs, n, &pooled.spans, &pooled.spans, causal, &mut cell);
+                if let (Some(sink), Some(shares)) = (sink, pooled.sinks.get(l * heads + h)) {
+                    *shares.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        mean_rows(sink, 1, &pooled.spans);
+                }
             }
         };
         let runs = |done: usize, last_hidden: &[f32]| -> Result<LongRuns, ModelError> {
             let run = |pooled: &Pooled, view: LongView| -> Result<Run, ModelError> {
                 let w = pooled.spans.len();
-                let attention = Attention::new(done, heads, w, pooled.data(done, heads))?;
+                let attention = Attention::new(done, heads, w, Pooled::data(&pooled.heads, done, heads))?;
+                let sinks = if pooled.sinks.is_empty() {
+                    None
+                } else {
+                    Some(Sinks::new(done, heads, w, Pooled::data(&pooled.sinks, done, heads))?)
+                };
                 Ok(Run {
                     model_name: self.name.clone(),
                     tokens: span_tokens(tokens, &pooled.spans),
                     attention,
-                    // (Pooled heads keep no sink shares: a long input's views show the keys.)
-                    sinks: None,
+                    sinks,
                     neuron: None,
-                    last_hidden: crate::analysis::long::mean_rows(last_hidden, desc.hidden, &pooled.spans),
+                    last_hidden: mean_rows(last_hidden, desc.hidden, &pooled.spans),
                     truncation: truncation.map(str::to_string),
                     intervention: interventions.describe(),
                     playground: self.playground,
                     causal,
-                    window: desc.uniform_window(),
+                    window: desc.sliding_window,
+                    sliding_layers: desc.sliding_layers.clone(),
                     prompt_len: None,
                     decoder: None,
                     key_tokens: None,

@@ -376,7 +376,7 @@ impl Figure {
                 let run = need(run)?;
                 let table = self.table(Some(run))?;
                 let mut title = table.title.clone();
-                match (run.causal, run.window) {
+                match (run.causal, run.window_of(*layer_idx)) {
                     (_, Some(w)) => title = format!("{title} · grey: masked (causal, sliding window {w})"),
                     (true, None) => title.push_str(" · grey: masked (causal)"),
                     (false, None) => {}
@@ -422,6 +422,7 @@ impl Figure {
             Figure::ModelGrid => {
                 let run = need(run)?;
                 let title = format!("{} · all layers × heads", run.display_name());
+                let windows: Vec<Option<usize>> = (0..run.attention.layers()).map(|l| run.window_of(l)).collect();
                 Ok(render::model_grid_drawing(&ModelGridSpec {
                     attention: &run.attention,
                     colormap,
@@ -429,7 +430,7 @@ impl Figure {
                     scale,
                     title: &title,
                     causal: run.causal,
-                    window: run.window,
+                    windows: &windows,
                 }))
             }
             Figure::Neuron { layer_idx, head_idx, query_pos } => {
@@ -758,7 +759,7 @@ fn neuron_breakdown(
             "the neuron view needs query and key vectors, which word-level runs and the decoder side of an encoder–decoder do not have".into(),
         )
     })?;
-    Ok(neuron.breakdown(a, layer_idx, head_idx, query_pos, |j| run.is_masked(query_pos, j)))
+    Ok(neuron.breakdown(a, layer_idx, head_idx, query_pos, |j| run.is_masked(layer_idx, query_pos, j)))
 }
 
 /// The neuron view as a figure: q on top; keys, q∘k, the score's terms (if several), the score and

@@ -26,8 +26,9 @@ pub struct ModelGridSpec<'a> {
     pub title: &'a str,
     /// Draw keys after the query as masked (a causal model).
     pub causal: bool,
-    /// Draw keys this many positions or more before the query as masked (a sliding window).
-    pub window: Option<usize>,
+    /// Per layer, draw keys this many positions or more before the query as masked (its sliding
+    /// window); a layer past the list's end has none.
+    pub windows: &'a [Option<usize>],
 }
 
 /// Where everything of the model grid goes, in image pixels.
@@ -180,10 +181,11 @@ pub fn model_grid_drawing(spec: &ModelGridSpec) -> Drawing {
             let (left, top) = lay.thumb_origin(layer_idx, head_idx);
             if seq_len > 0 && att.keys() > 0 {
                 let head = att.head(layer_idx, head_idx);
-                let cells = if spec.causal || spec.window.is_some() {
+                let window = spec.windows.get(layer_idx).copied().flatten();
+                let cells = if spec.causal || window.is_some() {
                     let mut masked = head.to_vec();
                     let all: Vec<usize> = (0..seq_len).collect();
-                    crate::analysis::select::mask_hidden(&mut masked, &all, spec.causal, spec.window);
+                    crate::analysis::select::mask_hidden(&mut masked, &all, spec.causal, window);
                     pool(&masked, seq_len, seq_len, lay.cells, lay.cells)
                 } else {
                     pool(head, seq_len, att.keys(), lay.cells, lay.cells)
@@ -224,7 +226,7 @@ mod tests {
             scale: 1.0,
             title: "Model",
             causal: false,
-            window: None,
+            windows: &[],
         }
     }
 

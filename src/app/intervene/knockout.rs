@@ -38,13 +38,13 @@ pub fn is_knocked_out(iv: &Interventions, layer: usize, q: usize, k: usize) -> b
         || iv.knockout.contains(&Knockout { layer: None, query: q, key: k })
 }
 
-/// The keys query `q` of `run` sees (its mask).
-fn visible(run: &Run, q: usize) -> std::ops::Range<usize> {
+/// The keys query `q` of `run` sees in layer `layer` (its mask).
+fn visible(run: &Run, layer: usize, q: usize) -> std::ops::Range<usize> {
     let n = run.tokens.len();
+    let start = run.window_of(layer).map_or(0, |w| (q + 1).saturating_sub(w));
     if !run.causal {
-        return 0..n;
+        return start.min(n)..n;
     }
-    let start = run.window.map_or(0, |w| (q + 1).saturating_sub(w));
     start..q + 1
 }
 
@@ -52,7 +52,7 @@ fn visible(run: &Run, q: usize) -> std::ops::Range<usize> {
 fn with(iv: &Interventions, run: &Run, layers: usize, entries: &[Knockout]) -> Result<Interventions, String> {
     let mut next = iv.clone();
     next.knockout.extend(entries.iter().copied());
-    next.check_knockout(run.tokens.len(), layers, |_, q| visible(run, q))?;
+    next.check_knockout(run.tokens.len(), layers, |l, q| visible(run, l, q))?;
     Ok(next)
 }
 
@@ -119,7 +119,7 @@ pub fn menu_ui(
     }
     let earlier: Vec<Knockout> = (layer..layers)
         .flat_map(|l| (0..q).map(move |key| Knockout { layer: Some(l), query: q, key }))
-        .filter(|e| visible(run, q).contains(&e.key))
+        .filter(|e| e.layer.is_some_and(|l| visible(run, l, q).contains(&e.key)))
         .collect();
     if !earlier.is_empty() {
         let last = layers - 1;

@@ -60,7 +60,7 @@ impl HeatmapView {
         self.keep_keys = visible_tokens(run.keys(), key.hide_special);
         self.values = submatrix_rect(&mean, a.keys(), &self.keep, &self.keep_keys, key.hide_special);
         if run.has_mask() {
-            mask_hidden(&mut self.values, &self.keep, run.causal, run.window);
+            mask_hidden(&mut self.values, &self.keep, run.causal, run.window_of(key.layer_idx));
         }
         self.key = Some(key);
         self.builds += 1;

@@ -73,7 +73,7 @@ pub fn neuron_view_ui(ui: &mut egui::Ui, data: &ViewData<'_>, commands: &mut Com
         });
         return;
     };
-    let b = neuron.breakdown(a, layer_idx, head_idx, query, |j| run.is_masked(query, j));
+    let b = neuron.breakdown(a, layer_idx, head_idx, query, |j| run.is_masked(layer_idx, query, j));
     ui.label(
         RichText::new(
             "Click a query token on the left. Each row is one key j: its vector k_j, the products q∘k_j \

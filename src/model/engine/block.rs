@@ -673,7 +673,7 @@ impl Network {
             .collect();
         let scratch = &bufs.scratch;
         tasks.into_par_iter().enumerate().for_each(|(h, t)| {
-            let HeadOut { probs, context, records } = t;
+            let HeadOut { probs, context, mut records } = t;
             let mut own = Vec::new();
             let probs = if let Some(p) = probs {
                 p
@@ -681,9 +681,15 @@ impl Network {
                 own = scratch.take(n * total);
                 &mut own[..]
             };
+            // A visitor of a layer with sinks gets each row's share too.
+            let mut shares = Vec::new();
+            if visit_head.is_some() && layer.sinks.is_some() && records.sink.is_none() {
+                shares.resize(n, 0.0);
+                records.sink = Some(&mut shares[..]);
+            }
             self.head_probs(layer, h, &rows, ctx, probs, records);
             if let Some(visit) = visit_head {
-                visit(layer_idx, h, probs);
+                visit(layer_idx, h, probs, layer.sinks.as_ref().map(|_| &shares[..]));
             }
             if ctx.ablated(layer_idx, h) {
                 context.fill(0.0);

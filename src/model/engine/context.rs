@@ -85,8 +85,9 @@ pub trait Edit {
 }
 
 /// What a head's probabilities are handed to as soon as they are computed, from the pool's
-/// threads, heads of a layer in any order: `(layer, head, seq_len × keys)`.
-pub type HeadVisitor<'a> = dyn Fn(usize, usize, &[f32]) + Sync + 'a;
+/// threads, heads of a layer in any order: `(layer, head, seq_len × keys, sink)`, the last the
+/// sink's share of each row for a model with attention sinks (None for the others).
+pub type HeadVisitor<'a> = dyn Fn(usize, usize, &[f32], Option<&[f32]>) + Sync + 'a;
 
 /// Where one layer's attention (and what else of it a listener records) goes: slices of
 /// `heads` blocks each. A slot left `None` is not recorded; the probabilities of heads without a

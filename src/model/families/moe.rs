@@ -152,6 +152,13 @@ fn mixtral(keys: &Keys) -> Result<Description, ModelError> {
     let mut map = keys.0.clone();
     map.entry("sliding_window").or_insert(Value::Null);
     let base = (super::llama::MISTRAL.describe)(&Keys(map))?;
+    // MixtralSparseMoeBlock always divides the chosen experts' weights by their sum (llama.cpp
+    // too, for a `llama` file with experts): a file asking otherwise is refused, not renormalised.
+    keys.refuse_unless(
+        "norm_topk_prob",
+        |v| v == &Value::Bool(true),
+        "Mixtral renormalises its chosen experts' weights; unnormalised weights (a GGUF file's expert_weights_norm = false) are not supported",
+    )?;
     let width = base.intermediate;
     let sparse = vec![true; base.weight_sets()];
     let experts = experts(keys, &["num_local_experts"], Some(8), width, true, sparse)?;
@@ -234,5 +241,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("num_experts_per_tok"), "{err}");
+    }
+
+    #[test]
+    fn mixtral_refuses_weights_left_unnormalised() {
+        let cfg = r#"{"model_type":"mixtral","vocab_size":64,"hidden_size":32,"num_hidden_layers":2,
+            "num_attention_heads":4,"num_key_value_heads":2,"intermediate_size":24,"num_local_experts":4,
+            "num_experts_per_tok":2}"#;
+        assert!(super::super::describe(cfg).unwrap().1.experts.unwrap().renormalise);
+        let kept = cfg.replace(r#""num_experts_per_tok":2"#, r#""num_experts_per_tok":2,"norm_topk_prob":true"#);
+        assert!(super::super::describe(&kept).is_ok());
+        let off = cfg.replace(r#""num_experts_per_tok":2"#, r#""num_experts_per_tok":2,"norm_topk_prob":false"#);
+        let err = super::super::describe(&off).unwrap_err().to_string();
+        assert!(err.contains("norm_topk_prob") && err.contains("renormalises"), "{err}");
     }
 }

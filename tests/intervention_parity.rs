@@ -13,7 +13,7 @@ use attnviz::model::generate::Generator;
 use attnviz::model::intervene::Knockout;
 use attnviz::model::patch::{Cells, PatchRuns, Reuse};
 use attnviz::model::{Capture, Interventions, LoadedModel};
-use common::{floats, ids, reference_json, root, tokens_of};
+use common::{FAMILIES_2026, floats, ids, reference_json, root, tokens_of};
 use serde_json::Value;
 
 fn reference(prefix: &str) -> Value {
@@ -122,18 +122,8 @@ fn tiny_families_patch_knock_out_and_steer_as_transformers_does() {
 /// every softmax a knockout changes.
 #[test]
 fn the_2026_families_and_mixtures_of_experts_patch_knock_out_and_steer_as_transformers_does() {
-    for (name, prefix) in [
-        ("tiny-gemma2", "gemma2"),
-        ("tiny-gemma3", "gemma3"),
-        ("tiny-phi3", "phi3"),
-        ("tiny-olmo2", "olmo2"),
-        ("tiny-granite", "granite"),
-        ("tiny-smollm3", "smollm3"),
-        ("tiny-gpt-oss", "gpt_oss"),
-        ("tiny-mixtral", "mixtral"),
-        ("tiny-qwen3-moe", "qwen3_moe"),
-        ("tiny-olmoe", "olmoe"),
-    ] {
+    let experts = [("tiny-mixtral", "mixtral"), ("tiny-qwen3-moe", "qwen3_moe"), ("tiny-olmoe", "olmoe")];
+    for (name, prefix) in FAMILIES_2026.into_iter().chain(experts) {
         check(prefix, &fixture(name), None);
     }
 }

@@ -8,7 +8,7 @@ mod common;
 
 use attnviz::analysis::roles::HeadScores;
 use attnviz::model::{Capture, Interventions, LoadedModel};
-use common::{floats, ids, reference_json, root, tokens_of};
+use common::{FAMILIES_2026, floats, ids, reference_json, root, tokens_of};
 use serde_json::Value;
 
 fn reference(prefix: &str) -> Value {
@@ -174,15 +174,7 @@ fn lens_attribution_and_head_scores_equal_transformers_on_smollm2() {
 /// the logit before it.
 #[test]
 fn lens_attribution_and_head_scores_equal_transformers_on_the_2026_families() {
-    for (dir, prefix) in [
-        ("tiny-gemma2", "gemma2"),
-        ("tiny-gemma3", "gemma3"),
-        ("tiny-phi3", "phi3"),
-        ("tiny-olmo2", "olmo2"),
-        ("tiny-granite", "granite"),
-        ("tiny-smollm3", "smollm3"),
-        ("tiny-gpt-oss", "gpt_oss"),
-    ] {
+    for (dir, prefix) in FAMILIES_2026 {
         let model = LoadedModel::load(&root().join("tests/fixtures/models").join(dir)).unwrap();
         check(prefix, &model);
         let d = model.description();

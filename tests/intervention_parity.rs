@@ -1,8 +1,9 @@
 //! The interventions of issue 38 against Hugging Face transformers with forward hooks (references
 //! by `tests/fixtures/make_intervention_reference.py`), on tiny random Llama, Qwen2, Gemma,
-//! GPT-NeoX (parallel blocks) and GPT-2 and on the embedded SmolLM2: every patching grid to
-//! 2e-4 × max(1, |clean − corrupted|), knocked-out attention to 1e-5, steered tokens equal and the
-//! steered attention to 1e-5.
+//! GPT-NeoX (parallel blocks), GPT-2, the 2026 families (Gemma 2 and 3, Phi-3, OLMo-2, Granite,
+//! `SmolLM3`, gpt-oss) and the mixtures of experts (Mixtral, Qwen3-MoE, `OLMoE`) and on the
+//! embedded SmolLM2: every patching grid to 2e-4 × max(1, |clean − corrupted|), knocked-out
+//! attention to 1e-5, steered tokens equal and the steered attention to 1e-5.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -12,7 +13,7 @@ use attnviz::model::generate::Generator;
 use attnviz::model::intervene::Knockout;
 use attnviz::model::patch::{Cells, PatchRuns, Reuse};
 use attnviz::model::{Capture, Interventions, LoadedModel};
-use common::{floats, ids, reference_json, root, tokens_of};
+use common::{FAMILIES_2026, floats, ids, reference_json, root, tokens_of};
 use serde_json::Value;
 
 fn reference(prefix: &str) -> Value {
@@ -110,6 +111,19 @@ fn tiny_families_patch_knock_out_and_steer_as_transformers_does() {
         ("tiny-gpt-neox", "gpt_neox"),
         ("tiny-gpt2", "gpt2"),
     ] {
+        check(prefix, &fixture(name), None);
+    }
+}
+
+/// The 2026 families and the mixtures of experts. With output norms (Gemma 2 and 3, OLMo-2)
+/// attnviz patches a sub-block's output after its norm, as it joins the stream; the reference
+/// hooks those norms (the norm works row by row, so one position patched before or after it is the
+/// same run). Granite's residual multiplier follows the patched output, gpt-oss's sinks stay in
+/// every softmax a knockout changes.
+#[test]
+fn the_2026_families_and_mixtures_of_experts_patch_knock_out_and_steer_as_transformers_does() {
+    let experts = [("tiny-mixtral", "mixtral"), ("tiny-qwen3-moe", "qwen3_moe"), ("tiny-olmoe", "olmoe")];
+    for (name, prefix) in FAMILIES_2026.into_iter().chain(experts) {
         check(prefix, &fixture(name), None);
     }
 }

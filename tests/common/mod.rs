@@ -3,6 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
+/// The 2026 families' fixtures (`tests/fixtures/models/tiny-…`) and the prefix of their references.
+pub const FAMILIES_2026: [(&str, &str); 7] = [
+    ("tiny-gemma2", "gemma2"),
+    ("tiny-gemma3", "gemma3"),
+    ("tiny-phi3", "phi3"),
+    ("tiny-olmo2", "olmo2"),
+    ("tiny-granite", "granite"),
+    ("tiny-smollm3", "smollm3"),
+    ("tiny-gpt-oss", "gpt_oss"),
+];
+
 /// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -3,7 +3,7 @@
 # fresh settings, clicks and types with xdotool and captures the screen with ImageMagick's `import`.
 # Needs: apt-get install xvfb xdotool imagemagick mesa-vulkan-drivers
 # Usage: scripts/screenshots.sh [path/to/attnviz]   (default: target/release/attnviz, else a debug build)
-# Env: SHOTS_DISPLAY (the Xvfb display, default :97), APP_LOG, TRAIN_WAIT, EXPERIMENT_WAIT.
+# Env: SHOTS_DISPLAY (the Xvfb display, default :97), APP_LOG, PATCH_WAIT, TRAIN_WAIT, EXPERIMENT_WAIT.
 # The click positions below are for the 1360×860 window this script opens; if a layout change moves
 # a widget, update them (look at the PNGs: every one should show what its name says).
 set -euo pipefail
@@ -252,6 +252,20 @@ click 636 99 1
 click 515 183 1
 xdotool mousemove 1300 800
 shot experts 1
+
+# Activation patching on SmolLM2 (an IOI pair: sentence B swaps the second name): the resid-pre grid
+# (layer × position), fitted, then the head grid; each sweep runs in the background (~3 and ~8 s
+# under load: PATCH_WAIT).
+relaunch --model smollm2 --text "When Mary and John went to the store, John gave a drink to" \
+  --text-pair "When Mary and John went to the store, Mary gave a drink to"
+sleep 4
+nudge 3
+click 565 99 "${PATCH_WAIT:-12}"
+xdotool mousemove 1300 800
+shot patching-resid-pre 1
+click 561 183 "${PATCH_WAIT:-12}"
+xdotool mousemove 1300 800
+shot patching-heads 1
 
 # The training lab: the playground's "Train a transformer…", Train with the default induction
 # settings (the PyTorch peer's model); once the loss has dropped (the induction head formed: step

@@ -5,10 +5,10 @@ use super::*;
 
 #[test]
 fn names_map_and_unpermute_inverts_llama_cpp() {
-    assert_eq!(canonical_name("blk.12.attn_q.weight").as_deref(), Some("layer.12.q.weight"));
-    assert_eq!(canonical_name("output.weight").as_deref(), Some("lm_head.weight"));
-    assert_eq!(canonical_name("blk.x.attn_q.weight"), None);
-    assert_eq!(canonical_name("rope_freqs.weight"), None);
+    assert_eq!(canonical_name("blk.12.attn_q.weight", arch("llama")).as_deref(), Some("layer.12.q.weight"));
+    assert_eq!(canonical_name("output.weight", arch("llama")).as_deref(), Some("lm_head.weight"));
+    assert_eq!(canonical_name("blk.x.attn_q.weight", arch("llama")), None);
+    assert_eq!(canonical_name("rope_freqs.weight", arch("llama")), None);
     // llama.cpp: w.reshape(heads, 2, d/2, in).swapaxes(1, 2): rows [0,1,2,3] of one head of 4
     // are stored as [0,2,1,3].
     let stored = Tensor::from_vec(vec![0f32, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0], (8, 1), &Device::Cpu).unwrap();
@@ -81,5 +81,8 @@ fn fused_and_stacked_tensors_are_split_into_canonical_pieces() {
     assert_eq!(names(plain), [("layer.0.up.weight".to_string(), 0, 48)]);
     let experts = pieces("blk.3.ffn_down_exps.weight", &[4, 32, 16], arch("olmoe"), &desc).unwrap();
     assert_eq!(names(experts)[2], ("layer.3.expert.2.down.weight".to_string(), 64, 32));
-    assert_eq!(canonical_name("blk.1.post_ffw_norm.weight").as_deref(), Some("layer.1.ffn_out_norm.weight"));
+    assert_eq!(
+        canonical_name("blk.1.post_ffw_norm.weight", arch("gemma2")).as_deref(),
+        Some("layer.1.ffn_out_norm.weight")
+    );
 }

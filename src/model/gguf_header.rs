@@ -1,0 +1,445 @@
+//! A GGUF file's header read by attnviz itself (the layout of ggml's `docs/gguf.md`, the checks of
+//! llama.cpp's `gguf.cpp`): magic, version 1–3, the metadata (every value type, arrays nested up
+//! to 64 deep), the tensor infos with their raw GGML type ids, the alignment and where the data
+//! starts. Every count and length is checked against the bytes left in the file before anything
+//! is allocated for it, every tensor's bytes against the file's end, so a hostile header is a
+//! clear error, never a panic nor a huge allocation. The tensors' bytes are read by
+//! [`Header::read`]; the types Candle dequantises become Candle `QTensor`s from them
+//! ([`Header::qtensor`]), MXFP4 stays in its blocks.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use candle_core::Device;
+use candle_core::quantized::gguf_file::Value;
+use candle_core::quantized::{GgmlDType, QTensor};
+
+use super::ModelError;
+use super::engine::BlockKind;
+use super::families::MAX_TENSOR_ELEMENTS;
+use super::files::{first_line, regular_file};
+
+/// The alignment of the tensors' data when `general.alignment` is absent.
+const DEFAULT_ALIGNMENT: u64 = 32;
+/// llama.cpp's `GGML_MAX_DIMS`.
+const MAX_DIMS: u32 = 4;
+/// Nesting of arrays read (Candle's and llama.cpp's bound).
+const MAX_DEPTH: usize = 64;
+/// Metadata values read in all (a 256 000-token vocabulary with its merges, types and scores holds
+/// about 1.5 million): a bound on the memory a header of tiny values can ask for.
+const MAX_VALUES: u64 = 1 << 24;
+
+/// A tensor's GGML type: one Candle dequantises, or MXFP4 (which attnviz widens itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TensorType {
+    /// A type Candle's `quantized` module reads.
+    Candle(GgmlDType),
+    /// `MXFP4` (GGML type 39), gpt-oss's experts.
+    Mxfp4,
+}
+
+impl TensorType {
+    /// The type of GGML type id `id`, or its name (when ggml has one) for an error.
+    fn of(id: u32) -> Result<Self, &'static str> {
+        use GgmlDType as G;
+        Ok(Self::Candle(match id {
+            0 => G::F32,
+            1 => G::F16,
+            2 => G::Q4_0,
+            3 => G::Q4_1,
+            6 => G::Q5_0,
+            7 => G::Q5_1,
+            8 => G::Q8_0,
+            9 => G::Q8_1,
+            10 => G::Q2K,
+            11 => G::Q3K,
+            12 => G::Q4K,
+            13 => G::Q5K,
+            14 => G::Q6K,
+            15 => G::Q8K,
+            30 => G::BF16,
+            39 => return Ok(Self::Mxfp4),
+            _ => {
+                return Err(match id {
+                    16 => "IQ2_XXS",
+                    17 => "IQ2_XS",
+                    18 => "IQ3_XXS",
+                    19 => "IQ1_S",
+                    20 => "IQ4_NL",
+                    21 => "IQ3_S",
+                    22 => "IQ2_S",
+                    23 => "IQ4_XS",
+                    24 => "I8",
+                    25 => "I16",
+                    26 => "I32",
+                    27 => "I64",
+                    28 => "F64",
+                    29 => "IQ1_M",
+                    34 => "TQ1_0",
+                    35 => "TQ2_0",
+                    40 => "NVFP4",
+                    _ => "",
+                });
+            }
+        }))
+    }
+
+    /// `(values, bytes)` per block.
+    fn block(self) -> (usize, usize) {
+        match self {
+            Self::Candle(d) => (d.block_size(), d.type_size()),
+            Self::Mxfp4 => BlockKind::Mxfp4.block(),
+        }
+    }
+
+    /// The block kind the engine keeps it in, None for the types only Candle dequantises.
+    pub(super) fn kind(self) -> Option<BlockKind> {
+        Some(match self {
+            Self::Mxfp4 => BlockKind::Mxfp4,
+            Self::Candle(d) => match d {
+                GgmlDType::F32 => BlockKind::F32,
+                GgmlDType::F16 => BlockKind::F16,
+                GgmlDType::BF16 => BlockKind::Bf16,
+                GgmlDType::Q4_0 => BlockKind::Q4_0,
+                GgmlDType::Q4_1 => BlockKind::Q4_1,
+                GgmlDType::Q5_0 => BlockKind::Q5_0,
+                GgmlDType::Q5_1 => BlockKind::Q5_1,
+                GgmlDType::Q8_0 => BlockKind::Q8_0,
+                GgmlDType::Q4K => BlockKind::Q4K,
+                GgmlDType::Q5K => BlockKind::Q5K,
+                GgmlDType::Q6K => BlockKind::Q6K,
+                _ => return None,
+            },
+        })
+    }
+
+    /// Its name as attnviz reports the weights (Candle's spelling: `Q4_1`, `Q4K`, `BF16`, `MXFP4`).
+    pub(super) fn name(self) -> String {
+        match self {
+            Self::Candle(d) => format!("{d:?}"),
+            Self::Mxfp4 => "MXFP4".into(),
+        }
+    }
+}
+
+/// A tensor of the file.
+#[derive(Debug, Clone)]
+pub(super) struct TensorInfo {
+    /// Its shape, outermost first (GGUF lists the innermost first; Candle's order).
+    pub dims: Vec<usize>,
+    /// Its type.
+    pub ty: TensorType,
+    /// Where its bytes start in the file.
+    pub start: u64,
+    /// How many bytes it has.
+    pub bytes: usize,
+}
+
+/// A GGUF header.
+pub(super) struct Header {
+    /// The metadata.
+    pub metadata: HashMap<String, Value>,
+    /// The tensors, by name.
+    pub tensors: BTreeMap<String, TensorInfo>,
+}
+
+/// The header as it is read: the file, where the reader is, how many bytes it has.
+struct Cursor {
+    r: BufReader<File>,
+    at: u64,
+    size: u64,
+    /// Version 1 writes lengths, counts and dimensions as u32, later versions as u64.
+    v1: bool,
+    /// Metadata values read so far.
+    values: u64,
+}
+
+impl Cursor {
+    fn left(&self) -> u64 {
+        self.size.saturating_sub(self.at)
+    }
+
+    fn bytes<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut b = [0u8; N];
+        self.r.read_exact(&mut b).map_err(|_| format!("the file ends inside its header (at byte {})", self.at))?;
+        self.at += N as u64;
+        Ok(b)
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        self.bytes::<4>().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        self.bytes::<8>().map(u64::from_le_bytes)
+    }
+
+    /// A length, count or dimension.
+    fn length(&mut self) -> Result<u64, String> {
+        if self.v1 { self.u32().map(u64::from) } else { self.u64() }
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        let len = self.length()?;
+        if len > self.left() {
+            return Err(format!("string length {len} exceeds the {} bytes left in the file", self.left()));
+        }
+        let mut v = vec![0u8; usize::try_from(len).map_err(|_| format!("string length {len}"))?];
+        self.r.read_exact(&mut v).map_err(|e| format!("reading a string at byte {}: {e}", self.at))?;
+        self.at += len;
+        // Strings should not end in NULs; some writers add them (as Candle, they are dropped).
+        while v.last() == Some(&0) {
+            v.pop();
+        }
+        Ok(String::from_utf8_lossy(&v).into_owned())
+    }
+
+    /// The fewest bytes a value of type `ty` takes (an array's elements are checked against them).
+    fn min_size(&self, ty: u32) -> Option<u64> {
+        let length = if self.v1 { 4 } else { 8 };
+        Some(match ty {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4..=6 => 4,
+            10..=12 => 8,
+            8 => length,
+            9 => 4 + length,
+            _ => return None,
+        })
+    }
+
+    fn value(&mut self, ty: u32, depth: usize) -> Result<Value, String> {
+        self.values += 1;
+        if self.values > MAX_VALUES {
+            return Err(format!("its metadata holds more than {MAX_VALUES} values"));
+        }
+        Ok(match ty {
+            0 => Value::U8(self.bytes::<1>()?[0]),
+            1 => Value::I8(i8::from_le_bytes(self.bytes()?)),
+            2 => Value::U16(u16::from_le_bytes(self.bytes()?)),
+            3 => Value::I16(i16::from_le_bytes(self.bytes()?)),
+            4 => Value::U32(self.u32()?),
+            5 => Value::I32(i32::from_le_bytes(self.bytes()?)),
+            6 => Value::F32(f32::from_le_bytes(self.bytes()?)),
+            7 => match self.bytes::<1>()?[0] {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => return Err(format!("a boolean of value {b} at byte {}", self.at - 1)),
+            },
+            8 => Value::String(self.string()?),
+            9 if depth >= MAX_DEPTH => return Err(format!("arrays nested more than {MAX_DEPTH} deep")),
+            9 => {
+                let item = self.u32()?;
+                let min = self.min_size(item).ok_or_else(|| format!("an array of unknown value type {item}"))?;
+                let len = self.length()?;
+                if len > 1 << 30 {
+                    return Err(format!("array length {len} exceeds the maximum of 2^30"));
+                }
+                let needed = len.saturating_mul(min);
+                if needed > self.left() {
+                    return Err(format!(
+                        "array of {len} elements needs at least {needed} bytes, only {} remaining",
+                        self.left()
+                    ));
+                }
+                let mut items = Vec::with_capacity(usize::try_from(len.min(MAX_VALUES)).unwrap_or(0));
+                for _ in 0..len {
+                    items.push(self.value(item, depth + 1)?);
+                }
+                Value::Array(items)
+            }
+            10 => Value::U64(self.u64()?),
+            11 => Value::I64(i64::from_le_bytes(self.bytes()?)),
+            12 => Value::F64(f64::from_le_bytes(self.bytes()?)),
+            _ => return Err(format!("unknown value type {ty} at byte {}", self.at - 4)),
+        })
+    }
+}
+
+/// `general.alignment`: a power of two, 32 when absent.
+fn alignment(metadata: &HashMap<String, Value>) -> Result<u64, String> {
+    let a = match metadata.get("general.alignment") {
+        None => return Ok(DEFAULT_ALIGNMENT),
+        Some(Value::U8(a)) => u64::from(*a),
+        Some(Value::U16(a)) => u64::from(*a),
+        Some(Value::U32(a)) => u64::from(*a),
+        Some(Value::U64(a)) => *a,
+        Some(Value::I8(a)) => u64::try_from(*a).unwrap_or(0),
+        Some(Value::I16(a)) => u64::try_from(*a).unwrap_or(0),
+        Some(Value::I32(a)) => u64::try_from(*a).unwrap_or(0),
+        Some(Value::I64(a)) => u64::try_from(*a).unwrap_or(0),
+        Some(other) => return Err(format!("general.alignment must be a whole number, not {other:?}")),
+    };
+    if a.is_power_of_two() {
+        Ok(a)
+    } else {
+        Err(format!("general.alignment = {a}: a GGUF file's alignment must be a power of two"))
+    }
+}
+
+/// One tensor info: name, dimensions, type, offset; checked against the file.
+fn tensor_info(c: &mut Cursor) -> Result<(String, Vec<usize>, u32, u64), String> {
+    let name = c.string()?;
+    let n = c.u32()?;
+    if n > MAX_DIMS {
+        return Err(format!("tensor {name} has {n} dimensions, at most {MAX_DIMS} are allowed"));
+    }
+    let mut dims = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let d = c.length()?;
+        dims.push(usize::try_from(d).unwrap_or(usize::MAX));
+    }
+    dims.reverse();
+    let ty = c.u32()?;
+    let offset = c.u64()?;
+    Ok((name, dims, ty, offset))
+}
+
+impl Header {
+    /// Reads and checks the header of the GGUF file at `path`.
+    pub(super) fn read(path: &Path) -> Result<Self, ModelError> {
+        let size = regular_file(path)?;
+        let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
+        let mut c = Cursor { r: BufReader::new(file), at: 0, size, v1: false, values: 0 };
+        Self::read_from(&mut c).map_err(|message| ModelError::Weights {
+            path: path.to_path_buf(),
+            message: format!("not a readable GGUF file: {message}"),
+        })
+    }
+
+    fn read_from(c: &mut Cursor) -> Result<Self, String> {
+        if &c.bytes::<4>()? != b"GGUF" {
+            return Err("it does not start with \"GGUF\"".into());
+        }
+        let version = c.u32()?;
+        if !(1..=3).contains(&version) {
+            return Err(format!("version {version} (versions 1 to 3 are read)"));
+        }
+        c.v1 = version == 1;
+        let (tensor_count, kv_count) = (c.length()?, c.length()?);
+        if tensor_count > 1 << 30 {
+            return Err(format!("tensor_count {tensor_count} exceeds the maximum of 2^30"));
+        }
+        // A metadata entry takes at least a key length, a type and a byte; a tensor info a name
+        // length, a dimension count, a type and an offset.
+        let length = if c.v1 { 4 } else { 8 };
+        let needed = kv_count.saturating_mul(length + 5).saturating_add(tensor_count.saturating_mul(length + 16));
+        if needed > c.left() {
+            return Err(format!(
+                "header declares {tensor_count} tensors and {kv_count} metadata entries, needs at least {needed} bytes, only {} remaining",
+                c.left()
+            ));
+        }
+        let mut metadata = HashMap::new();
+        for _ in 0..kv_count {
+            let key = c.string()?;
+            let ty = c.u32()?;
+            let value = c.value(ty, 0)?;
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(format!("metadata key \"{key}\" appears twice"));
+            }
+        }
+        let mut infos = Vec::new();
+        for _ in 0..tensor_count {
+            infos.push(tensor_info(c)?);
+        }
+        let align = alignment(&metadata)?;
+        let data = c.at.div_ceil(align).checked_mul(align).ok_or("the data offset overflows")?;
+        let mut tensors = BTreeMap::new();
+        for (name, dims, id, offset) in infos {
+            let info = Self::checked(&name, dims, id, offset, data, align, c.size)?;
+            if tensors.insert(name.clone(), info).is_some() {
+                return Err(format!("tensor {name} appears twice"));
+            }
+        }
+        Ok(Self { metadata, tensors })
+    }
+
+    /// A tensor info checked: a known type, a plausible shape of whole blocks, its bytes inside
+    /// the file and aligned.
+    fn checked(
+        name: &str,
+        dims: Vec<usize>,
+        id: u32,
+        offset: u64,
+        data: u64,
+        align: u64,
+        size: u64,
+    ) -> Result<TensorInfo, String> {
+        let ty = TensorType::of(id).map_err(|known| {
+            let named = if known.is_empty() { String::new() } else { format!("{known}, ") };
+            format!("tensor {name} is of GGML type {named}id {id}, which attnviz does not read")
+        })?;
+        let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if count.is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
+            return Err(format!("tensor {name} claims an implausible shape {dims:?}"));
+        }
+        let count = count.unwrap_or(0);
+        // Candle views an empty tensor's (dangling, unaligned) buffer as blocks: undefined
+        // behaviour, an abort in debug builds (found by fuzzing).
+        if count == 0 {
+            return Err(format!("tensor {name} has no elements (shape {dims:?})"));
+        }
+        let (values, block_bytes) = ty.block();
+        let cols = dims.last().copied().unwrap_or(1);
+        if !cols.is_multiple_of(values) {
+            return Err(format!(
+                "tensor {name} has rows of {cols} values, not whole {}-value blocks of {}",
+                values,
+                ty.name()
+            ));
+        }
+        let bytes = count / values * block_bytes;
+        if !offset.is_multiple_of(align) {
+            return Err(format!("tensor {name}'s offset {offset} is not a multiple of the alignment {align}"));
+        }
+        let start = data.saturating_add(offset);
+        let left = size.saturating_sub(start);
+        if bytes as u64 > left {
+            return Err(format!("tensor {name} needs {bytes} bytes at offset {start}, only {left} remaining in file"));
+        }
+        Ok(TensorInfo { dims, ty, start, bytes })
+    }
+}
+
+/// Reads `out.len()` bytes of a tensor from `skip` bytes into it.
+pub(super) fn read_bytes(
+    reader: &mut BufReader<File>,
+    info: &TensorInfo,
+    skip: usize,
+    out: &mut [u8],
+) -> std::io::Result<()> {
+    if skip.checked_add(out.len()).is_none_or(|end| end > info.bytes) {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "a read past the tensor's bytes"));
+    }
+    reader.seek(SeekFrom::Start(info.start + skip as u64))?;
+    reader.read_exact(out)
+}
+
+/// The tensor as f32 values (row-major, outermost dimension first): Candle dequantises its types,
+/// attnviz widens MXFP4.
+pub(super) fn dequantised(reader: &mut BufReader<File>, name: &str, info: &TensorInfo) -> Result<Vec<f32>, String> {
+    let mut raw = vec![0u8; info.bytes];
+    read_bytes(reader, info, 0, &mut raw).map_err(|e| format!("tensor {name}: {e}"))?;
+    match info.ty {
+        TensorType::Candle(dtype) => qtensor(dtype, &raw, &info.dims)
+            .and_then(|q| q.dequantize(&Device::Cpu))
+            .and_then(|t| t.flatten_all()?.to_vec1())
+            .map_err(|e| format!("tensor {name}: {}", first_line(&e))),
+        TensorType::Mxfp4 => {
+            let cols = info.dims.last().copied().unwrap_or(1);
+            let row = BlockKind::Mxfp4.row_bytes(cols).unwrap_or(0);
+            let n = raw.len() / BlockKind::Mxfp4.block().1 * BlockKind::Mxfp4.block().0;
+            let mut out = vec![0.0f32; n];
+            super::kernels::widen(cols, 0..n, &mut out, |r| (BlockKind::Mxfp4, &raw[r * row..(r + 1) * row]));
+            Ok(out)
+        }
+    }
+}
+
+/// A Candle `QTensor` of `dims` from its raw bytes (exactly its size: checked by [`Header::read`]).
+fn qtensor(dtype: GgmlDType, raw: &[u8], dims: &[usize]) -> candle_core::Result<QTensor> {
+    candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, raw, dims.to_vec(), &Device::Cpu)
+}

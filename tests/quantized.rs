@@ -122,6 +122,18 @@ fn gpt_oss_mxfp4_experts_kept_in_blocks_run_as_their_widening() {
     }
 }
 
+/// Gemma 3 from a llama.cpp file: every sixth layer full (llama.cpp's `set_swa_pattern(6)`), the
+/// others sliding with a window shorter than the test text (parity in tests/parity.rs).
+#[test]
+fn gemma3_gguf_makes_every_sixth_layer_full() {
+    let path = common::root().join("tests/fixtures/models/tiny-gemma3-gguf/tiny-gemma3.gguf");
+    let m = LoadedModel::load(&path).unwrap();
+    let d = m.description();
+    assert_eq!(d.sliding_layers, [true, true, true, true, true, false]);
+    let n = m.run(SENTENCE, None).unwrap().tokens.ids.len();
+    assert!(d.sliding_window.is_some_and(|w| w + 1 < n), "{:?} vs {n} tokens", d.sliding_window);
+}
+
 #[test]
 fn the_memory_check_counts_the_bytes_held_and_names_them() {
     // The K-quant fixture: ~0.4 MB of blocks, 2.4 MB as f32. A 1 MB limit lets the blocks in and

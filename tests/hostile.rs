@@ -1543,11 +1543,14 @@ fn index_target() -> IndexTarget {
 
 fn gguf_target() -> GgufTarget {
     let files = ["tiny-llama.Q8_0.gguf", "tiny-llama.Q4.gguf", "tiny-llama.F32.gguf"];
+    // gpt-oss: MXFP4 experts (a type attnviz reads itself), stacked biases, sinks.
+    let gpt_oss = std::fs::read(fixture("tiny-gpt-oss-gguf").join("tiny-gpt-oss.gguf")).unwrap();
     GgufTarget(
         files
             .iter()
-            .map(|f| {
-                let b = gguf_fixture(f);
+            .map(|f| gguf_fixture(f))
+            .chain([gpt_oss])
+            .map(|b| {
                 let layout = gguf_layout(&b);
                 (b, layout)
             })

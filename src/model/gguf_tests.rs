@@ -86,3 +86,47 @@ fn fused_and_stacked_tensors_are_split_into_canonical_pieces() {
         Some("layer.1.ffn_out_norm.weight")
     );
 }
+
+#[test]
+fn gpt_oss_metadata_maps_to_llama_cpp_s_gpt_oss_and_unread_yarn_knobs_are_refused() {
+    let none = FromTensors { short_factor: None, long_factor: None, dense_layers: Vec::new() };
+    let mut m: HashMap<String, Value> = [
+        ("embedding_length", 32u32),
+        ("block_count", 3),
+        ("attention.head_count", 4),
+        ("feed_forward_length", 48),
+        ("expert_feed_forward_length", 32),
+        ("expert_count", 4),
+        ("expert_used_count", 2),
+        ("attention.sliding_window", 8),
+        ("rope.scaling.original_context_length", 4096),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("gpt-oss.{k}"), Value::U32(v)))
+    .collect();
+    m.insert("gpt-oss.rope.scaling.type".into(), Value::String("yarn".into()));
+    m.insert("gpt-oss.rope.scaling.factor".into(), Value::F32(32.0));
+    let cfg = config_of(&Meta(&m), arch("gpt-oss"), 64, false, &none).unwrap();
+    let (_, d) = families::describe(&cfg).unwrap();
+    assert_eq!(d.sliding_layers, [true, false, true], "llama.cpp's pattern of 2");
+    let e = d.experts.unwrap();
+    assert_eq!((e.width, e.glu), (32, crate::model::describe::Glu::Clamped { alpha: 1.702, limit: 7.0 }));
+    let rot = d.rotary.unwrap();
+    assert!(matches!(rot.scaling, crate::model::describe::RopeScaling::Yarn { truncate: true, .. }), "{cfg}");
+    for key in ["yarn_ext_factor", "yarn_attn_factor", "yarn_log_multiplier"] {
+        let mut m = m.clone();
+        m.insert(format!("gpt-oss.rope.scaling.{key}"), Value::F32(0.5));
+        let err = config_of(&Meta(&m), arch("gpt-oss"), 64, false, &none).unwrap_err().to_string();
+        assert!(err.contains(&format!("gpt-oss.rope.scaling.{key}")), "{err}");
+    }
+    // The MLP's input norm is `post_attention_norm` for gpt-oss, Gemma's attention output norm else.
+    assert_eq!(
+        canonical_name("blk.0.post_attention_norm.weight", arch("gpt-oss")).as_deref(),
+        Some("layer.0.ffn_norm.weight")
+    );
+    assert_eq!(
+        canonical_name("blk.0.post_attention_norm.weight", arch("gemma3")).as_deref(),
+        Some("layer.0.attn_out_norm.weight")
+    );
+    assert_eq!(canonical_name("blk.2.attn_sinks.weight", arch("gpt-oss")).as_deref(), Some("layer.2.sinks"));
+}

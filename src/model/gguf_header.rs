@@ -443,3 +443,171 @@ pub(super) fn dequantised(reader: &mut BufReader<File>, name: &str, info: &Tenso
 fn qtensor(dtype: GgmlDType, raw: &[u8], dims: &[usize]) -> candle_core::Result<QTensor> {
     candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, raw, dims.to_vec(), &Device::Cpu)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::float_cmp)]
+mod tests {
+    use super::*;
+
+    /// A GGUF file written by hand: version `version`, one metadata entry of every value type
+    /// (arrays of numbers, of strings and of arrays), an F32 vector and an MXFP4 matrix.
+    fn file(version: u32, alignment: Option<u32>) -> Vec<u8> {
+        let v1 = version == 1;
+        let mut b = Vec::new();
+        let len = |b: &mut Vec<u8>, n: usize| {
+            if v1 { b.extend((n as u32).to_le_bytes()) } else { b.extend((n as u64).to_le_bytes()) }
+        };
+        let string = |b: &mut Vec<u8>, s: &str| {
+            len(b, s.len());
+            b.extend(s.as_bytes());
+        };
+        b.extend(b"GGUF");
+        b.extend(version.to_le_bytes());
+        len(&mut b, 2);
+        len(&mut b, 15 + usize::from(alignment.is_some()));
+        let scalars: [(&str, u32, &[u8]); 12] = [
+            ("u8", 0, &[200]),
+            ("i8", 1, &[0xFE]),
+            ("u16", 2, &[1, 2]),
+            ("i16", 3, &[0xFF, 0xFF]),
+            ("u32", 4, &[1, 0, 0, 1]),
+            ("i32", 5, &[0xFD, 0xFF, 0xFF, 0xFF]),
+            ("f32", 6, &[0, 0, 0xC0, 0x3F]),
+            ("bool", 7, &[1]),
+            ("u64", 10, &[1, 0, 0, 0, 0, 0, 0, 1]),
+            ("i64", 11, &[0xFC, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF]),
+            ("f64", 12, &[0, 0, 0, 0, 0, 0, 0xF8, 0x3F]),
+            ("bool.false", 7, &[0]),
+        ];
+        for (key, ty, bytes) in scalars {
+            string(&mut b, key);
+            b.extend(ty.to_le_bytes());
+            b.extend(bytes);
+        }
+        string(&mut b, "string");
+        b.extend(8u32.to_le_bytes());
+        string(&mut b, "héllo\0");
+        string(&mut b, "numbers");
+        b.extend(9u32.to_le_bytes());
+        b.extend(5u32.to_le_bytes());
+        len(&mut b, 3);
+        for n in [7i32, -8, 9] {
+            b.extend(n.to_le_bytes());
+        }
+        // [["a", "bc"], []]
+        string(&mut b, "nested");
+        b.extend(9u32.to_le_bytes());
+        b.extend(9u32.to_le_bytes());
+        len(&mut b, 2);
+        b.extend(8u32.to_le_bytes());
+        len(&mut b, 2);
+        string(&mut b, "a");
+        string(&mut b, "bc");
+        b.extend(4u32.to_le_bytes());
+        len(&mut b, 0);
+        if let Some(a) = alignment {
+            string(&mut b, "general.alignment");
+            b.extend(4u32.to_le_bytes());
+            b.extend(a.to_le_bytes());
+        }
+        let align = u64::from(alignment.filter(|a| a.is_power_of_two()).unwrap_or(32));
+        // Tensors: "v" F32 [3]; "m" MXFP4 [2 rows × 32], 64 bytes into the data.
+        for (name, dims, ty, offset) in [("v", &[3u64][..], 0u32, 0u64), ("m", &[32, 2], 39, 64)] {
+            string(&mut b, name);
+            b.extend((dims.len() as u32).to_le_bytes());
+            for &d in dims {
+                len(&mut b, d as usize);
+            }
+            b.extend(ty.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+        }
+        b.resize((b.len() as u64).div_ceil(align) as usize * align as usize, 0);
+        let data = b.len();
+        for v in [1.5f32, -2.0, 0.25] {
+            b.extend(v.to_le_bytes());
+        }
+        b.resize(data + 64, 0);
+        // Two MXFP4 blocks of codes 0..15 twice: e = 127 halves ggml's doubled values (E2M1 as it
+        // is), e = 128 keeps them doubled.
+        for e in [127u8, 128] {
+            b.push(e);
+            b.extend((0..16u8).map(|i| i | (i << 4)));
+        }
+        b
+    }
+
+    fn read(bytes: &[u8]) -> Result<Header, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.gguf");
+        std::fs::write(&path, bytes).unwrap();
+        Header::read(&path).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_value_type_and_both_length_widths_read_back() {
+        for (version, alignment) in [(3, None), (2, Some(64)), (1, Some(16))] {
+            let bytes = file(version, alignment);
+            let h = read(&bytes).unwrap();
+            let m = &h.metadata;
+            let num = |k: &str| format!("{:?}", m[k]);
+            assert_eq!(
+                ["u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "u64", "i64", "f64", "bool.false"].map(num),
+                [
+                    "U8(200)",
+                    "I8(-2)",
+                    "U16(513)",
+                    "I16(-1)",
+                    "U32(16777217)",
+                    "I32(-3)",
+                    "F32(1.5)",
+                    "Bool(true)",
+                    "U64(72057594037927937)",
+                    "I64(-4)",
+                    "F64(1.5)",
+                    "Bool(false)"
+                ]
+            );
+            assert_eq!(num("string"), "String(\"héllo\")", "trailing NULs dropped");
+            assert_eq!(num("numbers"), "Array([I32(7), I32(-8), I32(9)])");
+            assert_eq!(num("nested"), "Array([Array([String(\"a\"), String(\"bc\")]), Array([])])");
+            let (v, mx) = (&h.tensors["v"], &h.tensors["m"]);
+            assert_eq!((v.dims.as_slice(), v.ty, v.bytes), (&[3][..], TensorType::Candle(GgmlDType::F32), 12));
+            assert_eq!((mx.dims.as_slice(), mx.ty, mx.bytes), (&[2, 32][..], TensorType::Mxfp4, 34));
+            assert_eq!(mx.start - v.start, 64);
+            assert_eq!(v.start % u64::from(alignment.unwrap_or(32)), 0, "version {version}");
+            let mut r = BufReader::new(tempfile::tempfile().unwrap());
+            std::io::Write::write_all(r.get_mut(), &bytes).unwrap();
+            assert_eq!(dequantised(&mut r, "v", v).unwrap(), [1.5, -2.0, 0.25]);
+            let m = dequantised(&mut r, "m", mx).unwrap();
+            let e2m1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+            let want: Vec<f32> = (0..2)
+                .flat_map(|row| (0..32).map(move |i| (row, i % 16)))
+                .map(|(row, q)| (if q < 8 { 1.0 } else { -1.0 }) * e2m1[q % 8] * if row == 0 { 1.0 } else { 2.0 })
+                .collect();
+            assert_eq!(m, want);
+        }
+    }
+
+    #[test]
+    fn bad_headers_are_named() {
+        let good = file(3, None);
+        let cut = |n: usize| read(&good[..n]).err().unwrap();
+        assert!(cut(3).contains("ends inside its header"), "{}", cut(3));
+        assert!(cut(200).contains("not a readable GGUF file"), "{}", cut(200));
+        let mut b = good.clone();
+        b[4] = 4;
+        assert!(read(&b).err().unwrap().contains("version 4"));
+        for (alignment, needle) in [(0, "general.alignment = 0"), (48, "power of two")] {
+            let err = read(&file(3, Some(alignment))).err().unwrap();
+            assert!(err.contains(needle), "{err}");
+        }
+        // The MXFP4 tensor's type id made 20 (IQ4_NL) and 77 (nothing).
+        let at = good.windows(2).rposition(|w| w == [39, 0]).unwrap();
+        for (id, needle) in [(20u8, "IQ4_NL, id 20"), (77, "of GGML type id 77")] {
+            let mut b = good.clone();
+            b[at] = id;
+            let err = read(&b).err().unwrap();
+            assert!(err.contains(needle) && err.contains("tensor m"), "{err}");
+        }
+    }
+}

@@ -27,9 +27,10 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_DIMS: u32 = 4;
 /// Nesting of arrays read (Candle's and llama.cpp's bound).
 const MAX_DEPTH: usize = 64;
-/// Metadata values read in all (a 256 000-token vocabulary with its merges, types and scores holds
-/// about 1.5 million): a bound on the memory a header of tiny values can ask for.
-const MAX_VALUES: u64 = 1 << 24;
+/// Metadata values read in all (Gemma 3's 262 144 tokens with their types and scores hold about
+/// 0.8 million, Llama 3's vocabulary with its 280 000 merges 0.5 million): a bound on the memory a
+/// header of one-byte values can ask for (a value is 32 bytes in memory: at most 128 MB).
+const MAX_VALUES: u64 = 1 << 22;
 
 /// A tensor's GGML type: one Candle dequantises, or MXFP4 (which attnviz widens itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -601,6 +602,17 @@ mod tests {
             let err = read(&file(3, Some(alignment))).err().unwrap();
             assert!(err.contains(needle), "{err}");
         }
+        // An array of 2^22 + 1 bytes: more values than a header is allowed (32 bytes each in memory).
+        let n = (1usize << 22) + 1;
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend([0u64, 1, 1].iter().flat_map(|v| v.to_le_bytes())); // no tensors, one entry, key length 1
+        b.push(b'k');
+        b.extend([9u32, 0].iter().flat_map(|v| v.to_le_bytes())); // an array of u8
+        b.extend((n as u64).to_le_bytes());
+        b.resize(b.len() + n, 1);
+        let err = read(&b).err().unwrap();
+        assert!(err.contains("more than 4194304 values"), "{err}");
         // The MXFP4 tensor's type id made 20 (IQ4_NL) and 77 (nothing).
         let at = good.windows(2).rposition(|w| w == [39, 0]).unwrap();
         for (id, needle) in [(20u8, "IQ4_NL, id 20"), (77, "of GGML type id 77")] {

@@ -1,10 +1,10 @@
-//! llama.cpp GGUF files: metadata → the `config.json` of the family each architecture maps onto
-//! (one [`Arch`] per architecture: a table), matrices kept in their blocks (or, with
-//! `ATTNVIZ_WEIGHTS=f32` and for the types attnviz does not widen itself, dequantised to f32 through
-//! Candle's `quantized::gguf_file`), undoing what llama.cpp's `convert_hf_to_gguf.py` changed: q
-//! and k rows un-permuted from its interleaved rotary layout (Llama-style architectures), Gemma's
-//! norms stored as `1 + weight`, experts stacked in one tensor per layer, Phi-3's fused q/k/v and
-//! gate/up rows. The tokenizer is rebuilt from the file's vocabulary and merges (as transformers'
+//! llama.cpp GGUF files (the header read by [`super::gguf_header`]): metadata → the `config.json`
+//! of the family each architecture maps onto (one [`Arch`] per architecture: a table), matrices
+//! kept in their blocks (or, with `ATTNVIZ_WEIGHTS=f32` and for the types attnviz does not keep,
+//! dequantised to f32: by Candle's `quantized` module, MXFP4 by attnviz), undoing what llama.cpp's
+//! `convert_hf_to_gguf.py` changed: q and k rows un-permuted from its interleaved rotary layout
+//! (Llama-style architectures), Gemma's norms stored as `1 + weight`, experts (and gpt-oss's
+//! experts' biases) stacked in one tensor per layer, Phi-3's fused q/k/v and gate/up rows. The tokenizer is rebuilt from the file's vocabulary and merges (as transformers'
 //! `integrations/gguf/gguf_tokenizer_mapping.py` does) unless a `tokenizer.json` sits beside it.
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,4 +1,4 @@
-//! llama.cpp GGUF files (the header read by [`super::gguf_header`]): metadata → the `config.json`
+//! llama.cpp GGUF files (the header read by `gguf_header.rs`): metadata → the `config.json`
 //! of the family each architecture maps onto (one [`Arch`] per architecture: a table), matrices
 //! kept in their blocks (or, with `ATTNVIZ_WEIGHTS=f32` and for the types attnviz does not keep,
 //! dequantised to f32: by Candle's `quantized` module, MXFP4 by attnviz), undoing what llama.cpp's

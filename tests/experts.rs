@@ -120,10 +120,11 @@ fn olmoe_routes_as_transformers_with_whole_projection_qk_norms() {
 
 /// The mixtures of experts from llama.cpp files (`tests/fixtures/make_gguf_families.py`): the same
 /// routes as transformers on the dequantised weights, with the renormalisation llama.cpp uses for
-/// each architecture (Mixtral as `llama` and `qwen3moe` renormalise, `olmoe` does not).
+/// each architecture (Mixtral as `llama` and `qwen3moe` renormalise, `olmoe` does not; `gpt-oss`'s
+/// softmax over the chosen logits needs none), gpt-oss's experts in MXFP4 blocks.
 #[test]
 fn gguf_mixtures_route_as_transformers_on_their_dequantised_weights() {
-    for (family, renormalise) in [("mixtral", true), ("qwen3-moe", true), ("olmoe", false)] {
+    for (family, renormalise) in [("mixtral", true), ("qwen3-moe", true), ("olmoe", false), ("gpt-oss", false)] {
         let path = root().join(format!("tests/fixtures/models/tiny-{family}-gguf/tiny-{family}.gguf"));
         let m = LoadedModel::load(&path).unwrap();
         let e = m.description().experts.clone().unwrap();

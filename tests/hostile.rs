@@ -862,8 +862,23 @@ fn cases() -> Vec<Case> {
         },
         Case {
             class: "GGUF tensor of another shape than the metadata implies",
-            build: || gguf_case(&gguf_with(Kind::Dim, 2, 16)),
+            build: || gguf_case(&gguf_with(Kind::Dim, 3, 512)),
             needles: &["hostile.gguf", "but the metadata implies"],
+        },
+        Case {
+            class: "GGUF tensor whose rows are not whole blocks of its type",
+            build: || gguf_case(&gguf_with(Kind::Dim, 2, 16)),
+            needles: &["hostile.gguf", "token_embd.weight", "not whole 32-value blocks of Q8_0"],
+        },
+        Case {
+            class: "GGUF tensor of a type attnviz does not read (IQ2_XXS)",
+            build: || gguf_case(&gguf_with(Kind::DType, 0, 16)),
+            needles: &["hostile.gguf", "IQ2_XXS", "id 16"],
+        },
+        Case {
+            class: "GGUF tensor offset not a multiple of the alignment",
+            build: || gguf_case(&gguf_with(Kind::Offset, 1, 8)),
+            needles: &["hostile.gguf", "not a multiple of the alignment 32"],
         },
         Case {
             class: "GGUF tensor offset past the end of the file",
@@ -1528,11 +1543,14 @@ fn index_target() -> IndexTarget {
 
 fn gguf_target() -> GgufTarget {
     let files = ["tiny-llama.Q8_0.gguf", "tiny-llama.Q4.gguf", "tiny-llama.F32.gguf"];
+    // gpt-oss: MXFP4 experts (a type attnviz reads itself), stacked biases, sinks.
+    let gpt_oss = std::fs::read(fixture("tiny-gpt-oss-gguf").join("tiny-gpt-oss.gguf")).unwrap();
     GgufTarget(
         files
             .iter()
-            .map(|f| {
-                let b = gguf_fixture(f);
+            .map(|f| gguf_fixture(f))
+            .chain([gpt_oss])
+            .map(|b| {
                 let layout = gguf_layout(&b);
                 (b, layout)
             })

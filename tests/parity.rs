@@ -688,6 +688,7 @@ decoder_parity! {
     gguf_qwen3_moe_single: "gguf-qwen3-moe", "gguf_qwen3_moe_single";
     gguf_olmoe_single: "gguf-olmoe", "gguf_olmoe_single";
     gguf_mixtral_single: "gguf-mixtral", "gguf_mixtral_single";
+    gguf_gpt_oss_single: "gguf-gpt-oss", "gguf_gpt_oss_single";
 }
 
 generation_parity! {
@@ -700,6 +701,7 @@ generation_parity! {
     gguf_qwen3_moe_generates_as_transformers: "gguf-qwen3-moe", "gguf_qwen3_moe_generate";
     gguf_olmoe_generates_as_transformers: "gguf-olmoe", "gguf_olmoe_generate";
     gguf_mixtral_generates_as_transformers: "gguf-mixtral", "gguf_mixtral_generate";
+    gguf_gpt_oss_generates_as_transformers: "gguf-gpt-oss", "gguf_gpt_oss_generate";
 }
 
 generation_parity! {

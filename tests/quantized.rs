@@ -82,6 +82,58 @@ fn stacked_experts_and_fused_rows_kept_in_blocks_run_as_their_dequantisation() {
     }
 }
 
+/// gpt-oss from llama.cpp's converter with its experts in MXFP4 (a type Candle does not read):
+/// the blocks kept run bit for bit as attnviz's own widening of them to f32, held in fewer bytes
+/// than the file, and the description is llama.cpp's gpt-oss (sinks, sliding on even layers, the
+/// clamp at 7, `YaRN` rounded out as `ggml_rope_yarn_corr_dims` rounds it).
+#[test]
+fn gpt_oss_mxfp4_experts_kept_in_blocks_run_as_their_widening() {
+    use attnviz::model::describe::{Gating, Glu, RopeScaling};
+    let path = common::root().join("tests/fixtures/models/tiny-gpt-oss-gguf/tiny-gpt-oss.gguf");
+    let kept = LoadedModel::load_with(&path, Some(WeightStorage::Stored)).unwrap();
+    let wide = LoadedModel::load_with(&path, Some(WeightStorage::F32)).unwrap();
+    let q = kept.quantization.as_deref().unwrap();
+    for kind in ["MXFP4 (6)", "Q8_0", "BF16", "F32", "kept in their blocks"] {
+        assert!(q.contains(kind), "{kind}: {q}");
+    }
+    assert!(wide.quantization.as_deref().unwrap().ends_with("dequantised to f32"));
+    let file = std::fs::metadata(&path).unwrap().len() as usize;
+    let (held, f32_bytes) = (kept.net.large_weight_bytes(), wide.net.large_weight_bytes());
+    assert!(held <= file && held * 3 < f32_bytes, "{held} bytes held, file {file}, f32 {f32_bytes}");
+
+    let d = kept.description();
+    assert!(d.attn_sinks && d.biases.qkv && d.biases.output && d.biases.ffn);
+    assert_eq!((d.sliding_window, d.sliding_layers.clone()), (Some(4), vec![true, false]));
+    let e = d.experts.clone().unwrap();
+    assert_eq!(
+        (e.gating, e.router_bias, e.glu),
+        (Gating::TopKThenSoftmax, true, Glu::Clamped { alpha: 1.702, limit: 7.0 })
+    );
+    let rot = d.rotary.clone().unwrap();
+    assert!(matches!(rot.scaling, RopeScaling::Yarn { original_max: 4096, truncate: true, .. }), "{:?}", rot.scaling);
+
+    let (a, b) = (kept.run(SENTENCE, None).unwrap(), wide.run(SENTENCE, None).unwrap());
+    assert_eq!(bits(a.attention.as_slice()), bits(b.attention.as_slice()), "attention");
+    assert_eq!(bits(&a.last_hidden), bits(&b.last_hidden), "last hidden state");
+    let (mut ga, mut gb) =
+        (Generator::start(&kept, "The animal", 3).unwrap(), Generator::start(&wide, "The animal", 3).unwrap());
+    for _ in 0..4 {
+        assert_eq!(ga.next(16).unwrap(), gb.next(16).unwrap(), "a written token");
+    }
+}
+
+/// Gemma 3 from a llama.cpp file: every sixth layer full (llama.cpp's `set_swa_pattern(6)`), the
+/// others sliding with a window shorter than the test text (parity in tests/parity.rs).
+#[test]
+fn gemma3_gguf_makes_every_sixth_layer_full() {
+    let path = common::root().join("tests/fixtures/models/tiny-gemma3-gguf/tiny-gemma3.gguf");
+    let m = LoadedModel::load(&path).unwrap();
+    let d = m.description();
+    assert_eq!(d.sliding_layers, [true, true, true, true, true, false]);
+    let n = m.run(SENTENCE, None).unwrap().tokens.ids.len();
+    assert!(d.sliding_window.is_some_and(|w| w + 1 < n), "{:?} vs {n} tokens", d.sliding_window);
+}
+
 #[test]
 fn the_memory_check_counts_the_bytes_held_and_names_them() {
     // The K-quant fixture: ~0.4 MB of blocks, 2.4 MB as f32. A 1 MB limit lets the blocks in and

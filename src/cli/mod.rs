@@ -48,7 +48,7 @@ pub struct Cli {
     /// (mixtral), Qwen3-MoE (qwen3_moe), OLMoE (olmoe), gpt-oss with attention sinks (gpt_oss);
     /// encoder–decoders, with cross-attention: BART (bart), mBART (mbart), Marian (marian),
     /// T5/Flan-T5 (t5). GGUF architectures (general.architecture): llama (Llama, Mistral, Mixtral),
-    /// gemma2, gemma3, phi3, olmo2, granite, smollm3, qwen3moe, olmoe.
+    /// gemma2, gemma3, phi3, olmo2, granite, smollm3, qwen3moe, olmoe, gpt-oss (experts in MXFP4).
     #[arg(long, global = true, value_name = "DIR|ID")]
     pub model: Option<PathBuf>,
     /// Sentence to start the app with.

@@ -1,19 +1,19 @@
-//! llama.cpp GGUF files: metadata → the `config.json` of the family each architecture maps onto
-//! (one [`Arch`] per architecture: a table), matrices kept in their blocks (or, with
-//! `ATTNVIZ_WEIGHTS=f32` and for the types attnviz does not widen itself, dequantised to f32 through
-//! Candle's `quantized::gguf_file`), undoing what llama.cpp's `convert_hf_to_gguf.py` changed: q
-//! and k rows un-permuted from its interleaved rotary layout (Llama-style architectures), Gemma's
-//! norms stored as `1 + weight`, experts stacked in one tensor per layer, Phi-3's fused q/k/v and
-//! gate/up rows. The tokenizer is rebuilt from the file's vocabulary and merges (as transformers'
+//! llama.cpp GGUF files (the header read by `gguf_header.rs`): metadata → the `config.json`
+//! of the family each architecture maps onto (one [`Arch`] per architecture: a table), matrices
+//! kept in their blocks (or, with `ATTNVIZ_WEIGHTS=f32` and for the types attnviz does not keep,
+//! dequantised to f32: by Candle's `quantized` module, MXFP4 by attnviz), undoing what llama.cpp's
+//! `convert_hf_to_gguf.py` changed: q and k rows un-permuted from its interleaved rotary layout
+//! (Llama-style architectures), Gemma's norms stored as `1 + weight`, experts (and gpt-oss's
+//! experts' biases) stacked in one tensor per layer, Phi-3's fused q/k/v and gate/up rows. The tokenizer is rebuilt from the file's vocabulary and merges (as transformers'
 //! `integrations/gguf/gguf_tokenizer_mapping.py` does) unless a `tokenizer.json` sits beside it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::BufReader;
 use std::path::Path;
 
 use candle_core::quantized::GgmlDType;
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::Value;
 use candle_core::{Device, Tensor};
 use serde_json::{Map, json};
 
@@ -21,7 +21,8 @@ use super::ModelError;
 use super::describe::Description;
 use super::engine::{BlockKind, Quantized, Region, WeightStorage};
 use super::families::{self, Tensors};
-use super::files::{check_memory_of, first_line, regular_file};
+use super::files::{check_memory_of, first_line};
+use super::gguf_header::{Header, TensorInfo, TensorType, dequantised, read_bytes};
 
 /// A llama.cpp architecture (`general.architecture`) and how its files differ from the
 /// checkpoints of the family it maps onto.
@@ -42,6 +43,9 @@ struct Arch {
     /// The chosen experts' weights renormalised (llama.cpp's `build_moe_ffn` `norm_w` for the
     /// architecture).
     renormalise: bool,
+    /// The file's name of the MLP's input norm (`ffn_norm`; gpt-oss's converter maps
+    /// `post_attention_layernorm` to `post_attention_norm`, which is Gemma's attention output norm).
+    ffn_norm: &'static str,
 }
 
 /// The architectures read (llama.cpp writes Llama, Mistral, `SmolLM`, Mixtral and most fine-tunes
@@ -54,6 +58,7 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: false,
         fused_gate_up: false,
         renormalise: true,
+        ffn_norm: "ffn_norm",
     },
     Arch {
         name: "gemma2",
@@ -62,6 +67,7 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: true,
         fused_gate_up: false,
         renormalise: false,
+        ffn_norm: "ffn_norm",
     },
     Arch {
         name: "gemma3",
@@ -70,6 +76,7 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: true,
         fused_gate_up: false,
         renormalise: false,
+        ffn_norm: "ffn_norm",
     },
     Arch {
         name: "phi3",
@@ -78,6 +85,7 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: false,
         fused_gate_up: true,
         renormalise: false,
+        ffn_norm: "ffn_norm",
     },
     Arch {
         name: "olmo2",
@@ -86,6 +94,7 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: false,
         fused_gate_up: false,
         renormalise: false,
+        ffn_norm: "ffn_norm",
     },
     Arch {
         name: "granite",
@@ -94,6 +103,7 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: false,
         fused_gate_up: false,
         renormalise: false,
+        ffn_norm: "ffn_norm",
     },
     Arch {
         name: "smollm3",
@@ -102,6 +112,7 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: false,
         fused_gate_up: false,
         renormalise: false,
+        ffn_norm: "ffn_norm",
     },
     Arch {
         name: "qwen3moe",
@@ -110,6 +121,7 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: false,
         fused_gate_up: false,
         renormalise: true,
+        ffn_norm: "ffn_norm",
     },
     Arch {
         name: "olmoe",
@@ -118,10 +130,18 @@ const ARCHITECTURES: &[Arch] = &[
         norms_plus_one: false,
         fused_gate_up: false,
         renormalise: false,
+        ffn_norm: "ffn_norm",
+    },
+    Arch {
+        name: "gpt-oss",
+        model_type: "gpt_oss",
+        permuted: false,
+        norms_plus_one: false,
+        fused_gate_up: false,
+        renormalise: false,
+        ffn_norm: "post_attention_norm",
     },
 ];
-
-use families::MAX_TENSOR_ELEMENTS;
 
 /// A GGUF file read: its description, canonical tensors, tokenizer JSON and what the weights were.
 pub struct GgufModel {
@@ -143,108 +163,6 @@ pub struct GgufModel {
 
 fn bad(path: &Path, message: impl Into<String>) -> ModelError {
     ModelError::Weights { path: path.to_path_buf(), message: message.into() }
-}
-
-/// Reads the header; Candle's reader checks counts and lengths against the file size. An alignment
-/// it would divide by zero with is refused first ([`alignment_of`]); any other panic inside it
-/// becomes an error too.
-fn read_content(path: &Path) -> Result<Content, ModelError> {
-    regular_file(path)?;
-    if let Some(alignment) = alignment_of(path).filter(|a| !a.is_power_of_two()) {
-        return Err(bad(
-            path,
-            format!("general.alignment = {alignment}: a GGUF file's alignment must be a power of two"),
-        ));
-    }
-    let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
-    let mut reader = BufReader::new(file);
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Content::read(&mut reader))) {
-        Ok(Ok(content)) => Ok(content),
-        Ok(Err(e)) => Err(bad(path, format!("not a readable GGUF file: {}", first_line(&e)))),
-        Err(_) => Err(bad(path, "not a readable GGUF file: its header is inconsistent")),
-    }
-}
-
-/// `general.alignment` as Candle would read it (an unsigned or non-negative integer of at most 32
-/// bits), found by walking the metadata before Candle does: Candle divides by it. `None` when the
-/// key is absent, of another type, or the header cannot be walked (Candle then says what is wrong).
-/// Every step reads from the file, so a hostile count ends at its end.
-fn alignment_of(path: &Path) -> Option<u64> {
-    fn bytes<const N: usize>(r: &mut impl Read) -> Option<[u8; N]> {
-        let mut b = [0u8; N];
-        r.read_exact(&mut b).ok().map(|()| b)
-    }
-    fn u32_of(r: &mut impl Read) -> Option<u32> {
-        bytes::<4>(r).map(u32::from_le_bytes)
-    }
-    // Version 1 writes lengths and counts as u32, later versions as u64.
-    fn length(r: &mut impl Read, v1: bool) -> Option<u64> {
-        if v1 { u32_of(r).map(u64::from) } else { bytes::<8>(r).map(u64::from_le_bytes) }
-    }
-    fn fixed_size(ty: u32) -> Option<u64> {
-        match ty {
-            0 | 1 | 7 => Some(1),
-            2 | 3 => Some(2),
-            4..=6 => Some(4),
-            10..=12 => Some(8),
-            _ => None,
-        }
-    }
-    fn skip(r: &mut BufReader<File>, ty: u32, v1: bool, depth: usize) -> Option<()> {
-        let size = match (ty, fixed_size(ty)) {
-            (_, Some(size)) => size,
-            (8, None) => length(r, v1)?,
-            (9, None) if depth < 64 => {
-                let (item, n) = (u32_of(r)?, length(r, v1)?);
-                // One seek over an array of numbers (a loop over a hostile count would not end);
-                // strings and arrays read their lengths, so a hostile count ends at the file's end.
-                if let Some(size) = fixed_size(item) {
-                    n.checked_mul(size)?
-                } else {
-                    for _ in 0..n {
-                        skip(r, item, v1, depth + 1)?;
-                    }
-                    0
-                }
-            }
-            _ => return None,
-        };
-        r.seek_relative(i64::try_from(size).ok()?).ok()
-    }
-    let mut r = BufReader::new(File::open(path).ok()?);
-    if &bytes::<4>(&mut r)? != b"GGUF" {
-        return None;
-    }
-    let v1 = u32_of(&mut r)? == 1;
-    let (_tensors, entries) = (length(&mut r, v1)?, length(&mut r, v1)?);
-    // Every entry is walked: the last of repeated keys is the one Candle's map keeps.
-    let mut found = None;
-    for _ in 0..entries {
-        let key_len = length(&mut r, v1)?;
-        let key = if key_len == 17 { bytes::<17>(&mut r)? } else { [0; 17] };
-        if key_len != 17 {
-            r.seek_relative(i64::try_from(key_len).ok()?).ok()?;
-        }
-        let ty = u32_of(&mut r)?;
-        if &key != b"general.alignment" {
-            skip(&mut r, ty, v1, 0)?;
-            continue;
-        }
-        found = match ty {
-            0 => Some(u64::from(bytes::<1>(&mut r)?[0])),
-            1 => u64::try_from(i8::from_le_bytes(bytes::<1>(&mut r)?)).ok(),
-            2 => Some(u64::from(u16::from_le_bytes(bytes::<2>(&mut r)?))),
-            3 => u64::try_from(i16::from_le_bytes(bytes::<2>(&mut r)?)).ok(),
-            4 => Some(u64::from(u32_of(&mut r)?)),
-            5 => u64::try_from(i32::from_le_bytes(bytes::<4>(&mut r)?)).ok(),
-            // Another type: Candle uses its default alignment.
-            _ => {
-                skip(&mut r, ty, v1, 0)?;
-                None
-            }
-        };
-    }
-    found
 }
 
 /// Typed access to the metadata, errors naming the key.
@@ -384,6 +302,31 @@ fn config_of(
         if let Some(o) = meta.count(&key("rope.scaling.original_context_length"))? {
             rope_scaling.insert("original_max_position_embeddings".into(), json!(o));
         }
+        for (gguf_key, config_key) in [("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")] {
+            if let Some(beta) = meta.number(&key(&format!("rope.scaling.{gguf_key}")))? {
+                rope_scaling.insert(config_key.into(), json!(beta));
+            }
+        }
+    }
+    // llama.cpp's YaRN knobs beyond the betas: their defaults are what transformers computes.
+    let yarn: &[(&str, &[f64])] = if scaling == Some("yarn") {
+        &[
+            ("rope.scaling.yarn_ext_factor", &[-1.0, 1.0]),
+            ("rope.scaling.yarn_attn_factor", &[1.0]),
+            ("rope.scaling.attn_factor", &[1.0]),
+            ("rope.scaling.yarn_log_multiplier", &[0.0]),
+        ]
+    } else {
+        &[]
+    };
+    for &(gguf_key, defaults) in yarn {
+        if let Some(v) = meta.number(&key(gguf_key))?.filter(|v| !defaults.contains(v)) {
+            return Err(ModelError::Unsupported {
+                field: key(gguf_key),
+                value: v.to_string(),
+                why: "rotary scaling other than YaRN's own attention factor and ramp is not supported".into(),
+            });
+        }
     }
     if let Some(window) = meta.count(&key("attention.sliding_window"))?.filter(|&w| w > 0) {
         cfg.insert("sliding_window".into(), json!(window));
@@ -462,6 +405,25 @@ fn config_of(
                 cfg.insert("original_max_position_embeddings".into(), json!(original));
             }
         }
+        "gpt-oss" => {
+            // llama.cpp: sliding on even layers (`set_swa_pattern(2)`), the clamped SwiGLU of
+            // `build_moe_ffn` (`LLM_FFN_SWIGLU_OAI_MOE`: alpha 1.702, limit 7), biases everywhere,
+            // YaRN's correction range rounded out (`ggml_rope_yarn_corr_dims`: floor and ceil).
+            let types: Vec<&str> =
+                (0..layers).map(|l| if l % 2 == 0 { "sliding_attention" } else { "full_attention" }).collect();
+            cfg.insert("layer_types".into(), json!(types));
+            cfg.insert("swiglu_alpha".into(), json!(1.702));
+            cfg.insert("swiglu_limit".into(), json!(7.0));
+            cfg.insert("attention_bias".into(), json!(true));
+            if rope_scaling.is_empty() {
+                rope_scaling.insert("rope_type".into(), json!("default"));
+            } else {
+                rope_scaling.insert("truncate".into(), json!(true));
+            }
+            if let Some(width) = meta.count(&key("expert_feed_forward_length"))? {
+                cfg.insert("intermediate_size".into(), json!(width));
+            }
+        }
         "granite" => {
             for (gguf_key, config_key) in [
                 ("attention.scale", "attention_multiplier"),
@@ -478,11 +440,14 @@ fn config_of(
     }
     if experts > 0 {
         let used = meta.count(&key("expert_used_count"))?.unwrap_or(2);
-        let count_key = if model_type == "mixtral" { "num_local_experts" } else { "num_experts" };
+        let count_key = if matches!(model_type, "mixtral" | "gpt_oss") { "num_local_experts" } else { "num_experts" };
         cfg.insert(count_key.into(), json!(experts));
         cfg.insert("num_experts_per_tok".into(), json!(used));
         let renormalise = meta.flag(&key("expert_weights_norm")).unwrap_or(arch.renormalise);
-        cfg.insert("norm_topk_prob".into(), json!(renormalise));
+        // gpt-oss's softmax over the chosen experts' logits sums to one by itself.
+        if model_type != "gpt_oss" {
+            cfg.insert("norm_topk_prob".into(), json!(renormalise));
+        }
         if model_type == "qwen3_moe" {
             let width = meta.count(&key("expert_feed_forward_length"))?;
             cfg.insert("moe_intermediate_size".into(), json!(width.unwrap_or(need("feed_forward_length")?)));
@@ -631,64 +596,30 @@ fn unpermuted_rows(rows: usize, heads: usize) -> Vec<usize> {
 /// The block kinds as GGUF files name them (here, beside the reader: the kernel room knows no file
 /// format).
 impl BlockKind {
-    /// The kind of a GGUF tensor type, None for the types kept dequantised (`Q2_K`, `Q3_K`, `Q8_1`, `Q8_K`).
+    /// The kind of a GGUF tensor type Candle reads, None for the types kept dequantised (`Q2_K`,
+    /// `Q3_K`, `Q8_1`, `Q8_K`).
     pub fn of(dtype: GgmlDType) -> Option<Self> {
-        Some(match dtype {
-            GgmlDType::F32 => Self::F32,
-            GgmlDType::F16 => Self::F16,
-            GgmlDType::BF16 => Self::Bf16,
-            GgmlDType::Q4_0 => Self::Q4_0,
-            GgmlDType::Q4_1 => Self::Q4_1,
-            GgmlDType::Q5_0 => Self::Q5_0,
-            GgmlDType::Q5_1 => Self::Q5_1,
-            GgmlDType::Q8_0 => Self::Q8_0,
-            GgmlDType::Q4K => Self::Q4K,
-            GgmlDType::Q5K => Self::Q5K,
-            GgmlDType::Q6K => Self::Q6K,
-            _ => return None,
-        })
+        TensorType::Candle(dtype).kind()
     }
 }
 
 /// The kind a tensor is kept in with [`WeightStorage::Stored`]: a matrix (or a stack of experts'
-/// matrices) of a type widened by the engine (F32 ones too are read as rows, not converted); None for vectors and other types, which
-/// are dequantised to f32 on load.
-fn kept_kind(info: &candle_core::quantized::gguf_file::TensorInfo, storage: WeightStorage) -> Option<BlockKind> {
-    let dims = info.shape.dims();
-    let kind = BlockKind::of(info.ggml_dtype)?;
-    let cols = dims.last().copied().unwrap_or(0);
-    (storage == WeightStorage::Stored && matches!(dims.len(), 2 | 3) && kind.row_bytes(cols).is_some()).then_some(kind)
-}
-
-/// A matrix's raw blocks from `skip` bytes into a tensor, read from the file into `out` (its
-/// length: the matrix's bytes).
-fn raw_blocks(
-    reader: &mut BufReader<File>,
-    content: &Content,
-    info: &candle_core::quantized::gguf_file::TensorInfo,
-    skip: usize,
-    out: &mut [u8],
-) -> std::io::Result<()> {
-    use std::io::{Seek, SeekFrom};
-    let start = content.tensor_data_offset.saturating_add(info.offset).saturating_add(skip as u64);
-    let end = reader.seek(SeekFrom::End(0))?;
-    if end.saturating_sub(start) < out.len() as u64 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!(
-                "needs {} bytes at offset {start}, only {} remaining in file",
-                out.len(),
-                end.saturating_sub(start)
-            ),
-        ));
-    }
-    reader.seek(SeekFrom::Start(start))?;
-    reader.read_exact(out)
+/// matrices) of a type widened by the engine (F32 ones too are read as rows, not converted); None
+/// for vectors, stacks of biases and other types, which are dequantised to f32 on load.
+fn kept_kind(name: &str, info: &TensorInfo, storage: WeightStorage) -> Option<BlockKind> {
+    let kind = info.ty.kind()?;
+    let cols = info.dims.last().copied().unwrap_or(0);
+    (storage == WeightStorage::Stored
+        && name.ends_with(".weight")
+        && matches!(info.dims.len(), 2 | 3)
+        && kind.row_bytes(cols).is_some())
+    .then_some(kind)
 }
 
 /// GGUF tensor names → canonical ones (`blk.N.attn_q.weight` → `layer.N.q.weight`, …; a layer's
-/// stacked experts → `layer.N.experts.gate.weight`, split by [`pieces`]).
-fn canonical_name(name: &str) -> Option<String> {
+/// stacked experts → `layer.N.experts.gate.weight`, split by [`pieces`]; the MLP's input norm by
+/// the name `arch` gives it).
+fn canonical_name(name: &str, arch: &Arch) -> Option<String> {
     let fixed = match name {
         "token_embd.weight" => Some("embed.tokens.weight"),
         "output_norm.weight" => Some("final_norm.weight"),
@@ -704,14 +635,17 @@ fn canonical_name(name: &str) -> Option<String> {
         return None;
     }
     let (module, leaf) = rest.rsplit_once('.')?;
+    if module == "attn_sinks" && leaf == "weight" {
+        return Some(format!("layer.{layer}.sinks"));
+    }
     let target = match module {
+        m if m == arch.ffn_norm => "ffn_norm",
         "attn_q" => "q",
         "attn_k" => "k",
         "attn_v" => "v",
         "attn_qkv" => "qkv",
         "attn_output" => "o",
         "attn_norm" => "attn_norm",
-        "ffn_norm" => "ffn_norm",
         "post_attention_norm" => "attn_out_norm",
         "post_ffw_norm" => "ffn_out_norm",
         "attn_q_norm" => "q_norm",
@@ -734,19 +668,35 @@ struct Piece {
     canon: String,
     start: usize,
     rows: usize,
+    /// One row read as a vector (an expert's bias in a stack of them).
+    vector: bool,
+}
+
+impl Piece {
+    /// Its shape, given its tensor's `dims`.
+    fn shape(&self, dims: &[usize]) -> Vec<usize> {
+        let cols = dims[dims.len() - 1];
+        if self.vector {
+            vec![cols]
+        } else if dims.len() == 1 {
+            vec![self.rows]
+        } else {
+            vec![self.rows, cols]
+        }
+    }
 }
 
 /// The canonical tensors a GGUF tensor of shape `dims` holds (None: one the network does not read).
 fn pieces(name: &str, dims: &[usize], arch: &Arch, desc: &Description) -> Option<Vec<Piece>> {
-    let canon = canonical_name(name)?;
+    let canon = canonical_name(name, arch)?;
     let whole = dims[..dims.len().saturating_sub(1)].iter().product::<usize>().max(usize::from(dims.len() == 1));
     let rows = if dims.len() == 1 { dims[0] } else { whole };
-    let split = |stem: &str, parts: &[(&str, usize)]| {
+    let split = |stem: &str, leaf: &str, parts: &[(&str, usize)], vector: bool| {
         let mut start = 0;
         parts
             .iter()
             .map(|&(part, rows)| {
-                let piece = Piece { canon: format!("{stem}.{part}.weight"), start, rows };
+                let piece = Piece { canon: format!("{stem}.{part}.{leaf}"), start, rows, vector };
                 start += rows;
                 piece
             })
@@ -754,44 +704,43 @@ fn pieces(name: &str, dims: &[usize], arch: &Arch, desc: &Description) -> Option
     };
     if let Some(stem) = canon.strip_suffix(".qkv.weight") {
         let (q, kv) = (desc.query_width(), desc.kv_width());
-        return Some(split(stem, &[("q", q), ("k", kv), ("v", kv)]));
+        return Some(split(stem, "weight", &[("q", q), ("k", kv), ("v", kv)], false));
     }
     if let Some(stem) = canon.strip_suffix(".up.weight").filter(|_| arch.fused_gate_up) {
         let i = desc.intermediate;
-        return Some(split(stem, &[("gate", i), ("up", i)]));
+        return Some(split(stem, "weight", &[("gate", i), ("up", i)], false));
     }
-    if let Some((stem, part)) = canon.strip_suffix(".weight").and_then(|c| c.split_once(".experts.")) {
-        let (experts, per) = match dims {
-            [e, r, _] => (*e, *r),
+    if let Some((stem, rest)) = canon.split_once(".experts.") {
+        let (part, leaf) = rest.split_once('.')?;
+        // A stack of matrices (experts × rows × cols) or of biases (experts × cols).
+        let (experts, per, vector) = match (leaf, dims) {
+            ("weight", [e, r, _]) => (*e, *r, false),
+            ("bias", [e, _]) => (*e, 1, true),
             _ => return Some(Vec::new()),
         };
         let parts: Vec<(String, usize)> = (0..experts).map(|e| (format!("expert.{e}.{part}"), per)).collect();
         let parts: Vec<(&str, usize)> = parts.iter().map(|(n, r)| (n.as_str(), *r)).collect();
-        return Some(split(stem, &parts));
+        return Some(split(stem, leaf, &parts, vector));
     }
-    Some(vec![Piece { canon, start: 0, rows }])
+    Some(vec![Piece { canon, start: 0, rows, vector: false }])
 }
 
 /// A vector tensor of the file dequantised to f32 (Phi-3's rope factors), None when absent.
 fn vector_of(
     reader: &mut BufReader<File>,
-    content: &Content,
+    header: &Header,
     path: &Path,
     name: &str,
 ) -> Result<Option<Vec<f32>>, ModelError> {
-    if !content.tensor_infos.contains_key(name) {
-        return Ok(None);
-    }
-    let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {}", first_line(&e)));
-    let t = content.tensor(reader, name, &Device::Cpu).map_err(failed)?.dequantize(&Device::Cpu).map_err(failed)?;
-    t.flatten_all().and_then(|t| t.to_vec1()).map(Some).map_err(failed)
+    let Some(info) = header.tensors.get(name) else { return Ok(None) };
+    dequantised(reader, name, info).map(Some).map_err(|e| bad(path, e))
 }
 
 /// Reads a GGUF file: description, tensors (kept in their blocks with [`WeightStorage::Stored`],
 /// else dequantised to f32), tokenizer.
 pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError> {
-    let content = read_content(path)?;
-    let meta = Meta(&content.metadata);
+    let header = Header::read(path)?;
+    let meta = Meta(&header.metadata);
     let arch_name = meta.string("general.architecture")?.unwrap_or("(missing)");
     let Some(arch) = ARCHITECTURES.iter().find(|a| a.name == arch_name) else {
         let names: Vec<&str> = ARCHITECTURES.iter().map(|a| a.name).collect();
@@ -802,38 +751,31 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
         });
     };
     let vocab = meta.strings("tokenizer.ggml.tokens")?.map_or(0, |t| t.len());
-    let tied = !content.tensor_infos.contains_key("output.weight");
+    let tied = !header.tensors.contains_key("output.weight");
     let file = File::open(path).map_err(|source| ModelError::Io { path: path.to_path_buf(), source })?;
     let mut reader = BufReader::new(file);
     let blocks = meta.count(&format!("{arch_name}.block_count"))?.unwrap_or(0);
     let from_tensors = FromTensors {
-        short_factor: vector_of(&mut reader, &content, path, "rope_factors_short.weight")?,
-        long_factor: vector_of(&mut reader, &content, path, "rope_factors_long.weight")?,
+        short_factor: vector_of(&mut reader, &header, path, "rope_factors_short.weight")?,
+        long_factor: vector_of(&mut reader, &header, path, "rope_factors_long.weight")?,
         dense_layers: (0..usize::try_from(blocks).unwrap_or(usize::MAX).min(1 << 16))
-            .filter(|l| !content.tensor_infos.contains_key(&format!("blk.{l}.ffn_gate_inp.weight")))
+            .filter(|l| !header.tensors.contains_key(&format!("blk.{l}.ffn_gate_inp.weight")))
             .collect(),
     };
     let (_, desc) = families::describe(&config_of(&meta, arch, vocab, tied, &from_tensors)?)?;
-    // Check every tensor's size, and the shape of each the network reads, before reading any.
+    // Check the shape of every tensor the network reads before reading any (the header checked
+    // every tensor's size against the file).
     let expected: HashMap<String, Vec<usize>> =
         super::engine::expected_tensors(&desc).into_iter().map(|e| (e.name, e.shape)).collect();
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     let mut held_bytes = 0u64;
     let mut placed: Vec<(&String, Vec<Piece>)> = Vec::new();
-    for (name, info) in &content.tensor_infos {
-        let dims = info.shape.dims();
-        let count = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-        if count.is_none_or(|c| c > MAX_TENSOR_ELEMENTS) {
-            return Err(bad(path, format!("tensor {name} claims an implausible shape {dims:?}")));
-        }
-        // Candle views an empty tensor's (dangling, unaligned) buffer as blocks: undefined
-        // behaviour, an abort in debug builds (found by fuzzing).
-        if count == Some(0) {
-            return Err(bad(path, format!("tensor {name} has no elements (shape {dims:?})")));
-        }
+    for (name, info) in &header.tensors {
+        let dims = info.dims.as_slice();
         let Some(parts) = pieces(name, dims, arch, &desc) else { continue };
+        let count: usize = dims.iter().product();
         let cols = dims[dims.len() - 1];
-        let view_rows = if dims.len() == 1 { dims[0] } else { count.unwrap_or(0) / cols };
+        let view_rows = if dims.len() == 1 { dims[0] } else { count / cols };
         let covered: usize = parts.iter().map(|p| p.rows).sum();
         if parts.is_empty() || covered != view_rows {
             return Err(bad(
@@ -842,7 +784,7 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
             ));
         }
         for piece in &parts {
-            let shape: Vec<usize> = if dims.len() == 1 { vec![piece.rows] } else { vec![piece.rows, cols] };
+            let shape = piece.shape(dims);
             if let Some(want) = expected.get(&piece.canon).filter(|want| **want != shape) {
                 return Err(bad(
                     path,
@@ -853,10 +795,10 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
                 ));
             }
         }
-        *kinds.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
-        held_bytes += match kept_kind(info, storage) {
-            Some(kind) => kind.row_bytes(cols).unwrap_or(0) as u64 * view_rows as u64,
-            None => count.unwrap_or(0) as u64 * 4,
+        *kinds.entry(info.ty.name()).or_default() += 1;
+        held_bytes += match kept_kind(name, info, storage) {
+            Some(_) => info.bytes as u64,
+            None => count as u64 * 4,
         };
         placed.push((name, parts));
     }
@@ -864,8 +806,8 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
     let held = if storage == WeightStorage::Stored { "as stored (GGUF blocks)" } else { "as f32" };
     check_memory_of(path, (held_bytes, held), 0)?;
     let needed = desc.weight_sets();
-    let present = content
-        .tensor_infos
+    let present = header
+        .tensors
         .keys()
         .filter_map(|n| n.strip_prefix("blk.")?.split_once('.')?.0.parse::<usize>().ok())
         .map(|l| l.saturating_add(1))
@@ -892,9 +834,9 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
     // of their names (a layer's matrices side by side), rows of q and k put in rotary order.
     let mut kept: Vec<(&String, &Piece, BlockKind, usize)> = Vec::new();
     for (name, parts) in &placed {
-        let info = &content.tensor_infos[*name];
-        if let Some(kind) = kept_kind(info, storage) {
-            let cols = info.shape.dims()[info.shape.dims().len() - 1];
+        let info = &header.tensors[*name];
+        if let Some(kind) = kept_kind(name, info, storage) {
+            let cols = info.dims[info.dims.len() - 1];
             kept.extend(parts.iter().map(|p| (*name, p, kind, cols)));
         }
     }
@@ -906,7 +848,7 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
         let (row, rows) = (row_bytes(kind, cols), piece.rows);
         let unpermuted = permuted_heads(&piece.canon).map(|heads| unpermuted_rows(rows, heads));
         let mut read = |out: &mut [u8]| -> Result<(), ModelError> {
-            raw_blocks(&mut reader, &content, &content.tensor_infos[name], piece.start * row, out)
+            read_bytes(&mut reader, &header.tensors[name], piece.start * row, out)
                 .map_err(|e| bad(path, format!("tensor {name}: {e}")))
         };
         if unpermuted.as_ref().is_some_and(|from| from.len() != rows) {
@@ -933,24 +875,20 @@ pub fn read(path: &Path, storage: WeightStorage) -> Result<GgufModel, ModelError
         quantized.insert(piece.canon.clone(), q);
     }
     for (name, parts) in &placed {
-        let info = &content.tensor_infos[*name];
-        if kept_kind(info, storage).is_some() {
+        let info = &header.tensors[*name];
+        if kept_kind(name, info, storage).is_some() {
             continue;
         }
         let failed = |e: candle_core::Error| bad(path, format!("tensor {name}: {}", first_line(&e)));
-        let q = content.tensor(&mut reader, name, &Device::Cpu).map_err(failed)?;
-        let mut whole = q.dequantize(&Device::Cpu).map_err(failed)?;
-        let dims = info.shape.dims();
-        if dims.len() > 2 {
-            let cols = dims[dims.len() - 1];
-            whole = whole.reshape((whole.elem_count() / cols, cols)).map_err(failed)?;
-        }
+        let values = dequantised(&mut reader, name, info).map_err(|e| bad(path, e))?;
+        // Seen as rows of its last dimension (a vector as itself).
+        let dims = info.dims.as_slice();
+        let cols = dims[dims.len() - 1];
+        let shape = if dims.len() == 1 { vec![cols] } else { vec![values.len() / cols, cols] };
+        let whole = Tensor::from_vec(values, shape, &Device::Cpu).map_err(failed)?;
         for piece in parts {
-            let mut t = if parts.len() == 1 {
-                whole.clone()
-            } else {
-                whole.narrow(0, piece.start, piece.rows).map_err(failed)?
-            };
+            let mut t =
+                whole.narrow(0, piece.start, piece.rows).map_err(failed)?.reshape(piece.shape(dims)).map_err(failed)?;
             if let Some(heads) = permuted_heads(&piece.canon) {
                 t = unpermute(&t, heads).map_err(failed)?;
             }

@@ -5,10 +5,10 @@ use super::*;
 
 #[test]
 fn names_map_and_unpermute_inverts_llama_cpp() {
-    assert_eq!(canonical_name("blk.12.attn_q.weight").as_deref(), Some("layer.12.q.weight"));
-    assert_eq!(canonical_name("output.weight").as_deref(), Some("lm_head.weight"));
-    assert_eq!(canonical_name("blk.x.attn_q.weight"), None);
-    assert_eq!(canonical_name("rope_freqs.weight"), None);
+    assert_eq!(canonical_name("blk.12.attn_q.weight", arch("llama")).as_deref(), Some("layer.12.q.weight"));
+    assert_eq!(canonical_name("output.weight", arch("llama")).as_deref(), Some("lm_head.weight"));
+    assert_eq!(canonical_name("blk.x.attn_q.weight", arch("llama")), None);
+    assert_eq!(canonical_name("rope_freqs.weight", arch("llama")), None);
     // llama.cpp: w.reshape(heads, 2, d/2, in).swapaxes(1, 2): rows [0,1,2,3] of one head of 4
     // are stored as [0,2,1,3].
     let stored = Tensor::from_vec(vec![0f32, 2.0, 1.0, 3.0, 4.0, 6.0, 5.0, 7.0], (8, 1), &Device::Cpu).unwrap();
@@ -81,5 +81,52 @@ fn fused_and_stacked_tensors_are_split_into_canonical_pieces() {
     assert_eq!(names(plain), [("layer.0.up.weight".to_string(), 0, 48)]);
     let experts = pieces("blk.3.ffn_down_exps.weight", &[4, 32, 16], arch("olmoe"), &desc).unwrap();
     assert_eq!(names(experts)[2], ("layer.3.expert.2.down.weight".to_string(), 64, 32));
-    assert_eq!(canonical_name("blk.1.post_ffw_norm.weight").as_deref(), Some("layer.1.ffn_out_norm.weight"));
+    assert_eq!(
+        canonical_name("blk.1.post_ffw_norm.weight", arch("gemma2")).as_deref(),
+        Some("layer.1.ffn_out_norm.weight")
+    );
+}
+
+#[test]
+fn gpt_oss_metadata_maps_to_llama_cpp_s_gpt_oss_and_unread_yarn_knobs_are_refused() {
+    let none = FromTensors { short_factor: None, long_factor: None, dense_layers: Vec::new() };
+    let mut m: HashMap<String, Value> = [
+        ("embedding_length", 32u32),
+        ("block_count", 3),
+        ("attention.head_count", 4),
+        ("feed_forward_length", 48),
+        ("expert_feed_forward_length", 32),
+        ("expert_count", 4),
+        ("expert_used_count", 2),
+        ("attention.sliding_window", 8),
+        ("rope.scaling.original_context_length", 4096),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("gpt-oss.{k}"), Value::U32(v)))
+    .collect();
+    m.insert("gpt-oss.rope.scaling.type".into(), Value::String("yarn".into()));
+    m.insert("gpt-oss.rope.scaling.factor".into(), Value::F32(32.0));
+    let cfg = config_of(&Meta(&m), arch("gpt-oss"), 64, false, &none).unwrap();
+    let (_, d) = families::describe(&cfg).unwrap();
+    assert_eq!(d.sliding_layers, [true, false, true], "llama.cpp's pattern of 2");
+    let e = d.experts.unwrap();
+    assert_eq!((e.width, e.glu), (32, crate::model::describe::Glu::Clamped { alpha: 1.702, limit: 7.0 }));
+    let rot = d.rotary.unwrap();
+    assert!(matches!(rot.scaling, crate::model::describe::RopeScaling::Yarn { truncate: true, .. }), "{cfg}");
+    for key in ["yarn_ext_factor", "yarn_attn_factor", "yarn_log_multiplier"] {
+        let mut m = m.clone();
+        m.insert(format!("gpt-oss.rope.scaling.{key}"), Value::F32(0.5));
+        let err = config_of(&Meta(&m), arch("gpt-oss"), 64, false, &none).unwrap_err().to_string();
+        assert!(err.contains(&format!("gpt-oss.rope.scaling.{key}")), "{err}");
+    }
+    // The MLP's input norm is `post_attention_norm` for gpt-oss, Gemma's attention output norm else.
+    assert_eq!(
+        canonical_name("blk.0.post_attention_norm.weight", arch("gpt-oss")).as_deref(),
+        Some("layer.0.ffn_norm.weight")
+    );
+    assert_eq!(
+        canonical_name("blk.0.post_attention_norm.weight", arch("gemma3")).as_deref(),
+        Some("layer.0.attn_out_norm.weight")
+    );
+    assert_eq!(canonical_name("blk.2.attn_sinks.weight", arch("gpt-oss")).as_deref(), Some("layer.2.sinks"));
 }

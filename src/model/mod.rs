@@ -13,6 +13,7 @@ pub mod families;
 pub mod files;
 pub mod generate;
 pub mod gguf;
+mod gguf_header;
 pub mod hub;
 pub mod intervene;
 pub mod kernels;

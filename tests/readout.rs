@@ -1,7 +1,8 @@
 //! What attnviz reads off the residual stream equals Hugging Face transformers (references by
-//! `tests/fixtures/make_readout_reference.py`): the logit lens to 1e-4 in probability, direct logit
-//! attribution per head, MLP and embeddings to 1e-4 (and its terms sum to the logit), the head
-//! scores on transformers' attentions to 1e-5 — on every decoder family's fixture and SmolLM2.
+//! `tests/fixtures/make_readout_reference.py`): the logit lens in probability, direct logit
+//! attribution per head, MLP and embeddings (and its terms sum to the logit) and the contribution
+//! graph's shares to 1e-5 on every decoder family's fixture (1e-4 on SmolLM2's quantised blocks),
+//! the head scores on transformers' attentions to 1e-5.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -15,7 +16,9 @@ fn reference(prefix: &str) -> Value {
     reference_json(&format!("readout_{prefix}.json"))
 }
 
-fn check(prefix: &str, model: &LoadedModel) {
+/// `tol`: 1e-5 on the tiny fixtures; SmolLM2 (30 layers of Q4_1 blocks, which transformers
+/// dequantises and sums in another order) is held to 1e-4.
+fn check(prefix: &str, model: &LoadedModel, tol: f64) {
     let r = reference(prefix);
     let input = ids(&r["ids"]);
     let encoded = model.tokenizer.encode(r["text"].as_str().unwrap(), None).unwrap().tokens;
@@ -31,7 +34,7 @@ fn check(prefix: &str, model: &LoadedModel) {
     let (top_ids, top_probs) = (ids(&r["lens_top_ids"]), floats(&r["lens_top_probs"]));
     assert_eq!(top_ids.len(), lens.top_ids.len(), "{prefix}: (L+1) × n × 5");
     for (at, (&want, &got)) in top_probs.iter().zip(&lens.top_probs).enumerate() {
-        assert!((want - f64::from(got)).abs() < 1e-4, "{prefix}: lens cell {at}: {got} vs {want}");
+        assert!((want - f64::from(got)).abs() < tol, "{prefix}: lens cell {at}: {got} vs {want}");
         // The same ids, unless two candidates are too close to order.
         let clear = |j: usize| j % 5 == 4 || (top_probs[j] - top_probs[j + 1]).abs() > 1e-4;
         if clear(at) && (at % 5 == 0 || clear(at - 1)) {
@@ -40,7 +43,7 @@ fn check(prefix: &str, model: &LoadedModel) {
     }
     assert_eq!(lens.tracked[0].ids, ids(&r["lens_predicted"]), "{prefix}: predictions");
     for (&want, &got) in floats(&r["lens_predicted_probs"]).iter().zip(&lens.tracked[0].probs) {
-        assert!((want - f64::from(got)).abs() < 1e-4, "{prefix}: predicted prob {got} vs {want}");
+        assert!((want - f64::from(got)).abs() < tol, "{prefix}: predicted prob {got} vs {want}");
     }
     // The last stream is the model's own output: its top token at the last position is the one
     // generation would take.
@@ -54,7 +57,8 @@ fn check(prefix: &str, model: &LoadedModel) {
     let a = model.attribute(&tokens, n - 1, None, None, &faithful).unwrap();
     assert_eq!(a.target_id, dla["target_id"].as_u64().unwrap() as u32, "{prefix}");
     let logit = dla["logit"].as_f64().unwrap();
-    let tol = 1e-4 * logit.abs().max(1.0);
+    let graph_tol = tol;
+    let tol = tol * logit.abs().max(1.0);
     assert!((f64::from(a.logit) - logit).abs() < tol, "{prefix}: logit {} vs {logit}", a.logit);
     assert!((a.total() - f64::from(a.logit)).abs() < tol, "{prefix}: the terms sum to {} not {}", a.total(), a.logit);
     let close = |what: &str, got: &[f32], want: Vec<f64>| {
@@ -92,7 +96,7 @@ fn check(prefix: &str, model: &LoadedModel) {
     assert_eq!(contrib.graph.layers.len(), want_layers.len(), "{prefix}");
     let (last, heads) = ((n - 1) as u32, d.heads);
     let near = |what: &str, got: f32, want: f64| {
-        assert!((f64::from(got) - want).abs() < 1e-4, "{prefix}: {what}: {got} vs {want}");
+        assert!((f64::from(got) - want).abs() < graph_tol, "{prefix}: {what}: {got} vs {want}");
     };
     for (l, (got, want)) in contrib.graph.layers.iter().zip(want_layers).enumerate() {
         let attn = floats(&want["attn"]);
@@ -157,14 +161,14 @@ fn lens_attribution_and_head_scores_equal_transformers_on_every_decoder_family()
         ("tiny-olmoe", "olmoe"),
     ] {
         let model = LoadedModel::load(&root().join("tests/fixtures/models").join(dir)).unwrap();
-        check(prefix, &model);
+        check(prefix, &model, 1e-5);
     }
 }
 
 #[test]
 fn lens_attribution_and_head_scores_equal_transformers_on_smollm2() {
     let model = LoadedModel::load(&attnviz::model::loader::smollm2_dir()).unwrap();
-    check("smollm2", &model);
+    check("smollm2", &model, 1e-4);
 }
 
 /// The 2026 families: each quirk taken as attnviz defines it (the reference script's docstring) —
@@ -176,7 +180,7 @@ fn lens_attribution_and_head_scores_equal_transformers_on_smollm2() {
 fn lens_attribution_and_head_scores_equal_transformers_on_the_2026_families() {
     for (dir, prefix) in FAMILIES_2026 {
         let model = LoadedModel::load(&root().join("tests/fixtures/models").join(dir)).unwrap();
-        check(prefix, &model);
+        check(prefix, &model, 1e-5);
         let d = model.description();
         if d.final_softcap.is_some() {
             let tokens = tokens_of(&model, &ids(&reference(prefix)["ids"]));

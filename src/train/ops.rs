@@ -4,8 +4,10 @@
 //! with its scale and masks, layer norm and cross-entropy. f32 runs on the engine's kernels where
 //! there is a product; f64 (the gradient check) runs plain loops, and tests check the two agree.
 //! Threads split the work per sequence (attention) or per block of rows (products big enough to be
-//! worth it): one fork/join per operation, none for small ones.
+//! worth it): one fork/join per operation, none for small ones — and none inside [`serially`], where
+//! a training step's chunk of sequences runs on one thread (the step forks once, per chunk).
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
@@ -16,6 +18,41 @@ use crate::model::kernels::{self, Mask, MatMut, MatRef};
 
 /// Rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
+
+thread_local! {
+    /// Set while this thread runs [`serially`].
+    static SERIAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the operations it applies on this thread alone: no fork/join inside (a training
+/// step's chunk of sequences, one of several running side by side). The results are the same bits
+/// as with threads: every operation's split is along rows whose values do not depend on it.
+pub fn serially<R>(f: impl FnOnce() -> R) -> R {
+    /// Puts the flag back however `f` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    f()
+}
+
+/// Whether this thread's operations run without forking ([`serially`]).
+fn serial() -> bool {
+    SERIAL.with(Cell::get)
+}
+
+/// `f(index, chunk)` over the `size`-long chunks of `out`: on rayon's threads, or in order on this
+/// one inside [`serially`].
+fn for_each_chunk<T: Send>(out: &mut [T], size: usize, f: impl Fn(usize, &mut [T]) + Send + Sync) {
+    if serial() {
+        out.chunks_mut(size).enumerate().for_each(|(i, chunk)| f(i, chunk));
+    } else {
+        out.par_chunks_mut(size).enumerate().for_each(|(i, chunk)| f(i, chunk));
+    }
+}
 
 /// Self-attention of a fused `[rows · len, 3 · d]` q|k|v matrix (GPT-2's `c_attn` output: per
 /// token the queries, keys and values, each `heads × d/heads`): per sequence and head
@@ -152,7 +189,7 @@ impl Attention {
             let (len, heads) = (op.len, op.heads);
             let (dh, scale) = (d / heads, T::from(op.scale).unwrap_or_else(T::one));
             let mut out = vec![T::zero(); x.len() / (3 * d) * heads * len];
-            out.par_chunks_mut(heads * len * len).enumerate().for_each(|(b, out)| {
+            for_each_chunk(&mut out, heads * len * len, |b, out| {
                 let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
                 let mut blocks = HeadBlocks::new(len, dh);
                 for (head, out) in out.chunks_mut(len * len).enumerate() {
@@ -205,7 +242,7 @@ impl Attention {
         let (dh, scale) = (d / heads, self.scale as f32);
         let mask = Mask { causal: self.causal, ..Mask::default() };
         let mut out = vec![0f32; x.len() / 3];
-        out.par_chunks_mut(len * d).enumerate().for_each(|(b, out)| {
+        for_each_chunk(&mut out, len * d, |b, out| {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let keys = self.keys(b);
             let (mut p, mut kt) = (vec![0f32; len * keys], vec![0f32; dh * keys]);
@@ -231,7 +268,7 @@ impl Attention {
         let (dh, scale) = (d / heads, self.scale as f32);
         let mask = Mask { causal: self.causal, ..Mask::default() };
         let mut dx = vec![0f32; x.len()];
-        dx.par_chunks_mut(len * 3 * d).enumerate().for_each(|(b, dx)| {
+        for_each_chunk(&mut dx, len * 3 * d, |b, dx| {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let go = &g[b * len * d..(b + 1) * len * d];
             let keys = self.keys(b);
@@ -272,7 +309,7 @@ impl Attention {
         let (len, heads) = (self.len, self.heads);
         let (dh, scale) = (d / heads, T::from(self.scale).unwrap_or_else(T::one));
         let mut out = vec![T::zero(); x.len() / 3];
-        out.par_chunks_mut(len * d).enumerate().for_each(|(b, out)| {
+        for_each_chunk(&mut out, len * d, |b, out| {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let mut blocks = HeadBlocks::new(len, dh);
             let mut p = vec![T::zero(); len];
@@ -298,7 +335,7 @@ impl Attention {
         let (len, heads) = (self.len, self.heads);
         let (dh, scale) = (d / heads, T::from(self.scale).unwrap_or_else(T::one));
         let mut dx = vec![T::zero(); x.len()];
-        dx.par_chunks_mut(len * 3 * d).enumerate().for_each(|(b, dx)| {
+        for_each_chunk(&mut dx, len * 3 * d, |b, dx| {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let go = &g[b * len * d..(b + 1) * len * d];
             let mut blocks = HeadBlocks::new(len, dh);
@@ -413,7 +450,7 @@ impl CustomOp2 for AddBias {
     fn cpu_fwd(&self, x: &CpuStorage, lx: &Layout, b: &CpuStorage, lb: &Layout) -> Result<(CpuStorage, Shape)> {
         fn run<T: Float + Send + Sync>(x: &[T], b: &[T]) -> Vec<T> {
             let mut out = x.to_vec();
-            out.par_chunks_mut(b.len() * ROWS_PER_TASK).for_each(|rows| {
+            for_each_chunk(&mut out, b.len() * ROWS_PER_TASK, |_, rows| {
                 for row in rows.chunks_mut(b.len()) {
                     row.iter_mut().zip(b).for_each(|(o, &v)| *o = *o + v);
                 }
@@ -474,7 +511,7 @@ const PARALLEL_MULADDS: usize = 1 << 18;
 /// Tasks a product of `m` rows of `k · n` multiply–adds is split into: one per thread when it is
 /// large enough, else one.
 fn row_tasks(m: usize, k: usize, n: usize) -> usize {
-    if m * k * n < PARALLEL_MULADDS { 1 } else { rayon::current_num_threads().clamp(1, m.max(1)) }
+    if m * k * n < PARALLEL_MULADDS || serial() { 1 } else { rayon::current_num_threads().clamp(1, m.max(1)) }
 }
 
 /// The matrix product `op(a) · op(b)` of two contiguous 2-D tensors, `op` transposing when asked
@@ -539,7 +576,7 @@ impl Product {
         if tasks == 1 {
             run((0, &mut out));
         } else {
-            out.par_chunks_mut(per * n).enumerate().for_each(run);
+            for_each_chunk(&mut out, per * n, |t, dst| run((t, dst)));
         }
         out
     }
@@ -596,6 +633,9 @@ impl CustomOp2 for Product {
 pub struct CrossEntropy {
     /// Per row, its class or [`CrossEntropy::SKIP`].
     pub targets: Arc<Vec<u32>>,
+    /// The mean's denominator when these rows are part of a larger batch (the batch's counted
+    /// rows, so that the parts' losses and gradients add up to the batch's); `None`: these rows'.
+    pub mean_over: Option<usize>,
 }
 
 impl CrossEntropy {
@@ -616,10 +656,12 @@ impl CrossEntropy {
             bail!("target class {t} of {}", dims[1]);
         }
         let counted = self.targets.iter().filter(|&&t| t != Self::SKIP).count();
-        if counted == 0 {
-            bail!("cross-entropy of no targets");
+        match self.mean_over {
+            None if counted == 0 => bail!("cross-entropy of no targets"),
+            None => Ok((dims[1], counted)),
+            Some(n) if n == 0 || n < counted => bail!("cross-entropy of {counted} targets as a part of {n}"),
+            Some(n) => Ok((dims[1], n)),
         }
-        Ok((dims[1], counted))
     }
 
     /// Per row, its maximum and `ln Σ exp(x − max)`.
@@ -631,7 +673,7 @@ impl CrossEntropy {
 
     fn forward<T: Float + Send + Sync>(&self, x: &[T], classes: usize, counted: usize) -> T {
         let mut per_row = vec![T::zero(); self.targets.len()];
-        per_row.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(c, out)| {
+        for_each_chunk(&mut per_row, ROWS_PER_TASK, |c, out| {
             for (r, o) in out.iter_mut().enumerate() {
                 let r = c * ROWS_PER_TASK + r;
                 let t = self.targets[r];
@@ -648,7 +690,7 @@ impl CrossEntropy {
     fn backward<T: Float + Send + Sync>(&self, x: &[T], g: T, classes: usize, counted: usize) -> Vec<T> {
         let scale = g / T::from(counted).unwrap_or_else(T::one);
         let mut dx = vec![T::zero(); x.len()];
-        dx.par_chunks_mut(ROWS_PER_TASK * classes).enumerate().for_each(|(c, out)| {
+        for_each_chunk(&mut dx, ROWS_PER_TASK * classes, |c, out| {
             for (r, o) in out.chunks_mut(classes).enumerate() {
                 let r = c * ROWS_PER_TASK + r;
                 let t = self.targets[r];
@@ -727,25 +769,33 @@ impl LayerNorm {
     fn normalise<T: Float + Send + Sync>(self, x: &[T], d: usize) -> (Vec<T>, Vec<T>) {
         let rows = x.len() / d;
         let mut xhat = vec![T::zero(); x.len()];
-        let mut inv = vec![T::zero(); rows];
         let n = T::from(d).unwrap_or_else(T::one);
         let eps = T::from(self.eps).unwrap_or_else(T::zero);
-        xhat.par_chunks_mut(d).zip(inv.par_iter_mut()).enumerate().for_each(|(r, (out, inv))| {
-            let row = &x[r * d..(r + 1) * d];
-            let mean = row.iter().fold(T::zero(), |s, &v| s + v) / n;
-            let var = row.iter().fold(T::zero(), |s, &v| s + (v - mean) * (v - mean)) / n;
-            *inv = T::one() / (var + eps).sqrt();
-            for (o, &v) in out.iter_mut().zip(row) {
-                *o = (v - mean) * *inv;
+        // Each row's mean and 1/σ, then the rows normalised with them.
+        let mut stats = vec![(T::zero(), T::zero()); rows];
+        for_each_chunk(&mut stats, ROWS_PER_TASK, |c, out| {
+            for (r, (mean, inv)) in out.iter_mut().enumerate() {
+                let r = c * ROWS_PER_TASK + r;
+                let row = &x[r * d..(r + 1) * d];
+                *mean = row.iter().fold(T::zero(), |s, &v| s + v) / n;
+                let var = row.iter().fold(T::zero(), |s, &v| s + (v - *mean) * (v - *mean)) / n;
+                *inv = T::one() / (var + eps).sqrt();
             }
         });
+        for_each_chunk(&mut xhat, d, |r, out| {
+            let (mean, inv) = stats[r];
+            for (o, &v) in out.iter_mut().zip(&x[r * d..(r + 1) * d]) {
+                *o = (v - mean) * inv;
+            }
+        });
+        let inv = stats.into_iter().map(|(_, inv)| inv).collect();
         (xhat, inv)
     }
 
     fn forward<T: Float + Send + Sync>(self, x: &[T], w: &[T], b: &[T]) -> Vec<T> {
         let d = w.len();
         let (mut y, _) = self.normalise(x, d);
-        y.par_chunks_mut(d).for_each(|row| {
+        for_each_chunk(&mut y, d, |_, row| {
             for ((o, &wv), &bv) in row.iter_mut().zip(w).zip(b) {
                 *o = *o * wv + bv;
             }
@@ -758,7 +808,7 @@ impl LayerNorm {
         let (xhat, inv) = self.normalise(x, d);
         let n = T::from(d).unwrap_or_else(T::one);
         let mut dx = vec![T::zero(); x.len()];
-        dx.par_chunks_mut(d).enumerate().for_each(|(r, out)| {
+        for_each_chunk(&mut dx, d, |r, out| {
             let (xh, gr) = (&xhat[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
             let (mut m1, mut m2) = (T::zero(), T::zero());
             for i in 0..d {

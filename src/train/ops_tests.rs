@@ -152,7 +152,7 @@ fn products_and_cross_entropy_match_plain_formulas_and_differences() {
     // Cross-entropy: the mean over the counted rows of −log softmax at the target, as the
     // unfused operations compute it; its gradient against central differences.
     let x = Var::from_tensor(&Tensor::randn(0f64, 2.0, (5, 4), &dev).unwrap()).unwrap();
-    let ce = CrossEntropy { targets: Arc::new(vec![2, CrossEntropy::SKIP, 0, 3, 3]) };
+    let ce = CrossEntropy { targets: Arc::new(vec![2, CrossEntropy::SKIP, 0, 3, 3]), mean_over: None };
     let got = ce.apply(&x).unwrap().to_scalar::<f64>().unwrap();
     let rows = x.as_tensor().to_vec2::<f64>().unwrap();
     let picked: Vec<f64> = [(0, 2), (2, 0), (3, 3), (4, 3)]
@@ -178,5 +178,20 @@ fn products_and_cross_entropy_match_plain_formulas_and_differences() {
         let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
         assert!((numeric - g[i]).abs() < 1e-7, "cross-entropy grad {i}: {numeric} vs {}", g[i]);
     }
-    assert!(CrossEntropy { targets: Arc::new(vec![4]) }.apply(&x.as_tensor().narrow(0, 0, 1).unwrap()).is_err());
+    // Parts of the rows, each its share of the whole mean (`mean_over`), add up to it; a part
+    // cannot claim more targets than the whole.
+    let part = |r: std::ops::Range<usize>| {
+        let targets = Arc::new(ce.targets[r.clone()].to_vec());
+        let rows = x.as_tensor().narrow(0, r.start, r.len()).unwrap();
+        CrossEntropy { targets, mean_over: Some(4) }.apply(&rows).unwrap().to_scalar::<f64>().unwrap()
+    };
+    let parts = part(0..2) + part(2..5);
+    assert!((parts - want).abs() < 1e-12, "{parts} vs {want}");
+    let too_many = CrossEntropy { targets: Arc::new(vec![1, 2]), mean_over: Some(1) };
+    assert!(too_many.apply(&x.as_tensor().narrow(0, 0, 2).unwrap()).is_err());
+    assert!(
+        CrossEntropy { targets: Arc::new(vec![4]), mean_over: None }
+            .apply(&x.as_tensor().narrow(0, 0, 1).unwrap())
+            .is_err()
+    );
 }

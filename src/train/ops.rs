@@ -136,17 +136,41 @@ impl<T: Float> HeadBlocks<T> {
 }
 
 /// The first `rows` rows (`cols` wide, `stride` apart) of `src` transposed into `buf`
-/// (`cols × rows`), as a view: a head's keys or values with their dimensions along the rows, so
-/// that `q · kᵀ` sums each score over the head's dimensions in order with broadcast fused
+/// (`cols × rows`): a head's keys or values with their dimensions along the rows, so that
+/// `q · kᵀ` sums each score over the head's dimensions in order with broadcast fused
 /// multiply–adds (the engine's order for self-attention), never a sixteen-lane dot product of a
 /// head's few dimensions with its lanes to add up.
-fn transposed<'a>(buf: &'a mut [f32], src: &[f32], rows: usize, cols: usize, stride: usize) -> MatRef<'a> {
+fn transpose(buf: &mut [f32], src: &[f32], rows: usize, cols: usize, stride: usize) {
     for (j, row) in src.chunks(stride).take(rows).enumerate() {
         for (c, &v) in row[..cols].iter().enumerate() {
             buf[c * rows + j] = v;
         }
     }
-    MatRef::rows(buf, cols, rows, rows)
+}
+
+/// Queries per block of the causal attention's products.
+const QUERY_BLOCK: usize = 16;
+
+/// The attention's blocks of queries `r0..r1` with the keys `0..seen` their products need: with
+/// the causal mask, blocks of [`QUERY_BLOCK`] queries that see the keys up to their last query;
+/// without it, one block of every query seeing every key.
+fn blocks(len: usize, keys: usize, causal: bool) -> Vec<(usize, usize, usize)> {
+    if !causal {
+        return vec![(0, len, keys)];
+    }
+    (0..len)
+        .step_by(QUERY_BLOCK)
+        .map(|r0| (r0, (r0 + QUERY_BLOCK).min(len), (r0 + QUERY_BLOCK).min(len).min(keys)))
+        .collect()
+}
+
+/// The blocks of keys `c0..c1` with the first query `from` that sees them (the causal mask), or
+/// one block of every key seen from the first query.
+fn key_blocks(len: usize, keys: usize, causal: bool) -> Vec<(usize, usize, usize)> {
+    if !causal {
+        return vec![(0, keys, 0)];
+    }
+    (0..keys).step_by(QUERY_BLOCK).map(|c0| (c0, (c0 + QUERY_BLOCK).min(keys), c0.min(len))).collect()
 }
 
 /// `t` (`cols × rows`) transposed into the first `rows` rows (`cols` wide, `stride` apart) of `dst`.
@@ -236,6 +260,9 @@ impl Attention {
 
     /// The forward pass in f32 on the engine's kernels, as the engine's attention computes it
     /// (`q · kᵀ · scale` in the fixed order, the masked softmax, `· v`), one task per sequence.
+    /// With the causal mask, each block of queries multiplies only the keys up to its last query
+    /// ([`blocks`]): the masked scores are never computed, and the probabilities past them (exact
+    /// zeros) never multiplied, so the sums are the same bits as over every key.
     fn forward_f32(&self, x: &[f32], d: usize) -> Vec<f32> {
         let (len, heads) = (self.len, self.heads);
         #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
@@ -247,13 +274,18 @@ impl Attention {
             let keys = self.keys(b);
             let (mut p, mut kt) = (vec![0f32; len * keys], vec![0f32; dh * keys]);
             for at in (0..heads).map(|h| h * dh) {
-                let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
-                let v = MatRef::rows(&seq[2 * d + at..], keys, dh, 3 * d);
-                let kt = transposed(&mut kt, &seq[d + at..], keys, dh, 3 * d);
-                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, kt, scale, false);
+                transpose(&mut kt, &seq[d + at..], keys, dh, 3 * d);
+                for (r0, r1, seen) in blocks(len, keys, self.causal) {
+                    let q = MatRef::rows(&seq[r0 * 3 * d + at..], r1 - r0, dh, 3 * d);
+                    let kt = MatRef::rows(&kt, dh, seen, keys);
+                    kernels::matmul(MatMut::rows(&mut p[r0 * keys..], r1 - r0, seen, keys), q, kt, scale, false);
+                }
                 kernels::softmax_rows(&mut p, keys, mask, None);
-                let probs = MatRef::rows(&p, len, keys, keys);
-                kernels::matmul(MatMut::rows(&mut out[at..], len, dh, d), probs, v, 1.0, false);
+                for (r0, r1, seen) in blocks(len, keys, self.causal) {
+                    let probs = MatRef::rows(&p[r0 * keys..], r1 - r0, seen, keys);
+                    let v = MatRef::rows(&seq[2 * d + at..], seen, dh, 3 * d);
+                    kernels::matmul(MatMut::rows(&mut out[r0 * d + at..], r1 - r0, dh, d), probs, v, 1.0, false);
+                }
             }
         });
         out
@@ -261,7 +293,9 @@ impl Attention {
 
     /// [`Attention::backward`] in f32 on the engine's kernels, one task per sequence: per head
     /// `P` again, `dP = dO Vᵀ`, `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = dS K`,
-    /// `dK = dSᵀ Q`, `dV = Pᵀ dO`, each product written in place into q|k|v's gradient.
+    /// `dK = dSᵀ Q`, `dV = Pᵀ dO`, each product written in place into q|k|v's gradient. With the
+    /// causal mask the products skip the masked blocks as the forward pass does: `dS`'s rows stop
+    /// at their query's key, and `dK`, `dV`'s columns start at their key's query.
     fn backward_f32(&self, x: &[f32], g: &[f32], d: usize) -> Vec<f32> {
         let (len, heads) = (self.len, self.heads);
         #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
@@ -276,30 +310,43 @@ impl Attention {
             let (mut kt, mut vt) = (vec![0f32; dh * keys], vec![0f32; dh * keys]);
             let (mut qt, mut dout_t, mut dt) = (vec![0f32; dh * len], vec![0f32; dh * len], vec![0f32; dh * keys]);
             for at in (0..heads).map(|h| h * dh) {
-                let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
-                let k = MatRef::rows(&seq[d + at..], keys, dh, 3 * d);
-                let dout = MatRef::rows(&go[at..], len, dh, d);
-                let kt = transposed(&mut kt, &seq[d + at..], keys, dh, 3 * d);
-                let vt = transposed(&mut vt, &seq[2 * d + at..], keys, dh, 3 * d);
-                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, kt, scale, false);
+                transpose(&mut kt, &seq[d + at..], keys, dh, 3 * d);
+                transpose(&mut vt, &seq[2 * d + at..], keys, dh, 3 * d);
+                for (r0, r1, seen) in blocks(len, keys, self.causal) {
+                    let q = MatRef::rows(&seq[r0 * 3 * d + at..], r1 - r0, dh, 3 * d);
+                    let dout = MatRef::rows(&go[r0 * d + at..], r1 - r0, dh, d);
+                    let (kt, vt) = (MatRef::rows(&kt, dh, seen, keys), MatRef::rows(&vt, dh, seen, keys));
+                    kernels::matmul(MatMut::rows(&mut p[r0 * keys..], r1 - r0, seen, keys), q, kt, scale, false);
+                    kernels::matmul(MatMut::rows(&mut ds[r0 * keys..], r1 - r0, seen, keys), dout, vt, 1.0, false);
+                }
                 kernels::softmax_rows(&mut p, keys, mask, None);
-                kernels::matmul(MatMut::rows(&mut ds, len, keys, keys), dout, vt, 1.0, false);
-                for (pr, dr) in p.chunks(keys).zip(ds.chunks_mut(keys)) {
+                for (i, (pr, dr)) in p.chunks(keys).zip(ds.chunks_mut(keys)).enumerate() {
+                    let end = mask.visible(i, keys).end;
+                    let (pr, (dr, hidden)) = (&pr[..end], dr.split_at_mut(end));
                     let dot = pr.iter().zip(dr.iter()).fold(0f32, |s, (&a, &b)| s + a * b);
                     for (o, &pv) in dr.iter_mut().zip(pr) {
                         *o = pv * (*o - dot) * scale;
                     }
+                    hidden.fill(0.0);
                 }
-                let (probs, dsm) = (MatRef::rows(&p, len, keys, keys), MatRef::rows(&ds, len, keys, keys));
-                kernels::matmul(MatMut::rows(&mut dx[at..], len, dh, 3 * d), dsm, k, 1.0, false);
+                for (r0, r1, seen) in blocks(len, keys, self.causal) {
+                    let dsm = MatRef::rows(&ds[r0 * keys..], r1 - r0, seen, keys);
+                    let k = MatRef::rows(&seq[d + at..], seen, dh, 3 * d);
+                    kernels::matmul(MatMut::rows(&mut dx[r0 * 3 * d + at..], r1 - r0, dh, 3 * d), dsm, k, 1.0, false);
+                }
                 // dKᵀ = Qᵀ dS and dVᵀ = dOᵀ P: the head's few dimensions transposed, not the
-                // `len × keys` matrices; then written into q|k|v's gradient rows.
-                let qt = transposed(&mut qt, &seq[at..], len, dh, 3 * d);
-                kernels::matmul(MatMut::rows(&mut dt, dh, keys, keys), qt, dsm, 1.0, false);
-                scatter_transposed(&dt, &mut dx[d + at..], keys, dh, 3 * d);
-                let dout_t = transposed(&mut dout_t, &go[at..], len, dh, d);
-                kernels::matmul(MatMut::rows(&mut dt, dh, keys, keys), dout_t, probs, 1.0, false);
-                scatter_transposed(&dt, &mut dx[2 * d + at..], keys, dh, 3 * d);
+                // `len × keys` matrices; then written into q|k|v's gradient rows. A block of
+                // keys gets nothing from the queries before it.
+                transpose(&mut qt, &seq[at..], len, dh, 3 * d);
+                transpose(&mut dout_t, &go[at..], len, dh, d);
+                for (with, by, into) in [(&qt, &ds, d + at), (&dout_t, &p, 2 * d + at)] {
+                    for (c0, c1, from) in key_blocks(len, keys, self.causal) {
+                        let lhs = MatRef::rows(&with[from..], dh, len - from, len);
+                        let rhs = MatRef::rows(&by[from * keys + c0..], len - from, c1 - c0, keys);
+                        kernels::matmul(MatMut::rows(&mut dt[c0..], dh, c1 - c0, keys), lhs, rhs, 1.0, false);
+                    }
+                    scatter_transposed(&dt, &mut dx[into..], keys, dh, 3 * d);
+                }
             }
         });
         dx

@@ -86,21 +86,31 @@ fn gradients_match_finite_differences() {
 #[test]
 fn attention_in_f32_matches_the_f64_loops() {
     let dev = Device::Cpu;
-    let x = Tensor::randn(0f64, 1.0, (3 * 5, 3 * 8), &dev).unwrap();
-    let g = Tensor::randn(0f64, 1.0, (3 * 5, 8), &dev).unwrap();
-    for (causal, lengths) in [(true, None), (false, Some(vec![5, 2, 0])), (true, Some(vec![3, 5, 1]))] {
-        let op = Attention { heads: 2, len: 5, scale: 0.5, causal, lengths: lengths.map(Arc::new) };
-        let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let (x32, g32) = (f(&x), f(&g));
-        let (x64, g64) =
-            (x.flatten_all().unwrap().to_vec1::<f64>().unwrap(), g.flatten_all().unwrap().to_vec1::<f64>().unwrap());
-        let close = |a: &[f32], b: &[f64], what: &str| {
-            assert_eq!(a.len(), b.len());
-            let diff = a.iter().zip(b).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
-            assert!(diff < 1e-5, "{what} (causal {causal}) off by {diff}");
-        };
-        close(&op.forward_f32(&x32, 8), &op.forward(&x64, 8), "forward");
-        close(&op.backward_f32(&x32, &g32, 8), &op.backward(&x64, &g64, 8), "backward");
+    // Five tokens (one block of queries), and 37 (the causal products in blocks of 16, the last
+    // one short).
+    let cases = [
+        (5, vec![(true, None), (false, Some(vec![5, 2, 0])), (true, Some(vec![3, 5, 1]))]),
+        (37, vec![(true, None), (false, Some(vec![37, 20, 1])), (true, Some(vec![30, 37, 17]))]),
+    ];
+    for (len, masks) in cases {
+        let x = Tensor::randn(0f64, 1.0, (3 * len, 3 * 8), &dev).unwrap();
+        let g = Tensor::randn(0f64, 1.0, (3 * len, 8), &dev).unwrap();
+        for (causal, lengths) in masks {
+            let op = Attention { heads: 2, len, scale: 0.5, causal, lengths: lengths.map(Arc::new) };
+            let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let (x32, g32) = (f(&x), f(&g));
+            let (x64, g64) = (
+                x.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+                g.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+            );
+            let close = |a: &[f32], b: &[f64], what: &str| {
+                assert_eq!(a.len(), b.len());
+                let diff = a.iter().zip(b).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
+                assert!(diff < 1e-5, "{what} ({len} tokens, causal {causal}) off by {diff}");
+            };
+            close(&op.forward_f32(&x32, 8), &op.forward(&x64, 8), "forward");
+            close(&op.backward_f32(&x32, &g32, 8), &op.backward(&x64, &g64, 8), "backward");
+        }
     }
 }
 

@@ -182,6 +182,25 @@ fn scatter_transposed(t: &[f32], dst: &mut [f32], rows: usize, cols: usize, stri
     }
 }
 
+/// `Σ f(i)` over `i` in `0..n` in eight interleaved partial sums, added pairwise at the end: the
+/// row sums of the norms and the gradients, which one running sum would chain through the adder's
+/// latency one term at a time.
+#[inline]
+fn lane_sum<T: Float>(n: usize, f: impl Fn(usize) -> T) -> T {
+    let mut acc = [T::zero(); 8];
+    let full = n / 8 * 8;
+    for i in (0..full).step_by(8) {
+        for (lane, a) in acc.iter_mut().enumerate() {
+            *a = *a + f(i + lane);
+        }
+    }
+    for (a, i) in acc.iter_mut().zip(full..n) {
+        *a = *a + f(i);
+    }
+    let [a0, a1, a2, a3, a4, a5, a6, a7] = acc;
+    ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
+}
+
 /// `y += a · x`.
 fn axpy<T: Float>(y: &mut [T], a: T, x: &[T]) {
     for (o, &v) in y.iter_mut().zip(x) {
@@ -323,7 +342,7 @@ impl Attention {
                 for (i, (pr, dr)) in p.chunks(keys).zip(ds.chunks_mut(keys)).enumerate() {
                     let end = mask.visible(i, keys).end;
                     let (pr, (dr, hidden)) = (&pr[..end], dr.split_at_mut(end));
-                    let dot = pr.iter().zip(dr.iter()).fold(0f32, |s, (&a, &b)| s + a * b);
+                    let dot = lane_sum(end, |j| pr[j] * dr[j]);
                     for (o, &pv) in dr.iter_mut().zip(pr) {
                         *o = pv * (*o - dot) * scale;
                     }
@@ -402,7 +421,7 @@ impl Attention {
                     for (c, &gc) in gi.iter().enumerate() {
                         axpy(dpi, gc, &blocks.vt[c * len..c * len + end]);
                     }
-                    let dot = p[..end].iter().zip(dpi.iter()).fold(T::zero(), |s, (&a, &b)| s + a * b);
+                    let dot = lane_sum(end, |j| p[j] * dpi[j]);
                     let dq = &mut dx[i * 3 * d + at..i * 3 * d + at + dh];
                     for j in 0..end {
                         axpy(&mut dv[j * dh..(j + 1) * dh], p[j], gi);
@@ -824,8 +843,9 @@ impl LayerNorm {
             for (r, (mean, inv)) in out.iter_mut().enumerate() {
                 let r = c * ROWS_PER_TASK + r;
                 let row = &x[r * d..(r + 1) * d];
-                *mean = row.iter().fold(T::zero(), |s, &v| s + v) / n;
-                let var = row.iter().fold(T::zero(), |s, &v| s + (v - *mean) * (v - *mean)) / n;
+                *mean = lane_sum(d, |i| row[i]) / n;
+                let mean = *mean;
+                let var = lane_sum(d, |i| (row[i] - mean) * (row[i] - mean)) / n;
                 *inv = T::one() / (var + eps).sqrt();
             }
         });
@@ -857,13 +877,8 @@ impl LayerNorm {
         let mut dx = vec![T::zero(); x.len()];
         for_each_chunk(&mut dx, d, |r, out| {
             let (xh, gr) = (&xhat[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
-            let (mut m1, mut m2) = (T::zero(), T::zero());
-            for i in 0..d {
-                let dxh = gr[i] * w[i];
-                m1 = m1 + dxh;
-                m2 = m2 + dxh * xh[i];
-            }
-            let (m1, m2) = (m1 / n, m2 / n);
+            let m1 = lane_sum(d, |i| gr[i] * w[i]) / n;
+            let m2 = lane_sum(d, |i| gr[i] * w[i] * xh[i]) / n;
             for i in 0..d {
                 out[i] = inv[r] * (gr[i] * w[i] - m1 - xh[i] * m2);
             }

@@ -8,7 +8,7 @@
 //! a training step's chunk of sequences runs on one thread (the step forks once, per chunk).
 
 use std::cell::Cell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 use num_traits::Float;
@@ -223,7 +223,7 @@ impl Attention {
 
     /// Applies it to contiguous `[rows · len, 3d]` q|k|v.
     pub fn apply(&self, qkv: &Tensor) -> Result<Tensor> {
-        qkv.apply_op1(self.clone())
+        qkv.apply_op1(Applied { attention: self.clone(), probs: Arc::default() })
     }
 
     /// The probabilities the heads attend with, `[rows, heads, len, len]` (no gradient).
@@ -282,24 +282,31 @@ impl Attention {
     /// With the causal mask, each block of queries multiplies only the keys up to its last query
     /// ([`blocks`]): the masked scores are never computed, and the probabilities past them (exact
     /// zeros) never multiplied, so the sums are the same bits as over every key.
-    fn forward_f32(&self, x: &[f32], d: usize) -> Vec<f32> {
+    /// The probabilities are kept in `probs` (`[rows, heads, len, len]`, a sequence's first
+    /// `len × keys` of each head's block), for the backward pass to read instead of computing them
+    /// again.
+    fn forward_f32(&self, x: &[f32], d: usize, probs: &mut Vec<f32>) -> Vec<f32> {
         let (len, heads) = (self.len, self.heads);
         #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
         let (dh, scale) = (d / heads, self.scale as f32);
         let mask = Mask { causal: self.causal, ..Mask::default() };
         let mut out = vec![0f32; x.len() / 3];
-        for_each_chunk(&mut out, len * d, |b, out| {
+        probs.resize(x.len() / (3 * d) * heads * len, 0.0);
+        let mut pairs: Vec<_> = out.chunks_mut(len * d).zip(probs.chunks_mut(heads * len * len)).collect();
+        for_each_chunk(&mut pairs, 1, |b, pair| {
+            let (out, probs) = &mut pair[0];
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let keys = self.keys(b);
-            let (mut p, mut kt) = (vec![0f32; len * keys], vec![0f32; dh * keys]);
-            for at in (0..heads).map(|h| h * dh) {
+            let mut kt = vec![0f32; dh * keys];
+            for (at, p) in (0..heads).map(|h| h * dh).zip(probs.chunks_mut(len * len)) {
+                let p = &mut p[..len * keys];
                 transpose(&mut kt, &seq[d + at..], keys, dh, 3 * d);
                 for (r0, r1, seen) in blocks(len, keys, self.causal) {
                     let q = MatRef::rows(&seq[r0 * 3 * d + at..], r1 - r0, dh, 3 * d);
                     let kt = MatRef::rows(&kt, dh, seen, keys);
                     kernels::matmul(MatMut::rows(&mut p[r0 * keys..], r1 - r0, seen, keys), q, kt, scale, false);
                 }
-                kernels::softmax_rows(&mut p, keys, mask, None);
+                kernels::softmax_rows(p, keys, mask, None);
                 for (r0, r1, seen) in blocks(len, keys, self.causal) {
                     let probs = MatRef::rows(&p[r0 * keys..], r1 - r0, seen, keys);
                     let v = MatRef::rows(&seq[2 * d + at..], seen, dh, 3 * d);
@@ -315,7 +322,9 @@ impl Attention {
     /// `dK = dSᵀ Q`, `dV = Pᵀ dO`, each product written in place into q|k|v's gradient. With the
     /// causal mask the products skip the masked blocks as the forward pass does: `dS`'s rows stop
     /// at their query's key, and `dK`, `dV`'s columns start at their key's query.
-    fn backward_f32(&self, x: &[f32], g: &[f32], d: usize) -> Vec<f32> {
+    /// `probs`: the forward pass's probabilities when it kept them ([`Attention::forward_f32`]),
+    /// else they are computed again.
+    fn backward_f32(&self, x: &[f32], g: &[f32], d: usize, probs: Option<&[f32]>) -> Vec<f32> {
         let (len, heads) = (self.len, self.heads);
         #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
         let (dh, scale) = (d / heads, self.scale as f32);
@@ -325,20 +334,32 @@ impl Attention {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let go = &g[b * len * d..(b + 1) * len * d];
             let keys = self.keys(b);
-            let (mut p, mut ds) = (vec![0f32; len * keys], vec![0f32; len * keys]);
+            let (mut computed, mut ds) = (vec![0f32; len * keys], vec![0f32; len * keys]);
             let (mut kt, mut vt) = (vec![0f32; dh * keys], vec![0f32; dh * keys]);
             let (mut qt, mut dout_t, mut dt) = (vec![0f32; dh * len], vec![0f32; dh * len], vec![0f32; dh * keys]);
-            for at in (0..heads).map(|h| h * dh) {
-                transpose(&mut kt, &seq[d + at..], keys, dh, 3 * d);
+            for (head, at) in (0..heads).map(|h| (h, h * dh)) {
+                if probs.is_none() {
+                    transpose(&mut kt, &seq[d + at..], keys, dh, 3 * d);
+                }
                 transpose(&mut vt, &seq[2 * d + at..], keys, dh, 3 * d);
                 for (r0, r1, seen) in blocks(len, keys, self.causal) {
-                    let q = MatRef::rows(&seq[r0 * 3 * d + at..], r1 - r0, dh, 3 * d);
                     let dout = MatRef::rows(&go[r0 * d + at..], r1 - r0, dh, d);
-                    let (kt, vt) = (MatRef::rows(&kt, dh, seen, keys), MatRef::rows(&vt, dh, seen, keys));
-                    kernels::matmul(MatMut::rows(&mut p[r0 * keys..], r1 - r0, seen, keys), q, kt, scale, false);
+                    let vt = MatRef::rows(&vt, dh, seen, keys);
                     kernels::matmul(MatMut::rows(&mut ds[r0 * keys..], r1 - r0, seen, keys), dout, vt, 1.0, false);
+                    if probs.is_none() {
+                        let q = MatRef::rows(&seq[r0 * 3 * d + at..], r1 - r0, dh, 3 * d);
+                        let kt = MatRef::rows(&kt, dh, seen, keys);
+                        let p = MatMut::rows(&mut computed[r0 * keys..], r1 - r0, seen, keys);
+                        kernels::matmul(p, q, kt, scale, false);
+                    }
                 }
-                kernels::softmax_rows(&mut p, keys, mask, None);
+                let p: &[f32] = if let Some(probs) = probs {
+                    let at = (b * heads + head) * len * len;
+                    &probs[at..at + len * keys]
+                } else {
+                    kernels::softmax_rows(&mut computed, keys, mask, None);
+                    &computed
+                };
                 for (i, (pr, dr)) in p.chunks(keys).zip(ds.chunks_mut(keys)).enumerate() {
                     let end = mask.visible(i, keys).end;
                     let (pr, (dr, hidden)) = (&pr[..end], dr.split_at_mut(end));
@@ -358,7 +379,7 @@ impl Attention {
                 // keys gets nothing from the queries before it.
                 transpose(&mut qt, &seq[at..], len, dh, 3 * d);
                 transpose(&mut dout_t, &go[at..], len, dh, d);
-                for (with, by, into) in [(&qt, &ds, d + at), (&dout_t, &p, 2 * d + at)] {
+                for (with, by, into) in [(&qt, &ds[..], d + at), (&dout_t, p, 2 * d + at)] {
                     for (c0, c1, from) in key_blocks(len, keys, self.causal) {
                         let lhs = MatRef::rows(&with[from..], dh, len - from, len);
                         let rhs = MatRef::rows(&by[from * keys + c0..], len - from, c1 - c0, keys);
@@ -448,30 +469,42 @@ fn contiguous<'a, T>(v: &'a [T], layout: &Layout) -> Result<&'a [T]> {
     }
 }
 
-impl CustomOp1 for Attention {
+/// One application of [`Attention`] in a graph: in f32 its forward pass keeps the probabilities
+/// for its backward pass (`[rows, heads, len, len]`: 256 KiB for a chunk of the default run's
+/// step; dropped with the graph).
+struct Applied {
+    attention: Attention,
+    probs: Arc<Mutex<Vec<f32>>>,
+}
+
+impl CustomOp1 for Applied {
     fn name(&self) -> &'static str {
         "fused-attention"
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (n, d) = self.check(layout)?;
+        let op = &self.attention;
+        let (n, d) = op.check(layout)?;
         let out = match storage {
-            CpuStorage::F32(v) => CpuStorage::F32(self.forward_f32(contiguous(v, layout)?, d)),
-            CpuStorage::F64(v) => CpuStorage::F64(self.forward(contiguous(v, layout)?, d)),
+            CpuStorage::F32(v) => {
+                let mut probs = self.probs.lock().map_err(|_| candle_core::Error::Msg("poisoned".into()))?;
+                CpuStorage::F32(op.forward_f32(contiguous(v, layout)?, d, &mut probs))
+            }
+            CpuStorage::F64(v) => CpuStorage::F64(op.forward(contiguous(v, layout)?, d)),
             _ => bail!("attention: f32 or f64 only"),
         };
         Ok((out, Shape::from((n, d))))
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        let grad = arg.apply_op2_no_bwd(grad_res, &AttentionBackward(self.clone()))?;
-        Ok(Some(grad))
+        let backward = AttentionBackward(self.attention.clone(), Arc::clone(&self.probs));
+        Ok(Some(arg.apply_op2_no_bwd(grad_res, &backward)?))
     }
 }
 
 /// [`Attention`]'s backward pass as an operation of its own, so that it reads q|k|v and the output
-/// gradient where they are (no copies out of the tensors).
-struct AttentionBackward(Attention);
+/// gradient where they are (no copies out of the tensors), with the forward pass's probabilities.
+struct AttentionBackward(Attention, Arc<Mutex<Vec<f32>>>);
 
 impl CustomOp2 for AttentionBackward {
     fn name(&self) -> &'static str {
@@ -485,7 +518,9 @@ impl CustomOp2 for AttentionBackward {
         }
         let out = match (x, g) {
             (CpuStorage::F32(x), CpuStorage::F32(g)) => {
-                CpuStorage::F32(self.0.backward_f32(contiguous(x, lx)?, contiguous(g, lg)?, d))
+                let probs = self.1.lock().map_err(|_| candle_core::Error::Msg("poisoned".into()))?;
+                let kept = (probs.len() == n * self.0.heads * self.0.len).then_some(&probs[..]);
+                CpuStorage::F32(self.0.backward_f32(contiguous(x, lx)?, contiguous(g, lg)?, d, kept))
             }
             (CpuStorage::F64(x), CpuStorage::F64(g)) => {
                 CpuStorage::F64(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?, d))

@@ -148,6 +148,10 @@ fn transpose(buf: &mut [f32], src: &[f32], rows: usize, cols: usize, stride: usi
     }
 }
 
+/// Most probabilities (`rows × heads × len × len`) an attention keeps for its backward pass
+/// (16 MiB; the default run's chunk keeps 64 Ki): past it the backward pass computes them again.
+const KEPT_PROBABILITIES: usize = 1 << 22;
+
 /// Queries per block of the causal attention's products.
 const QUERY_BLOCK: usize = 16;
 
@@ -282,24 +286,39 @@ impl Attention {
     /// With the causal mask, each block of queries multiplies only the keys up to its last query
     /// ([`blocks`]): the masked scores are never computed, and the probabilities past them (exact
     /// zeros) never multiplied, so the sums are the same bits as over every key.
-    /// The probabilities are kept in `probs` (`[rows, heads, len, len]`, a sequence's first
-    /// `len × keys` of each head's block), for the backward pass to read instead of computing them
-    /// again.
-    fn forward_f32(&self, x: &[f32], d: usize, probs: &mut Vec<f32>) -> Vec<f32> {
+    /// The probabilities are kept in `probs` when given (`[rows, heads, len, len]`, a sequence's
+    /// first `len × keys` of each head's block), for the backward pass to read instead of
+    /// computing them again.
+    fn forward_f32(&self, x: &[f32], d: usize, probs: Option<&mut Vec<f32>>) -> Vec<f32> {
         let (len, heads) = (self.len, self.heads);
         #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
         let (dh, scale) = (d / heads, self.scale as f32);
         let mask = Mask { causal: self.causal, ..Mask::default() };
         let mut out = vec![0f32; x.len() / 3];
-        probs.resize(x.len() / (3 * d) * heads * len, 0.0);
-        let mut pairs: Vec<_> = out.chunks_mut(len * d).zip(probs.chunks_mut(heads * len * len)).collect();
+        let kept: Vec<&mut [f32]> = match probs {
+            Some(probs) => {
+                probs.clear();
+                probs.resize(x.len() / (3 * d) * heads * len, 0.0);
+                probs.chunks_mut(heads * len * len).collect()
+            }
+            None => Vec::new(),
+        };
+        let mut pairs: Vec<_> =
+            out.chunks_mut(len * d).zip(kept.into_iter().map(Some).chain(std::iter::repeat_with(|| None))).collect();
         for_each_chunk(&mut pairs, 1, |b, pair| {
-            let (out, probs) = &mut pair[0];
+            let (out, kept) = &mut pair[0];
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let keys = self.keys(b);
-            let mut kt = vec![0f32; dh * keys];
-            for (at, p) in (0..heads).map(|h| h * dh).zip(probs.chunks_mut(len * len)) {
-                let p = &mut p[..len * keys];
+            let (mut kt, mut scratch) = (vec![0f32; dh * keys], Vec::new());
+            // The kept block of each head, or one scratch matrix for every head.
+            let (probs, stride) = if let Some(kept) = kept {
+                (&mut **kept, len * len)
+            } else {
+                scratch.resize(len * keys, 0.0);
+                (&mut scratch[..], 0)
+            };
+            for (head, at) in (0..heads).map(|h| (h, h * dh)) {
+                let p = &mut probs[head * stride..head * stride + len * keys];
                 transpose(&mut kt, &seq[d + at..], keys, dh, 3 * d);
                 for (r0, r1, seen) in blocks(len, keys, self.causal) {
                     let q = MatRef::rows(&seq[r0 * 3 * d + at..], r1 - r0, dh, 3 * d);
@@ -471,7 +490,7 @@ fn contiguous<'a, T>(v: &'a [T], layout: &Layout) -> Result<&'a [T]> {
 
 /// One application of [`Attention`] in a graph: in f32 its forward pass keeps the probabilities
 /// for its backward pass (`[rows, heads, len, len]`: 256 KiB for a chunk of the default run's
-/// step; dropped with the graph).
+/// step, at most [`KEPT_PROBABILITIES`]; dropped with the graph).
 struct Applied {
     attention: Attention,
     probs: Arc<Mutex<Vec<f32>>>,
@@ -488,7 +507,8 @@ impl CustomOp1 for Applied {
         let out = match storage {
             CpuStorage::F32(v) => {
                 let mut probs = self.probs.lock().map_err(|_| candle_core::Error::Msg("poisoned".into()))?;
-                CpuStorage::F32(op.forward_f32(contiguous(v, layout)?, d, &mut probs))
+                let keep = n * op.heads * op.len <= KEPT_PROBABILITIES;
+                CpuStorage::F32(op.forward_f32(contiguous(v, layout)?, d, keep.then_some(&mut *probs)))
             }
             CpuStorage::F64(v) => CpuStorage::F64(op.forward(contiguous(v, layout)?, d)),
             _ => bail!("attention: f32 or f64 only"),

@@ -150,6 +150,61 @@ fn gradients_match_finite_differences() {
             }
         }
         assert!(checked > 50, "{checked}");
+
+        // The step's chunked gradients (a batch of 11 in 8 uneven chunks) add up to the whole
+        // batch's, loss and every parameter.
+        let b = attnviz::train::Task::new(&cfg).batch(&mut rng, 11);
+        let lengths = match &b.targets {
+            Targets::Labels { lengths, .. } => Some(lengths.clone()),
+            Targets::Next { .. } => None,
+        };
+        let out = net.forward(&b.ids, b.rows, b.len, lengths.as_deref(), false).unwrap();
+        let whole = net.loss(&out, &b.ids, b.rows, b.len, &b.targets).unwrap();
+        let chunked = net.gradients(&b).unwrap();
+        let l = whole.to_scalar::<f64>().unwrap();
+        assert!((chunked.loss - l).abs() < 1e-12 * l.abs(), "{}: loss {} vs {l}", cfg.describe(), chunked.loss);
+        let grads = whole.backward().unwrap();
+        for (name, var) in net.named() {
+            let want: Vec<f64> = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let got: Vec<f64> =
+                chunked.get(var.as_tensor()).unwrap().unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let scale = want.iter().fold(1e-3, |m: f64, v| m.max(v.abs()));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() < 1e-12 * scale,
+                    "{}: chunked d loss / d {name}[{i}] = {g}, whole {w}",
+                    cfg.describe()
+                );
+            }
+        }
+    }
+}
+
+/// A step cuts its batch into a fixed number of chunks, whatever the threads: a run on one
+/// thread and on three gives the same losses and the same weights, bit for bit.
+#[test]
+fn a_run_is_the_same_bits_on_any_number_of_threads() {
+    for cfg in [variants()[1].clone(), variants()[7].clone()] {
+        let cfg = TrainConfig { batch: 13, steps: 4, ..cfg };
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| {
+                let mut t = Trainer::new(&cfg).unwrap();
+                for _ in 0..cfg.steps {
+                    t.step().unwrap();
+                }
+                let weights: Vec<Vec<f32>> = t
+                    .net
+                    .named()
+                    .iter()
+                    .map(|(_, v)| v.as_tensor().flatten_all().unwrap().to_vec1().unwrap())
+                    .collect();
+                (t.losses, weights)
+            })
+        };
+        let (one, three) = (run(1), run(3));
+        assert_eq!(one.0, three.0, "{}: losses", cfg.describe());
+        assert!(one.1 == three.1, "{}: weights differ", cfg.describe());
     }
 }
 

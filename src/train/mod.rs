@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 pub use config::{Pooling, TaskKind, TrainConfig};
-pub use net::{Net, Outputs, parameter_count, step_flops};
-pub use ops::{AddBias, Attention, CrossEntropy, LayerNorm, Product};
+pub use net::{Gradients, Net, Outputs, STEP_CHUNKS, parameter_count, step_flops};
+pub use ops::{AddBias, Attention, CrossEntropy, LayerNorm, Product, serially};
 pub use run::{CHECKPOINT_BUDGET_BYTES, Checkpoint, Checkpoints, Evaluation, MAX_CHECKPOINTS, Trainer, evaluate};
 pub use save::{Exported, FolderHints, export, hints, load, replaceable, tokenizer_json};
 pub use tasks::{Batch, Rng, Targets, Task};

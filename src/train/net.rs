@@ -12,12 +12,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use candle_core::backprop::GradStore;
 use candle_core::{D, DType, Device, IndexOp, Tensor, Var};
 use candle_nn::VarMap;
+use rayon::prelude::*;
 
 use super::config::{Pooling, TrainConfig};
-use super::ops::{AddBias, Attention, CrossEntropy, LayerNorm, Product};
-use super::tasks::{Rng, Task};
+use super::ops::{self, AddBias, Attention, CrossEntropy, LayerNorm, Product};
+use super::tasks::{Batch, Rng, Targets, Task};
 use crate::analysis::pe::{self, PeLayout, PeParams};
 use crate::model::NormPlacement;
 use crate::model::playground::PeKind;
@@ -309,11 +311,52 @@ impl Net {
         ids: &[u32],
         rows: usize,
         len: usize,
-        targets: &super::tasks::Targets,
+        targets: &Targets,
+    ) -> candle_core::Result<Tensor> {
+        Self::loss_over(out, ids, rows, len, targets, None)
+    }
+
+    /// The loss and the gradients of `batch` (its mean cross-entropy), the batch cut into
+    /// [`STEP_CHUNKS`] chunks of sequences whose forward and backward passes run side by side on
+    /// rayon's threads, each chunk on one thread without forking again ([`ops::serially`]): one
+    /// fork and one join per step. Each chunk's loss is its share of the batch's mean, so the
+    /// chunks' losses and gradients add up to the batch's; they are added in chunk order, so the
+    /// result is the same bits on any number of threads.
+    pub fn gradients(&self, batch: &Batch) -> candle_core::Result<Gradients> {
+        let total = batch.counted();
+        let parts: Vec<(f64, GradStore)> = batch
+            .split(STEP_CHUNKS)
+            .par_iter()
+            .map(|part| {
+                ops::serially(|| {
+                    let lengths = match &part.targets {
+                        Targets::Labels { lengths, .. } => Some(lengths.as_slice()),
+                        Targets::Next { .. } => None,
+                    };
+                    let out = self.forward(&part.ids, part.rows, part.len, lengths, false)?;
+                    let loss = Self::loss_over(&out, &part.ids, part.rows, part.len, &part.targets, Some(total))?;
+                    let value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+                    Ok((value, loss.backward()?))
+                })
+            })
+            .collect::<candle_core::Result<_>>()?;
+        let loss = parts.iter().map(|(l, _)| l).sum();
+        Ok(Gradients { loss, parts: parts.into_iter().map(|(_, g)| g).collect() })
+    }
+
+    /// [`Net::loss`] with the mean taken over `mean_over` targets when given (a part of a batch
+    /// of that many).
+    fn loss_over(
+        out: &Outputs,
+        ids: &[u32],
+        rows: usize,
+        len: usize,
+        targets: &Targets,
+        mean_over: Option<usize>,
     ) -> candle_core::Result<Tensor> {
         let classes = out.logits.dim(D::Minus1)?;
         let (logits, targets) = match targets {
-            super::tasks::Targets::Next { from } => {
+            Targets::Next { from } => {
                 // Every position from `from` on but the last predicts the next token.
                 let mut t = vec![CrossEntropy::SKIP; rows * len];
                 for r in 0..rows {
@@ -323,8 +366,34 @@ impl Net {
                 }
                 (out.logits.reshape((rows * len, classes))?, t)
             }
-            super::tasks::Targets::Labels { labels, .. } => (out.logits.clone(), labels.clone()),
+            Targets::Labels { labels, .. } => (out.logits.clone(), labels.clone()),
         };
-        CrossEntropy { targets: Arc::new(targets) }.apply(&logits)
+        CrossEntropy { targets: Arc::new(targets), mean_over }.apply(&logits)
+    }
+}
+
+/// Chunks a training step's batch is cut into ([`Net::gradients`]): fixed, whatever the number of
+/// threads, so that a run's numbers do not depend on the machine.
+pub const STEP_CHUNKS: usize = 8;
+
+/// A step's loss and gradients: one store per chunk of the batch.
+#[derive(Debug)]
+pub struct Gradients {
+    /// The batch's mean loss (the chunks' shares added in order).
+    pub loss: f64,
+    parts: Vec<GradStore>,
+}
+
+impl Gradients {
+    /// The gradient of parameter `t`: the chunks' added in chunk order (`None` when none has one).
+    pub fn get(&self, t: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let mut sum: Option<Tensor> = None;
+        for g in self.parts.iter().filter_map(|p| p.get(t)) {
+            sum = Some(match sum {
+                None => g.clone(),
+                Some(s) => (s + g)?,
+            });
+        }
+        Ok(sum)
     }
 }

@@ -4,9 +4,11 @@
 //! with its scale and masks, layer norm and cross-entropy. f32 runs on the engine's kernels where
 //! there is a product; f64 (the gradient check) runs plain loops, and tests check the two agree.
 //! Threads split the work per sequence (attention) or per block of rows (products big enough to be
-//! worth it): one fork/join per operation, none for small ones.
+//! worth it): one fork/join per operation, none for small ones — and none inside [`serially`], where
+//! a training step's chunk of sequences runs on one thread (the step forks once, per chunk).
 
-use std::sync::Arc;
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, bail};
 use num_traits::Float;
@@ -16,6 +18,41 @@ use crate::model::kernels::{self, Mask, MatMut, MatRef};
 
 /// Rows per parallel task.
 const ROWS_PER_TASK: usize = 64;
+
+thread_local! {
+    /// Set while this thread runs [`serially`].
+    static SERIAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with the operations it applies on this thread alone: no fork/join inside (a training
+/// step's chunk of sequences, one of several running side by side). The results are the same bits
+/// as with threads: every operation's split is along rows whose values do not depend on it.
+pub fn serially<R>(f: impl FnOnce() -> R) -> R {
+    /// Puts the flag back however `f` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SERIAL.with(|s| s.replace(true)));
+    f()
+}
+
+/// Whether this thread's operations run without forking ([`serially`]).
+fn serial() -> bool {
+    SERIAL.with(Cell::get)
+}
+
+/// `f(index, chunk)` over the `size`-long chunks of `out`: on rayon's threads, or in order on this
+/// one inside [`serially`].
+fn for_each_chunk<T: Send>(out: &mut [T], size: usize, f: impl Fn(usize, &mut [T]) + Send + Sync) {
+    if serial() {
+        out.chunks_mut(size).enumerate().for_each(|(i, chunk)| f(i, chunk));
+    } else {
+        out.par_chunks_mut(size).enumerate().for_each(|(i, chunk)| f(i, chunk));
+    }
+}
 
 /// Self-attention of a fused `[rows · len, 3 · d]` q|k|v matrix (GPT-2's `c_attn` output: per
 /// token the queries, keys and values, each `heads × d/heads`): per sequence and head
@@ -99,17 +136,45 @@ impl<T: Float> HeadBlocks<T> {
 }
 
 /// The first `rows` rows (`cols` wide, `stride` apart) of `src` transposed into `buf`
-/// (`cols × rows`), as a view: a head's keys or values with their dimensions along the rows, so
-/// that `q · kᵀ` sums each score over the head's dimensions in order with broadcast fused
+/// (`cols × rows`): a head's keys or values with their dimensions along the rows, so that
+/// `q · kᵀ` sums each score over the head's dimensions in order with broadcast fused
 /// multiply–adds (the engine's order for self-attention), never a sixteen-lane dot product of a
 /// head's few dimensions with its lanes to add up.
-fn transposed<'a>(buf: &'a mut [f32], src: &[f32], rows: usize, cols: usize, stride: usize) -> MatRef<'a> {
+fn transpose(buf: &mut [f32], src: &[f32], rows: usize, cols: usize, stride: usize) {
     for (j, row) in src.chunks(stride).take(rows).enumerate() {
         for (c, &v) in row[..cols].iter().enumerate() {
             buf[c * rows + j] = v;
         }
     }
-    MatRef::rows(buf, cols, rows, rows)
+}
+
+/// Most probabilities (`rows × heads × len × len`) an attention keeps for its backward pass
+/// (16 MiB; the default run's chunk keeps 64 Ki): past it the backward pass computes them again.
+const KEPT_PROBABILITIES: usize = 1 << 22;
+
+/// Queries per block of the causal attention's products.
+const QUERY_BLOCK: usize = 16;
+
+/// The attention's blocks of queries `r0..r1` with the keys `0..seen` their products need: with
+/// the causal mask, blocks of [`QUERY_BLOCK`] queries that see the keys up to their last query;
+/// without it, one block of every query seeing every key.
+fn blocks(len: usize, keys: usize, causal: bool) -> Vec<(usize, usize, usize)> {
+    if !causal {
+        return vec![(0, len, keys)];
+    }
+    (0..len)
+        .step_by(QUERY_BLOCK)
+        .map(|r0| (r0, (r0 + QUERY_BLOCK).min(len), (r0 + QUERY_BLOCK).min(len).min(keys)))
+        .collect()
+}
+
+/// The blocks of keys `c0..c1` with the first query `from` that sees them (the causal mask), or
+/// one block of every key seen from the first query.
+fn key_blocks(len: usize, keys: usize, causal: bool) -> Vec<(usize, usize, usize)> {
+    if !causal {
+        return vec![(0, keys, 0)];
+    }
+    (0..keys).step_by(QUERY_BLOCK).map(|c0| (c0, (c0 + QUERY_BLOCK).min(keys), c0.min(len))).collect()
 }
 
 /// `t` (`cols × rows`) transposed into the first `rows` rows (`cols` wide, `stride` apart) of `dst`.
@@ -119,6 +184,25 @@ fn scatter_transposed(t: &[f32], dst: &mut [f32], rows: usize, cols: usize, stri
             *o = t[c * rows + j];
         }
     }
+}
+
+/// `Σ f(i)` over `i` in `0..n` in eight interleaved partial sums, added pairwise at the end: the
+/// row sums of the norms and the gradients, which one running sum would chain through the adder's
+/// latency one term at a time.
+#[inline]
+fn lane_sum<T: Float>(n: usize, f: impl Fn(usize) -> T) -> T {
+    let mut acc = [T::zero(); 8];
+    let full = n / 8 * 8;
+    for i in (0..full).step_by(8) {
+        for (lane, a) in acc.iter_mut().enumerate() {
+            *a = *a + f(i + lane);
+        }
+    }
+    for (a, i) in acc.iter_mut().zip(full..n) {
+        *a = *a + f(i);
+    }
+    let [a0, a1, a2, a3, a4, a5, a6, a7] = acc;
+    ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))
 }
 
 /// `y += a · x`.
@@ -143,7 +227,7 @@ impl Attention {
 
     /// Applies it to contiguous `[rows · len, 3d]` q|k|v.
     pub fn apply(&self, qkv: &Tensor) -> Result<Tensor> {
-        qkv.apply_op1(self.clone())
+        qkv.apply_op1(Applied { attention: self.clone(), probs: Arc::default() })
     }
 
     /// The probabilities the heads attend with, `[rows, heads, len, len]` (no gradient).
@@ -152,7 +236,7 @@ impl Attention {
             let (len, heads) = (op.len, op.heads);
             let (dh, scale) = (d / heads, T::from(op.scale).unwrap_or_else(T::one));
             let mut out = vec![T::zero(); x.len() / (3 * d) * heads * len];
-            out.par_chunks_mut(heads * len * len).enumerate().for_each(|(b, out)| {
+            for_each_chunk(&mut out, heads * len * len, |b, out| {
                 let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
                 let mut blocks = HeadBlocks::new(len, dh);
                 for (head, out) in out.chunks_mut(len * len).enumerate() {
@@ -199,24 +283,54 @@ impl Attention {
 
     /// The forward pass in f32 on the engine's kernels, as the engine's attention computes it
     /// (`q · kᵀ · scale` in the fixed order, the masked softmax, `· v`), one task per sequence.
-    fn forward_f32(&self, x: &[f32], d: usize) -> Vec<f32> {
+    /// With the causal mask, each block of queries multiplies only the keys up to its last query
+    /// ([`blocks`]): the masked scores are never computed, and the probabilities past them (exact
+    /// zeros) never multiplied, so the sums are the same bits as over every key.
+    /// The probabilities are kept in `probs` when given (`[rows, heads, len, len]`, a sequence's
+    /// first `len × keys` of each head's block), for the backward pass to read instead of
+    /// computing them again.
+    fn forward_f32(&self, x: &[f32], d: usize, probs: Option<&mut Vec<f32>>) -> Vec<f32> {
         let (len, heads) = (self.len, self.heads);
         #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
         let (dh, scale) = (d / heads, self.scale as f32);
         let mask = Mask { causal: self.causal, ..Mask::default() };
         let mut out = vec![0f32; x.len() / 3];
-        out.par_chunks_mut(len * d).enumerate().for_each(|(b, out)| {
+        let kept: Vec<&mut [f32]> = match probs {
+            Some(probs) => {
+                probs.clear();
+                probs.resize(x.len() / (3 * d) * heads * len, 0.0);
+                probs.chunks_mut(heads * len * len).collect()
+            }
+            None => Vec::new(),
+        };
+        let mut pairs: Vec<_> =
+            out.chunks_mut(len * d).zip(kept.into_iter().map(Some).chain(std::iter::repeat_with(|| None))).collect();
+        for_each_chunk(&mut pairs, 1, |b, pair| {
+            let (out, kept) = &mut pair[0];
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let keys = self.keys(b);
-            let (mut p, mut kt) = (vec![0f32; len * keys], vec![0f32; dh * keys]);
-            for at in (0..heads).map(|h| h * dh) {
-                let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
-                let v = MatRef::rows(&seq[2 * d + at..], keys, dh, 3 * d);
-                let kt = transposed(&mut kt, &seq[d + at..], keys, dh, 3 * d);
-                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, kt, scale, false);
-                kernels::softmax_rows(&mut p, keys, mask, None);
-                let probs = MatRef::rows(&p, len, keys, keys);
-                kernels::matmul(MatMut::rows(&mut out[at..], len, dh, d), probs, v, 1.0, false);
+            let (mut kt, mut scratch) = (vec![0f32; dh * keys], Vec::new());
+            // The kept block of each head, or one scratch matrix for every head.
+            let (probs, stride) = if let Some(kept) = kept {
+                (&mut **kept, len * len)
+            } else {
+                scratch.resize(len * keys, 0.0);
+                (&mut scratch[..], 0)
+            };
+            for (head, at) in (0..heads).map(|h| (h, h * dh)) {
+                let p = &mut probs[head * stride..head * stride + len * keys];
+                transpose(&mut kt, &seq[d + at..], keys, dh, 3 * d);
+                for (r0, r1, seen) in blocks(len, keys, self.causal) {
+                    let q = MatRef::rows(&seq[r0 * 3 * d + at..], r1 - r0, dh, 3 * d);
+                    let kt = MatRef::rows(&kt, dh, seen, keys);
+                    kernels::matmul(MatMut::rows(&mut p[r0 * keys..], r1 - r0, seen, keys), q, kt, scale, false);
+                }
+                kernels::softmax_rows(p, keys, mask, None);
+                for (r0, r1, seen) in blocks(len, keys, self.causal) {
+                    let probs = MatRef::rows(&p[r0 * keys..], r1 - r0, seen, keys);
+                    let v = MatRef::rows(&seq[2 * d + at..], seen, dh, 3 * d);
+                    kernels::matmul(MatMut::rows(&mut out[r0 * d + at..], r1 - r0, dh, d), probs, v, 1.0, false);
+                }
             }
         });
         out
@@ -224,45 +338,74 @@ impl Attention {
 
     /// [`Attention::backward`] in f32 on the engine's kernels, one task per sequence: per head
     /// `P` again, `dP = dO Vᵀ`, `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = dS K`,
-    /// `dK = dSᵀ Q`, `dV = Pᵀ dO`, each product written in place into q|k|v's gradient.
-    fn backward_f32(&self, x: &[f32], g: &[f32], d: usize) -> Vec<f32> {
+    /// `dK = dSᵀ Q`, `dV = Pᵀ dO`, each product written in place into q|k|v's gradient. With the
+    /// causal mask the products skip the masked blocks as the forward pass does: `dS`'s rows stop
+    /// at their query's key, and `dK`, `dV`'s columns start at their key's query.
+    /// `probs`: the forward pass's probabilities when it kept them ([`Attention::forward_f32`]),
+    /// else they are computed again.
+    fn backward_f32(&self, x: &[f32], g: &[f32], d: usize, probs: Option<&[f32]>) -> Vec<f32> {
         let (len, heads) = (self.len, self.heads);
         #[allow(clippy::cast_possible_truncation)] // 1/√head_dim
         let (dh, scale) = (d / heads, self.scale as f32);
         let mask = Mask { causal: self.causal, ..Mask::default() };
         let mut dx = vec![0f32; x.len()];
-        dx.par_chunks_mut(len * 3 * d).enumerate().for_each(|(b, dx)| {
+        for_each_chunk(&mut dx, len * 3 * d, |b, dx| {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let go = &g[b * len * d..(b + 1) * len * d];
             let keys = self.keys(b);
-            let (mut p, mut ds) = (vec![0f32; len * keys], vec![0f32; len * keys]);
+            let (mut computed, mut ds) = (vec![0f32; len * keys], vec![0f32; len * keys]);
             let (mut kt, mut vt) = (vec![0f32; dh * keys], vec![0f32; dh * keys]);
             let (mut qt, mut dout_t, mut dt) = (vec![0f32; dh * len], vec![0f32; dh * len], vec![0f32; dh * keys]);
-            for at in (0..heads).map(|h| h * dh) {
-                let q = MatRef::rows(&seq[at..], len, dh, 3 * d);
-                let k = MatRef::rows(&seq[d + at..], keys, dh, 3 * d);
-                let dout = MatRef::rows(&go[at..], len, dh, d);
-                let kt = transposed(&mut kt, &seq[d + at..], keys, dh, 3 * d);
-                let vt = transposed(&mut vt, &seq[2 * d + at..], keys, dh, 3 * d);
-                kernels::matmul(MatMut::rows(&mut p, len, keys, keys), q, kt, scale, false);
-                kernels::softmax_rows(&mut p, keys, mask, None);
-                kernels::matmul(MatMut::rows(&mut ds, len, keys, keys), dout, vt, 1.0, false);
-                for (pr, dr) in p.chunks(keys).zip(ds.chunks_mut(keys)) {
-                    let dot = pr.iter().zip(dr.iter()).fold(0f32, |s, (&a, &b)| s + a * b);
+            for (head, at) in (0..heads).map(|h| (h, h * dh)) {
+                if probs.is_none() {
+                    transpose(&mut kt, &seq[d + at..], keys, dh, 3 * d);
+                }
+                transpose(&mut vt, &seq[2 * d + at..], keys, dh, 3 * d);
+                for (r0, r1, seen) in blocks(len, keys, self.causal) {
+                    let dout = MatRef::rows(&go[r0 * d + at..], r1 - r0, dh, d);
+                    let vt = MatRef::rows(&vt, dh, seen, keys);
+                    kernels::matmul(MatMut::rows(&mut ds[r0 * keys..], r1 - r0, seen, keys), dout, vt, 1.0, false);
+                    if probs.is_none() {
+                        let q = MatRef::rows(&seq[r0 * 3 * d + at..], r1 - r0, dh, 3 * d);
+                        let kt = MatRef::rows(&kt, dh, seen, keys);
+                        let p = MatMut::rows(&mut computed[r0 * keys..], r1 - r0, seen, keys);
+                        kernels::matmul(p, q, kt, scale, false);
+                    }
+                }
+                let p: &[f32] = if let Some(probs) = probs {
+                    let at = (b * heads + head) * len * len;
+                    &probs[at..at + len * keys]
+                } else {
+                    kernels::softmax_rows(&mut computed, keys, mask, None);
+                    &computed
+                };
+                for (i, (pr, dr)) in p.chunks(keys).zip(ds.chunks_mut(keys)).enumerate() {
+                    let end = mask.visible(i, keys).end;
+                    let (pr, (dr, hidden)) = (&pr[..end], dr.split_at_mut(end));
+                    let dot = lane_sum(end, |j| pr[j] * dr[j]);
                     for (o, &pv) in dr.iter_mut().zip(pr) {
                         *o = pv * (*o - dot) * scale;
                     }
+                    hidden.fill(0.0);
                 }
-                let (probs, dsm) = (MatRef::rows(&p, len, keys, keys), MatRef::rows(&ds, len, keys, keys));
-                kernels::matmul(MatMut::rows(&mut dx[at..], len, dh, 3 * d), dsm, k, 1.0, false);
+                for (r0, r1, seen) in blocks(len, keys, self.causal) {
+                    let dsm = MatRef::rows(&ds[r0 * keys..], r1 - r0, seen, keys);
+                    let k = MatRef::rows(&seq[d + at..], seen, dh, 3 * d);
+                    kernels::matmul(MatMut::rows(&mut dx[r0 * 3 * d + at..], r1 - r0, dh, 3 * d), dsm, k, 1.0, false);
+                }
                 // dKᵀ = Qᵀ dS and dVᵀ = dOᵀ P: the head's few dimensions transposed, not the
-                // `len × keys` matrices; then written into q|k|v's gradient rows.
-                let qt = transposed(&mut qt, &seq[at..], len, dh, 3 * d);
-                kernels::matmul(MatMut::rows(&mut dt, dh, keys, keys), qt, dsm, 1.0, false);
-                scatter_transposed(&dt, &mut dx[d + at..], keys, dh, 3 * d);
-                let dout_t = transposed(&mut dout_t, &go[at..], len, dh, d);
-                kernels::matmul(MatMut::rows(&mut dt, dh, keys, keys), dout_t, probs, 1.0, false);
-                scatter_transposed(&dt, &mut dx[2 * d + at..], keys, dh, 3 * d);
+                // `len × keys` matrices; then written into q|k|v's gradient rows. A block of
+                // keys gets nothing from the queries before it.
+                transpose(&mut qt, &seq[at..], len, dh, 3 * d);
+                transpose(&mut dout_t, &go[at..], len, dh, d);
+                for (with, by, into) in [(&qt, &ds[..], d + at), (&dout_t, p, 2 * d + at)] {
+                    for (c0, c1, from) in key_blocks(len, keys, self.causal) {
+                        let lhs = MatRef::rows(&with[from..], dh, len - from, len);
+                        let rhs = MatRef::rows(&by[from * keys + c0..], len - from, c1 - c0, keys);
+                        kernels::matmul(MatMut::rows(&mut dt[c0..], dh, c1 - c0, keys), lhs, rhs, 1.0, false);
+                    }
+                    scatter_transposed(&dt, &mut dx[into..], keys, dh, 3 * d);
+                }
             }
         });
         dx
@@ -272,7 +415,7 @@ impl Attention {
         let (len, heads) = (self.len, self.heads);
         let (dh, scale) = (d / heads, T::from(self.scale).unwrap_or_else(T::one));
         let mut out = vec![T::zero(); x.len() / 3];
-        out.par_chunks_mut(len * d).enumerate().for_each(|(b, out)| {
+        for_each_chunk(&mut out, len * d, |b, out| {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let mut blocks = HeadBlocks::new(len, dh);
             let mut p = vec![T::zero(); len];
@@ -298,7 +441,7 @@ impl Attention {
         let (len, heads) = (self.len, self.heads);
         let (dh, scale) = (d / heads, T::from(self.scale).unwrap_or_else(T::one));
         let mut dx = vec![T::zero(); x.len()];
-        dx.par_chunks_mut(len * 3 * d).enumerate().for_each(|(b, dx)| {
+        for_each_chunk(&mut dx, len * 3 * d, |b, dx| {
             let seq = &x[b * len * 3 * d..(b + 1) * len * 3 * d];
             let go = &g[b * len * d..(b + 1) * len * d];
             let mut blocks = HeadBlocks::new(len, dh);
@@ -318,7 +461,7 @@ impl Attention {
                     for (c, &gc) in gi.iter().enumerate() {
                         axpy(dpi, gc, &blocks.vt[c * len..c * len + end]);
                     }
-                    let dot = p[..end].iter().zip(dpi.iter()).fold(T::zero(), |s, (&a, &b)| s + a * b);
+                    let dot = lane_sum(end, |j| p[j] * dpi[j]);
                     let dq = &mut dx[i * 3 * d + at..i * 3 * d + at + dh];
                     for j in 0..end {
                         axpy(&mut dv[j * dh..(j + 1) * dh], p[j], gi);
@@ -345,30 +488,43 @@ fn contiguous<'a, T>(v: &'a [T], layout: &Layout) -> Result<&'a [T]> {
     }
 }
 
-impl CustomOp1 for Attention {
+/// One application of [`Attention`] in a graph: in f32 its forward pass keeps the probabilities
+/// for its backward pass (`[rows, heads, len, len]`: 256 KiB for a chunk of the default run's
+/// step, at most [`KEPT_PROBABILITIES`]; dropped with the graph).
+struct Applied {
+    attention: Attention,
+    probs: Arc<Mutex<Vec<f32>>>,
+}
+
+impl CustomOp1 for Applied {
     fn name(&self) -> &'static str {
         "fused-attention"
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (n, d) = self.check(layout)?;
+        let op = &self.attention;
+        let (n, d) = op.check(layout)?;
         let out = match storage {
-            CpuStorage::F32(v) => CpuStorage::F32(self.forward_f32(contiguous(v, layout)?, d)),
-            CpuStorage::F64(v) => CpuStorage::F64(self.forward(contiguous(v, layout)?, d)),
+            CpuStorage::F32(v) => {
+                let mut probs = self.probs.lock().map_err(|_| candle_core::Error::Msg("poisoned".into()))?;
+                let keep = n * op.heads * op.len <= KEPT_PROBABILITIES;
+                CpuStorage::F32(op.forward_f32(contiguous(v, layout)?, d, keep.then_some(&mut *probs)))
+            }
+            CpuStorage::F64(v) => CpuStorage::F64(op.forward(contiguous(v, layout)?, d)),
             _ => bail!("attention: f32 or f64 only"),
         };
         Ok((out, Shape::from((n, d))))
     }
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        let grad = arg.apply_op2_no_bwd(grad_res, &AttentionBackward(self.clone()))?;
-        Ok(Some(grad))
+        let backward = AttentionBackward(self.attention.clone(), Arc::clone(&self.probs));
+        Ok(Some(arg.apply_op2_no_bwd(grad_res, &backward)?))
     }
 }
 
 /// [`Attention`]'s backward pass as an operation of its own, so that it reads q|k|v and the output
-/// gradient where they are (no copies out of the tensors).
-struct AttentionBackward(Attention);
+/// gradient where they are (no copies out of the tensors), with the forward pass's probabilities.
+struct AttentionBackward(Attention, Arc<Mutex<Vec<f32>>>);
 
 impl CustomOp2 for AttentionBackward {
     fn name(&self) -> &'static str {
@@ -382,7 +538,9 @@ impl CustomOp2 for AttentionBackward {
         }
         let out = match (x, g) {
             (CpuStorage::F32(x), CpuStorage::F32(g)) => {
-                CpuStorage::F32(self.0.backward_f32(contiguous(x, lx)?, contiguous(g, lg)?, d))
+                let probs = self.1.lock().map_err(|_| candle_core::Error::Msg("poisoned".into()))?;
+                let kept = (probs.len() == n * self.0.heads * self.0.len).then_some(&probs[..]);
+                CpuStorage::F32(self.0.backward_f32(contiguous(x, lx)?, contiguous(g, lg)?, d, kept))
             }
             (CpuStorage::F64(x), CpuStorage::F64(g)) => {
                 CpuStorage::F64(self.0.backward(contiguous(x, lx)?, contiguous(g, lg)?, d))
@@ -413,7 +571,7 @@ impl CustomOp2 for AddBias {
     fn cpu_fwd(&self, x: &CpuStorage, lx: &Layout, b: &CpuStorage, lb: &Layout) -> Result<(CpuStorage, Shape)> {
         fn run<T: Float + Send + Sync>(x: &[T], b: &[T]) -> Vec<T> {
             let mut out = x.to_vec();
-            out.par_chunks_mut(b.len() * ROWS_PER_TASK).for_each(|rows| {
+            for_each_chunk(&mut out, b.len() * ROWS_PER_TASK, |_, rows| {
                 for row in rows.chunks_mut(b.len()) {
                     row.iter_mut().zip(b).for_each(|(o, &v)| *o = *o + v);
                 }
@@ -474,7 +632,7 @@ const PARALLEL_MULADDS: usize = 1 << 18;
 /// Tasks a product of `m` rows of `k · n` multiply–adds is split into: one per thread when it is
 /// large enough, else one.
 fn row_tasks(m: usize, k: usize, n: usize) -> usize {
-    if m * k * n < PARALLEL_MULADDS { 1 } else { rayon::current_num_threads().clamp(1, m.max(1)) }
+    if m * k * n < PARALLEL_MULADDS || serial() { 1 } else { rayon::current_num_threads().clamp(1, m.max(1)) }
 }
 
 /// The matrix product `op(a) · op(b)` of two contiguous 2-D tensors, `op` transposing when asked
@@ -539,7 +697,7 @@ impl Product {
         if tasks == 1 {
             run((0, &mut out));
         } else {
-            out.par_chunks_mut(per * n).enumerate().for_each(run);
+            for_each_chunk(&mut out, per * n, |t, dst| run((t, dst)));
         }
         out
     }
@@ -596,6 +754,9 @@ impl CustomOp2 for Product {
 pub struct CrossEntropy {
     /// Per row, its class or [`CrossEntropy::SKIP`].
     pub targets: Arc<Vec<u32>>,
+    /// The mean's denominator when these rows are part of a larger batch (the batch's counted
+    /// rows, so that the parts' losses and gradients add up to the batch's); `None`: these rows'.
+    pub mean_over: Option<usize>,
 }
 
 impl CrossEntropy {
@@ -616,10 +777,12 @@ impl CrossEntropy {
             bail!("target class {t} of {}", dims[1]);
         }
         let counted = self.targets.iter().filter(|&&t| t != Self::SKIP).count();
-        if counted == 0 {
-            bail!("cross-entropy of no targets");
+        match self.mean_over {
+            None if counted == 0 => bail!("cross-entropy of no targets"),
+            None => Ok((dims[1], counted)),
+            Some(n) if n == 0 || n < counted => bail!("cross-entropy of {counted} targets as a part of {n}"),
+            Some(n) => Ok((dims[1], n)),
         }
-        Ok((dims[1], counted))
     }
 
     /// Per row, its maximum and `ln Σ exp(x − max)`.
@@ -631,7 +794,7 @@ impl CrossEntropy {
 
     fn forward<T: Float + Send + Sync>(&self, x: &[T], classes: usize, counted: usize) -> T {
         let mut per_row = vec![T::zero(); self.targets.len()];
-        per_row.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(c, out)| {
+        for_each_chunk(&mut per_row, ROWS_PER_TASK, |c, out| {
             for (r, o) in out.iter_mut().enumerate() {
                 let r = c * ROWS_PER_TASK + r;
                 let t = self.targets[r];
@@ -648,7 +811,7 @@ impl CrossEntropy {
     fn backward<T: Float + Send + Sync>(&self, x: &[T], g: T, classes: usize, counted: usize) -> Vec<T> {
         let scale = g / T::from(counted).unwrap_or_else(T::one);
         let mut dx = vec![T::zero(); x.len()];
-        dx.par_chunks_mut(ROWS_PER_TASK * classes).enumerate().for_each(|(c, out)| {
+        for_each_chunk(&mut dx, ROWS_PER_TASK * classes, |c, out| {
             for (r, o) in out.chunks_mut(classes).enumerate() {
                 let r = c * ROWS_PER_TASK + r;
                 let t = self.targets[r];
@@ -727,25 +890,34 @@ impl LayerNorm {
     fn normalise<T: Float + Send + Sync>(self, x: &[T], d: usize) -> (Vec<T>, Vec<T>) {
         let rows = x.len() / d;
         let mut xhat = vec![T::zero(); x.len()];
-        let mut inv = vec![T::zero(); rows];
         let n = T::from(d).unwrap_or_else(T::one);
         let eps = T::from(self.eps).unwrap_or_else(T::zero);
-        xhat.par_chunks_mut(d).zip(inv.par_iter_mut()).enumerate().for_each(|(r, (out, inv))| {
-            let row = &x[r * d..(r + 1) * d];
-            let mean = row.iter().fold(T::zero(), |s, &v| s + v) / n;
-            let var = row.iter().fold(T::zero(), |s, &v| s + (v - mean) * (v - mean)) / n;
-            *inv = T::one() / (var + eps).sqrt();
-            for (o, &v) in out.iter_mut().zip(row) {
-                *o = (v - mean) * *inv;
+        // Each row's mean and 1/σ, then the rows normalised with them.
+        let mut stats = vec![(T::zero(), T::zero()); rows];
+        for_each_chunk(&mut stats, ROWS_PER_TASK, |c, out| {
+            for (r, (mean, inv)) in out.iter_mut().enumerate() {
+                let r = c * ROWS_PER_TASK + r;
+                let row = &x[r * d..(r + 1) * d];
+                *mean = lane_sum(d, |i| row[i]) / n;
+                let mean = *mean;
+                let var = lane_sum(d, |i| (row[i] - mean) * (row[i] - mean)) / n;
+                *inv = T::one() / (var + eps).sqrt();
             }
         });
+        for_each_chunk(&mut xhat, d, |r, out| {
+            let (mean, inv) = stats[r];
+            for (o, &v) in out.iter_mut().zip(&x[r * d..(r + 1) * d]) {
+                *o = (v - mean) * inv;
+            }
+        });
+        let inv = stats.into_iter().map(|(_, inv)| inv).collect();
         (xhat, inv)
     }
 
     fn forward<T: Float + Send + Sync>(self, x: &[T], w: &[T], b: &[T]) -> Vec<T> {
         let d = w.len();
         let (mut y, _) = self.normalise(x, d);
-        y.par_chunks_mut(d).for_each(|row| {
+        for_each_chunk(&mut y, d, |_, row| {
             for ((o, &wv), &bv) in row.iter_mut().zip(w).zip(b) {
                 *o = *o * wv + bv;
             }
@@ -758,15 +930,10 @@ impl LayerNorm {
         let (xhat, inv) = self.normalise(x, d);
         let n = T::from(d).unwrap_or_else(T::one);
         let mut dx = vec![T::zero(); x.len()];
-        dx.par_chunks_mut(d).enumerate().for_each(|(r, out)| {
+        for_each_chunk(&mut dx, d, |r, out| {
             let (xh, gr) = (&xhat[r * d..(r + 1) * d], &g[r * d..(r + 1) * d]);
-            let (mut m1, mut m2) = (T::zero(), T::zero());
-            for i in 0..d {
-                let dxh = gr[i] * w[i];
-                m1 = m1 + dxh;
-                m2 = m2 + dxh * xh[i];
-            }
-            let (m1, m2) = (m1 / n, m2 / n);
+            let m1 = lane_sum(d, |i| gr[i] * w[i]) / n;
+            let m2 = lane_sum(d, |i| gr[i] * w[i] * xh[i]) / n;
             for i in 0..d {
                 out[i] = inv[r] * (gr[i] * w[i] - m1 - xh[i] * m2);
             }

@@ -86,21 +86,35 @@ fn gradients_match_finite_differences() {
 #[test]
 fn attention_in_f32_matches_the_f64_loops() {
     let dev = Device::Cpu;
-    let x = Tensor::randn(0f64, 1.0, (3 * 5, 3 * 8), &dev).unwrap();
-    let g = Tensor::randn(0f64, 1.0, (3 * 5, 8), &dev).unwrap();
-    for (causal, lengths) in [(true, None), (false, Some(vec![5, 2, 0])), (true, Some(vec![3, 5, 1]))] {
-        let op = Attention { heads: 2, len: 5, scale: 0.5, causal, lengths: lengths.map(Arc::new) };
-        let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        let (x32, g32) = (f(&x), f(&g));
-        let (x64, g64) =
-            (x.flatten_all().unwrap().to_vec1::<f64>().unwrap(), g.flatten_all().unwrap().to_vec1::<f64>().unwrap());
-        let close = |a: &[f32], b: &[f64], what: &str| {
-            assert_eq!(a.len(), b.len());
-            let diff = a.iter().zip(b).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
-            assert!(diff < 1e-5, "{what} (causal {causal}) off by {diff}");
-        };
-        close(&op.forward_f32(&x32, 8), &op.forward(&x64, 8), "forward");
-        close(&op.backward_f32(&x32, &g32, 8), &op.backward(&x64, &g64, 8), "backward");
+    // Five tokens (one block of queries), and 37 (the causal products in blocks of 16, the last
+    // one short).
+    let cases = [
+        (5, vec![(true, None), (false, Some(vec![5, 2, 0])), (true, Some(vec![3, 5, 1]))]),
+        (37, vec![(true, None), (false, Some(vec![37, 20, 1])), (true, Some(vec![30, 37, 17]))]),
+    ];
+    for (len, masks) in cases {
+        let x = Tensor::randn(0f64, 1.0, (3 * len, 3 * 8), &dev).unwrap();
+        let g = Tensor::randn(0f64, 1.0, (3 * len, 8), &dev).unwrap();
+        for (causal, lengths) in masks {
+            let op = Attention { heads: 2, len, scale: 0.5, causal, lengths: lengths.map(Arc::new) };
+            let f = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let (x32, g32) = (f(&x), f(&g));
+            let (x64, g64) = (
+                x.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+                g.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+            );
+            let close = |a: &[f32], b: &[f64], what: &str| {
+                assert_eq!(a.len(), b.len());
+                let diff = a.iter().zip(b).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
+                assert!(diff < 1e-5, "{what} ({len} tokens, causal {causal}) off by {diff}");
+            };
+            let (mut kept, forward) = (Vec::new(), op.forward(&x64, 8));
+            close(&op.forward_f32(&x32, 8, None), &forward, "forward");
+            close(&op.forward_f32(&x32, 8, Some(&mut kept)), &forward, "forward keeping the probabilities");
+            let backward = op.backward(&x64, &g64, 8);
+            close(&op.backward_f32(&x32, &g32, 8, None), &backward, "backward");
+            close(&op.backward_f32(&x32, &g32, 8, Some(&kept)), &backward, "backward on the kept probabilities");
+        }
     }
 }
 
@@ -152,7 +166,7 @@ fn products_and_cross_entropy_match_plain_formulas_and_differences() {
     // Cross-entropy: the mean over the counted rows of −log softmax at the target, as the
     // unfused operations compute it; its gradient against central differences.
     let x = Var::from_tensor(&Tensor::randn(0f64, 2.0, (5, 4), &dev).unwrap()).unwrap();
-    let ce = CrossEntropy { targets: Arc::new(vec![2, CrossEntropy::SKIP, 0, 3, 3]) };
+    let ce = CrossEntropy { targets: Arc::new(vec![2, CrossEntropy::SKIP, 0, 3, 3]), mean_over: None };
     let got = ce.apply(&x).unwrap().to_scalar::<f64>().unwrap();
     let rows = x.as_tensor().to_vec2::<f64>().unwrap();
     let picked: Vec<f64> = [(0, 2), (2, 0), (3, 3), (4, 3)]
@@ -178,5 +192,20 @@ fn products_and_cross_entropy_match_plain_formulas_and_differences() {
         let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
         assert!((numeric - g[i]).abs() < 1e-7, "cross-entropy grad {i}: {numeric} vs {}", g[i]);
     }
-    assert!(CrossEntropy { targets: Arc::new(vec![4]) }.apply(&x.as_tensor().narrow(0, 0, 1).unwrap()).is_err());
+    // Parts of the rows, each its share of the whole mean (`mean_over`), add up to it; a part
+    // cannot claim more targets than the whole.
+    let part = |r: std::ops::Range<usize>| {
+        let targets = Arc::new(ce.targets[r.clone()].to_vec());
+        let rows = x.as_tensor().narrow(0, r.start, r.len()).unwrap();
+        CrossEntropy { targets, mean_over: Some(4) }.apply(&rows).unwrap().to_scalar::<f64>().unwrap()
+    };
+    let parts = part(0..2) + part(2..5);
+    assert!((parts - want).abs() < 1e-12, "{parts} vs {want}");
+    let too_many = CrossEntropy { targets: Arc::new(vec![1, 2]), mean_over: Some(1) };
+    assert!(too_many.apply(&x.as_tensor().narrow(0, 0, 2).unwrap()).is_err());
+    assert!(
+        CrossEntropy { targets: Arc::new(vec![4]), mean_over: None }
+            .apply(&x.as_tensor().narrow(0, 0, 1).unwrap())
+            .is_err()
+    );
 }

@@ -3,7 +3,7 @@
 //! fifteen tensor operations that each allocate. At the lab's sizes those small operations cost
 //! more than the arithmetic.
 
-use candle_core::{DType, Result, Tensor, Var, backprop::GradStore};
+use candle_core::{DType, Result, Tensor, Var};
 use candle_nn::ParamsAdamW;
 
 /// A parameter and its two moments.
@@ -44,15 +44,16 @@ impl AdamW {
         self.params.lr = lr;
     }
 
-    /// The gradients of `loss`, then one step.
-    pub fn backward_step(&mut self, loss: &Tensor) -> Result<()> {
+    /// The gradients of `loss`, then one step (as candle-nn's `backward_step`).
+    #[cfg(test)]
+    fn backward_step(&mut self, loss: &Tensor) -> Result<()> {
         let grads = loss.backward()?;
-        self.step(&grads)
+        self.step_with(|t| Ok(grads.get(t).cloned()))
     }
 
-    /// One step on these gradients (parameters without one stay).
+    /// One step on the gradients `grad` gives for each parameter (parameters without one stay).
     #[allow(clippy::cast_possible_truncation)] // candle-nn rounds its f64 constants to f32 alike
-    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
+    pub fn step_with(&mut self, grad: impl Fn(&Tensor) -> Result<Option<Tensor>>) -> Result<()> {
         self.step_t += 1;
         let p = &self.params;
         let (b1, b2) = (p.beta1, p.beta2);
@@ -63,7 +64,7 @@ impl AdamW {
         let (b1f, one_b1, b2f, one_b2) = (b1 as f32, (1.0 - b1) as f32, b2 as f32, (1.0 - b2) as f32);
         let (eps, lr) = (p.eps as f32, p.lr as f32);
         for slot in &mut self.slots {
-            let Some(g) = grads.get(slot.var.as_tensor()) else { continue };
+            let Some(g) = grad(slot.var.as_tensor())? else { continue };
             let g: Vec<f32> = g.flatten_all()?.to_vec1()?;
             let mut theta: Vec<f32> = slot.var.as_tensor().flatten_all()?.to_vec1()?;
             for (((t, m), v), &g) in theta.iter_mut().zip(&mut slot.m).zip(&mut slot.v).zip(&g) {

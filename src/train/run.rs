@@ -151,18 +151,14 @@ impl Trainer {
     /// network goes back to the last checkpoint (kept, all finite) and the error says so.
     pub fn step(&mut self) -> Result<f32, TrainError> {
         let batch = self.task.batch(&mut self.rng, self.cfg.batch);
-        let lengths = match &batch.targets {
-            Targets::Labels { lengths, .. } => Some(lengths.as_slice()),
-            Targets::Next { .. } => None,
-        };
-        let out = self.net.forward(&batch.ids, batch.rows, batch.len, lengths, false)?;
-        let loss = self.net.loss(&out, &batch.ids, batch.rows, batch.len, &batch.targets)?;
-        let value = loss.to_scalar::<f32>()?;
+        let grads = self.net.gradients(&batch)?;
+        #[allow(clippy::cast_possible_truncation)] // the f32 losses' sum
+        let value = grads.loss as f32;
         if !value.is_finite() {
             return Err(self.diverged(value));
         }
         self.opt.set_learning_rate(self.cfg.lr_at(self.step + 1));
-        self.opt.backward_step(&loss)?;
+        self.opt.step_with(|t| grads.get(t))?;
         self.step += 1;
         self.losses.push(value);
         if self.step.is_multiple_of(self.checkpoints.every) || self.finished() {

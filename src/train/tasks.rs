@@ -84,6 +84,42 @@ pub struct Batch {
     pub targets: Targets,
 }
 
+impl Batch {
+    /// Targets the batch's loss averages over: every sequence's next tokens from `from` on, or
+    /// one label per sequence.
+    pub fn counted(&self) -> usize {
+        match &self.targets {
+            Targets::Next { from } => self.rows * (self.len.saturating_sub(1)).saturating_sub(*from),
+            Targets::Labels { labels, .. } => labels.len(),
+        }
+    }
+
+    /// The batch cut into `parts` runs of consecutive sequences, as even as can be (the first ones
+    /// a sequence longer), fewer when there are fewer sequences; every part keeps the padded length.
+    pub fn split(&self, parts: usize) -> Vec<Self> {
+        let parts = parts.clamp(1, self.rows.max(1));
+        let (base, extra) = (self.rows / parts, self.rows % parts);
+        let mut start = 0;
+        (0..parts)
+            .map(|p| {
+                let rows = base + usize::from(p < extra);
+                let range = start..start + rows;
+                start += rows;
+                let targets = match &self.targets {
+                    Targets::Next { from } => Targets::Next { from: *from },
+                    Targets::Labels { labels, lengths, order_dependent } => Targets::Labels {
+                        labels: labels[range.clone()].to_vec(),
+                        lengths: lengths[range.clone()].to_vec(),
+                        order_dependent: order_dependent[range.clone()].to_vec(),
+                    },
+                };
+                let ids = self.ids[range.start * self.len..range.end * self.len].to_vec();
+                Self { ids, rows, len: self.len, targets }
+            })
+            .collect()
+    }
+}
+
 /// A task's vocabulary and generators.
 #[derive(Debug, Clone)]
 pub struct Task {

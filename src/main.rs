@@ -10,12 +10,28 @@ static ALLOCATOR: attnviz::alloc::Allocator = attnviz::alloc::Allocator;
 
 fn main() -> ExitCode {
     let args = attnviz::cli::Cli::parse();
+    if args.command.is_some() {
+        quiet_broken_pipe();
+    }
     match attnviz::cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {}", one_line(&err));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A subcommand piped into a reader that stops early (`attnviz stats … | head -1`) ends quietly,
+/// as other command-line tools do, instead of panicking in `println!` on the closed pipe: the
+/// default action of SIGPIPE, which Rust's runtime ignores. (Not for the app, whose sockets must
+/// keep returning errors.)
+fn quiet_broken_pipe() {
+    #[cfg(target_os = "linux")]
+    #[allow(unsafe_code)]
+    // SAFETY: called at the start of main, before any thread exists; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

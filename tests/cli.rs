@@ -1685,3 +1685,29 @@ fn a_gpt_oss_dump_holds_the_sinks_shares_of_the_reference() {
     let values: Vec<f32> = data.chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
     assert_eq!(values, sink.iter().flatten().flatten().copied().collect::<Vec<_>>());
 }
+
+/// A subcommand whose reader stops early (`attnviz models | head -1`, `dump -o - | head`) ends
+/// quietly: no panic in `println!` on the closed pipe.
+#[test]
+fn a_closed_pipe_ends_a_subcommand_without_a_panic() {
+    use std::process::Stdio;
+    let home = tmp();
+    let tiny = root().join("tests/fixtures/models/tiny-llama");
+    for args in [vec!["models"], vec!["dump", "--model", tiny.to_str().unwrap(), "--text", SENTENCE, "-o", "-"]] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_attnviz"))
+            .args(&args)
+            .env_remove("ATTNVIZ_MODEL")
+            .env("HOME", home.path())
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .current_dir(home.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_ne!(out.status.code(), Some(101), "{args:?}: {err}");
+    }
+}

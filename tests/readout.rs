@@ -16,7 +16,7 @@ fn reference(prefix: &str) -> Value {
     reference_json(&format!("readout_{prefix}.json"))
 }
 
-/// `tol`: 1e-5 on the tiny fixtures; SmolLM2 (30 layers of Q4_1 blocks, which transformers
+/// `tol`: 1e-5 on the tiny fixtures; `SmolLM2` (30 layers of `Q4_1` blocks, which transformers
 /// dequantises and sums in another order) is held to 1e-4.
 fn check(prefix: &str, model: &LoadedModel, tol: f64) {
     let r = reference(prefix);

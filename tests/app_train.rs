@@ -357,3 +357,31 @@ fn the_lab_plots_export_as_pictures_and_numbers() {
     assert!(!h.state().views.export.lab_plots);
     assert!(h.state().views.export.path_input.ends_with("attnviz-head-view-layer0.png"));
 }
+
+/// One induction score on one screen: after a run, the head-roles view of the trained network on
+/// the lab's probe shows, for every head, the score the lab's curve ended on.
+#[test]
+fn the_labs_induction_curve_and_the_head_roles_view_show_one_score() {
+    let mut h = trained_to_the_end(20);
+    let probe = attnviz::train::Task::new(&h.state().settings.train).probe();
+    assert_eq!(h.state().settings.text, probe);
+    wait_until(&mut h, "the trained network's run on its probe", |a| {
+        a.session.run.as_ref().is_some_and(|r| r.tokens.len() == 16)
+    });
+    h.get_by_label("Head statistics").click();
+    h.run_steps(2);
+    h.get_by_label("Induction").click();
+    wait_until(&mut h, "the head roles", |a| a.session.derived.roles(a.session.view_id).is_some_and(Result::is_ok));
+    let s = &h.state().session;
+    let shown = s.derived.roles(s.view_id).unwrap().clone().unwrap();
+    let lab = h.state().features.lab.lab.as_ref().unwrap();
+    let last = lab.evaluations.last().unwrap();
+    assert_eq!(last.step, 20, "the curve's last point is the network shown");
+    assert_eq!(shown.induction.len(), last.head_scores.len());
+    for (i, (view, curve)) in shown.induction.iter().zip(&last.head_scores).enumerate() {
+        assert!((view - curve).abs() < 1e-5, "head {i}: the view says {view}, the lab's curve {curve}");
+    }
+    let (l, hd, v) = shown.top(&shown.induction, 1)[0];
+    assert!((v - last.metric).abs() < 1e-5, "the curve's best head is the view's top one");
+    h.get_by_label_contains(&format!("Top induction heads: L{l} H{hd} ({v:.2})"));
+}

@@ -1638,6 +1638,40 @@ fn experts_json_and_npz_hold_the_routes_of_the_reference() {
     let llama = root().join("tests/fixtures/models/tiny-llama");
     let out = attnviz(&["--model", llama.to_str().unwrap(), "experts", "--text", "x"]);
     assert_error(&out, "has no experts");
+
+    // The experts figure, as the app exports it: a picture whose cells name the chosen experts and
+    // their weights, and its numbers (a row per layer and rank: ids, then weights).
+    let export = |file: &str| {
+        let path = dir.path().join(file);
+        let args = ["export", "--model", model.to_str().unwrap(), "--text", &r.text, "--view", "experts", "-o"];
+        let out = attnviz(&[&args[..], &[path.to_str().unwrap()]].concat());
+        assert!(out.status.success(), "{file}: {}", stderr(&out));
+        path
+    };
+    let svg = std::fs::read_to_string(export("experts.svg")).unwrap();
+    let doc = usvg::roxmltree::Document::parse(&svg).unwrap();
+    let texts: Vec<&str> = doc.descendants().filter(|n| n.has_tag_name("text")).filter_map(|n| n.text()).collect();
+    let first = attnviz::app::experts::cell_text(&r.experts[0][0], &r.expert_weights[0][0]);
+    assert!(texts.iter().any(|t| t.contains(first.as_str())), "token 0's cell {first:?} in {texts:?}");
+    assert!(texts.contains(&"L1 (dense)"), "{texts:?}");
+    let png = image::load_from_memory(&std::fs::read(export("experts.png")).unwrap()).unwrap();
+    assert!(png.width() > 100 && png.height() > 50);
+    let csv = std::fs::read_to_string(export("experts.csv")).unwrap();
+    let row = |label: &str| -> Vec<f32> {
+        let line =
+            csv.lines().find(|l| l.starts_with(&format!("{label},"))).unwrap_or_else(|| panic!("{label}: {csv}"));
+        line.split(',').skip(1).map(|v| v.parse().unwrap()).collect()
+    };
+    for (rank, name) in [(0, "1"), (1, "2")] {
+        let ids: Vec<f32> = r.experts[0].iter().map(|chosen| chosen[rank] as f32).collect();
+        assert_eq!(row(&format!("L0 expert {name}")), ids);
+        for (got, want) in row(&format!("L0 weight {name}")).iter().zip(r.expert_weights[0].iter().map(|w| w[rank])) {
+            assert!((got - want).abs() <= 1e-6, "{got} vs {want}");
+        }
+    }
+    let out =
+        attnviz(&["export", "--model", llama.to_str().unwrap(), "--text", "x", "--view", "experts", "-o", "x.png"]);
+    assert_error(&out, "has no experts");
 }
 
 #[test]

@@ -43,6 +43,9 @@ pub enum ViewArg {
     /// The contribution graph: the routes to the prediction at --query (default the last token)
     /// above --threshold (default 0.04 for this view).
     Graph,
+    /// A mixture of experts' routes: layers × tokens, each cell the experts the router chose and
+    /// their weights (Mixtral, Qwen3-MoE, OLMoE, gpt-oss).
+    Experts,
 }
 
 /// Which attention of an encoder–decoder to draw.
@@ -195,7 +198,7 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
         scale: args.scale,
         colormap: args.colormap,
     };
-    if matches!(args.view, ViewArg::Lens | ViewArg::Dla | ViewArg::Graph) {
+    if matches!(args.view, ViewArg::Lens | ViewArg::Dla | ViewArg::Graph | ViewArg::Experts) {
         return readout_figure(model_dir, args, style);
     }
     let figure_needs_run = !matches!(args.view, ViewArg::Pe | ViewArg::PeDot);
@@ -246,7 +249,7 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
             };
             Figure::Roles(role)
         }
-        ViewArg::Lens | ViewArg::Dla | ViewArg::Graph => unreachable!("drawn by readout_figure"),
+        ViewArg::Lens | ViewArg::Dla | ViewArg::Graph | ViewArg::Experts => unreachable!("drawn by readout_figure"),
         ViewArg::Rollout => Figure::Rollout { layer_idx: args.layer, head_idxs: all_heads(heads), flow: None },
         ViewArg::Flow => {
             let run = run.as_ref().context("--text is required")?;
@@ -273,8 +276,8 @@ pub fn run(model_dir: Option<&Path>, args: &ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--view lens|dla|graph`: figures the model computes from its residual stream (not from a
-/// recorded run), laid out by the same code as the app's views.
+/// `--view lens|dla|graph|experts`: figures the model computes from its residual stream (not from
+/// a recorded run), laid out by the same code as the app's views.
 fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> anyhow::Result<()> {
     use std::sync::Arc;
     let text = args.text.as_deref().with_context(|| format!("--text is required for --view {:?}", args.view))?;
@@ -315,6 +318,10 @@ fn readout_figure(model_dir: Option<&Path>, args: &ExportArgs, style: Style) -> 
                 a.logit
             );
             Figure::Attribution(Arc::new(crate::app::attribution::attribution_table(&a, title)))
+        }
+        ViewArg::Experts => {
+            let routes = model.routes(&tokens, &interventions)?;
+            crate::app::experts::experts_figure(Some(&routes), &labels, &model.name)
         }
         _ => {
             let run = model.contributions(&tokens, &interventions)?;

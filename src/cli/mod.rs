@@ -69,7 +69,7 @@ pub enum Command {
     /// with attention sinks, each row's share of its head's sink).
     Dump(dump::DumpArgs),
     /// Draw a view (--view heatmap, heads, model, pe, pe-dot, neuron, stats, rollout, flow, roles,
-    /// lens, dla, graph) as PNG, SVG or PDF, or write its numbers as CSV / JSON / NPZ (the file's
+    /// lens, dla, graph, experts) as PNG, SVG or PDF, or write its numbers as CSV / JSON / NPZ (the file's
     /// extension chooses).
     Export(export::ExportArgs),
     /// Write a sinusoidal positional encoding and its dot products pe_i · pe_j as JSON or NPZ.

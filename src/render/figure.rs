@@ -371,6 +371,7 @@ impl Figure {
                 theme,
                 scale,
                 bar: grid.bar.as_ref(),
+                fit_cells: matches!(self, Figure::Experts { .. }),
             })),
             Figure::Heatmap { layer_idx, head_idxs } => {
                 let run = need(run)?;

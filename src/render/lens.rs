@@ -36,6 +36,9 @@ pub struct TextGridSpec<'a> {
     pub scale: f32,
     /// The colour bar right of the grid (None: none).
     pub bar: Option<&'a GridBar>,
+    /// Cells as wide as their widest text (up to four standard cells), for texts read whole (the
+    /// experts' ids and weights); otherwise texts are cut to the standard width (the lens's tokens).
+    pub fit_cells: bool,
 }
 
 /// The colour bar beside a text grid: what the colour shows and where its values lie.
@@ -57,9 +60,11 @@ pub fn text_grid(spec: &TextGridSpec<'_>) -> RgbaImage {
 pub fn text_grid_drawing(spec: &TextGridSpec<'_>) -> Drawing {
     let s = super::clamp_scale(spec.scale);
     let (rows, cols) = (spec.row_labels.len(), spec.col_labels.len());
-    let (cell_w, cell_h) = (66.0 * s, 20.0 * s);
     let label_px = LABEL_PX * s;
     let cell_px = (NOTE_PX - 1.0) * s;
+    let widest =
+        if spec.fit_cells { spec.cells.iter().map(|t| text_width(t, cell_px)).fold(0.0, f32::max) } else { 0.0 };
+    let (cell_w, cell_h) = ((widest + 8.0 * s).clamp(66.0 * s, 4.0 * 66.0 * s), 20.0 * s);
     let margin = 12.0 * s;
     let row_w = spec.row_labels.iter().map(|l| text_width(l, label_px)).fold(0.0, f32::max).min(160.0 * s) + 8.0 * s;
     let title_h = line_height(TITLE_PX * s) + line_height(NOTE_PX * s) + 10.0 * s;
@@ -152,6 +157,7 @@ mod tests {
                 theme: Theme::Light,
                 scale: 1.0,
                 bar: None,
+                fit_cells: false,
             })
         };
         let (small, large) = (grid(2), grid(6));

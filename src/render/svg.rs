@@ -524,6 +524,7 @@ mod tests {
             theme: Theme::Light,
             scale: 1.0,
             bar: None,
+            fit_cells: false,
         });
         let svg = to_svg(&grid);
         parse_svg(&svg).unwrap();

@@ -194,7 +194,8 @@ impl Cursor {
         while v.last() == Some(&0) {
             v.pop();
         }
-        Ok(String::from_utf8_lossy(&v).into_owned())
+        // (Valid UTF-8, the rule, keeps its buffer: a vocabulary's strings are not copied twice.)
+        Ok(String::from_utf8(v).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 
     /// The fewest bytes a value of type `ty` takes (an array's elements are checked against them).

@@ -681,7 +681,8 @@ impl Network {
                 own = scratch.take(n * total);
                 &mut own[..]
             };
-            // A visitor of a layer with sinks gets each row's share too.
+            // A visitor of a layer with sinks gets each row's share too (a listener recording them
+            // in a slot reads them there).
             let mut shares = Vec::new();
             if visit_head.is_some() && layer.sinks.is_some() && records.sink.is_none() {
                 shares.resize(n, 0.0);
@@ -689,7 +690,7 @@ impl Network {
             }
             self.head_probs(layer, h, &rows, ctx, probs, records);
             if let Some(visit) = visit_head {
-                visit(layer_idx, h, probs, layer.sinks.as_ref().map(|_| &shares[..]));
+                visit(layer_idx, h, probs, (!shares.is_empty()).then_some(&shares[..]));
             }
             if ctx.ablated(layer_idx, h) {
                 context.fill(0.0);

@@ -86,7 +86,8 @@ pub trait Edit {
 
 /// What a head's probabilities are handed to as soon as they are computed, from the pool's
 /// threads, heads of a layer in any order: `(layer, head, seq_len × keys, sink)`, the last the
-/// sink's share of each row for a model with attention sinks (None for the others).
+/// sink's share of each row for a model with attention sinks (None for the others, and when the
+/// listener records the shares in its `sinks` slot).
 pub type HeadVisitor<'a> = dyn Fn(usize, usize, &[f32], Option<&[f32]>) + Sync + 'a;
 
 /// Where one layer's attention (and what else of it a listener records) goes: slices of

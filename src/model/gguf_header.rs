@@ -246,7 +246,10 @@ impl Cursor {
                         self.left()
                     ));
                 }
-                let mut items = Vec::with_capacity(usize::try_from(len.min(MAX_VALUES)).unwrap_or(0));
+                // Room for all of them at once, in whole 2 MB pages from a megabyte on (a vocabulary's
+                // 49,152 values: 1.5 MB), which the allocator maps and, freed, hands to the next large buffers:
+                // left to mimalloc they held 14 MB more peak RSS on a SmolLM2 load.
+                let mut items = crate::alloc::with_room(usize::try_from(len.min(MAX_VALUES)).unwrap_or(0));
                 for _ in 0..len {
                     items.push(self.value(item, depth + 1)?);
                 }

@@ -10,7 +10,8 @@ static ALLOCATOR: attnviz::alloc::Allocator = attnviz::alloc::Allocator;
 
 fn main() -> ExitCode {
     let args = attnviz::cli::Cli::parse();
-    if args.command.is_some() {
+    // Every subcommand but `open`, which opens the app.
+    if !matches!(args.command, None | Some(attnviz::cli::Command::Open(_))) {
         quiet_broken_pipe();
     }
     match attnviz::cli::run(args) {

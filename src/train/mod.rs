@@ -4,6 +4,7 @@
 //! description and weights ([`Trainer::model`]), so every view shows the network being trained,
 //! and saves it as a folder transformers loads.
 
+mod attention;
 mod config;
 mod net;
 mod ops;
@@ -16,9 +17,10 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+pub use attention::Attention;
 pub use config::{Pooling, TaskKind, TrainConfig};
 pub use net::{Gradients, Net, Outputs, STEP_CHUNKS, parameter_count, step_flops};
-pub use ops::{AddBias, Attention, CrossEntropy, LayerNorm, Product, serially};
+pub use ops::{AddBias, CrossEntropy, LayerNorm, Product, serially};
 pub use run::{CHECKPOINT_BUDGET_BYTES, Checkpoint, Checkpoints, Evaluation, MAX_CHECKPOINTS, Trainer, evaluate};
 pub use save::{Exported, FolderHints, export, hints, load, replaceable, tokenizer_json};
 pub use tasks::{Batch, Rng, Targets, Task};

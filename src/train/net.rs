@@ -17,8 +17,9 @@ use candle_core::{D, DType, Device, IndexOp, Tensor, Var};
 use candle_nn::VarMap;
 use rayon::prelude::*;
 
+use super::attention::Attention;
 use super::config::{Pooling, TrainConfig};
-use super::ops::{self, AddBias, Attention, CrossEntropy, LayerNorm, Product};
+use super::ops::{self, AddBias, CrossEntropy, LayerNorm, Product};
 use super::tasks::{Batch, Rng, Targets, Task};
 use crate::analysis::pe::{self, PeLayout, PeParams};
 use crate::model::NormPlacement;

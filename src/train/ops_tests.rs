@@ -2,6 +2,7 @@
 #![allow(clippy::float_cmp)] // masked probabilities are exactly 0
 
 use super::*;
+use crate::train::attention::Attention;
 use candle_core::{Device, Var};
 
 /// Both operations' gradients against central differences, in f64.

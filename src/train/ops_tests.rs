@@ -3,6 +3,28 @@
 
 use super::*;
 use crate::train::attention::Attention;
+
+/// Every value of `var`'s gradient in `grads` against the central difference of `loss` (called
+/// with `var`'s values, one of them moved by ±1e-6), to `tol`.
+fn check_gradient(
+    what: &str,
+    var: &Var,
+    grads: &candle_core::backprop::GradStore,
+    tol: f64,
+    loss: impl Fn(&Tensor) -> f64,
+) {
+    let g = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let base = var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    for i in 0..base.len() {
+        let at = |delta: f64| {
+            let mut v = base.clone();
+            v[i] += delta;
+            loss(&Tensor::from_vec(v, var.as_tensor().shape(), var.device()).unwrap())
+        };
+        let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+        assert!((numeric - g[i]).abs() < tol, "{what} grad {i}: {numeric} vs {}", g[i]);
+    }
+}
 use candle_core::{Device, Var};
 
 /// Both operations' gradients against central differences, in f64.
@@ -16,17 +38,7 @@ fn gradients_match_finite_differences() {
         let op = Attention { heads: 2, len: 3, scale: 0.7, causal, lengths: Some(Arc::new(vec![3, 2])) };
         let loss = |s: &Tensor| op.apply(s).unwrap().mul(&w).unwrap().sum_all().unwrap().to_scalar::<f64>().unwrap();
         let grads = op.apply(s.as_tensor()).unwrap().mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
-        let g = grads.get(s.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        let base = s.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        for i in 0..base.len() {
-            let at = |delta: f64| {
-                let mut v = base.clone();
-                v[i] += delta;
-                loss(&Tensor::from_vec(v, (6, 12), &dev).unwrap())
-            };
-            let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
-            assert!((numeric - g[i]).abs() < 1e-6, "attention grad {i} (causal {causal}): {numeric} vs {}", g[i]);
-        }
+        check_gradient(&format!("attention (causal {causal})"), &s, &grads, 1e-6, loss);
         // The output is the probabilities times the values, as unfused operations compute it.
         let p = op.probabilities(s.as_tensor()).unwrap();
         let v = s.as_tensor().narrow(1, 8, 4).unwrap().reshape((2, 3, 2, 2)).unwrap().transpose(1, 2).unwrap();
@@ -62,24 +74,9 @@ fn gradients_match_finite_differences() {
         ln.apply(x, g, b).unwrap().mul(&wt).unwrap().sum_all().unwrap().to_scalar::<f64>().unwrap()
     };
     let grads = ln.apply(&x, &gamma, &beta).unwrap().mul(&wt).unwrap().sum_all().unwrap().backward().unwrap();
-    for (k, var) in [&x, &gamma, &beta].into_iter().enumerate() {
-        let g = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        let base = var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-        for i in 0..base.len() {
-            let at = |delta: f64| {
-                let mut v = base.clone();
-                v[i] += delta;
-                let t = Tensor::from_vec(v, var.as_tensor().shape(), &dev).unwrap();
-                match k {
-                    0 => f(&t, &gamma, &beta),
-                    1 => f(&x, &t, &beta),
-                    _ => f(&x, &gamma, &t),
-                }
-            };
-            let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
-            assert!((numeric - g[i]).abs() < 1e-6, "layer norm grad {k}/{i}: {numeric} vs {}", g[i]);
-        }
-    }
+    check_gradient("layer norm x", &x, &grads, 1e-6, |t| f(t, &gamma, &beta));
+    check_gradient("layer norm gamma", &gamma, &grads, 1e-6, |t| f(&x, t, &beta));
+    check_gradient("layer norm beta", &beta, &grads, 1e-6, |t| f(&x, &gamma, t));
 }
 
 /// The f32 attention (the engine's kernels) against the f64 loops, forward and backward, for
@@ -147,21 +144,9 @@ fn products_and_cross_entropy_match_plain_formulas_and_differences() {
         let w = Tensor::randn(0f64, 1.0, (4, 5), &dev).unwrap();
         let loss = |a: &Tensor, b: &Tensor| op.apply(a, b).unwrap().mul(&w).unwrap().sum_all().unwrap();
         let grads = loss(&a, &b).backward().unwrap();
-        for (which, var) in [&a, &b].into_iter().enumerate() {
-            let g = grads.get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-            let base = var.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-            for i in 0..base.len() {
-                let at = |delta: f64| {
-                    let mut v = base.clone();
-                    v[i] += delta;
-                    let t = Tensor::from_vec(v, var.as_tensor().shape(), &dev).unwrap();
-                    let l = if which == 0 { loss(&t, &b) } else { loss(&a, &t) };
-                    l.to_scalar::<f64>().unwrap()
-                };
-                let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
-                assert!((numeric - g[i]).abs() < 1e-6, "product ({a_t}, {b_t}) grad {which}/{i}");
-            }
-        }
+        let value = |l: Tensor| l.to_scalar::<f64>().unwrap();
+        check_gradient(&format!("product ({a_t}, {b_t}) a"), &a, &grads, 1e-6, |t| value(loss(t, &b)));
+        check_gradient(&format!("product ({a_t}, {b_t}) b"), &b, &grads, 1e-6, |t| value(loss(&a, t)));
     }
 
     // Cross-entropy: the mean over the counted rows of −log softmax at the target, as the
@@ -182,17 +167,8 @@ fn products_and_cross_entropy_match_plain_formulas_and_differences() {
     let scale = 0.7;
     let grads = (ce.apply(&x).unwrap() * scale).unwrap().backward().unwrap();
     let g = grads.get(x.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-    let base = x.as_tensor().flatten_all().unwrap().to_vec1::<f64>().unwrap();
     assert!(g[4..8].iter().all(|&v| v == 0.0), "a skipped row has no gradient");
-    for i in 0..base.len() {
-        let at = |delta: f64| {
-            let mut v = base.clone();
-            v[i] += delta;
-            scale * ce.apply(&Tensor::from_vec(v, (5, 4), &dev).unwrap()).unwrap().to_scalar::<f64>().unwrap()
-        };
-        let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
-        assert!((numeric - g[i]).abs() < 1e-7, "cross-entropy grad {i}: {numeric} vs {}", g[i]);
-    }
+    check_gradient("cross-entropy", &x, &grads, 1e-7, |t| scale * ce.apply(t).unwrap().to_scalar::<f64>().unwrap());
     // Parts of the rows, each its share of the whole mean (`mean_over`), add up to it; a part
     // cannot claim more targets than the whole.
     let part = |r: std::ops::Range<usize>| {
